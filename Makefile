@@ -1,0 +1,50 @@
+# Tether — the README's commands: `make demo` and `make test`.
+# Both install what they need (Debian packages, Kinto in .venv) first.
+
+SWIFT        ?= swift
+PYTHON       ?= python3
+BUILD_DIR    := build
+LIB          := $(BUILD_DIR)/libtether.so
+VENV         := .venv
+# Release builds link the Swift runtime statically and export only tether_*.
+RELEASE_FLAGS := -c release -Xswiftc -static-stdlib \
+                 -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map
+APT_PACKAGES := libcurl4-openssl-dev libjansson-dev libsqlite3-dev python3-venv gcc make
+
+.PHONY: all deps build demo test test-swift test-c test-python bench clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@scripts/kinto-install
+	@$(VENV)/bin/python -c 'import pytest' 2>/dev/null || $(VENV)/bin/pip install -q 'pytest==8.3.5'
+
+build: deps $(LIB)
+	@$(MAKE) -s -C bindings/c all LIBDIR=$(CURDIR)/$(BUILD_DIR)
+
+$(LIB): Package.swift include/tether.h $(shell find Sources -type f)
+	$(SWIFT) build $(RELEASE_FLAGS)
+	@mkdir -p $(BUILD_DIR)
+	cp "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/libtether.so" $(LIB)
+	@if ldd $(LIB) | grep -qi swift; then echo "libtether.so links Swift libraries dynamically" >&2; exit 1; fi
+
+demo: build
+	scripts/demo
+
+test: build
+	scripts/with-kinto scripts/run-tests
+
+test-swift test-c test-python: build
+	scripts/with-kinto scripts/run-tests $(patsubst test-%,%,$@)
+
+bench: build
+	scripts/with-kinto $(VENV)/bin/python bench/run.py
+
+clean:
+	rm -rf .build $(BUILD_DIR) bindings/c/build .run

@@ -1,0 +1,32 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "Tether",
+    products: [
+        // libtether.so: the C ABI declared in include/tether.h.
+        .library(name: "tether", type: .dynamic, targets: ["TetherC"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
+        .systemLibrary(name: "CJansson", path: "Sources/CJansson"),
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
+        // The public header, seen by the boundary layer only.
+        .systemLibrary(name: "CTetherABI", path: "Sources/CTetherABI"),
+        .target(
+            name: "Tether",
+            dependencies: ["CSQLite", "CJansson", "CCurl"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        .target(
+            name: "TetherC",
+            dependencies: ["Tether", "CTetherABI"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        .testTarget(
+            name: "TetherTests",
+            dependencies: ["Tether"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+    ]
+)

@@ -1,0 +1,59 @@
+/// Background refreshes started by `get`. Requests from a burst of gets are
+/// gathered for a moment and sent as one listing per entity and chunk of ids.
+extension Context {
+    static let refreshGatherMilliseconds: Int64 = 5
+    /// Each id costs about its length in the URL and in Kinto's Next-Page header.
+    static let refreshChunkSize = 100
+
+    /// With the lock held.
+    func scheduleRefreshLocked(_ object: ManagedObject) {
+        guard !object.refreshInFlight else { return }
+        let staleness = options.stalenessMilliseconds
+        if staleness > 0 && object.record != nil && wallClockMilliseconds() - object.fetchedAt < staleness { return }
+        object.refreshInFlight = true
+        pendingRefreshes[object.entity.name, default: []].append(object)
+        if !refreshScheduled {
+            refreshScheduled = true
+            engine.perform(afterMilliseconds: Self.refreshGatherMilliseconds) { [unowned self] in sendRefreshes() }
+        }
+    }
+
+    /// On the engine thread.
+    private func sendRefreshes() {
+        let batches: [String: [ManagedObject]] = lock.withLock {
+            defer {
+                pendingRefreshes = [:]
+                refreshScheduled = false
+            }
+            return pendingRefreshes
+        }
+        for (name, objects) in batches {
+            guard let entity = model.entity(named: name) else { continue }
+            var start = 0
+            while start < objects.count {
+                let chunk = Array(objects[start..<min(start + Self.refreshChunkSize, objects.count)])
+                start += Self.refreshChunkSize
+                refresh(chunk, of: entity)
+            }
+        }
+    }
+
+    private func refresh(_ objects: [ManagedObject], of entity: Entity) {
+        var seen = Set<String>()
+        let ids = objects.map(\.id).joined(separator: ",")
+        _ = client.listRecords(route: entity.route, query: [("in_id", ids)], maximum: 0, page: { [unowned self] page in
+            let records = try page.map { try Record(entity: entity, json: $0) }
+            let now = wallClockMilliseconds()
+            try store.upsert(records, of: entity, fetchedAt: now)
+            _ = merge(records, of: entity, fetchedAt: now)
+            seen.formUnion(records.map(\.id))
+        }, done: { [unowned self] outcome in
+            // A failed refresh leaves the cache as it was; the next get tries again.
+            if case .success = outcome {
+                let gone = objects.map(\.id).filter { !seen.contains($0) }
+                if (try? store.delete(ids: gone, of: entity)) != nil { markDeleted(gone, of: entity) }
+            }
+            lock.withLock { objects.forEach { $0.refreshInFlight = false } }
+        })
+    }
+}

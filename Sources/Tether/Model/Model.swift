@@ -1,0 +1,81 @@
+/// The type of an attribute's values, from the spec's JSON-schema type.
+public enum AttributeType: Int, Sendable {
+    case text = 1, integer = 2, real = 3, boolean = 4, json = 5
+
+    public var name: String {
+        switch self {
+        case .text: return "text"
+        case .integer: return "integer"
+        case .real: return "real"
+        case .boolean: return "boolean"
+        case .json: return "json"
+        }
+    }
+}
+
+public struct Operations: OptionSet, Sendable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let fetch = Operations(rawValue: 1)
+    public static let insert = Operations(rawValue: 2)
+    public static let update = Operations(rawValue: 4)
+    public static let delete = Operations(rawValue: 8)
+    public static let all: Operations = [.fetch, .insert, .update, .delete]
+}
+
+public struct Attribute: Sendable, Equatable {
+    public let name: String
+    /// Stable across runs and model changes; hosts may address keys by it.
+    public let code: Int
+    public let type: AttributeType
+    public let isID: Bool
+    public let isVersion: Bool
+    public let isRequired: Bool
+}
+
+/// A record type: one Kinto collection, described by its schema.
+public final class Entity: @unchecked Sendable {
+    public let name: String
+    /// Records' path under the server root.
+    public let route: String
+    public let operations: Operations
+    public let attributes: [Attribute]
+    public let idIndex: Int
+    public let versionIndex: Int
+    /// The highest code ever given in this entity; removed attributes' codes are not reused.
+    let codeHighWater: Int
+    private let indexByName: [String: Int]
+    private let indexByCode: [Int: Int]
+
+    init(name: String, route: String, operations: Operations, attributes: [Attribute], codeHighWater: Int) {
+        self.name = name
+        self.codeHighWater = codeHighWater
+        self.route = route
+        self.operations = operations
+        self.attributes = attributes
+        idIndex = attributes.firstIndex { $0.isID }!
+        versionIndex = attributes.firstIndex { $0.isVersion }!
+        indexByName = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { ($1.name, $0) })
+        indexByCode = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { ($1.code, $0) })
+    }
+
+    public func attributeIndex(named name: String) -> Int? { indexByName[name] }
+    public func attributeIndex(code: Int) -> Int? { indexByCode[code] }
+
+    func sameShape(as other: Entity) -> Bool {
+        name == other.name && route == other.route && attributes == other.attributes && operations == other.operations
+    }
+}
+
+/// Every entity of one bucket, sorted by name.
+public final class Model: @unchecked Sendable {
+    public let entities: [Entity]
+    private let entityByName: [String: Entity]
+
+    init(entities: [Entity]) {
+        self.entities = entities.sorted { $0.name < $1.name }
+        entityByName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+    }
+
+    public func entity(named name: String) -> Entity? { entityByName[name] }
+}

@@ -1,0 +1,68 @@
+/// One attribute's value, typed by the model.
+public enum Value: Equatable, Sendable {
+    case null
+    case text(String)
+    case integer(Int64)
+    case real(Double)
+    case boolean(Bool)
+    /// Serialized JSON: arrays, objects, or a value whose type is not the spec's.
+    case json(String)
+
+    /// Converts a record field to the attribute's type. A value of another
+    /// type is kept as JSON rather than dropped.
+    init(json: JSON?, type: AttributeType) {
+        guard let json, json != .null else {
+            self = .null
+            return
+        }
+        switch (type, json) {
+        case (.text, .string(let s)): self = .text(s)
+        case (.integer, .integer(let i)): self = .integer(i)
+        case (.real, .real(let d)): self = .real(d)
+        case (.real, .integer(let i)): self = .real(Double(i))
+        case (.boolean, .bool(let b)): self = .boolean(b)
+        default: self = .json(json.serialized(sortKeys: true))
+        }
+    }
+}
+
+/// A record as the server sent it, split by the entity's attributes.
+struct Record {
+    let id: String
+    /// One value per attribute, in the entity's attribute order.
+    let values: [Value]
+    /// Fields outside the spec or of another type than the spec's, kept as
+    /// JSON so that nothing the server sent is lost.
+    let extra: [(key: String, value: JSON)]
+
+    init(entity: Entity, json: JSON) throws {
+        guard case .object(let fields) = json, let id = json["id"]?.stringValue, !id.isEmpty else {
+            throw TetherError(.protocol, "a record of \(entity.name) is not an object with an id")
+        }
+        self.id = id
+        let values = entity.attributes.map { Value(json: json[$0.name], type: $0.type) }
+        self.values = values
+        // Fields outside the spec, and fields whose value is not of the spec's type.
+        extra = fields.filter { field in
+            guard let index = entity.attributeIndex(named: field.key) else { return true }
+            return Self.isMisfit(values[index], entity.attributes[index].type)
+        }
+    }
+
+    static func isMisfit(_ value: Value, _ type: AttributeType) -> Bool {
+        if case .json = value { return type != .json }
+        return false
+    }
+
+    init(id: String, values: [Value], extra: [(key: String, value: JSON)]) {
+        self.id = id
+        self.values = values
+        self.extra = extra
+    }
+}
+
+/// A record read back from the store.
+struct StoredRecord {
+    let record: Record
+    let fetchedAt: Int64
+}

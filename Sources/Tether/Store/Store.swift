@@ -1,0 +1,228 @@
+/// The SQLite file behind a context: the saved model, and one table per
+/// entity with a typed column per attribute plus the time each row was
+/// fetched. Every statement is prepared; every identifier is validated by the
+/// model and quoted.
+final class Store: @unchecked Sendable {
+    private let database: Database
+    private let lock = Lock()
+    private static let tablePrefix = "records:"
+    private static let extraColumn = "tether:extra"
+    private static let fetchedColumn = "tether:fetched_at"
+
+    init(path: String) throws {
+        database = try Database(path: path)
+        try database.execute("PRAGMA journal_mode=WAL")
+        try database.execute("PRAGMA synchronous=NORMAL")
+        try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+    }
+
+    func close() { lock.withLock { database.close() } }
+
+    // MARK: model
+
+    /// The model saved for this server and bucket; nil for a new store.
+    /// A store saved for another server is an error, not a silent reset.
+    func savedModel(identity: String) throws -> Model? {
+        try lock.withLock {
+            guard let saved = try meta("identity") else { return nil }
+            guard saved == identity else {
+                throw TetherError(.store, "the store belongs to \(saved), not \(identity)")
+            }
+            return try meta("model").map(ModelCoding.decode)
+        }
+    }
+
+    /// Migrates the tables to `model` and saves it, in one transaction.
+    func adopt(_ model: Model, identity: String) throws {
+        try lock.withLock {
+            try database.transaction {
+                let existing = try database.prepare(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, ?) = ?")
+                    .rows([.integer(Int64(Self.tablePrefix.utf8.count)), .text(Self.tablePrefix)])
+                    .compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } }
+                let wanted = Set(model.entities.map { Self.tablePrefix + $0.name })
+                for table in existing where !wanted.contains(table) {
+                    try database.execute("DROP TABLE \(Identifier.quoted(table))")
+                }
+                for entity in model.entities {
+                    try migrateTable(of: entity, exists: existing.contains(Self.tablePrefix + entity.name))
+                }
+                try setMeta("identity", identity)
+                try setMeta("model", ModelCoding.encode(model))
+            }
+        }
+    }
+
+    private func migrateTable(of entity: Entity, exists: Bool) throws {
+        let table = Self.table(entity)
+        guard exists else {
+            let columns = entity.attributes.map { attribute in
+                Identifier.quoted(attribute.name) + " " + Self.declaredType(attribute.type)
+                    + (attribute.isID ? " PRIMARY KEY NOT NULL" : "")
+            } + ["\(Identifier.quoted(Self.extraColumn)) TEXT", "\(Identifier.quoted(Self.fetchedColumn)) INTEGER NOT NULL"]
+            try database.execute("CREATE TABLE \(table) (\(columns.joined(separator: ", ")))")
+            return
+        }
+        let current = try database.prepare("SELECT name, type FROM pragma_table_info(?)")
+            .rows([.text(Self.tablePrefix + entity.name)])
+            .reduce(into: [String: String]()) { result, row in
+                if case .text(let name) = row[0], case .text(let type) = row[1] { result[name] = type }
+            }
+        var changed = false
+        for (name, type) in current where name != Self.extraColumn && name != Self.fetchedColumn {
+            let attribute = entity.attributeIndex(named: name).map { entity.attributes[$0] }
+            if attribute == nil || (!attribute!.isID && Self.declaredType(attribute!.type) != type) {
+                try database.execute("ALTER TABLE \(table) DROP COLUMN \(Identifier.quoted(name))")
+                changed = true
+            }
+        }
+        for attribute in entity.attributes where current[attribute.name] != Self.declaredType(attribute.type) {
+            guard !attribute.isID else { continue }
+            try database.execute("ALTER TABLE \(table) ADD COLUMN \(Identifier.quoted(attribute.name)) \(Self.declaredType(attribute.type))")
+            changed = true
+        }
+        if changed {
+            // Rows lack the new columns' values until fetched again: mark them stale.
+            try database.execute("UPDATE \(table) SET \(Identifier.quoted(Self.fetchedColumn)) = 0")
+        }
+    }
+
+    // MARK: records
+
+    /// Inserts or replaces `records` in one transaction.
+    func upsert(_ records: [Record], of entity: Entity, fetchedAt: Int64) throws {
+        guard !records.isEmpty else { return }
+        try lock.withLock {
+            try database.transaction {
+                let columns = Self.columnList(entity)
+                let placeholders = Array(repeating: "?", count: entity.attributes.count + 2).joined(separator: ", ")
+                let insert = try database.prepare("INSERT OR REPLACE INTO \(Self.table(entity)) (\(columns)) VALUES (\(placeholders))")
+                for record in records {
+                    var parameters = zip(record.values, entity.attributes).map { value, attribute in
+                        Record.isMisfit(value, attribute.type) ? .null : Self.sqlValue(value)
+                    }
+                    parameters.append(record.extra.isEmpty ? .null : .text(JSON.object(record.extra).serialized()))
+                    parameters.append(.integer(fetchedAt))
+                    try insert.run(parameters)
+                }
+            }
+        }
+    }
+
+    func load(_ entity: Entity, id: String) throws -> StoredRecord? {
+        try lock.withLock {
+            let select = try database.prepare(
+                "SELECT \(Self.columnList(entity)) FROM \(Self.table(entity)) WHERE \(Identifier.quoted(entity.attributes[entity.idIndex].name)) = ?")
+            return try select.rows([.text(id)]).first.map { Self.decode($0, entity) }
+        }
+    }
+
+    /// Rows in `sort` order (attribute index, descending), at most `limit` (0: all).
+    func query(_ entity: Entity, sort: [(index: Int, descending: Bool)], limit: Int64) throws -> [StoredRecord] {
+        try lock.withLock {
+            var sql = "SELECT \(Self.columnList(entity)) FROM \(Self.table(entity))"
+            let order = sort.map { Identifier.quoted(entity.attributes[$0.index].name) + ($0.descending ? " DESC" : " ASC") }
+                + [Identifier.quoted(entity.attributes[entity.idIndex].name) + " ASC"]
+            sql += " ORDER BY " + order.joined(separator: ", ")
+            var parameters: [SQLValue] = []
+            if limit > 0 {
+                sql += " LIMIT ?"
+                parameters.append(.integer(limit))
+            }
+            return try database.prepare(sql).rows(parameters).map { Self.decode($0, entity) }
+        }
+    }
+
+    func delete(ids: [String], of entity: Entity) throws {
+        guard !ids.isEmpty else { return }
+        try lock.withLock {
+            try database.transaction {
+                let delete = try database.prepare(
+                    "DELETE FROM \(Self.table(entity)) WHERE \(Identifier.quoted(entity.attributes[entity.idIndex].name)) = ?")
+                for id in ids { try delete.run([.text(id)]) }
+            }
+        }
+    }
+
+    /// Deletes the rows not fetched since `time` (a complete listing did not
+    /// include them, so the server no longer has them) and returns their ids.
+    func deleteRows(of entity: Entity, fetchedBefore time: Int64) throws -> [String] {
+        try lock.withLock {
+            try database.transaction {
+                let idColumn = Identifier.quoted(entity.attributes[entity.idIndex].name)
+                let fetched = Identifier.quoted(Self.fetchedColumn)
+                let ids = try database.prepare("SELECT \(idColumn) FROM \(Self.table(entity)) WHERE \(fetched) < ?")
+                    .rows([.integer(time)])
+                    .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
+                try database.prepare("DELETE FROM \(Self.table(entity)) WHERE \(fetched) < ?").run([.integer(time)])
+                return ids
+            }
+        }
+    }
+
+    // MARK: helpers
+
+    private func meta(_ key: String) throws -> String? {
+        let row = try database.prepare("SELECT value FROM tether_meta WHERE key = ?").rows([.text(key)]).first
+        if case .text(let value)? = row?.first { return value }
+        return nil
+    }
+
+    private func setMeta(_ key: String, _ value: String) throws {
+        try database.prepare("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)").run([.text(key), .text(value)])
+    }
+
+    private static func table(_ entity: Entity) -> String { Identifier.quoted(tablePrefix + entity.name) }
+
+    private static func columnList(_ entity: Entity) -> String {
+        (entity.attributes.map { Identifier.quoted($0.name) } + [Identifier.quoted(extraColumn), Identifier.quoted(fetchedColumn)])
+            .joined(separator: ", ")
+    }
+
+    private static func declaredType(_ type: AttributeType) -> String {
+        switch type {
+        case .text, .json: return "TEXT"
+        case .integer, .boolean: return "INTEGER"
+        case .real: return "REAL"
+        }
+    }
+
+    private static func sqlValue(_ value: Value) -> SQLValue {
+        switch value {
+        case .null: return .null
+        case .text(let s), .json(let s): return .text(s)
+        case .integer(let i): return .integer(i)
+        case .real(let d): return .real(d)
+        case .boolean(let b): return .integer(b ? 1 : 0)
+        }
+    }
+
+    /// Typed columns hold values of the attribute's type; a value that did not
+    /// fit its column is in the extra JSON under the attribute's name.
+    private static func decode(_ row: [SQLValue], _ entity: Entity) -> StoredRecord {
+        var extra: [(key: String, value: JSON)] = []
+        if case .text(let text) = row[entity.attributes.count], let parsed = try? JSON.parse(text).objectValue {
+            extra = parsed
+        }
+        var values: [Value] = []
+        values.reserveCapacity(entity.attributes.count)
+        for (attribute, column) in zip(entity.attributes, row) {
+            switch (attribute.type, column) {
+            case (.text, .text(let s)): values.append(.text(s))
+            case (.integer, .integer(let i)): values.append(.integer(i))
+            case (.real, .real(let d)): values.append(.real(d))
+            case (.real, .integer(let i)): values.append(.real(Double(i)))
+            case (.boolean, .integer(let i)): values.append(.boolean(i != 0))
+            case (.json, .text(let s)): values.append(.json(s))
+            default:
+                let misfit = extra.first { $0.key == attribute.name }?.value
+                values.append(misfit.map { .json($0.serialized(sortKeys: true)) } ?? .null)
+            }
+        }
+        var fetchedAt: Int64 = 0
+        if case .integer(let time) = row[entity.attributes.count + 1] { fetchedAt = time }
+        let id: String
+        if case .text(let s) = row[entity.idIndex] { id = s } else { id = "" }
+        return StoredRecord(record: Record(id: id, values: values, extra: extra), fetchedAt: fetchedAt)
+    }
+}

@@ -1,0 +1,31 @@
+import Glibc
+
+/// Wall-clock milliseconds since the epoch, the unit Kinto versions use.
+func wallClockMilliseconds() -> Int64 {
+    var spec = Glibc.timespec()
+    clock_gettime(CLOCK_REALTIME, &spec)
+    return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000
+}
+
+/// A point on the monotonic clock, for deadlines that must not jump.
+struct MonotonicTime: Comparable {
+    let nanoseconds: Int64
+
+    static func now() -> MonotonicTime {
+        var spec = Glibc.timespec()
+        clock_gettime(CLOCK_MONOTONIC, &spec)
+        return MonotonicTime(nanoseconds: Int64(spec.tv_sec) * 1_000_000_000 + Int64(spec.tv_nsec))
+    }
+
+    func adding(milliseconds: Int64) -> MonotonicTime {
+        MonotonicTime(nanoseconds: nanoseconds + milliseconds * 1_000_000)
+    }
+
+    func milliseconds(since other: MonotonicTime) -> Int64 { (nanoseconds - other.nanoseconds) / 1_000_000 }
+
+    var timespec: Glibc.timespec {
+        Glibc.timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
+    }
+
+    static func < (lhs: MonotonicTime, rhs: MonotonicTime) -> Bool { lhs.nanoseconds < rhs.nanoseconds }
+}

@@ -1,0 +1,89 @@
+import CTetherABI
+import Glibc
+import Tether
+
+/// The last failure's message, per thread, as tether_errmsg hands it out.
+private final class MessageSlot {
+    var text: UnsafeMutablePointer<CChar> = strdup("")!
+    deinit { free(text) }
+    func set(_ message: String) {
+        free(text)
+        text = strdup(message)!
+    }
+}
+
+private let messageKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key) { slot in
+        if let slot { Unmanaged<MessageSlot>.fromOpaque(slot).release() }
+    }
+    return key
+}()
+
+private func messageSlot() -> MessageSlot {
+    if let existing = pthread_getspecific(messageKey) {
+        return Unmanaged<MessageSlot>.fromOpaque(existing).takeUnretainedValue()
+    }
+    let slot = MessageSlot()
+    pthread_setspecific(messageKey, Unmanaged.passRetained(slot).toOpaque())
+    return slot
+}
+
+func lastMessage() -> UnsafePointer<CChar> { UnsafePointer(messageSlot().text) }
+
+func status(of kind: TetherError.Kind) -> Int32 {
+    switch kind {
+    case .internal: return TETHER_E_ERROR
+    case .misuse: return TETHER_E_MISUSE
+    case .closed: return TETHER_E_HANDLE
+    case .notFound: return TETHER_E_NOT_FOUND
+    case .type: return TETHER_E_TYPE
+    case .invalid: return TETHER_E_INVALID
+    case .network: return TETHER_E_NETWORK
+    case .auth: return TETHER_E_AUTH
+    case .server: return TETHER_E_SERVER
+    case .protocol: return TETHER_E_PROTOCOL
+    case .store: return TETHER_E_STORE
+    case .cancelled: return TETHER_E_CANCELLED
+    case .notCached: return TETHER_E_NOT_CACHED
+    case .busy: return TETHER_E_BUSY
+    }
+}
+
+/// Runs one API call: clears the thread's message, turns a thrown error into
+/// its status and message.
+func call(_ body: () throws -> Void) -> Int32 {
+    let slot = messageSlot()
+    do {
+        try body()
+        if slot.text[0] != 0 { slot.set("") }
+        return TETHER_OK
+    } catch let error as TetherError {
+        slot.set(error.message)
+        return status(of: error.kind)
+    } catch {
+        slot.set("\(error)")
+        return TETHER_E_ERROR
+    }
+}
+
+func misuse(_ message: String) -> TetherError { TetherError(.misuse, message) }
+
+/// A C string argument as a Swift string: NULL is misuse, bad UTF-8 invalid.
+func text(_ pointer: UnsafePointer<CChar>?, _ what: String) throws -> String {
+    guard let pointer else { throw misuse("\(what) is NULL") }
+    guard let value = String(validatingCString: pointer) else {
+        throw TetherError(.invalid, "\(what) is not valid UTF-8")
+    }
+    return value
+}
+
+func optionalText(_ pointer: UnsafePointer<CChar>?, _ what: String) throws -> String? {
+    try pointer.map { try text($0, what) }
+}
+
+/// Writes through an out parameter, which must not be NULL.
+func output<T>(_ pointer: UnsafeMutablePointer<T>?, _ value: T, _ what: String = "out") throws {
+    guard let pointer else { throw misuse("\(what) is NULL") }
+    pointer.pointee = value
+}

@@ -1,0 +1,450 @@
+// The C ABI of include/tether.h: each function checks its handles and
+// arguments, converts types, and forwards to the core.
+import CTetherABI
+import Glibc
+import Tether
+
+private let versionText = strdup(TETHER_VERSION)!
+
+@_cdecl("tether_version")
+public func tether_version() -> UnsafePointer<CChar> { UnsafePointer(versionText) }
+
+@_cdecl("tether_version_number")
+public func tether_version_number() -> Int32 { TETHER_VERSION_NUMBER }
+
+@_cdecl("tether_errmsg")
+public func tether_errmsg() -> UnsafePointer<CChar> { lastMessage() }
+
+private let statusNames: [Int32: UnsafeMutablePointer<CChar>] = ([
+    TETHER_OK: "TETHER_OK", TETHER_E_ERROR: "TETHER_E_ERROR", TETHER_E_MISUSE: "TETHER_E_MISUSE",
+    TETHER_E_HANDLE: "TETHER_E_HANDLE", TETHER_E_NOT_FOUND: "TETHER_E_NOT_FOUND", TETHER_E_TYPE: "TETHER_E_TYPE",
+    TETHER_E_INVALID: "TETHER_E_INVALID", TETHER_E_NETWORK: "TETHER_E_NETWORK", TETHER_E_AUTH: "TETHER_E_AUTH",
+    TETHER_E_SERVER: "TETHER_E_SERVER", TETHER_E_PROTOCOL: "TETHER_E_PROTOCOL", TETHER_E_STORE: "TETHER_E_STORE",
+    TETHER_E_CANCELLED: "TETHER_E_CANCELLED", TETHER_E_NOT_CACHED: "TETHER_E_NOT_CACHED", TETHER_E_BUSY: "TETHER_E_BUSY",
+] as [Int32: String]).mapValues { strdup($0)! }
+private let unknownStatusName = strdup("TETHER_E_UNKNOWN")!
+
+@_cdecl("tether_errstr")
+public func tether_errstr(_ status: Int32) -> UnsafePointer<CChar> {
+    UnsafePointer(statusNames[status] ?? unknownStatusName)
+}
+
+// MARK: values
+
+@_cdecl("tether_value_clear")
+public func tether_value_clear(_ value: UnsafeMutablePointer<tether_value>?) {
+    guard let value else { return }
+    free(value.pointee.text)
+    value.pointee = tether_value()
+}
+
+private func fill(_ out: UnsafeMutablePointer<tether_value>?, _ value: Value) throws {
+    guard let out else { throw misuse("out is NULL") }
+    var result = tether_value()
+    func setText(_ string: String, _ type: tether_type) {
+        var string = string
+        string.withUTF8 { bytes in
+            let copy = malloc(bytes.count + 1)!.assumingMemoryBound(to: CChar.self)
+            if let base = bytes.baseAddress { memcpy(copy, base, bytes.count) }
+            copy[bytes.count] = 0
+            result.text = copy
+            result.length = bytes.count
+        }
+        result.type = type
+    }
+    switch value {
+    case .null: result.type = TETHER_TYPE_NULL
+    case .text(let s): setText(s, TETHER_TYPE_TEXT)
+    case .json(let s): setText(s, TETHER_TYPE_JSON)
+    case .integer(let i):
+        result.type = TETHER_TYPE_INTEGER
+        result.integer = i
+    case .real(let d):
+        result.type = TETHER_TYPE_REAL
+        result.real = d
+    case .boolean(let b):
+        result.type = TETHER_TYPE_BOOLEAN
+        result.integer = b ? 1 : 0
+    }
+    out.pointee = result
+}
+
+// MARK: context
+
+@_cdecl("tether_context_options_init")
+public func tether_context_options_init(_ opts: UnsafeMutablePointer<tether_context_options>?, _ version: UInt32) -> Int32 {
+    call {
+        guard version == TETHER_CONTEXT_OPTIONS_VERSION else { throw misuse("unknown options version \(version)") }
+        var options = tether_context_options()
+        options.version = version
+        options.delivery = TETHER_DELIVER_THREAD
+        options.staleness_ms = 0
+        options.timeout_ms = 30_000
+        try output(opts, options, "opts")
+    }
+}
+
+/// A context and the handles of its model, as the boundary keeps them.
+final class ContextBox {
+    let context: Context
+    var entityHandles: [OpaquePointer] = []
+    init(_ context: Context) { self.context = context }
+}
+
+private func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UInt) {
+    let resolved = try Handles.shared.resolve(pointer, .context, as: ContextBox.self)
+    return (resolved.object, resolved.owner)
+}
+
+@_cdecl("tether_context_open")
+public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
+                                _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        guard let opts else { throw misuse("opts is NULL") }
+        guard out != nil else { throw misuse("out is NULL") }
+        let raw = opts.pointee
+        guard raw.version == TETHER_CONTEXT_OPTIONS_VERSION else {
+            throw misuse("unknown options version \(raw.version): use tether_context_options_init")
+        }
+        var options = ContextOptions(serverURL: try text(raw.server_url, "server_url"),
+                                     bucket: try text(raw.bucket, "bucket"),
+                                     storePath: try text(raw.store_path, "store_path"))
+        options.username = try optionalText(raw.username, "username")
+        options.password = try optionalText(raw.password, "password")
+        switch raw.delivery {
+        case TETHER_DELIVER_THREAD: options.delivery = .thread
+        case TETHER_DELIVER_POLL: options.delivery = .poll
+        default: throw TetherError(.invalid, "unknown delivery mode \(raw.delivery.rawValue)")
+        }
+        options.stalenessMilliseconds = raw.staleness_ms
+        options.timeoutMilliseconds = raw.timeout_ms
+        let box = ContextBox(try Context.open(options))
+        let handle = Handles.shared.register(box, kind: .context, owner: 0)
+        let token = Handles.token(handle)
+        box.entityHandles = box.context.model.entities.map { entity in
+            Handles.shared.register(entity, kind: .entity, owner: token,
+                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name))
+        }
+        try output(out, handle)
+    }
+}
+
+@_cdecl("tether_context_close")
+public func tether_context_close(_ ctx: OpaquePointer?) -> Int32 {
+    call {
+        guard let ctx else { return }
+        let (box, _) = try contextBox(ctx)
+        try box.context.close()
+        Handles.shared.removeContext(ctx)
+    }
+}
+
+@_cdecl("tether_context_is_online")
+public func tether_context_is_online(_ ctx: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
+    call {
+        let context = try openContext(ctx)
+        try output(out, context.isOnline ? 1 : 0)
+    }
+}
+
+private func openContext(_ pointer: OpaquePointer?) throws -> Context {
+    let context = try contextBox(pointer).box.context
+    if context.isClosed { throw TetherError(.closed, "the context is closed") }
+    return context
+}
+
+@_cdecl("tether_context_fd")
+public func tether_context_fd(_ ctx: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
+    call {
+        let context = try openContext(ctx)
+        guard context.deliveryMode == .poll else { throw misuse("the context delivers on its own thread: no descriptor") }
+        try output(out, context.eventDescriptor)
+    }
+}
+
+@_cdecl("tether_context_poll")
+public func tether_context_poll(_ ctx: OpaquePointer?, _ timeout: Int32, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let delivered = try openContext(ctx).poll(timeoutMilliseconds: timeout)
+        out?.pointee = delivered
+    }
+}
+
+// MARK: model
+
+@_cdecl("tether_context_entity_count")
+public func tether_context_entity_count(_ ctx: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try contextBox(ctx).box.entityHandles.count) }
+}
+
+@_cdecl("tether_context_entity_at")
+public func tether_context_entity_at(_ ctx: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let handles = try contextBox(ctx).box.entityHandles
+        guard index >= 0, index < handles.count else { throw TetherError(.notFound, "no entity at index \(index)") }
+        try output(out, handles[index])
+    }
+}
+
+@_cdecl("tether_context_entity")
+public func tether_context_entity(_ ctx: OpaquePointer?, _ name: UnsafePointer<CChar>?,
+                                  _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let box = try contextBox(ctx).box
+        let name = try text(name, "name")
+        guard let entity = box.context.model.entity(named: name), let handle = Handles.shared.existing(entity) else {
+            throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
+        }
+        try output(out, handle)
+    }
+}
+
+private func entity(_ pointer: OpaquePointer?) throws -> (Entity, [UnsafeMutablePointer<CChar>]) {
+    let resolved = try Handles.shared.resolve(pointer, .entity, as: Entity.self)
+    return (resolved.object, resolved.strings)
+}
+
+@_cdecl("tether_entity_name")
+public func tether_entity_name(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call { try output(out, UnsafePointer(try entity(e).1[0])) }
+}
+
+@_cdecl("tether_entity_route")
+public func tether_entity_route(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call { try output(out, UnsafePointer(try entity(e).1[1])) }
+}
+
+@_cdecl("tether_entity_operations")
+public func tether_entity_operations(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UInt32>?) -> Int32 {
+    call { try output(out, try entity(e).0.operations.rawValue) }
+}
+
+@_cdecl("tether_entity_attribute_count")
+public func tether_entity_attribute_count(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try entity(e).0.attributes.count) }
+}
+
+@_cdecl("tether_entity_attribute_at")
+public func tether_entity_attribute_at(_ e: OpaquePointer?, _ index: Int,
+                                       _ outName: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                       _ outCode: UnsafeMutablePointer<Int32>?,
+                                       _ outType: UnsafeMutablePointer<tether_type>?,
+                                       _ outFlags: UnsafeMutablePointer<UInt32>?) -> Int32 {
+    call {
+        let (entity, strings) = try entity(e)
+        guard index >= 0, index < entity.attributes.count else {
+            throw TetherError(.notFound, "\(entity.name) has no attribute at index \(index)")
+        }
+        let attribute = entity.attributes[index]
+        outName?.pointee = UnsafePointer(strings[2 + index])
+        outCode?.pointee = Int32(attribute.code)
+        outType?.pointee = tether_type(rawValue: UInt32(attribute.type.rawValue))
+        var flags: UInt32 = 0
+        if attribute.isID { flags |= TETHER_ATTR_ID }
+        if attribute.isVersion { flags |= TETHER_ATTR_VERSION }
+        if attribute.isRequired { flags |= TETHER_ATTR_REQUIRED }
+        outFlags?.pointee = flags
+    }
+}
+
+@_cdecl("tether_entity_attribute_index")
+public func tether_entity_attribute_index(_ e: OpaquePointer?, _ name: UnsafePointer<CChar>?,
+                                          _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let entity = try entity(e).0
+        let name = try text(name, "name")
+        guard let index = entity.attributeIndex(named: name) else {
+            throw TetherError(.notFound, "\(entity.name) has no attribute \(name.debugDescription)")
+        }
+        try output(out, index)
+    }
+}
+
+@_cdecl("tether_entity_attribute_index_by_code")
+public func tether_entity_attribute_index_by_code(_ e: OpaquePointer?, _ code: Int32,
+                                                  _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let entity = try entity(e).0
+        guard let index = entity.attributeIndex(code: Int(code)) else {
+            throw TetherError(.notFound, "\(entity.name) has no attribute with code \(code)")
+        }
+        try output(out, index)
+    }
+}
+
+// MARK: objects
+
+private func objectHandle(_ object: ManagedObject, owner: UInt) -> OpaquePointer {
+    Handles.shared.register(object, kind: .object, owner: owner, strings: [object.id])
+}
+
+private func object(_ pointer: OpaquePointer?) throws -> (object: ManagedObject, owner: UInt, id: UnsafeMutablePointer<CChar>) {
+    let resolved = try Handles.shared.resolve(pointer, .object, as: ManagedObject.self)
+    return (resolved.object, resolved.owner, resolved.strings[0])
+}
+
+@_cdecl("tether_context_object")
+public func tether_context_object(_ ctx: OpaquePointer?, _ entityName: UnsafePointer<CChar>?, _ id: UnsafePointer<CChar>?,
+                                  _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let (box, token) = try contextBox(ctx)
+        guard out != nil else { throw misuse("out is NULL") }
+        let object = try box.context.object(entity: try text(entityName, "entity"), id: try text(id, "id"))
+        try output(out, objectHandle(object, owner: token))
+    }
+}
+
+@_cdecl("tether_object_entity")
+public func tether_object_entity(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let entity = try object(obj).object.entity
+        guard let handle = Handles.shared.existing(entity) else { throw TetherError(.closed, "the context is closed") }
+        try output(out, handle)
+    }
+}
+
+@_cdecl("tether_object_id")
+public func tether_object_id(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call { try output(out, UnsafePointer(try object(obj).id)) }
+}
+
+@_cdecl("tether_object_version")
+public func tether_object_version(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<Int64>?) -> Int32 {
+    call {
+        let object = try object(obj).object
+        guard out != nil else { throw misuse("out is NULL") }
+        try output(out, try object.version())
+    }
+}
+
+@_cdecl("tether_object_peek")
+public func tether_object_peek(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
+    call {
+        let object = try object(obj).object
+        let key = try text(key, "key")
+        guard out != nil else { throw misuse("out is NULL") }
+        try fill(out, try object.peek(key))
+    }
+}
+
+@_cdecl("tether_object_get")
+public func tether_object_get(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
+    call {
+        let object = try object(obj).object
+        let key = try text(key, "key")
+        guard out != nil else { throw misuse("out is NULL") }
+        try fill(out, try object.get(key))
+    }
+}
+
+@_cdecl("tether_object_peek_code")
+public func tether_object_peek_code(_ obj: OpaquePointer?, _ code: Int32, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
+    call {
+        let object = try object(obj).object
+        guard out != nil else { throw misuse("out is NULL") }
+        try fill(out, try object.peek(code: Int(code)))
+    }
+}
+
+@_cdecl("tether_object_get_code")
+public func tether_object_get_code(_ obj: OpaquePointer?, _ code: Int32, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
+    call {
+        let object = try object(obj).object
+        guard out != nil else { throw misuse("out is NULL") }
+        try fill(out, try object.get(code: Int(code)))
+    }
+}
+
+// MARK: observers
+
+@_cdecl("tether_object_observe")
+public func tether_object_observe(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ callback: tether_observer_cb?,
+                                  _ userdata: UnsafeMutableRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let (object, owner, _) = try object(obj)
+        let key = try text(key, "key")
+        guard let callback else { throw misuse("callback is NULL") }
+        guard out != nil else { throw misuse("out is NULL") }
+        let observer = try object.makeObserver(key: key)
+        let handle = Handles.shared.register(observer, kind: .observer, owner: owner, strings: [key])
+        let objectPointer = objectHandle(object, owner: owner)
+        let keyPointer = try Handles.shared.resolve(handle, .observer, as: KeyObserver.self).strings[0]
+        do {
+            try observer.activate { error in
+                callback(objectPointer, keyPointer, error.map { status(of: $0.kind) } ?? TETHER_OK, userdata)
+                if error != nil { Handles.shared.remove(handle) }
+            }
+        } catch {
+            Handles.shared.remove(handle)
+            throw error
+        }
+        try output(out, handle)
+    }
+}
+
+@_cdecl("tether_observer_remove")
+public func tether_observer_remove(_ observer: OpaquePointer?) -> Int32 {
+    call { try Handles.shared.resolve(observer, .observer, as: KeyObserver.self).object.remove() }
+}
+
+// MARK: fetch
+
+@_cdecl("tether_fetch_options_init")
+public func tether_fetch_options_init(_ opts: UnsafeMutablePointer<tether_fetch_options>?, _ version: UInt32) -> Int32 {
+    call {
+        guard version == TETHER_FETCH_OPTIONS_VERSION else { throw misuse("unknown options version \(version)") }
+        var options = tether_fetch_options()
+        options.version = version
+        options.policy = TETHER_POLICY_CACHE_THEN_SERVER
+        try output(opts, options, "opts")
+    }
+}
+
+@_cdecl("tether_fetch_start")
+public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<tether_fetch_options>?,
+                               _ callback: tether_fetch_cb?, _ userdata: UnsafeMutableRawPointer?,
+                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let (box, token) = try contextBox(ctx)
+        guard let opts else { throw misuse("opts is NULL") }
+        guard let callback else { throw misuse("callback is NULL") }
+        let raw = opts.pointee
+        guard raw.version == TETHER_FETCH_OPTIONS_VERSION else {
+            throw misuse("unknown options version \(raw.version): use tether_fetch_options_init")
+        }
+        var request = FetchRequest(entity: try text(raw.entity, "entity"))
+        request.sort = try optionalText(raw.sort, "sort")
+        request.limit = raw.limit
+        switch raw.policy {
+        case TETHER_POLICY_CACHE_THEN_SERVER: request.policy = .cacheThenServer
+        case TETHER_POLICY_CACHE_ONLY: request.policy = .cacheOnly
+        case TETHER_POLICY_SERVER_ONLY: request.policy = .serverOnly
+        case TETHER_POLICY_CACHE_ELSE_SERVER: request.policy = .cacheElseServer
+        default: throw TetherError(.invalid, "unknown cache policy \(raw.policy.rawValue)")
+        }
+        let task = try box.context.makeFetch(request)
+        let handle = Handles.shared.register(task, kind: .task, owner: token)
+        do {
+            try task.start { result in
+                let handles: [OpaquePointer?] = result.objects.map { objectHandle($0, owner: token) }
+                let phase = result.phase == .cached ? TETHER_PHASE_CACHED : TETHER_PHASE_FINAL
+                let code = result.error.map { status(of: $0.kind) } ?? TETHER_OK
+                (result.error?.message ?? "").withCString { message in
+                    handles.withUnsafeBufferPointer { objects in
+                        callback(handle, phase, code, message, objects.baseAddress, objects.count, userdata)
+                    }
+                }
+                if result.phase == .final { Handles.shared.remove(handle) }
+            }
+        } catch {
+            Handles.shared.remove(handle)
+            throw error
+        }
+        out?.pointee = handle
+    }
+}
+
+@_cdecl("tether_task_cancel")
+public func tether_task_cancel(_ task: OpaquePointer?) -> Int32 {
+    call { try Handles.shared.resolve(task, .task, as: FetchTask.self).object.cancel() }
+}

@@ -1,0 +1,364 @@
+/*
+ * tether.h — the C interface of Tether, an embeddable object-graph cache for
+ * remote record servers.
+ *
+ * This header is the specification. Every function says what it does, who owns
+ * what it hands back, and from which threads it may be called.
+ *
+ * Conventions
+ * -----------
+ * - Functions return a status: TETHER_OK (0) on success, a negative TETHER_E_*
+ *   code on failure. Codes are stable and never reused. After a failure,
+ *   tether_errmsg() gives a message for it on the calling thread.
+ * - Results come back through a trailing `out` parameter, written only on
+ *   success.
+ * - Handles are opaque. A handle that is NULL, closed, released, or of the
+ *   wrong kind is reported as TETHER_E_HANDLE; it never crashes the host.
+ *   Handle values are never reused within a process.
+ * - Strings passed in are NUL-terminated UTF-8; invalid UTF-8 is
+ *   TETHER_E_INVALID. Strings handed out are UTF-8 and either *borrowed*
+ *   (owned by the library; the doc says how long they live) or *owned* (the
+ *   caller frees them with the function the doc names).
+ * - Option structs start with a `version` field and only grow at the end. Fill
+ *   one with its `_init` function, then set the fields you need.
+ * - Callbacks take a trailing `void *userdata`. Every asynchronous request ends
+ *   in exactly one final callback (success, error or TETHER_E_CANCELLED), so
+ *   the host can always free its userdata there. A context never runs two of
+ *   its callbacks at the same time.
+ * - Unless a function says otherwise, it may be called from any thread,
+ *   including from inside a callback.
+ */
+#ifndef TETHER_H
+#define TETHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TETHER_API __attribute__((visibility("default")))
+#else
+#define TETHER_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define TETHER_VERSION_MAJOR 0
+#define TETHER_VERSION_MINOR 1
+#define TETHER_VERSION_PATCH 0
+#define TETHER_VERSION "0.1.0"
+/* MAJOR * 1000000 + MINOR * 1000 + PATCH */
+#define TETHER_VERSION_NUMBER 1000
+
+/* The version of the library loaded at run time, as TETHER_VERSION. Static
+ * string; never NULL. */
+TETHER_API const char *tether_version(void);
+/* As TETHER_VERSION_NUMBER, for the library loaded at run time. */
+TETHER_API int tether_version_number(void);
+
+/* ---------------------------------------------------------------- status */
+
+#define TETHER_OK               0
+#define TETHER_E_ERROR         -1  /* internal error; the message says more */
+#define TETHER_E_MISUSE        -2  /* NULL argument, bad option version, wrong mode */
+#define TETHER_E_HANDLE        -3  /* NULL, closed, released or wrong kind of handle */
+#define TETHER_E_NOT_FOUND     -4  /* unknown entity, key, code or record */
+#define TETHER_E_TYPE          -5  /* value of the wrong type */
+#define TETHER_E_INVALID       -6  /* invalid argument: bad UTF-8, URL, sort key... */
+#define TETHER_E_NETWORK       -7  /* server unreachable, timed out, answer cut short */
+#define TETHER_E_AUTH          -8  /* server refused the credentials (401, 403) */
+#define TETHER_E_SERVER        -9  /* server answered with an error status (5xx...) */
+#define TETHER_E_PROTOCOL     -10  /* server answered something that is not Kinto JSON */
+#define TETHER_E_STORE        -11  /* the SQLite store failed or belongs elsewhere */
+#define TETHER_E_CANCELLED    -12  /* the request was cancelled, or its context closed */
+#define TETHER_E_NOT_CACHED   -13  /* the record has no cached value yet */
+#define TETHER_E_BUSY         -14  /* not allowed from inside this context's callback */
+
+/* The last failure's message on the calling thread. Borrowed: valid until
+ * the next tether_* call on this thread. Never NULL ("" after success). */
+TETHER_API const char *tether_errmsg(void);
+
+/* A short constant name for a status, e.g. "TETHER_E_NETWORK". Static string;
+ * never NULL ("TETHER_E_UNKNOWN" for a code this version does not know). */
+TETHER_API const char *tether_errstr(int status);
+
+/* ---------------------------------------------------------------- handles */
+
+typedef struct tether_context tether_context;     /* a connection + store + object graph */
+typedef struct tether_entity tether_entity;       /* a record type of the model */
+typedef struct tether_object tether_object;       /* one record, uniqued per context */
+typedef struct tether_task tether_task;           /* an asynchronous request */
+typedef struct tether_observer tether_observer;   /* a key observation */
+
+/* ---------------------------------------------------------------- values */
+
+typedef enum tether_type {
+    TETHER_TYPE_NULL = 0,     /* no value (JSON null or absent) */
+    TETHER_TYPE_TEXT = 1,     /* `text`, `length` bytes of UTF-8 */
+    TETHER_TYPE_INTEGER = 2,  /* `integer` */
+    TETHER_TYPE_REAL = 3,     /* `real` */
+    TETHER_TYPE_BOOLEAN = 4,  /* `integer`, 0 or 1 */
+    TETHER_TYPE_JSON = 5      /* `text`: serialized JSON (arrays, objects, or a
+                                 value whose type differs from the spec's) */
+} tether_type;
+
+/* A value read from an object. Filled by tether_object_peek/get; the text it
+ * carries is owned by the value: release it with tether_value_clear. */
+typedef struct tether_value {
+    tether_type type;
+    int64_t integer;
+    double real;
+    char *text;       /* NUL-terminated; NULL unless TEXT or JSON */
+    size_t length;    /* bytes in text, without the NUL */
+} tether_value;
+
+/* Frees what `value` owns and resets it to TETHER_TYPE_NULL. NULL is a no-op;
+ * clearing twice is safe. */
+TETHER_API void tether_value_clear(tether_value *value);
+
+/* ---------------------------------------------------------------- context */
+
+typedef enum tether_delivery {
+    /* Callbacks run on a thread of the library's own, one at a time. */
+    TETHER_DELIVER_THREAD = 0,
+    /* Callbacks run on the host's thread inside tether_context_poll(); the
+     * descriptor from tether_context_fd() is readable while any wait. */
+    TETHER_DELIVER_POLL = 1
+} tether_delivery;
+
+#define TETHER_CONTEXT_OPTIONS_VERSION 1
+
+typedef struct tether_context_options {
+    unsigned int version;      /* TETHER_CONTEXT_OPTIONS_VERSION */
+    const char *server_url;    /* Kinto root, e.g. "http://127.0.0.1:8888/v1" (required) */
+    const char *bucket;        /* Kinto bucket whose collections form the model (required) */
+    const char *username;      /* basic auth; NULL for anonymous. Never stored or logged */
+    const char *password;      /* basic auth; NULL for anonymous. Never stored or logged */
+    const char *store_path;    /* SQLite file, created if missing (required) */
+    tether_delivery delivery;  /* default TETHER_DELIVER_THREAD */
+    int64_t staleness_ms;      /* get() skips its refresh while a value is younger
+                                  than this; default 0: every get refreshes */
+    int64_t timeout_ms;        /* per HTTP request; default 30000 */
+} tether_context_options;
+
+/* Fills `opts` with defaults for the given struct version. Returns
+ * TETHER_E_MISUSE if `opts` is NULL or the version is unknown. */
+TETHER_API int tether_context_options_init(tether_context_options *opts, unsigned int version);
+
+/* Opens a context: opens (or creates) the store, reads the server's info and
+ * every collection's schema of the bucket, builds the model, migrates the
+ * store's tables to it and saves the model in the store.
+ *
+ * Blocks for at most about opts->timeout_ms per request. If the server cannot
+ * be reached and the store holds a model for this server and bucket, the
+ * context opens offline from the store (TETHER_OK; see
+ * tether_context_is_online). With no such store it fails with
+ * TETHER_E_NETWORK. Refused credentials give TETHER_E_AUTH, an unknown bucket
+ * TETHER_E_NOT_FOUND, a malformed answer TETHER_E_PROTOCOL; in each case the
+ * store is left as it was.
+ *
+ * On success *out is a new context owned by the caller: close it with
+ * tether_context_close. */
+TETHER_API int tether_context_open(const tether_context_options *opts, tether_context **out);
+
+/* Closes a context: cancels its tasks and observers, delivers each one's final
+ * TETHER_E_CANCELLED callback (on the calling thread in POLL mode, on the
+ * library's thread in THREAD mode, before returning), closes the store and
+ * invalidates every handle that came from the context. NULL is a no-op that
+ * returns TETHER_OK. Returns TETHER_E_BUSY if called from inside one of this
+ * context's callbacks (the context stays open). */
+TETHER_API int tether_context_close(tether_context *ctx);
+
+/* *out = 1 if the context reached the server when it opened, 0 if it opened
+ * offline from its store. */
+TETHER_API int tether_context_is_online(tether_context *ctx, int *out);
+
+/* POLL mode: *out is a descriptor that is readable while callbacks wait to be
+ * delivered; add it to select/poll/epoll/an event loop and call
+ * tether_context_poll when it is readable. Borrowed: the context owns it and
+ * closes it on tether_context_close. TETHER_E_MISUSE in THREAD mode. */
+TETHER_API int tether_context_fd(tether_context *ctx, int *out);
+
+/* POLL mode: waits up to timeout_ms (0: do not wait, -1: no limit) for
+ * callbacks, then runs every callback waiting, on the calling thread.
+ * *out_delivered (may be NULL) gets how many ran. TETHER_E_MISUSE in THREAD
+ * mode; TETHER_E_BUSY from inside one of this context's callbacks. Call it
+ * from one thread at a time. */
+TETHER_API int tether_context_poll(tether_context *ctx, int timeout_ms, size_t *out_delivered);
+
+/* ---------------------------------------------------------------- model */
+
+/* Operations an entity allows, as a bit set. */
+#define TETHER_OP_FETCH   1u
+#define TETHER_OP_INSERT  2u
+#define TETHER_OP_UPDATE  4u
+#define TETHER_OP_DELETE  8u
+
+/* Attribute flags, as a bit set. */
+#define TETHER_ATTR_ID        1u  /* the record's id ("id" in Kinto) */
+#define TETHER_ATTR_VERSION   2u  /* the server's version ("last_modified", ms) */
+#define TETHER_ATTR_REQUIRED  4u  /* the spec requires it */
+
+/* The number of entities in the model. */
+TETHER_API int tether_context_entity_count(tether_context *ctx, size_t *out);
+
+/* The entity at `index` (0 ≤ index < count, sorted by name). Borrowed: valid
+ * until the context closes. TETHER_E_NOT_FOUND past the end. */
+TETHER_API int tether_context_entity_at(tether_context *ctx, size_t index, tether_entity **out);
+
+/* The entity named `name` (the Kinto collection id). Borrowed: valid until
+ * the context closes. TETHER_E_NOT_FOUND if the model has none. */
+TETHER_API int tether_context_entity(tether_context *ctx, const char *name, tether_entity **out);
+
+/* The entity's name. Borrowed: valid until the context closes. */
+TETHER_API int tether_entity_name(tether_entity *entity, const char **out);
+
+/* The entity's route on the server, e.g. "/buckets/demo/collections/users/records".
+ * Borrowed: valid until the context closes. */
+TETHER_API int tether_entity_route(tether_entity *entity, const char **out);
+
+/* The operations the server allows on the entity (TETHER_OP_* bits). */
+TETHER_API int tether_entity_operations(tether_entity *entity, unsigned int *out);
+
+/* The number of attributes, including the id and version attributes. */
+TETHER_API int tether_entity_attribute_count(tether_entity *entity, size_t *out);
+
+/* Describes the attribute at `index` (0 ≤ index < count). Each out parameter
+ * may be NULL. *out_name is borrowed: valid until the context closes. Codes
+ * are stable: an attribute keeps its code across runs and model changes, and
+ * a removed attribute's code is not given to another. A spec may set a code
+ * with the property keyword "x-tether-code". TETHER_E_NOT_FOUND past the end. */
+TETHER_API int tether_entity_attribute_at(tether_entity *entity, size_t index,
+                                          const char **out_name, int *out_code,
+                                          tether_type *out_type, unsigned int *out_flags);
+
+/* The index of the attribute named `name`, or of the one with `code`.
+ * TETHER_E_NOT_FOUND if there is none. */
+TETHER_API int tether_entity_attribute_index(tether_entity *entity, const char *name, size_t *out);
+TETHER_API int tether_entity_attribute_index_by_code(tether_entity *entity, int code, size_t *out);
+
+/* ---------------------------------------------------------------- objects */
+
+/* The object for record `id` of `entity`: the same handle every time for the
+ * same record in this context. The record need not be cached yet (reads then
+ * give TETHER_E_NOT_CACHED until a fetch or a get brings it). Borrowed: valid
+ * until the context closes. */
+TETHER_API int tether_context_object(tether_context *ctx, const char *entity, const char *id,
+                                     tether_object **out);
+
+/* The object's entity. Borrowed: valid until the context closes. */
+TETHER_API int tether_object_entity(tether_object *obj, tether_entity **out);
+
+/* The object's record id. Borrowed: valid until the context closes. */
+TETHER_API int tether_object_id(tether_object *obj, const char **out);
+
+/* The cached server version of the record (Kinto last_modified, ms).
+ * TETHER_E_NOT_CACHED if the record is not cached. */
+TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
+
+/* peek: the cached value of `key`; never touches the network.
+ * TETHER_E_NOT_FOUND for a key the entity does not have, or a record that the
+ * server no longer has; TETHER_E_NOT_CACHED if the record is not cached.
+ * On success *out holds the value; release it with tether_value_clear.
+ * `out` is written only on success. */
+TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_value *out);
+
+/* get: as peek, and also starts a background refresh of the object unless
+ * one is in flight or the cached value is younger than the context's
+ * staleness window. Refreshes of many objects of one entity are batched into
+ * few server requests. When a refresh changes a value, observers of that key
+ * are told. Returns TETHER_E_NOT_CACHED (after starting the refresh) if the
+ * record is not cached yet. */
+TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);
+
+/* peek and get by the attribute's numeric code. */
+TETHER_API int tether_object_peek_code(tether_object *obj, int code, tether_value *out);
+TETHER_API int tether_object_get_code(tether_object *obj, int code, tether_value *out);
+
+/* ---------------------------------------------------------------- observers */
+
+/* Called with status TETHER_OK each time the observed key's value changes
+ * (a refresh or fetch landed with a different value, or the record was
+ * deleted on the server), and exactly once more, last, with
+ * TETHER_E_CANCELLED when the observer is removed or its context closes: free
+ * userdata then. `key` is the key as it was observed (borrowed for the call). */
+typedef void (*tether_observer_cb)(tether_object *obj, const char *key, int status, void *userdata);
+
+/* Observes `key` of `obj`. `key` is an attribute name, or its peek form: the
+ * name followed by "Peek" (observers of "Client" and "ClientPeek" are told
+ * alike). *out is the observer; it stays valid until its final callback has
+ * returned. */
+TETHER_API int tether_object_observe(tether_object *obj, const char *key, tether_observer_cb callback,
+                                     void *userdata, tether_observer **out);
+
+/* Removes an observer. After it returns, the observer's callback runs only
+ * once more, with TETHER_E_CANCELLED (waiting first for a call in progress on
+ * another thread to return). TETHER_E_HANDLE if it was already removed. */
+TETHER_API int tether_observer_remove(tether_observer *observer);
+
+/* ---------------------------------------------------------------- fetch */
+
+typedef enum tether_phase {
+    TETHER_PHASE_CACHED = 1,  /* what the cache holds; more will follow */
+    TETHER_PHASE_FINAL = 2    /* the last callback of the fetch */
+} tether_phase;
+
+typedef enum tether_cache_policy {
+    /* A CACHED callback with the cache's answer, then a FINAL one with the
+     * server's answer merged into the cache. */
+    TETHER_POLICY_CACHE_THEN_SERVER = 0,
+    /* One FINAL callback from the cache; no network. */
+    TETHER_POLICY_CACHE_ONLY = 1,
+    /* One FINAL callback with the server's answer. */
+    TETHER_POLICY_SERVER_ONLY = 2,
+    /* One FINAL callback: the cache's answer if it has any object, else the
+     * server's. */
+    TETHER_POLICY_CACHE_ELSE_SERVER = 3
+} tether_cache_policy;
+
+#define TETHER_FETCH_OPTIONS_VERSION 1
+
+typedef struct tether_fetch_options {
+    unsigned int version;        /* TETHER_FETCH_OPTIONS_VERSION */
+    const char *entity;          /* entity name (required) */
+    const char *sort;            /* attribute names, comma-separated, "-" for
+                                    descending, e.g. "-Date,Change"; NULL: none */
+    int64_t limit;               /* at most this many objects; 0: no limit */
+    tether_cache_policy policy;  /* default TETHER_POLICY_CACHE_THEN_SERVER */
+} tether_fetch_options;
+
+/* Fills `opts` with defaults for the given struct version. */
+TETHER_API int tether_fetch_options_init(tether_fetch_options *opts, unsigned int version);
+
+/* Called once per phase. `status` is TETHER_OK, a TETHER_E_* error (FINAL
+ * only), or TETHER_E_CANCELLED (FINAL only). `message` is "" on success.
+ * `objects` (`count` of them, in result order) is borrowed for the call; the
+ * objects themselves live until the context closes. On a FINAL error the
+ * objects are those of the cache (possibly none). `task` is valid until the
+ * FINAL callback returns. */
+typedef void (*tether_fetch_cb)(tether_task *task, tether_phase phase, int status, const char *message,
+                                tether_object *const *objects, size_t count, void *userdata);
+
+/* Starts a fetch. Records from the server are written to the store, one
+ * transaction per page, before the FINAL callback; pages are followed until
+ * the end or the limit. On success *out (may be NULL) is the task: it is
+ * owned by the library and stays valid until its FINAL callback returns.
+ * Validation errors (unknown entity, bad sort key) are returned here, and
+ * then no callback runs. */
+TETHER_API int tether_fetch_start(tether_context *ctx, const tether_fetch_options *opts,
+                                  tether_fetch_cb callback, void *userdata, tether_task **out);
+
+/* Cancels a task. After it returns, the task's callback runs only once more,
+ * FINAL with TETHER_E_CANCELLED (waiting first for a callback of the task in
+ * progress on another thread to return). TETHER_E_HANDLE if the task has
+ * already delivered its FINAL callback. */
+TETHER_API int tether_task_cancel(tether_task *task);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TETHER_H */

@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""HTTP fault-injection proxy for tests (standard library only).
+
+    python3 scripts/faultproxy.py --upstream http://127.0.0.1:PORT [--port 0]
+
+Listens on 127.0.0.1 (--port 0 picks a free port) and prints the port as the
+first line on stdout.  Forwards every request (method, path and query,
+headers including Authorization and Host, body) to the upstream and relays
+the answer (status, headers, body).  The Host header is passed through, so
+URLs that Kinto builds from it (Next-Page, "url" in GET /v1/) point back at
+the proxy.  HTTP/1.1 with keep-alive; every answer carries Content-Length.
+
+Control endpoint (never forwarded):
+
+  POST /__fault__   {"mode": "pass"|"malformed"|"truncate"|"status"|"delay"|"drop",
+                     "status": 500, "delay": 2.0, "match": "substring" or null,
+                     "count": N or null, "forward": bool, "retry_after": S,
+                     "reset_log": bool}
+      Replaces the fault settings (fields left out take their defaults) and
+      answers with the state (as GET).
+        pass       forward and relay unchanged.
+        malformed  forward, then answer 200 with a cut-off JSON body
+                   ('{"data": [ {"id": "x",'), Content-Length matching it.
+        truncate   forward, then send the headers with the full Content-Length
+                   but only half of the body (nothing if the body is empty,
+                   Content-Length then 100), and close the connection.
+        status     answer `status` with a Kinto-like JSON error body
+                   {"code", "errno", "error", "message"}; not forwarded unless
+                   "forward": true (then the server did apply the request).
+                   "retry_after" adds a Retry-After header.
+        delay      sleep `delay` seconds, then forward.
+        drop       close the connection without answering; not forwarded
+                   unless "forward": true.
+      match: only requests whose target ("path?query") contains this
+      substring get the fault; others pass.  count: after this many faulted
+      requests the mode reverts to "pass".  reset_log: clear log and counters.
+  GET /__fault__    {"mode", "status", "delay", "match", "count", "forward",
+                     "requests": N (requests seen, control ones excluded),
+                     "forwarded": N (requests sent to the upstream),
+                     "faulted": N, "log": ["METHOD path?query", ...]}  (last 1000)
+  DELETE /__fault__ back to "pass" and clear the log and counters.
+
+If the upstream cannot be reached the proxy answers 502 (Kinto-like body).
+Stops on SIGTERM or SIGINT.  Only ever connects to the --upstream given,
+which must be a loopback address.
+"""
+import argparse
+import collections
+import http.client
+import http.server
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+
+MODES = ("pass", "malformed", "truncate", "status", "delay", "drop")
+MALFORMED_BODY = b'{"data": [ {"id": "x",'
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+              "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
+              "upgrade", "expect"}
+# Kinto's errno for each status (kinto.core.errors.ERRORS)
+ERRNO = {400: 107, 401: 104, 403: 121, 404: 111, 405: 115, 406: 107, 409: 122,
+         410: 202, 411: 112, 412: 114, 413: 113, 415: 107, 429: 117, 500: 999,
+         502: 201, 503: 201, 504: 201}
+LOG_MAX = 1000
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.forwarded = 0
+        self.faulted = 0
+        self.log = collections.deque(maxlen=LOG_MAX)
+        self.configure({})
+
+    def configure(self, cfg):
+        mode = cfg.get("mode", "pass")
+        if mode not in MODES:
+            raise ValueError("mode must be one of %s" % ", ".join(MODES))
+        count = cfg.get("count")
+        if count is not None and (not isinstance(count, int) or count < 0):
+            raise ValueError("count must be a non-negative integer or null")
+        match = cfg.get("match")
+        if match is not None and not isinstance(match, str):
+            raise ValueError("match must be a string or null")
+        status = int(cfg.get("status", 500))
+        if not 100 <= status <= 599:
+            raise ValueError("status must be 100..599")
+        self.mode = mode
+        self.status = status
+        self.delay = float(cfg.get("delay", 1.0))
+        self.match = match
+        self.count = count
+        self.forward = cfg.get("forward")
+        self.retry_after = cfg.get("retry_after")
+        if cfg.get("reset_log"):
+            self.reset_counters()
+        if self.count == 0:
+            self.mode = "pass"
+
+    def reset_counters(self):
+        self.requests = self.forwarded = self.faulted = 0
+        self.log.clear()
+
+    def snapshot(self):
+        return {"mode": self.mode, "status": self.status, "delay": self.delay,
+                "match": self.match, "count": self.count, "forward": self.forward,
+                "requests": self.requests, "forwarded": self.forwarded,
+                "faulted": self.faulted, "log": list(self.log)}
+
+    def decide(self, method, target):
+        """Record the request; return the fault settings to apply to it."""
+        with self.lock:
+            self.requests += 1
+            self.log.append("%s %s" % (method, target))
+            if self.mode == "pass" or (self.match is not None and self.match not in target):
+                return None
+            fault = {"mode": self.mode, "status": self.status, "delay": self.delay,
+                     "forward": self.forward, "retry_after": self.retry_after}
+            self.faulted += 1
+            if self.count is not None:
+                self.count -= 1
+                if self.count <= 0:
+                    self.mode = "pass"
+                    self.count = None
+            return fault
+
+    def count_forwarded(self):
+        with self.lock:
+            self.forwarded += 1
+
+
+def kinto_error(status, message):
+    reason = http.client.responses.get(status, "Error")
+    body = {"code": status, "errno": ERRNO.get(status, 999), "error": reason,
+            "message": message}
+    return json.dumps(body).encode("utf-8")
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "faultproxy/1"
+    # set on the class by main()
+    upstream_host = "127.0.0.1"
+    upstream_port = 80
+    upstream_prefix = ""
+    state = None
+    verbose = False
+
+    def log_message(self, fmt, *args):
+        if self.verbose:
+            sys.stderr.write("faultproxy: %s\n" % (fmt % args))
+
+    # -- request plumbing --------------------------------------------------
+
+    def read_body(self):
+        te = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in te:
+            chunks = []
+            while True:
+                line = self.rfile.readline(65537)
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    # trailers until the blank line
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(65537)
+            return b"".join(chunks)
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    def send_simple(self, status, body, ctype="application/json", extra=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def forward(self, body):
+        """Send the request upstream; return (status, reason, headers, body)."""
+        conn = http.client.HTTPConnection(self.upstream_host, self.upstream_port, timeout=120)
+        try:
+            conn.putrequest(self.command, self.upstream_prefix + self.path,
+                            skip_host=True, skip_accept_encoding=True)
+            has_host = False
+            for k, v in self.headers.items():
+                lk = k.lower()
+                if lk in HOP_BY_HOP or lk == "content-length":
+                    continue
+                if lk == "host":
+                    has_host = True
+                conn.putheader(k, v)
+            if not has_host:
+                conn.putheader("Host", "%s:%d" % (self.upstream_host, self.upstream_port))
+            if body or self.command in ("POST", "PUT", "PATCH"):
+                conn.putheader("Content-Length", str(len(body)))
+            conn.putheader("Connection", "close")
+            conn.endheaders(body if body else None)
+            resp = conn.getresponse()
+            data = resp.read()
+            self.state.count_forwarded()
+            return resp.status, resp.reason, resp.getheaders(), data
+        finally:
+            conn.close()
+
+    def relay(self, status, reason, headers, data):
+        self.send_response(status, reason)
+        no_body = self.command == "HEAD" or status in (204, 304) or 100 <= status < 200
+        for k, v in headers:
+            lk = k.lower()
+            if lk in HOP_BY_HOP or lk in ("date", "server"):
+                continue
+            if lk == "content-length" and not no_body:
+                continue
+            self.send_header(k, v)
+        if not no_body:
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if not no_body:
+            self.wfile.write(data)
+
+    # -- control endpoint -------------------------------------------------
+
+    def control(self, body):
+        st = self.state
+        if self.command == "GET":
+            with st.lock:
+                snap = st.snapshot()
+            return self.send_simple(200, json.dumps(snap).encode())
+        if self.command == "DELETE":
+            with st.lock:
+                st.configure({"reset_log": True})
+                snap = st.snapshot()
+            return self.send_simple(200, json.dumps(snap).encode())
+        if self.command == "POST":
+            try:
+                cfg = json.loads(body or b"{}")
+                if not isinstance(cfg, dict):
+                    raise ValueError("body must be a JSON object")
+                with st.lock:
+                    st.configure(cfg)
+                    snap = st.snapshot()
+            except (ValueError, TypeError) as e:
+                return self.send_simple(400, kinto_error(400, str(e)))
+            if self.verbose:
+                sys.stderr.write("faultproxy: fault set to %r\n" % (cfg,))
+            return self.send_simple(200, json.dumps(snap).encode())
+        return self.send_simple(405, kinto_error(405, "GET, POST or DELETE"))
+
+    # -- main entry ---------------------------------------------------------
+
+    def handle_any(self):
+        body = self.read_body()
+        if urllib.parse.urlsplit(self.path).path == "/__fault__":
+            return self.control(body)
+
+        fault = self.state.decide(self.command, self.path)
+        mode = fault["mode"] if fault else "pass"
+        try:
+            if mode == "drop":
+                if fault["forward"]:
+                    self.forward(body)
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                return
+            if mode == "status":
+                if fault["forward"]:
+                    self.forward(body)
+                status = fault["status"]
+                extra = []
+                if fault["retry_after"] is not None:
+                    extra.append(("Retry-After", str(fault["retry_after"])))
+                return self.send_simple(status, kinto_error(status, "Injected by faultproxy"),
+                                        extra=extra)
+            if mode == "delay":
+                time.sleep(max(0.0, fault["delay"]))
+
+            status, reason, headers, data = self.forward(body)
+
+            if mode == "malformed":
+                headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
+                headers.append(("Content-Type", "application/json"))
+                return self.relay(200, "OK", headers, MALFORMED_BODY)
+            if mode == "truncate":
+                self.send_response(status, reason)
+                for k, v in headers:
+                    lk = k.lower()
+                    if lk in HOP_BY_HOP or lk in ("content-length", "date", "server"):
+                        continue
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data) if data else 100))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data[:len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                return
+            return self.relay(status, reason, headers, data)
+        except (ConnectionError, socket.timeout, OSError, http.client.HTTPException) as e:
+            if isinstance(e, (BrokenPipeError, ConnectionResetError)) and mode != "pass":
+                return
+            try:
+                self.send_simple(502, kinto_error(502, "faultproxy: upstream error: %s" % e))
+            except OSError:
+                self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = handle_any
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+def main():
+    ap = argparse.ArgumentParser(description="HTTP fault-injection proxy for tests.")
+    ap.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:8888")
+    ap.add_argument("--port", type=int, default=0, help="listen port (0: pick a free one)")
+    ap.add_argument("--verbose", action="store_true", help="log requests to stderr")
+    a = ap.parse_args()
+
+    u = urllib.parse.urlsplit(a.upstream)
+    if u.scheme != "http" or u.hostname not in ("127.0.0.1", "localhost", "::1"):
+        ap.error("--upstream must be http://127.0.0.1:PORT (loopback only)")
+    Handler.upstream_host = u.hostname
+    Handler.upstream_port = u.port or 80
+    # A path in --upstream (e.g. http://127.0.0.1:8888/v1) is NOT prepended:
+    # the proxy is transparent, clients use the same paths as upstream.
+    Handler.upstream_prefix = ""
+    Handler.state = State()
+    Handler.verbose = a.verbose
+
+    srv = Server(("127.0.0.1", a.port), Handler)
+
+    def stop(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(srv.server_address[1], flush=True)
+    try:
+        srv.serve_forever(poll_interval=0.2)
+    finally:
+        srv.server_close()
+
+
+if __name__ == "__main__":
+    main()
