@@ -1,0 +1,73 @@
+import XCTest
+@testable import Tether
+
+final class StoreTests: XCTestCase {
+    private var directory: String!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-store-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private func model(_ properties: String, previous: Model? = nil) throws -> Model {
+        try ModelBuilder.build(bucket: "b", collections: [JSON.parse(#"{"id": "users", "schema": {"properties": \#(properties)}}"#)],
+                               operations: { _ in .all }, previous: previous)
+    }
+
+    func testRecordsRoundTripWithMisfitsAndExtraFields() throws {
+        let store = try Store(path: directory + "/s.sqlite")
+        let model = try model(#"{"Name": {"type": "string"}, "Age": {"type": "integer"}, "Tags": {"type": "array"}}"#)
+        try store.adopt(model, identity: "test")
+        let users = model.entity(named: "users")!
+        let json = try JSON.parse(#"{"id": "u1", "last_modified": 5, "Name": 42, "Age": 7, "Tags": ["a"], "Other": {"x": 1}}"#)
+        try store.upsert([Record(entity: users, json: json)], of: users, fetchedAt: 10)
+        let row = try XCTUnwrap(store.load(users, id: "u1"))
+        func value(_ name: String) -> Value { row.record.values[users.attributeIndex(named: name)!] }
+        XCTAssertEqual(value("Name"), .json("42"), "a value of another type than the spec's is kept as JSON")
+        XCTAssertEqual(value("Age"), .integer(7))
+        XCTAssertEqual(value("Tags"), .json(#"["a"]"#))
+        XCTAssertEqual(value("last_modified"), .integer(5))
+        XCTAssertTrue(row.record.extra.contains { $0.key == "Other" })
+        XCTAssertEqual(row.fetchedAt, 10)
+    }
+
+    func testMigrationAddsAndDropsColumnsAndKeepsRows() throws {
+        let path = directory + "/m.sqlite"
+        let store = try Store(path: path)
+        let first = try model(#"{"Name": {"type": "string"}, "Gone": {"type": "string"}}"#)
+        try store.adopt(first, identity: "test")
+        let users1 = first.entity(named: "users")!
+        try store.upsert([Record(entity: users1, json: JSON.parse(#"{"id": "u1", "Name": "Ann", "Gone": "x"}"#))],
+                         of: users1, fetchedAt: 10)
+        let second = try model(#"{"Name": {"type": "string"}, "New": {"type": "integer"}}"#, previous: first)
+        try store.adopt(second, identity: "test")
+        store.close()
+
+        let reopened = try Store(path: path)
+        let saved = try XCTUnwrap(reopened.savedModel(identity: "test"))
+        let users = saved.entity(named: "users")!
+        XCTAssertNil(users.attributeIndex(named: "Gone"))
+        let row = try XCTUnwrap(reopened.load(users, id: "u1"))
+        XCTAssertEqual(row.record.values[users.attributeIndex(named: "Name")!], .text("Ann"))
+        XCTAssertEqual(row.record.values[users.attributeIndex(named: "New")!], .null)
+        XCTAssertEqual(row.fetchedAt, 0, "rows are stale after their table changed")
+    }
+
+    func testStoreOfAnotherServerIsRefused() throws {
+        let store = try Store(path: directory + "/i.sqlite")
+        try store.adopt(try model("{}"), identity: "server A")
+        XCTAssertThrowsError(try store.savedModel(identity: "server B")) { error in
+            XCTAssertEqual((error as? TetherError)?.kind, .store)
+        }
+    }
+
+    func testUnopenableStoreIsAStoreError() {
+        XCTAssertThrowsError(try Store(path: directory + "/no/such/dir/s.sqlite")) { error in
+            XCTAssertEqual((error as? TetherError)?.kind, .store)
+        }
+    }
+}
