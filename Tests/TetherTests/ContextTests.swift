@@ -75,6 +75,7 @@ final class ContextTests: XCTestCase {
         XCTAssertTrue(context.isOnline)
         let items = try XCTUnwrap(context.model.entity(named: "items"))
         XCTAssertEqual(items.attributes[items.attributeIndex(named: "Title")!].code, 501)
+        XCTAssertEqual(items.operations, .all, "the bucket's creator may do everything")
 
         var request = FetchRequest(entity: "items")
         request.sort = "-Rank"

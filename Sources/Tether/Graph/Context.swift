@@ -99,8 +99,11 @@ public final class Context: @unchecked Sendable {
         -> (Model, Bool) {
         do {
             _ = try client.serverInfo()
-            let model = try ModelBuilder.build(bucket: client.bucket, collections: try client.collections(),
-                                               operations: { _ in .all }, previous: saved)
+            let collections = try client.collections()
+            let grants = try client.permissions()
+            let model = try ModelBuilder.build(bucket: client.bucket, collections: collections,
+                                               operations: { operations(of: $0, grants, bucket: client.bucket) },
+                                               previous: saved)
             try store.adopt(model, identity: identity)
             return (model, true)
         } catch let error as TetherError where error.kind == .network {
@@ -109,6 +112,19 @@ public final class Context: @unchecked Sendable {
             }
             return (saved, false)
         }
+    }
+
+    /// The operations a collection allows the user: its own grants and its
+    /// bucket's. Listing it worked, so fetch is always allowed; without the
+    /// permissions endpoint the server is left to refuse what it refuses.
+    private static func operations(of collection: String, _ grants: [String: Set<String>]?, bucket: String) -> Operations {
+        guard let grants else { return .all }
+        let bucketURI = "/buckets/\(bucket)"
+        let granted = grants[bucketURI, default: []].union(grants[bucketURI + "/collections/\(collection)", default: []])
+        var operations: Operations = .fetch
+        if granted.contains("write") { operations.formUnion([.insert, .update, .delete]) }
+        if granted.contains("record:create") { operations.insert(.insert) }
+        return operations
     }
 
     /// Cancels every task and observer, delivers their final callbacks, and

@@ -38,6 +38,28 @@ final class KintoClient: @unchecked Sendable {
         return collections
     }
 
+    /// What the current user may do, by object URI ("/buckets/b/collections/c"),
+    /// from Kinto's permissions endpoint; nil when the server does not offer it.
+    /// It lists only grants that name the user's principals, not inherited ones.
+    func permissions() throws -> [String: Set<String>]? {
+        var grants: [String: Set<String>] = [:]
+        var url: String? = root + "/permissions?bucket_id=" + Self.escape(bucket)
+        while let next = url {
+            let response: HTTPResponse
+            do {
+                response = try checked(engine.send(HTTPRequest(url: next)), what: "permissions")
+            } catch let error as TetherError where error.kind == .notFound || error.kind == .auth {
+                return nil
+            }
+            for entry in try Self.records(in: response, what: "permissions") {
+                guard let uri = entry["uri"]?.stringValue else { continue }
+                grants[uri, default: []].formUnion((entry["permissions"]?.arrayValue ?? []).compactMap(\.stringValue))
+            }
+            url = try nextPage(response)
+        }
+        return grants
+    }
+
     // MARK: records (asynchronous)
 
     /// Lists records of `entity`, following `Next-Page`, calling `page` with each
