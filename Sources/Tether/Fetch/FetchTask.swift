@@ -30,6 +30,8 @@ public final class FetchTask: Subscription, @unchecked Sendable {
     private let sort: [(index: Int, descending: Bool)]
     private unowned let context: Context
     private var callback: ((FetchResult) -> Void)?
+    /// The listing in flight, set on the engine thread, read by `cancel`.
+    private let listingLock = Lock()
     private var listing: ListingHandle?
 
     init(context: Context, request: FetchRequest) throws {
@@ -62,7 +64,7 @@ public final class FetchTask: Subscription, @unchecked Sendable {
 
     public func cancel() throws {
         try cancelSubscription()
-        if let listing { context.client.cancel(listing) }
+        if let listing = listingLock.withLock({ listing }) { context.client.cancel(listing) }
     }
 
     override func deliverCancellation() {
@@ -126,7 +128,8 @@ public final class FetchTask: Subscription, @unchecked Sendable {
                 finish(error, (try? fallback ?? readCache()) ?? [])
             }
         })
-        self.listing = listing
+        listingLock.withLock { self.listing = listing }
+        // A cancel that came before the assignment did not see the listing.
         if isCancelled { context.client.cancel(listing) }
     }
 
