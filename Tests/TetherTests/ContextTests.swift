@@ -125,6 +125,26 @@ final class ContextTests: XCTestCase {
         XCTAssertEqual(try object.peek("Title"), .text("renamed"))
     }
 
+    func testModelChangesOnTheServerMigrateTheStore() throws {
+        let before = try open()
+        _ = try fetch(before, FetchRequest(entity: "items"))
+        let titleCode = before.model.entity(named: "items")!.attributes.first { $0.name == "Title" }!.code
+        try before.close()
+        try send("PUT", "/buckets/\(bucket!)/collections/items", """
+            {"data": {"schema": {"type": "object", "properties": {
+              "Title": {"type": "string"}, "Owner": {"type": "string"}}}}}
+            """)
+        let after = try open()
+        defer { try? after.close() }
+        let items = after.model.entity(named: "items")!
+        XCTAssertNotNil(items.attributeIndex(named: "Owner"), "a field added on the server appears")
+        XCTAssertNil(items.attributeIndex(named: "Rank"), "a field removed on the server goes")
+        XCTAssertEqual(items.attributes[items.attributeIndex(named: "Title")!].code, titleCode, "codes are stable")
+        let object = try after.object(entity: "items", id: "i5")
+        XCTAssertEqual(try object.peek("Title"), .text("item 5"), "cached rows survive the migration")
+        XCTAssertEqual(try object.peek("Owner"), .null)
+    }
+
     func testOfflineOpenFromTheStore() throws {
         try open().close()
         // Nothing listens on port 9 of the loopback: the server is unreachable.
