@@ -44,6 +44,7 @@ test-swift test-c test-python: build
 	scripts/with-kinto scripts/run-tests $(patsubst test-%,%,$@)
 
 bench: build
+	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
 	scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 clean:

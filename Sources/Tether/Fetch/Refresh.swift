@@ -1,7 +1,10 @@
 /// Background refreshes started by `get`. Requests from a burst of gets are
 /// gathered for a moment and sent as one listing per entity and chunk of ids.
 extension Context {
+    /// A burst of gets is gathered until it pauses this long...
     static let refreshGatherMilliseconds: Int64 = 5
+    /// ...or has been gathering this long.
+    static let refreshGatherLimitMilliseconds: Int64 = 50
     /// Each id costs about its length in the URL and in Kinto's Next-Page header.
     static let refreshChunkSize = 100
 
@@ -12,21 +15,32 @@ extension Context {
         if staleness > 0 && object.record != nil && wallClockMilliseconds() - object.fetchedAt < staleness { return }
         object.refreshInFlight = true
         pendingRefreshes[object.entity.name, default: []].append(object)
+        let now = MonotonicTime.now()
+        lastRefreshRequest = now
         if !refreshScheduled {
             refreshScheduled = true
+            refreshGatherStart = now
             engine.perform(afterMilliseconds: Self.refreshGatherMilliseconds) { [unowned self] in sendRefreshes() }
         }
     }
 
     /// On the engine thread.
     private func sendRefreshes() {
-        let batches: [String: [ManagedObject]] = lock.withLock {
+        let batches: [String: [ManagedObject]]? = lock.withLock {
+            let now = MonotonicTime.now()
+            if now.milliseconds(since: lastRefreshRequest) < Self.refreshGatherMilliseconds,
+               now.milliseconds(since: refreshGatherStart) < Self.refreshGatherLimitMilliseconds {
+                // Still arriving: gather a little longer.
+                engine.perform(afterMilliseconds: Self.refreshGatherMilliseconds) { [unowned self] in sendRefreshes() }
+                return nil
+            }
             defer {
                 pendingRefreshes = [:]
                 refreshScheduled = false
             }
             return pendingRefreshes
         }
+        guard let batches else { return }
         for (name, objects) in batches {
             guard let entity = model.entity(named: name) else { continue }
             var start = 0

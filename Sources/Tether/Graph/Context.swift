@@ -1,3 +1,5 @@
+import Glibc
+
 /// What a context needs to open.
 public struct ContextOptions: Sendable {
     public var serverURL: String
@@ -36,6 +38,8 @@ public final class Context: @unchecked Sendable {
     private var live: [ObjectIdentifier: Subscription] = [:]
     var pendingRefreshes: [String: [ManagedObject]] = [:]
     var refreshScheduled = false
+    var refreshGatherStart = MonotonicTime.now()
+    var lastRefreshRequest = MonotonicTime.now()
 
     private init(model: Model, isOnline: Bool, options: ContextOptions, store: Store, client: KintoClient,
                  engine: HTTPEngine, delivery: Delivery) {
@@ -70,6 +74,12 @@ public final class Context: @unchecked Sendable {
         default: throw TetherError(.invalid, "give both username and password, or neither")
         }
 
+        // A failed open leaves no new file behind: the store is as it was.
+        let storeExisted = access(options.storePath, F_OK) == 0
+        func discardNewStore() {
+            guard !storeExisted else { return }
+            for suffix in ["", "-wal", "-shm", "-journal"] { unlink(options.storePath + suffix) }
+        }
         let store = try Store(path: options.storePath)
         let identity = "server \(root), bucket \(options.bucket)"
         let engine: HTTPEngine
@@ -77,6 +87,7 @@ public final class Context: @unchecked Sendable {
             engine = try HTTPEngine(credentials: credentials, timeoutMilliseconds: options.timeoutMilliseconds)
         } catch {
             store.close()
+            discardNewStore()
             throw error
         }
         let client = KintoClient(root: root, bucket: options.bucket, engine: engine)
@@ -89,6 +100,7 @@ public final class Context: @unchecked Sendable {
         } catch {
             engine.shutdown()
             store.close()
+            discardNewStore()
             throw error
         }
     }

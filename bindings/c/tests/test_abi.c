@@ -1,0 +1,316 @@
+/* test_abi.c — the ABI contract: versions, status names, option structs,
+ * NULL arguments, error messages, opening errors. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include <stdlib.h>
+
+static void test_version(void)
+{
+    tu_section("version");
+    CHECK(tether_version() != NULL);
+    CHECK_STR(tether_version(), TETHER_VERSION);
+    CHECK_INT(tether_version_number(), TETHER_VERSION_NUMBER);
+    CHECK_INT(TETHER_VERSION_NUMBER,
+              TETHER_VERSION_MAJOR * 1000000 + TETHER_VERSION_MINOR * 1000 + TETHER_VERSION_PATCH);
+    {
+        char v[32];
+        snprintf(v, sizeof v, "%d.%d.%d", TETHER_VERSION_MAJOR, TETHER_VERSION_MINOR,
+                 TETHER_VERSION_PATCH);
+        CHECK_STR(v, TETHER_VERSION);
+    }
+}
+
+static void test_errstr(void)
+{
+    static const struct { int code; const char *name; } names[] = {
+        {TETHER_OK, "TETHER_OK"},
+        {TETHER_E_ERROR, "TETHER_E_ERROR"},
+        {TETHER_E_MISUSE, "TETHER_E_MISUSE"},
+        {TETHER_E_HANDLE, "TETHER_E_HANDLE"},
+        {TETHER_E_NOT_FOUND, "TETHER_E_NOT_FOUND"},
+        {TETHER_E_TYPE, "TETHER_E_TYPE"},
+        {TETHER_E_INVALID, "TETHER_E_INVALID"},
+        {TETHER_E_NETWORK, "TETHER_E_NETWORK"},
+        {TETHER_E_AUTH, "TETHER_E_AUTH"},
+        {TETHER_E_SERVER, "TETHER_E_SERVER"},
+        {TETHER_E_PROTOCOL, "TETHER_E_PROTOCOL"},
+        {TETHER_E_STORE, "TETHER_E_STORE"},
+        {TETHER_E_CANCELLED, "TETHER_E_CANCELLED"},
+        {TETHER_E_NOT_CACHED, "TETHER_E_NOT_CACHED"},
+        {TETHER_E_BUSY, "TETHER_E_BUSY"},
+    };
+    size_t i;
+    tu_section("errstr");
+    /* Stable numbers. */
+    CHECK_INT(TETHER_E_ERROR, -1);
+    CHECK_INT(TETHER_E_BUSY, -14);
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        CHECK_STR(tether_errstr(names[i].code), names[i].name);
+    CHECK_STR(tether_errstr(-15), "TETHER_E_UNKNOWN");
+    CHECK_STR(tether_errstr(-9999), "TETHER_E_UNKNOWN");
+    CHECK_STR(tether_errstr(1), "TETHER_E_UNKNOWN");
+    CHECK_STR(tether_errstr(2147483647), "TETHER_E_UNKNOWN");
+    CHECK_STR(tether_errstr(-2147483647 - 1), "TETHER_E_UNKNOWN");
+}
+
+static void test_options(void)
+{
+    tether_context_options o;
+    tether_fetch_options f;
+    tu_section("option structs");
+
+    CHECK_STATUS(tether_context_options_init(NULL, TETHER_CONTEXT_OPTIONS_VERSION), TETHER_E_MISUSE);
+    CHECK(tether_errmsg() != NULL);
+    CHECK_STATUS(tether_context_options_init(&o, 0), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION + 1), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_context_options_init(&o, 0xffffffffu), TETHER_E_MISUSE);
+
+    memset(&o, 0x5a, sizeof o);
+    CHECK_OK(tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION));
+    /* A success leaves no message behind. */
+    CHECK_STR(tether_errmsg(), "");
+    CHECK_INT(o.version, TETHER_CONTEXT_OPTIONS_VERSION);
+    CHECK(o.server_url == NULL);
+    CHECK(o.bucket == NULL);
+    CHECK(o.username == NULL);
+    CHECK(o.password == NULL);
+    CHECK(o.store_path == NULL);
+    CHECK_INT(o.delivery, TETHER_DELIVER_THREAD);
+    CHECK_INT(o.staleness_ms, 0);
+    CHECK_INT(o.timeout_ms, 30000);
+
+    CHECK_STATUS(tether_fetch_options_init(NULL, TETHER_FETCH_OPTIONS_VERSION), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_fetch_options_init(&f, 0), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_fetch_options_init(&f, TETHER_FETCH_OPTIONS_VERSION + 1), TETHER_E_MISUSE);
+    memset(&f, 0x5a, sizeof f);
+    CHECK_OK(tether_fetch_options_init(&f, TETHER_FETCH_OPTIONS_VERSION));
+    CHECK_INT(f.version, TETHER_FETCH_OPTIONS_VERSION);
+    CHECK(f.entity == NULL);
+    CHECK(f.sort == NULL);
+    CHECK_INT(f.limit, 0);
+    CHECK_INT(f.policy, TETHER_POLICY_CACHE_THEN_SERVER);
+}
+
+static void test_values(void)
+{
+    tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
+    tu_section("tether_value_clear");
+    tether_value_clear(NULL);
+    tether_value_clear(&v);
+    tether_value_clear(&v);
+    CHECK_INT(v.type, TETHER_TYPE_NULL);
+    CHECK(v.text == NULL);
+}
+
+static void test_null_handles(void)
+{
+    int i = 7;
+    size_t n = 7;
+    unsigned int u = 7;
+    const char *s = NULL;
+    tether_entity *e = NULL;
+    tether_object *obj = NULL;
+    tether_observer *ob = NULL;
+    tether_task *task = NULL;
+    int64_t i64 = 0;
+    tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
+    tether_fetch_options f;
+
+    tu_section("NULL handles and arguments");
+    CHECK_INT(tether_context_close(NULL), TETHER_OK);
+    CHECK_STATUS(tether_context_is_online(NULL, &i), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_context_fd(NULL, &i), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_context_poll(NULL, 0, &n), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_context_entity_count(NULL, &n), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_context_entity_at(NULL, 0, &e), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_context_entity(NULL, "x", &e), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_entity_name(NULL, &s), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_entity_route(NULL, &s), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_entity_operations(NULL, &u), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_entity_attribute_count(NULL, &n), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_entity_attribute_at(NULL, 0, &s, &i, NULL, &u), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_entity_attribute_index(NULL, "x", &n), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_entity_attribute_index_by_code(NULL, 1, &n), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_context_object(NULL, "x", "y", &obj), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_entity(NULL, &e), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_id(NULL, &s), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_version(NULL, &i64), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_peek(NULL, "x", &v), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_get(NULL, "x", &v), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_peek_code(NULL, 1, &v), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_get_code(NULL, 1, &v), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_observe(NULL, "x", tu_obs_cb, NULL, &ob), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_observer_remove(NULL), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_task_cancel(NULL), TETHER_E_HANDLE);
+    CHECK_OK(tether_fetch_options_init(&f, TETHER_FETCH_OPTIONS_VERSION));
+    f.entity = "x";
+    CHECK_STATUS(tether_fetch_start(NULL, &f, tu_fetch_cb, NULL, &task), TETHER_E_HANDLE);
+    /* Out parameters are written only on success. */
+    CHECK_INT(i, 7);
+    CHECK_INT(n, 7);
+    CHECK_INT(u, 7);
+    CHECK(s == NULL && e == NULL && obj == NULL && ob == NULL && task == NULL);
+    CHECK_INT(v.type, TETHER_TYPE_NULL);
+}
+
+static void test_open_errors(const char *bucket)
+{
+    tether_context_options o;
+    tether_context *ctx = NULL;
+    char store[512], store2[512];
+    tu_section("tether_context_open errors");
+    tu_store_path(store, sizeof store, "open");
+
+    CHECK_STATUS(tether_context_open(NULL, &ctx), TETHER_E_MISUSE);
+    CHECK_OK(tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION));
+    o.server_url = tu_url();
+    o.bucket = bucket;
+    o.store_path = store;
+    o.username = "test";
+    o.password = "test";
+    o.timeout_ms = 5000;
+    CHECK_STATUS(tether_context_open(&o, NULL), TETHER_E_MISUSE);
+    o.version = 0;
+    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_MISUSE);
+    o.version = 99;
+    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_MISUSE);
+    o.version = TETHER_CONTEXT_OPTIONS_VERSION;
+    /* Required fields left NULL: a NULL argument. */
+    o.server_url = NULL;
+    CHECK_FAILS(tether_context_open(&o, &ctx));
+    o.server_url = tu_url();
+    o.bucket = NULL;
+    CHECK_FAILS(tether_context_open(&o, &ctx));
+    o.bucket = bucket;
+    o.store_path = NULL;
+    CHECK_FAILS(tether_context_open(&o, &ctx));
+    o.store_path = store;
+    o.delivery = (tether_delivery)7;
+    CHECK_FAILS(tether_context_open(&o, &ctx));
+    o.delivery = TETHER_DELIVER_THREAD;
+    /* Invalid strings. */
+    o.bucket = "bad\xff\xfe";
+    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_INVALID);
+    o.bucket = bucket;
+    o.server_url = "not a url";
+    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_INVALID);
+    o.server_url = "http://127.0.0.1:1/v1\xc3";
+    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_INVALID);
+    CHECK(ctx == NULL);
+
+    /* Unreachable server and no store: NETWORK, and the store untouched. */
+    {
+        char fresh[512];
+        tu_store_path(fresh, sizeof fresh, "unreachable");
+        o.store_path = fresh;
+        o.server_url = "http://127.0.0.1:1/v1";
+        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_NETWORK);
+        CHECK(ctx == NULL);
+        CHECK(!tu_file_exists(fresh));
+        o.server_url = tu_url();
+        o.store_path = store;
+    }
+
+    /* Unknown bucket; the store left as it was (not created). */
+    {
+        char fresh[512];
+        tu_store_path(fresh, sizeof fresh, "nobucket");
+        o.store_path = fresh;
+        o.bucket = "no-such-bucket-tether-c";
+        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_NOT_FOUND);
+        CHECK(ctx == NULL);
+        CHECK(!tu_file_exists(fresh));
+        o.bucket = bucket;
+        o.store_path = store;
+    }
+
+    /* Refused credentials: anonymous (401) and another user (403). */
+    {
+        char fresh[512];
+        tu_store_path(fresh, sizeof fresh, "auth");
+        o.store_path = fresh;
+        o.username = NULL;
+        o.password = NULL;
+        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_AUTH);
+        o.username = "intruder";
+        o.password = "nope";
+        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_AUTH);
+        CHECK(ctx == NULL);
+        CHECK(!tu_file_exists(fresh));
+        o.username = "test";
+        o.password = "test";
+        o.store_path = store;
+    }
+
+    /* A store that is not SQLite. */
+    tu_store_path(store2, sizeof store2, "garbage");
+    {
+        FILE *fp = fopen(store2, "w");
+        if (fp) {
+            fputs("this is not an SQLite database, just some text that is long enough "
+                  "to fill a header of one hundred bytes..........................\n", fp);
+            fclose(fp);
+        }
+        o.store_path = store2;
+        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_STORE);
+        CHECK(ctx == NULL);
+        o.store_path = store;
+    }
+
+    /* At last, a good open, and the message is empty again. */
+    CHECK_OK(tether_context_open(&o, &ctx));
+    CHECK_STR(tether_errmsg(), "");
+    if (ctx) {
+        int online = -1;
+        CHECK_OK(tether_context_is_online(ctx, &online));
+        CHECK_INT(online, 1);
+        CHECK_STATUS(tether_context_is_online(ctx, NULL), TETHER_E_MISUSE);
+        CHECK_STATUS(tether_context_fd(ctx, &online), TETHER_E_MISUSE);       /* THREAD mode */
+        CHECK_STATUS(tether_context_poll(ctx, 0, NULL), TETHER_E_MISUSE);     /* THREAD mode */
+        CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    }
+    CHECK(tu_file_exists(store));
+}
+
+static void *thread_errmsg(void *arg)
+{
+    (void)arg;
+    /* A fresh thread has no failure: "". */
+    return (void *)(intptr_t)(tether_errmsg() != NULL && tether_errmsg()[0] == '\0');
+}
+
+static void test_errmsg_per_thread(void)
+{
+    pthread_t t;
+    void *r = NULL;
+    tu_section("tether_errmsg per thread");
+    CHECK_STATUS(tether_context_options_init(NULL, 1), TETHER_E_MISUSE);
+    CHECK(pthread_create(&t, NULL, thread_errmsg, NULL) == 0);
+    pthread_join(t, &r);
+    CHECK(r != NULL);
+    /* This thread's message is still there. */
+    CHECK(tether_errmsg()[0] != '\0');
+}
+
+int main(int argc, char **argv)
+{
+    char bucket[128];
+    (void)argc;
+    tu_init(argv[0]);
+    tu_url();
+    test_version();
+    test_errstr();
+    test_options();
+    test_values();
+    test_null_handles();
+    test_errmsg_per_thread();
+
+    tu_unique(bucket, sizeof bucket, "c-abi");
+    if (CHECK(tu_put_bucket(bucket)) &&
+        CHECK(tu_put_collection(bucket, "things",
+                                "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}}}")))
+        test_open_errors(bucket);
+    return tu_finish();
+}

@@ -1,0 +1,309 @@
+/* test_offline.c — through a proxy the test controls: requests counted
+ * (gets on many objects are batched), held in flight (cancel, close,
+ * timeout), and a server that went away (the context opens offline from its
+ * store; peek, cache-only fetch, network errors). */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include <stdlib.h>
+
+static char bucket[128];
+
+static int seed(void)
+{
+    static char idbuf[30][16], databuf[30][64];
+    const char *ids[30], *datas[30];
+    int i;
+    if (!tu_put_bucket(bucket) ||
+        !tu_put_collection(bucket, "tasks",
+                           "{\"type\": \"object\", \"properties\": {"
+                           "\"n\": {\"type\": \"integer\"}, \"title\": {\"type\": \"string\"}}}"))
+        return 0;
+    for (i = 0; i < 30; i++) {
+        snprintf(idbuf[i], sizeof idbuf[i], "t%02d", i);
+        snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"title\": \"task %d\"}", i, i);
+        ids[i] = idbuf[i];
+        datas[i] = databuf[i];
+    }
+    return tu_put_records(bucket, "tasks", ids, datas, 30);
+}
+
+static void test_batched_gets(tu_proxy *px, const char *store)
+{
+    tether_context *ctx;
+    tu_fetch f;
+    tether_object *objs[30];
+    tu_obs obs[30];
+    tether_observer *ob[30];
+    int before, after, i, told = 0, last = -1;
+    int64_t end;
+
+    tu_section("get on 30 objects: a few batched requests, not one per object");
+    ctx = tu_open_url(tu_proxy_url(px), bucket, store, TETHER_DELIVER_THREAD, 5000);
+    if (!ctx)
+        return;
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", "n", 0, TETHER_POLICY_SERVER_ONLY, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_INT(f.final_count, 30);
+    if (f.final_count != 30) {
+        tu_fetch_destroy(&f);
+        tether_context_close(ctx);
+        return;
+    }
+    for (i = 0; i < 30; i++) {
+        objs[i] = f.final_objs[i];
+        tu_obs_init(&obs[i], objs[i], "title", "title");
+        ob[i] = NULL;
+        CHECK_OK(tu_observe(&obs[i], &ob[i]));
+    }
+    /* Change every title on the server, so each refresh is seen. */
+    {
+        static char idbuf[30][16], databuf[30][64];
+        const char *ids[30], *datas[30];
+        for (i = 0; i < 30; i++) {
+            snprintf(idbuf[i], sizeof idbuf[i], "t%02d", i);
+            snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"title\": \"task %d, again\"}", i, i);
+            ids[i] = idbuf[i];
+            datas[i] = databuf[i];
+        }
+        CHECK(tu_put_records(bucket, "tasks", ids, datas, 30));
+    }
+    before = tu_proxy_requests(px);
+    for (i = 0; i < 30; i++) {
+        tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
+        CHECK_OK(tether_object_get(objs[i], "title", &v));
+        tether_value_clear(&v);
+    }
+    end = tu_now_ms() + TU_WAIT_MS;
+    while (tu_now_ms() < end) {
+        told = 0;
+        for (i = 0; i < 30; i++)
+            told += tu_obs_changes(&obs[i]) > 0;
+        if (told == 30)
+            break;
+        tu_sleep_ms(50);
+    }
+    CHECK_INT(told, 30);
+    tu_sleep_ms(200);
+    after = tu_proxy_requests(px);
+    printf("   30 gets -> %d request(s) to the server\n", after - before);
+    CHECK(after - before >= 1);
+    CHECK(after - before <= 6);
+    for (i = 0; i < 30; i++) {
+        char buf[64], want[64];
+        snprintf(want, sizeof want, "task %d, again", i);
+        tu_peek_text(objs[i], "title", buf, sizeof buf);
+        if (strcmp(buf, want) != 0)
+            last = i;
+    }
+    CHECK_INT(last, -1);
+    CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    for (i = 0; i < 30; i++) {
+        CHECK_INT(tu_obs_cancels(&obs[i]), 1);
+        tu_obs_destroy(&obs[i]);
+    }
+    tu_fetch_destroy(&f);
+    /* put the titles back for the tests that follow */
+    {
+        static char idbuf[30][16], databuf[30][64];
+        const char *ids[30], *datas[30];
+        for (i = 0; i < 30; i++) {
+            snprintf(idbuf[i], sizeof idbuf[i], "t%02d", i);
+            snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"title\": \"task %d\"}", i, i);
+            ids[i] = idbuf[i];
+            datas[i] = databuf[i];
+        }
+        CHECK(tu_put_records(bucket, "tasks", ids, datas, 30));
+    }
+}
+
+static void test_stalled(tu_proxy *px, const char *store)
+{
+    tether_context *ctx;
+    tu_fetch f;
+    tether_task *task = NULL;
+    int64_t t0;
+
+    ctx = tu_open_url(tu_proxy_url(px), bucket, store, TETHER_DELIVER_THREAD, 1500);
+    if (!ctx)
+        return;
+
+    tu_section("a fetch held in flight, then cancelled: one FINAL, cancelled");
+    tu_proxy_stall(px, 1);
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", NULL, 0, TETHER_POLICY_SERVER_ONLY, &task));
+    tu_sleep_ms(300);
+    CHECK_INT(tu_fetch_calls(&f), 0); /* still in flight */
+    if (task)
+        CHECK_OK(tu_fetch_cancel(&f, task));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    tu_sleep_ms(200);
+    CHECK_INT(f.calls, 1);
+    CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+    CHECK_INT(f.after_cancel_bad, 0);
+    CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
+    tu_fetch_destroy(&f);
+
+    tu_section("a stalled request times out: FINAL with TETHER_E_NETWORK");
+    tu_fetch_init(&f);
+    t0 = tu_now_ms();
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", NULL, 0, TETHER_POLICY_CACHE_THEN_SERVER, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK(tu_now_ms() - t0 >= 1000);
+    CHECK_INT(f.cached, 1);
+    CHECK_INT(f.finals, 1);
+    CHECK_CODE(f.final_status, TETHER_E_NETWORK);
+    CHECK(f.final_message[0] != '\0');
+    tu_fetch_destroy(&f);
+
+    tu_section("close with a stalled fetch: its cancelled FINAL before close returns");
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
+    tu_sleep_ms(100);
+    t0 = tu_now_ms();
+    CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    CHECK(tu_now_ms() - t0 < 1000); /* close does not wait for the timeout */
+    CHECK_INT(f.calls, 1);
+    CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+    tu_fetch_destroy(&f);
+    tu_proxy_stall(px, 0);
+}
+
+static void test_offline(tu_proxy *px, const char *store)
+{
+    tether_context *ctx;
+    tu_fetch f;
+    int online = -1;
+    char buf[128];
+    char url[256];
+
+    snprintf(url, sizeof url, "%s", tu_proxy_url(px));
+    tu_section("online through the proxy: fill the cache");
+    ctx = tu_open_url(url, bucket, store, TETHER_DELIVER_THREAD, 3000);
+    if (!ctx)
+        return;
+    CHECK_OK(tether_context_is_online(ctx, &online));
+    CHECK_INT(online, 1);
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", "n", 0, TETHER_POLICY_SERVER_ONLY, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_INT(f.final_count, 30);
+    tu_fetch_destroy(&f);
+    CHECK_INT(tether_context_close(ctx), TETHER_OK);
+
+    tu_proxy_stop(px); /* the server is gone */
+
+    tu_section("offline: opens from the store");
+    ctx = tu_open_url(url, bucket, store, TETHER_DELIVER_THREAD, 3000);
+    if (!ctx)
+        return;
+    online = -1;
+    CHECK_OK(tether_context_is_online(ctx, &online));
+    CHECK_INT(online, 0);
+    {
+        size_t n = 0;
+        tether_entity *e = NULL;
+        CHECK_OK(tether_context_entity_count(ctx, &n));
+        CHECK_INT(n, 1);
+        CHECK_OK(tether_context_entity(ctx, "tasks", &e));
+    }
+
+    tu_section("offline: peek and get answer from the cache");
+    {
+        tether_object *o = NULL;
+        tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
+        tu_obs ob;
+        tether_observer *x = NULL;
+        CHECK_OK(tether_context_object(ctx, "tasks", "t07", &o));
+        if (o) {
+            CHECK_OK(tu_peek_text(o, "title", buf, sizeof buf));
+            CHECK_STR(buf, "task 7");
+            tu_obs_init(&ob, o, "title", NULL);
+            CHECK_OK(tu_observe(&ob, &x));
+            if (CHECK_OK(tether_object_get(o, "title", &v)) == TETHER_OK)
+                CHECK_STR(v.text, "task 7");
+            tether_value_clear(&v);
+            tu_sleep_ms(500);
+            CHECK_INT(tu_obs_changes(&ob), 0); /* a failed refresh changes nothing */
+            CHECK_OK(tu_peek_text(o, "title", buf, sizeof buf));
+            CHECK_STR(buf, "task 7");
+            CHECK_OK(tether_observer_remove(x));
+            CHECK(tu_obs_wait_cancel(&ob, TU_WAIT_MS));
+            tu_obs_destroy(&ob);
+        }
+    }
+
+    tu_section("offline: CACHE_ONLY works");
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", "-n", 10, TETHER_POLICY_CACHE_ONLY, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_CODE(f.final_status, TETHER_OK);
+    CHECK_INT(f.final_count, 10);
+    if (f.final_count > 0) {
+        int64_t n = -1;
+        tu_peek_int(f.final_objs[0], "n", &n);
+        CHECK_INT(n, 29);
+    }
+    tu_fetch_destroy(&f);
+
+    tu_section("offline: CACHE_THEN_SERVER gives the cache, then FINAL TETHER_E_NETWORK");
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", NULL, 0, TETHER_POLICY_CACHE_THEN_SERVER, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    tu_sleep_ms(100);
+    CHECK_INT(f.cached, 1);
+    CHECK_INT(f.cached_count, 30);
+    CHECK_INT(f.finals, 1);
+    CHECK_CODE(f.final_status, TETHER_E_NETWORK);
+    CHECK(f.final_message[0] != '\0');
+    CHECK_INT(f.final_count, 30); /* on a FINAL error, the cache's objects */
+    tu_fetch_destroy(&f);
+
+    tu_section("offline: SERVER_ONLY fails with TETHER_E_NETWORK");
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_INT(f.calls, 1);
+    CHECK_CODE(f.final_status, TETHER_E_NETWORK);
+    tu_fetch_destroy(&f);
+
+    CHECK_INT(tether_context_close(ctx), TETHER_OK);
+
+    tu_section("offline with another bucket: the store belongs elsewhere, TETHER_E_STORE");
+    {
+        tether_context_options o;
+        tether_context *c2 = NULL;
+        tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION);
+        o.server_url = url;
+        o.bucket = "some-other-bucket";
+        o.store_path = store;
+        o.username = "test";
+        o.password = "test";
+        o.timeout_ms = 3000;
+        CHECK_STATUS(tether_context_open(&o, &c2), TETHER_E_STORE);
+        CHECK(c2 == NULL);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    char store[512], store2[512], store3[512];
+    tu_proxy *px;
+    (void)argc;
+    tu_init(argv[0]);
+    tu_unique(bucket, sizeof bucket, "c-offline");
+    tu_store_path(store, sizeof store, "stall");
+    tu_store_path(store2, sizeof store2, "offline");
+    tu_store_path(store3, sizeof store3, "batch");
+    if (!CHECK(seed()))
+        return tu_finish();
+    px = tu_proxy_start();
+    if (!CHECK(px != NULL))
+        return tu_finish();
+    test_batched_gets(px, store3);
+    test_stalled(px, store);
+    test_offline(px, store2); /* stops the proxy */
+    return tu_finish();
+}

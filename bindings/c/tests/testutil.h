@@ -1,0 +1,215 @@
+/*
+ * testutil.h — a tiny test harness for Tether's C test programs, plus
+ * libcurl helpers that set up buckets, collections and records on the Kinto
+ * server named by the environment variable TETHER_TEST_URL.
+ *
+ * Every program calls tu_init() first and returns tu_finish() from main();
+ * tu_finish prints the final line "N passed, N failed" and returns the exit
+ * status (non-zero if any check failed). A watchdog (alarm) ends a program
+ * that hangs, as a failure, so a broken library fails instead of blocking.
+ */
+#ifndef TETHER_TESTUTIL_H
+#define TETHER_TESTUTIL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "tether.h"
+
+/* Bound for every wait on a callback. */
+#define TU_WAIT_MS 10000
+
+/* ------------------------------------------------------------ harness */
+
+void tu_init(const char *program);
+int tu_finish(void);
+/* Records one check; prints a FAIL line (with tether_errmsg if relevant). */
+int tu_check(int ok, const char *file, int line, const char *expr, const char *detail);
+void tu_section(const char *name);
+
+#define CHECK(cond) tu_check(!!(cond), __FILE__, __LINE__, #cond, NULL)
+
+#define CHECK_INT(a, b)                                                              \
+    do {                                                                             \
+        long long tu_a_ = (long long)(a), tu_b_ = (long long)(b);                    \
+        char tu_d_[128];                                                             \
+        snprintf(tu_d_, sizeof tu_d_, "got %lld, expected %lld", tu_a_, tu_b_);      \
+        tu_check(tu_a_ == tu_b_, __FILE__, __LINE__, #a " == " #b, tu_d_);           \
+    } while (0)
+
+#define CHECK_STR(a, b) tu_check_str((a), (b), __FILE__, __LINE__, #a " == " #b)
+int tu_check_str(const char *a, const char *b, const char *file, int line, const char *expr);
+
+/* Runs `expr` (a tether call), checks its status; on a failure status also
+ * checks that tether_errmsg() is non-empty. Evaluates to the status. */
+#define CHECK_STATUS(expr, expected)                                                 \
+    tu_check_status((expr), (expected), __FILE__, __LINE__, #expr)
+#define CHECK_OK(expr) CHECK_STATUS(expr, TETHER_OK)
+/* Compares a recorded status (from a callback): no tether_errmsg check. */
+#define CHECK_CODE(got, expected) tu_check_code((got), (expected), __FILE__, __LINE__, #got)
+int tu_check_code(int got, int expected, const char *file, int line, const char *expr);
+int tu_check_status(int got, int expected, const char *file, int line, const char *expr);
+/* Runs `expr`, checks that it failed (any TETHER_E_*) with a message. */
+#define CHECK_FAILS(expr) tu_check_fails((expr), __FILE__, __LINE__, #expr)
+int tu_check_fails(int got, const char *file, int line, const char *expr);
+
+/* ------------------------------------------------------------ time */
+
+int64_t tu_now_ms(void);
+void tu_sleep_ms(int ms);
+/* An absolute CLOCK_REALTIME deadline `ms` from now, for pthread_cond_timedwait. */
+struct timespec tu_deadline(int ms);
+
+/* ------------------------------------------------------------ server */
+
+/* TETHER_TEST_URL, e.g. "http://127.0.0.1:8888/v1"; exits with a clear
+ * message (and "0 passed, 1 failed") if it is not set. */
+const char *tu_url(void);
+/* A fresh name unique to this process: PREFIX-PID-TIME-N. */
+void tu_unique(char *buf, size_t size, const char *prefix);
+/* A fresh store path in $TMPDIR (or /tmp); removed, with -wal/-shm, by
+ * tu_finish. */
+void tu_store_path(char *buf, size_t size, const char *name);
+int tu_file_exists(const char *path);
+
+/* An HTTP request to tu_url() + path as test:test. `body` may be NULL. The
+ * response body goes to *out (may be NULL; free it). Returns the HTTP status,
+ * or -1 if the request failed. */
+long tu_http(const char *method, const char *path, const char *body, char **out);
+/* Same with explicit credentials (NULL user: anonymous). */
+long tu_http_as(const char *user, const char *password, const char *method, const char *path,
+                const char *body, char **out);
+
+/* Each returns 1 on a 2xx answer, else prints the answer and returns 0. */
+int tu_put_bucket(const char *bucket);
+/* `schema` is the JSON schema object, e.g. {"type":"object","properties":{...}}. */
+int tu_put_collection(const char *bucket, const char *collection, const char *schema);
+/* `data` is the record's JSON object without "id". */
+int tu_put_record(const char *bucket, const char *collection, const char *id, const char *data);
+int tu_patch_record(const char *bucket, const char *collection, const char *id, const char *data);
+int tu_delete_record(const char *bucket, const char *collection, const char *id);
+/* PUTs many records through POST /batch (25 a request). `datas[i]` for `ids[i]`. */
+int tu_put_records(const char *bucket, const char *collection, const char *const *ids,
+                   const char *const *datas, size_t count);
+
+/* ------------------------------------------------------------ context */
+
+/* Opens a context on tu_url()/bucket as test:test. Returns NULL (after a
+ * failed check) on failure. */
+tether_context *tu_open(const char *bucket, const char *store, tether_delivery delivery);
+/* Same with another server URL and a request timeout. */
+tether_context *tu_open_url(const char *url, const char *bucket, const char *store,
+                            tether_delivery delivery, int64_t timeout_ms);
+
+/* Peeks a text value into buf ("" on failure); returns the status. */
+int tu_peek_text(tether_object *obj, const char *key, char *buf, size_t size);
+int tu_peek_int(tether_object *obj, const char *key, int64_t *out);
+/* Record id of an object, or "(?)". */
+const char *tu_id(tether_object *obj);
+
+/* ------------------------------------------------------------ fetch recorder */
+
+typedef struct tu_fetch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t main_thread;
+    int calls;           /* all callbacks */
+    int cached;          /* CACHED callbacks */
+    int finals;          /* FINAL callbacks */
+    int order_errors;    /* a callback after FINAL, a bad phase, a CACHED error */
+    int off_main;        /* callbacks not on main_thread */
+    int task_changed;    /* callbacks with a different task pointer */
+    tether_task *task;   /* first task seen */
+    int cancel_returned; /* set by tu_fetch_cancel after tether_task_cancel returns */
+    int after_cancel_bad;/* callbacks after cancel returned other than FINAL/CANCELLED */
+    int final_status;
+    char final_message[512];
+    int cached_status;
+    size_t cached_count, final_count;
+    tether_object **cached_objs; /* copies, owned (freed by tu_fetch_destroy) */
+    tether_object **final_objs;
+    /* Optional actions inside the callback (on the first callback). */
+    tether_context *close_in_cb;   /* call tether_context_close(close_in_cb) */
+    int close_in_cb_status;
+    char close_in_cb_errmsg[256];  /* tether_errmsg() right after it */
+    tether_context *poll_in_cb;    /* call tether_context_poll(poll_in_cb, 0, NULL) */
+    int poll_in_cb_status;
+    char poll_in_cb_errmsg[256];
+    int cancel_in_cb;              /* call tether_task_cancel on the CACHED callback */
+    int cancel_in_cb_status;
+    int actions_done;
+} tu_fetch;
+
+void tu_fetch_init(tu_fetch *f);
+void tu_fetch_destroy(tu_fetch *f);
+void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *message,
+                 tether_object *const *objects, size_t count, void *userdata);
+/* Starts a fetch of `entity` with the recorder as callback. Returns the status. */
+int tu_fetch_start(tether_context *ctx, tu_fetch *f, const char *entity, const char *sort,
+                   int64_t limit, tether_cache_policy policy, tether_task **out);
+/* Cancels and marks the recorder (so later callbacks are checked). */
+int tu_fetch_cancel(tu_fetch *f, tether_task *task);
+/* THREAD mode: waits (bounded) for the FINAL callback. 1 if it came. */
+int tu_fetch_wait(tu_fetch *f, int timeout_ms);
+/* POLL mode: polls ctx until the FINAL callback ran (bounded). 1 if it came. */
+int tu_fetch_wait_poll(tu_fetch *f, tether_context *ctx, int timeout_ms);
+/* Locked snapshot helpers. */
+int tu_fetch_finals(tu_fetch *f);
+int tu_fetch_calls(tu_fetch *f);
+
+/* ------------------------------------------------------------ observer recorder */
+
+typedef struct tu_obs {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t main_thread;
+    int changes;        /* TETHER_OK callbacks */
+    int cancels;        /* TETHER_E_CANCELLED callbacks */
+    int others;         /* any other status */
+    int after_cancel;   /* callbacks after the CANCELLED one */
+    int off_main;
+    int wrong_obj;      /* callbacks for another object than `obj` */
+    int wrong_key;      /* callbacks whose key differs from `key` */
+    tether_object *obj;
+    char key[64];       /* as observed */
+    char peek_key[64];  /* attribute peeked in the callback on change */
+    int peek_status;
+    char peeked[512];   /* its text, or integer as text */
+    tether_observer *remove_in_cb; /* removed from inside its first change callback */
+    int remove_in_cb_status;
+} tu_obs;
+
+/* Prepares a recorder for `key` of `obj`; on each change the callback peeks
+ * `peek_key` (the attribute) and stores its value. */
+void tu_obs_init(tu_obs *o, tether_object *obj, const char *key, const char *peek_key);
+void tu_obs_destroy(tu_obs *o);
+void tu_obs_cb(tether_object *obj, const char *key, int status, void *userdata);
+int tu_observe(tu_obs *o, tether_observer **out);
+/* THREAD mode: waits (bounded) until changes >= n. 1 if so. */
+int tu_obs_wait_changes(tu_obs *o, int n, int timeout_ms);
+int tu_obs_wait_cancel(tu_obs *o, int timeout_ms);
+/* Locked reads. */
+int tu_obs_changes(tu_obs *o);
+int tu_obs_cancels(tu_obs *o);
+
+#endif
+
+/* ------------------------------------------------------------ proxy */
+
+/* A TCP proxy on 127.0.0.1 in front of the server of TETHER_TEST_URL, so a
+ * test can make the server unreachable (stop) or stall its answers (requests
+ * stay in flight) without touching the real server. */
+typedef struct tu_proxy tu_proxy;
+tu_proxy *tu_proxy_start(void);
+/* The server URL through the proxy: http://127.0.0.1:PORT/v1 */
+const char *tu_proxy_url(tu_proxy *p);
+/* While stalled, nothing the server sends is passed on. */
+void tu_proxy_stall(tu_proxy *p, int on);
+/* HTTP requests passed to the server so far (request lines seen). */
+int tu_proxy_requests(tu_proxy *p);
+/* Closes the listener and every connection; the URL is unreachable after. */
+void tu_proxy_stop(tu_proxy *p);
