@@ -153,12 +153,16 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
  * store's tables to it and saves the model in the store.
  *
  * Blocks for at most about opts->timeout_ms per request. If the server cannot
- * be reached and the store holds a model for this server and bucket, the
+ * be reached at all (connection refused or closed, name unknown, time-out,
+ * with not a byte of answer) and the store holds a model for this server and bucket, the
  * context opens offline from the store (TETHER_OK; see
  * tether_context_is_online). With no such store it fails with
- * TETHER_E_NETWORK. Refused credentials give TETHER_E_AUTH, an unknown bucket
- * TETHER_E_NOT_FOUND, a malformed answer TETHER_E_PROTOCOL; in each case the
- * store is left as it was.
+ * TETHER_E_NETWORK. A server that answers badly is not "offline": an answer
+ * cut short or a dropped connection gives TETHER_E_NETWORK, refused
+ * credentials TETHER_E_AUTH, an unknown bucket TETHER_E_NOT_FOUND, a
+ * malformed answer TETHER_E_PROTOCOL, a 5xx TETHER_E_SERVER. In each failure
+ * the store is left as it was (a store file this call created is removed).
+ * A store saved for another server or bucket gives TETHER_E_STORE.
  *
  * On success *out is a new context owned by the caller: close it with
  * tether_context_close. */
@@ -267,9 +271,11 @@ TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
 TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_value *out);
 
 /* get: as peek, and also starts a background refresh of the object unless
- * one is in flight or the cached value is younger than the context's
- * staleness window. Refreshes of many objects of one entity are batched into
- * few server requests. When a refresh changes a value, observers of that key
+ * the cached value is younger than the context's staleness window. At most
+ * one refresh per object is in flight: a get during one asks for a single
+ * further refresh after it, however many gets come meanwhile. Refreshes of
+ * many objects of one entity are gathered for a few milliseconds and batched
+ * into few server requests. When a refresh changes a value, observers of that key
  * are told. Returns TETHER_E_NOT_CACHED (after starting the refresh) if the
  * record is not cached yet. */
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);

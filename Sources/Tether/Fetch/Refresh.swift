@@ -10,7 +10,12 @@ extension Context {
 
     /// With the lock held.
     func scheduleRefreshLocked(_ object: ManagedObject) {
-        guard !object.refreshInFlight else { return }
+        guard !object.refreshInFlight else {
+            // The one in flight may have read the server before this get:
+            // one more follows it, however many gets come meanwhile.
+            object.refreshAgain = true
+            return
+        }
         let staleness = options.stalenessMilliseconds
         if staleness > 0 && object.record != nil && wallClockMilliseconds() - object.fetchedAt < staleness { return }
         object.refreshInFlight = true
@@ -67,7 +72,16 @@ extension Context {
                 let gone = objects.map(\.id).filter { !seen.contains($0) }
                 if (try? store.delete(ids: gone, of: entity)) != nil { markDeleted(gone, of: entity) }
             }
-            lock.withLock { objects.forEach { $0.refreshInFlight = false } }
+            lock.withLock {
+                guard !isClosedLocked else { return }
+                for object in objects {
+                    object.refreshInFlight = false
+                    if object.refreshAgain {
+                        object.refreshAgain = false
+                        scheduleRefreshLocked(object)
+                    }
+                }
+            }
         })
     }
 }

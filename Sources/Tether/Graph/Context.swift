@@ -118,7 +118,7 @@ public final class Context: @unchecked Sendable {
                                                previous: saved)
             try store.adopt(model, identity: identity)
             return (model, true)
-        } catch let error as TetherError where error.kind == .network {
+        } catch let error as TetherError where error.isUnreachable {
             guard let saved else {
                 throw TetherError(.network, "\(error.message); and the store has no model to open offline")
             }
@@ -162,6 +162,7 @@ public final class Context: @unchecked Sendable {
     }
 
     public var isClosed: Bool { lock.withLock { closed } }
+    var isClosedLocked: Bool { closed }
 
     // MARK: objects
 

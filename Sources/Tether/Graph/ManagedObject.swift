@@ -10,6 +10,7 @@ public final class ManagedObject: @unchecked Sendable {
     var fetchedAt: Int64 = 0
     var deletedOnServer = false
     var refreshInFlight = false
+    var refreshAgain = false
     var observers: [KeyObserver] = []
 
     init(context: Context, entity: Entity, id: String) {

@@ -267,8 +267,12 @@ private final class Transfer {
                 return .failure(TetherError(.protocol, "the server's answer is larger than \(HTTPEngine.maximumBodyBytes) bytes"))
             }
             let detail = errorBuffer[0] != 0 ? String(cString: errorBuffer) : String(cString: curl_easy_strerror(code))
-            let what = code == CURLE_PARTIAL_FILE ? "the server's answer was cut short" : "cannot reach the server"
-            return .failure(TetherError(.network, "\(what): \(detail)"))
+            // No answer at all: refused, unknown, timed out, or closed before a byte came back.
+            let unreachable = [CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT,
+                               CURLE_OPERATION_TIMEDOUT, CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR]
+                .contains(code) && body.isEmpty && headers.isEmpty
+            let what = unreachable ? "cannot reach the server" : "the exchange with the server failed"
+            return .failure(TetherError(.network, "\(what): \(detail)", unreachable: unreachable))
         }
         var status = 0
         _ = tether_curl_get_long(easy, CURLINFO_RESPONSE_CODE, &status)

@@ -8,10 +8,14 @@ public struct TetherError: Error, CustomStringConvertible, Sendable {
 
     public let kind: Kind
     public let message: String
+    /// A network failure before any answer: the server could not be reached
+    /// at all (as opposed to an answer cut short). Only this opens offline.
+    public let isUnreachable: Bool
 
-    public init(_ kind: Kind, _ message: String) {
+    public init(_ kind: Kind, _ message: String, unreachable: Bool = false) {
         self.kind = kind
         self.message = message
+        isUnreachable = unreachable
     }
 
     public var description: String { message }

@@ -1,0 +1,307 @@
+"""Fixtures for the tether binding tests.
+
+The tests run against a real Kinto started by the harness:
+
+    scripts/with-kinto python3 -m pytest bindings/python/tests
+
+which exports TETHER_TEST_URL (http://127.0.0.1:PORT/v1). Without it every
+test fails with a message saying so (they are never skipped silently).
+
+Fixtures:
+  kinto        a small stdlib client for the server (basic auth test:test)
+  bucket       a fresh bucket (uuid name) per test module
+  faultproxy   a scripts/faultproxy.py in front of Kinto, per test
+  wait_for     polls a condition until true or a timeout
+"""
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG_ROOT = os.path.dirname(HERE)                       # bindings/python
+REPO = os.path.dirname(os.path.dirname(PKG_ROOT))      # repository root
+if PKG_ROOT not in sys.path:
+    sys.path.insert(0, PKG_ROOT)
+
+FAULTPROXY = os.path.join(REPO, "scripts", "faultproxy.py")
+AUTH = ("test", "test")
+
+
+def _need_url():
+    url = os.environ.get("TETHER_TEST_URL")
+    if not url:
+        pytest.fail(
+            "TETHER_TEST_URL is not set: these tests need a running Kinto. Run them with "
+            "`scripts/with-kinto python3 -m pytest bindings/python/tests` (it starts Kinto "
+            "and exports TETHER_TEST_URL=http://127.0.0.1:PORT/v1).", pytrace=False)
+    return url.rstrip("/")
+
+
+class Kinto:
+    """Minimal Kinto client on urllib (basic auth test:test by default)."""
+
+    def __init__(self, url, auth=AUTH):
+        self.url = url.rstrip("/")
+        self.auth = auth
+        self.batch_max = None
+
+    def _headers(self):
+        h = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.auth:
+            tok = base64.b64encode(("%s:%s" % self.auth).encode()).decode("ascii")
+            h["Authorization"] = "Basic " + tok
+        return h
+
+    def request(self, method, path, body=None, expect_error=False):
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers=self._headers())
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                raw = r.read()
+                return json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode("utf-8", "replace")
+            if expect_error:
+                return {"status": e.code, "body": detail}
+            raise AssertionError("kinto: %s %s -> %d %s" % (method, path, e.code, detail))
+
+    def server_info(self):
+        return self.request("GET", "/")
+
+    def create_bucket(self, name=None):
+        name = name or "b" + uuid.uuid4().hex[:20]
+        self.request("PUT", "/buckets/%s" % name, {"data": {}})
+        return name
+
+    def delete_bucket(self, name):
+        self.request("DELETE", "/buckets/%s" % name, expect_error=True)
+
+    def create_collection(self, bucket, name, schema=None):
+        data = {"schema": schema} if schema is not None else {}
+        return self.request("PUT", "/buckets/%s/collections/%s" % (bucket, name),
+                            {"data": data})["data"]
+
+    def _rec(self, bucket, coll, rid):
+        return "/buckets/%s/collections/%s/records/%s" % (bucket, coll, rid)
+
+    def put_record(self, bucket, coll, rid, data):
+        return self.request("PUT", self._rec(bucket, coll, rid), {"data": data})["data"]
+
+    def patch_record(self, bucket, coll, rid, data):
+        return self.request("PATCH", self._rec(bucket, coll, rid), {"data": data})["data"]
+
+    def delete_record(self, bucket, coll, rid):
+        return self.request("DELETE", self._rec(bucket, coll, rid))
+
+    def get_record(self, bucket, coll, rid):
+        return self.request("GET", self._rec(bucket, coll, rid))["data"]
+
+    def _batch_size(self):
+        if self.batch_max is None:
+            settings = (self.server_info() or {}).get("settings") or {}
+            self.batch_max = max(1, min(25, int(settings.get("batch_max_requests") or 25)))
+        return self.batch_max
+
+    def batch(self, method, bucket, coll, records):
+        """records: list of (id, data). Sent through POST /batch in chunks."""
+        reqs = [{"method": method, "path": self._rec(bucket, coll, rid), "body": {"data": d}}
+                for rid, d in records]
+        n = self._batch_size()
+        for i in range(0, len(reqs), n):
+            res = self.request("POST", "/batch", {"requests": reqs[i:i + n]})
+            bad = [r for r in res["responses"] if r["status"] >= 400]
+            assert not bad, "batch failed: %r" % bad[:3]
+
+    def put_records(self, bucket, coll, records):
+        self.batch("PUT", bucket, coll, records)
+
+    def patch_records(self, bucket, coll, records):
+        self.batch("PATCH", bucket, coll, records)
+
+
+@pytest.fixture(scope="session")
+def kinto_url():
+    return _need_url()
+
+
+@pytest.fixture(scope="session")
+def kinto(kinto_url):
+    k = Kinto(kinto_url)
+    try:
+        k.server_info()
+    except (urllib.error.URLError, OSError) as e:
+        pytest.fail("Kinto at TETHER_TEST_URL=%s does not answer: %s" % (kinto_url, e),
+                    pytrace=False)
+    return k
+
+
+@pytest.fixture(scope="module")
+def bucket(kinto):
+    name = kinto.create_bucket()
+    yield name
+    kinto.delete_bucket(name)
+
+
+def wait_until(cond, timeout=10.0, interval=0.02, poll=None):
+    """Calls cond() until it returns true; `poll` (a Context in poll mode) is
+    polled meanwhile. Returns the last value of cond()."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v or time.monotonic() >= deadline:
+            return v
+        if poll is not None:
+            poll.poll(int(interval * 1000))
+        else:
+            time.sleep(interval)
+
+
+@pytest.fixture
+def wait_for():
+    return wait_until
+
+
+# ------------------------------------------------------------------ fault proxy
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FaultProxy:
+    """scripts/faultproxy.py in front of Kinto. `url` is the proxied /v1 root;
+    it stays the same across stop()/start()."""
+
+    def __init__(self, kinto_url):
+        u = urllib.parse.urlsplit(kinto_url)
+        self.upstream = "%s://%s" % (u.scheme, u.netloc)
+        self.prefix = u.path.rstrip("/")            # "/v1"
+        self.port = 0
+        self.proc = None
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d%s" % (self.port, self.prefix)
+
+    @property
+    def base(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def start(self):
+        if not os.path.exists(FAULTPROXY):
+            pytest.fail("scripts/faultproxy.py is missing", pytrace=False)
+        self.proc = subprocess.Popen(
+            [sys.executable, FAULTPROXY, "--upstream", self.upstream, "--port", str(self.port)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.isdigit():
+            self.proc.kill()
+            pytest.fail("faultproxy did not print its port (got %r)" % line, pytrace=False)
+        self.port = int(line)
+        # Wait until it answers.
+        wait_until(lambda: self._ping(), timeout=10)
+        return self
+
+    def _ping(self):
+        try:
+            self.state()
+            return True
+        except OSError:
+            return False
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+            self.proc.stdout.close()
+            self.proc = None
+
+    def _control(self, method, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + "/__fault__", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def set(self, mode="pass", **kw):
+        kw["mode"] = mode
+        return self._control("POST", kw)
+
+    def state(self):
+        return self._control("GET")
+
+    def reset(self):
+        return self._control("DELETE")
+
+    def log(self):
+        return self.state()["log"]
+
+
+@pytest.fixture
+def faultproxy(kinto_url):
+    p = FaultProxy(kinto_url).start()
+    yield p
+    p.stop()
+
+
+# ------------------------------------------------------------------ contexts
+
+@pytest.fixture
+def open_ctx(request):
+    """open_ctx(url, bucket, store, **kw) -> Context, closed after the test."""
+    import tether
+    made = []
+
+    def _open(url, bucket, store, **kw):
+        kw.setdefault("username", AUTH[0])
+        kw.setdefault("password", AUTH[1])
+        kw.setdefault("timeout_ms", 10000)
+        ctx = tether.Context(url, bucket, str(store), **kw)
+        made.append(ctx)
+        return ctx
+
+    yield _open
+    for c in made:
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+class Recorder:
+    """A fetch/observer callback that records its calls, thread-safely."""
+
+    def __init__(self):
+        self.calls = []
+        self.cond = threading.Condition()
+
+    def __call__(self, *args):
+        with self.cond:
+            self.calls.append(args)
+            self.cond.notify_all()
+
+    def wait(self, pred, timeout=10.0, ctx=None):
+        return wait_until(lambda: pred(self.calls), timeout=timeout, poll=ctx)
+
+
+@pytest.fixture
+def recorder():
+    return Recorder

@@ -1,0 +1,175 @@
+"""Offline use and failures: network, auth, unknown bucket, bad answers,
+server errors; the store is left intact by a failed request."""
+
+import socket
+
+import pytest
+
+import tether
+
+SCHEMA = {"type": "object", "properties": {"Name": {"type": "string"},
+                                           "Size": {"type": "integer"}}}
+N = 60
+
+
+@pytest.fixture(scope="module")
+def files(kinto, bucket):
+    kinto.create_collection(bucket, "files", SCHEMA)
+    kinto.put_records(bucket, "files", [("f%02d" % i, {"Name": "file%d" % i, "Size": i})
+                                        for i in range(N)])
+    return bucket
+
+
+def dead_url():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return "http://127.0.0.1:%d/v1" % port
+
+
+def fill(open_ctx, url, bucket, store):
+    ctx = open_ctx(url, bucket, store)
+    _, objs = ctx.fetch_wait("files")
+    assert len(objs) == N
+    ctx.close()
+
+
+def check_cache_intact(open_ctx, url, bucket, store, **kw):
+    ctx = open_ctx(url, bucket, store, **kw)
+    _, objs = ctx.fetch_wait("files", policy="cache_only", sort="Size")
+    assert [o.peek("Name") for o in objs] == ["file%d" % i for i in range(N)]
+    ctx.close()
+
+
+@pytest.mark.parametrize("how", ["stopped", "drop"])
+def test_offline_open_from_store(files, tmp_path, open_ctx, recorder, faultproxy, how):
+    store = tmp_path / "s.db"
+    fill(open_ctx, faultproxy.url, files, store)
+    if how == "stopped":
+        faultproxy.stop()                      # same URL, nobody listening
+    else:
+        faultproxy.set("drop")
+    ctx = open_ctx(faultproxy.url, files, store, timeout_ms=3000)
+    assert ctx.online is False
+    assert [e.name for e in ctx.entities] == ["files"]
+    o = ctx.object("files", "f07")
+    assert o.peek("Name") == "file7" and o.peek("Size") == 7
+    cached, final = ctx.fetch_wait("files", policy="cache_only")
+    assert cached is None and len(final) == N
+    rec = recorder()
+    t = ctx.fetch("files", callback=rec)
+    assert t.wait(15)
+    assert [c[0] for c in rec.calls] == ["cached", "final"]
+    assert len(rec.calls[0][3]) == N
+    assert rec.calls[1][1] == tether.E_NETWORK and rec.calls[1][2]
+    assert isinstance(t.error, tether.NetworkError)
+    with pytest.raises(tether.NetworkError):
+        ctx.fetch_wait("files", policy="server_only")
+
+
+def test_unreachable_without_store(files, tmp_path):
+    store = tmp_path / "none.db"
+    with pytest.raises(tether.NetworkError) as ei:
+        tether.Context(dead_url(), files, str(store), timeout_ms=3000)
+    assert ei.value.status == tether.E_NETWORK and ei.value.message
+
+
+def test_unknown_bucket(kinto_url, tmp_path):
+    store = tmp_path / "s.db"
+    for auth in (("test", "test"), (None, None)):
+        with pytest.raises(tether.NotFoundError):
+            tether.Context(kinto_url, "no-such-bucket-here", str(store),
+                           username=auth[0], password=auth[1])
+
+
+def test_refused_credentials_real(files, kinto_url, tmp_path, open_ctx):
+    """A bucket created by test:test is private to that user: another password
+    is another user (403), no credentials is 401. Both are AuthError, and the
+    store is left as it was."""
+    store = tmp_path / "s.db"
+    fill(open_ctx, kinto_url, files, store)
+    with pytest.raises(tether.AuthError):
+        tether.Context(kinto_url, files, str(store), username="test", password="wrong")
+    with pytest.raises(tether.AuthError):
+        tether.Context(kinto_url, files, str(store))
+    check_cache_intact(open_ctx, kinto_url, files, store)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_refused_credentials_injected(files, tmp_path, open_ctx, faultproxy, status):
+    store = tmp_path / "s.db"
+    fill(open_ctx, faultproxy.url, files, store)
+    faultproxy.set("status", status=status)
+    with pytest.raises(tether.AuthError):
+        tether.Context(faultproxy.url, files, str(tmp_path / "fresh.db"),
+                       username="test", password="test")
+    # a fetch refused midway: the final reports it
+    faultproxy.set("pass")
+    ctx = open_ctx(faultproxy.url, files, store)
+    faultproxy.set("status", status=status, match="/records")
+    with pytest.raises(tether.AuthError):
+        ctx.fetch_wait("files", policy="server_only")
+    faultproxy.set("pass")
+    ctx.close()
+    check_cache_intact(open_ctx, faultproxy.url, files, store)
+
+
+@pytest.mark.parametrize("mode,errors", [
+    ("malformed", (tether.ProtocolError,)),
+    ("truncate", (tether.NetworkError, tether.ProtocolError)),
+    ("status", (tether.ServerError,)),
+])
+def test_bad_answers_leave_store_intact(kinto, files, tmp_path, open_ctx, faultproxy, mode,
+                                        errors):
+    store = tmp_path / "s.db"
+    fill(open_ctx, faultproxy.url, files, store)
+    # open itself fails on a bad answer, store untouched
+    faultproxy.set(mode, status=500)
+    with pytest.raises(errors):
+        tether.Context(faultproxy.url, files, str(store), timeout_ms=5000,
+                       username="test", password="test")
+    faultproxy.set("pass")
+    check_cache_intact(open_ctx, faultproxy.url, files, store)
+    # a fetch whose answer is bad: the cache keeps the old data
+    ctx = open_ctx(faultproxy.url, files, store, timeout_ms=5000)
+    kinto.patch_record(files, "files", "f03", {"Name": "CHANGED"})
+    faultproxy.set(mode, status=500, match="/records")
+    with pytest.raises(errors):
+        ctx.fetch_wait("files", policy="server_only")
+    assert ctx.object("files", "f03").peek("Name") == "file3"
+    faultproxy.set("pass")
+    ctx.close()
+    check_cache_intact(open_ctx, faultproxy.url, files, store)
+    kinto.patch_record(files, "files", "f03", {"Name": "file3"})
+
+
+def test_server_error_midway_through_pages(kinto, files, tmp_path, open_ctx, faultproxy):
+    """A failure on the second page: the final reports it, and the first
+    page (already written, one transaction per page) stays consistent."""
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
+    faultproxy.set("status", status=503, match="_token=")
+    with pytest.raises(tether.ServerError):
+        ctx.fetch_wait("files", policy="server_only")
+    faultproxy.set("pass")
+    _, objs = ctx.fetch_wait("files", policy="server_only")
+    assert len(objs) == N
+
+
+def test_store_errors(files, kinto_url, tmp_path, open_ctx):
+    bad = tmp_path / "garbage.db"
+    bad.write_bytes(b"this is not an SQLite database" * 100)
+    with pytest.raises(tether.StoreError):
+        tether.Context(kinto_url, files, str(bad), username="test", password="test")
+    with pytest.raises(tether.StoreError):
+        tether.Context(kinto_url, files, str(tmp_path / "no" / "such" / "dir" / "s.db"),
+                       username="test", password="test")
+
+
+def test_invalid_arguments(files, kinto_url, tmp_path):
+    with pytest.raises(TypeError):
+        tether.Context(kinto_url, 42, str(tmp_path / "s.db"))
+    with pytest.raises(tether.InvalidError):
+        tether.Context("not a url", files, str(tmp_path / "s.db"))
+    with pytest.raises(tether.InvalidError):
+        tether.Context(kinto_url, b"bad\xffbucket", str(tmp_path / "s.db"))

@@ -1,0 +1,32 @@
+"""Tether: an object-graph cache for Kinto servers (ctypes binding of libtether).
+
+    import tether
+    with tether.Context("http://127.0.0.1:8888/v1", "demo", "demo.db") as ctx:
+        cached, final = ctx.fetch_wait("clients", sort="Client", limit=5)
+        c = final[0]
+        print(c.peek("Owner"), c.Owner)     # peek: cache only; attribute: get
+
+Set TETHER_LIBRARY to choose the libtether.so to load.
+"""
+
+from ._lib import path as library_path, errstr
+from ._lib import version as library_version, version_number as library_version_number
+from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
+                     InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
+                     StoreError, CancelledError, NotCachedError, BusyError, error_class)
+from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
+                     E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
+                     E_NOT_CACHED, E_BUSY)
+from .context import Attribute, Context, Entity, Object, Observer, Task, POLICIES
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Context", "Entity", "Attribute", "Object", "Observer", "Task", "POLICIES",
+    "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
+    "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
+    "CancelledError", "NotCachedError", "BusyError", "error_class",
+    "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
+    "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
+    "library_path", "library_version", "library_version_number", "errstr", "__version__",
+]

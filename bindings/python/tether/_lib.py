@@ -1,0 +1,239 @@
+"""Loading libtether.so and declaring its functions.
+
+Every C function is declared exactly once here, with argtypes, restype and
+(for the ones that return a status) an errcheck that turns a negative status
+into an exception from :mod:`tether.errors`. The message is read with
+tether_errmsg() inside the errcheck: on the same thread, right after the
+failing call, before any other tether_* call can overwrite it.
+
+The library is loaded with ctypes.CDLL, which releases the GIL for the
+duration of each call (the library's own threads call back into Python).
+"""
+
+import ctypes
+import os
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int,
+                    c_int64, c_size_t, c_uint, c_void_p)
+
+from .errors import make_error
+
+# ------------------------------------------------------------------ loading
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# bindings/python/tether/_lib.py -> repository root is three levels up.
+_REPO = os.path.abspath(os.path.join(_HERE, "..", "..", ".."))
+_LIBNAME = "libtether.so"
+
+
+def candidate_paths():
+    """The places searched for the library, in order."""
+    paths = []
+    env = os.environ.get("TETHER_LIBRARY")
+    if env:
+        paths.append(("$TETHER_LIBRARY", env))
+    paths.append(("package copy", os.path.join(_HERE, _LIBNAME)))
+    paths.append(("build folder", os.path.join(_REPO, "build", _LIBNAME)))
+    paths.append(("swift build", os.path.join(_REPO, ".build", "release", _LIBNAME)))
+    return paths
+
+
+def _load():
+    tried = []
+    for label, path in candidate_paths():
+        if label == "$TETHER_LIBRARY":
+            # An explicit choice: fail on it rather than silently use another.
+            try:
+                return ctypes.CDLL(path), path
+            except OSError as e:
+                raise ImportError(
+                    "tether: cannot load the library named by TETHER_LIBRARY=%r: %s" % (path, e)
+                ) from e
+        if not os.path.exists(path):
+            tried.append("  %s: %s (not found)" % (label, path))
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append("  %s: %s (%s)" % (label, path, e))
+    raise ImportError(
+        "tether: cannot find libtether.so. Build it (`make build` in the repository, "
+        "or `swift build -c release`) or set TETHER_LIBRARY to its path. Tried:\n"
+        + "\n".join(tried))
+
+
+lib, path = _load()
+
+# ------------------------------------------------------------------ types
+
+TYPE_NULL, TYPE_TEXT, TYPE_INTEGER, TYPE_REAL, TYPE_BOOLEAN, TYPE_JSON = range(6)
+TYPE_NAMES = {TYPE_NULL: "null", TYPE_TEXT: "text", TYPE_INTEGER: "integer",
+              TYPE_REAL: "real", TYPE_BOOLEAN: "boolean", TYPE_JSON: "json"}
+
+DELIVER_THREAD = 0
+DELIVER_POLL = 1
+
+OP_FETCH, OP_INSERT, OP_UPDATE, OP_DELETE = 1, 2, 4, 8
+ATTR_ID, ATTR_VERSION, ATTR_REQUIRED = 1, 2, 4
+
+PHASE_CACHED = 1
+PHASE_FINAL = 2
+
+POLICY_CACHE_THEN_SERVER = 0
+POLICY_CACHE_ONLY = 1
+POLICY_SERVER_ONLY = 2
+POLICY_CACHE_ELSE_SERVER = 3
+
+CONTEXT_OPTIONS_VERSION = 1
+FETCH_OPTIONS_VERSION = 1
+
+
+class tether_value(Structure):
+    _fields_ = [
+        ("type", c_int),
+        ("integer", c_int64),
+        ("real", c_double),
+        ("text", c_void_p),      # char *, owned by the value: read with string_at
+        ("length", c_size_t),
+    ]
+
+
+class tether_context_options(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("server_url", c_char_p),
+        ("bucket", c_char_p),
+        ("username", c_char_p),
+        ("password", c_char_p),
+        ("store_path", c_char_p),
+        ("delivery", c_int),
+        ("staleness_ms", c_int64),
+        ("timeout_ms", c_int64),
+    ]
+
+
+class tether_fetch_options(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("entity", c_char_p),
+        ("sort", c_char_p),
+        ("limit", c_int64),
+        ("policy", c_int),
+    ]
+
+
+# Handles are opaque pointers, passed around as c_void_p (ints in Python).
+handle = c_void_p
+
+# void (*)(tether_object *, const char *key, int status, void *userdata)
+OBSERVER_CB = CFUNCTYPE(None, c_void_p, c_char_p, c_int, c_void_p)
+# void (*)(tether_task *, tether_phase, int status, const char *message,
+#          tether_object *const *objects, size_t count, void *userdata)
+FETCH_CB = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p, POINTER(c_void_p), c_size_t, c_void_p)
+
+# ------------------------------------------------------------------ declarations
+
+
+def _status_check(result, func, args):
+    if result < 0:
+        # Read the message at once, on this thread, before anything else.
+        msg = lib.tether_errmsg()
+        raise make_error(result, msg.decode("utf-8", "replace") if msg else "",
+                         _errstr(result))
+    return result
+
+
+def _declare(name, restype, argtypes, status=True):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = argtypes
+    if status:
+        f.errcheck = _status_check
+    return f
+
+
+# Not status-returning.
+tether_version = _declare("tether_version", c_char_p, [], status=False)
+tether_version_number = _declare("tether_version_number", c_int, [], status=False)
+tether_errmsg = _declare("tether_errmsg", c_char_p, [], status=False)
+tether_errstr = _declare("tether_errstr", c_char_p, [c_int], status=False)
+tether_value_clear = _declare("tether_value_clear", None, [POINTER(tether_value)], status=False)
+
+
+def _errstr(status):
+    s = tether_errstr(status)
+    return s.decode("ascii", "replace") if s else "TETHER_E_UNKNOWN"
+
+
+# Context.
+tether_context_options_init = _declare(
+    "tether_context_options_init", c_int, [POINTER(tether_context_options), c_uint])
+tether_context_open = _declare(
+    "tether_context_open", c_int, [POINTER(tether_context_options), POINTER(c_void_p)])
+tether_context_close = _declare("tether_context_close", c_int, [c_void_p])
+tether_context_is_online = _declare("tether_context_is_online", c_int, [c_void_p, POINTER(c_int)])
+tether_context_fd = _declare("tether_context_fd", c_int, [c_void_p, POINTER(c_int)])
+tether_context_poll = _declare(
+    "tether_context_poll", c_int, [c_void_p, c_int, POINTER(c_size_t)])
+
+# Model.
+tether_context_entity_count = _declare(
+    "tether_context_entity_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_context_entity_at = _declare(
+    "tether_context_entity_at", c_int, [c_void_p, c_size_t, POINTER(c_void_p)])
+tether_context_entity = _declare(
+    "tether_context_entity", c_int, [c_void_p, c_char_p, POINTER(c_void_p)])
+tether_entity_name = _declare("tether_entity_name", c_int, [c_void_p, POINTER(c_char_p)])
+tether_entity_route = _declare("tether_entity_route", c_int, [c_void_p, POINTER(c_char_p)])
+tether_entity_operations = _declare("tether_entity_operations", c_int, [c_void_p, POINTER(c_uint)])
+tether_entity_attribute_count = _declare(
+    "tether_entity_attribute_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_entity_attribute_at = _declare(
+    "tether_entity_attribute_at", c_int,
+    [c_void_p, c_size_t, POINTER(c_char_p), POINTER(c_int), POINTER(c_int), POINTER(c_uint)])
+tether_entity_attribute_index = _declare(
+    "tether_entity_attribute_index", c_int, [c_void_p, c_char_p, POINTER(c_size_t)])
+tether_entity_attribute_index_by_code = _declare(
+    "tether_entity_attribute_index_by_code", c_int, [c_void_p, c_int, POINTER(c_size_t)])
+
+# Objects.
+tether_context_object = _declare(
+    "tether_context_object", c_int, [c_void_p, c_char_p, c_char_p, POINTER(c_void_p)])
+tether_object_entity = _declare("tether_object_entity", c_int, [c_void_p, POINTER(c_void_p)])
+tether_object_id = _declare("tether_object_id", c_int, [c_void_p, POINTER(c_char_p)])
+tether_object_version = _declare("tether_object_version", c_int, [c_void_p, POINTER(c_int64)])
+tether_object_peek = _declare(
+    "tether_object_peek", c_int, [c_void_p, c_char_p, POINTER(tether_value)])
+tether_object_get = _declare(
+    "tether_object_get", c_int, [c_void_p, c_char_p, POINTER(tether_value)])
+tether_object_peek_code = _declare(
+    "tether_object_peek_code", c_int, [c_void_p, c_int, POINTER(tether_value)])
+tether_object_get_code = _declare(
+    "tether_object_get_code", c_int, [c_void_p, c_int, POINTER(tether_value)])
+
+# Observers.
+tether_object_observe = _declare(
+    "tether_object_observe", c_int,
+    [c_void_p, c_char_p, OBSERVER_CB, c_void_p, POINTER(c_void_p)])
+tether_observer_remove = _declare("tether_observer_remove", c_int, [c_void_p])
+
+# Fetch.
+tether_fetch_options_init = _declare(
+    "tether_fetch_options_init", c_int, [POINTER(tether_fetch_options), c_uint])
+tether_fetch_start = _declare(
+    "tether_fetch_start", c_int,
+    [c_void_p, POINTER(tether_fetch_options), FETCH_CB, c_void_p, POINTER(c_void_p)])
+tether_task_cancel = _declare("tether_task_cancel", c_int, [c_void_p])
+
+
+def errstr(status):
+    """The library's constant name for a status, e.g. "TETHER_E_NETWORK"."""
+    return _errstr(status)
+
+
+def version():
+    """The version string of the loaded library."""
+    return tether_version().decode("ascii")
+
+
+def version_number():
+    return tether_version_number()

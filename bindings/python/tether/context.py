@@ -1,0 +1,814 @@
+"""Context, Entity, Attribute, Object, Observer and Task: the Python surface.
+
+Threading: in "thread" delivery the library calls back on a thread of its
+own; in "poll" delivery callbacks run inside Context.poll() on the caller's
+thread (or from an asyncio loop, see Context.attach / fetch_async).
+
+Callbacks from C go through two module-level trampolines (one CFUNCTYPE per
+callback signature, alive for the life of the process). Each request gets an
+integer token, passed to C as its userdata; the token maps to the Python
+object that handles it, in a process-wide registry and in the owning
+context's ``_pending`` dict. The entry is removed in the request's final
+callback (FINAL phase for a fetch, TETHER_E_CANCELLED for an observer), so
+the Python callable stays referenced exactly as long as C may call it, and no
+CFUNCTYPE thunk is ever freed while C could still jump into it.
+"""
+
+import asyncio
+import ctypes
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_uint, c_void_p
+from dataclasses import dataclass
+
+from . import _lib
+from .errors import (BusyError, HandleError, NotFoundError, TetherError, make_error, E_BUSY,
+                     E_CANCELLED)
+
+log = logging.getLogger("tether")
+
+PHASES = {_lib.PHASE_CACHED: "cached", _lib.PHASE_FINAL: "final"}
+
+POLICIES = {
+    "cache_then_server": _lib.POLICY_CACHE_THEN_SERVER,
+    "cache_only": _lib.POLICY_CACHE_ONLY,
+    "server_only": _lib.POLICY_SERVER_ONLY,
+    "cache_else_server": _lib.POLICY_CACHE_ELSE_SERVER,
+}
+
+DELIVERIES = {"thread": _lib.DELIVER_THREAD, "poll": _lib.DELIVER_POLL}
+
+OPERATIONS = (("fetch", _lib.OP_FETCH), ("insert", _lib.OP_INSERT),
+              ("update", _lib.OP_UPDATE), ("delete", _lib.OP_DELETE))
+
+
+# ------------------------------------------------------------------ helpers
+
+def _cstr(value, what):
+    """str -> UTF-8 bytes for C; bytes pass through unchanged (so a caller can
+    hand the library arbitrary bytes, e.g. to see it reject bad UTF-8)."""
+    if isinstance(value, bytes):
+        b = value
+    elif isinstance(value, str):
+        b = value.encode("utf-8")
+    else:
+        raise TypeError("%s must be str, not %s" % (what, type(value).__name__))
+    if b"\x00" in b:
+        raise ValueError("%s must not contain NUL characters" % what)
+    return b
+
+
+def _cstr_opt(value, what):
+    return None if value is None else _cstr(value, what)
+
+
+def _pystr(b):
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+def _convert(v):
+    """A tether_value -> a Python value. Does not clear it."""
+    t = v.type
+    if t == _lib.TYPE_NULL:
+        return None
+    if t == _lib.TYPE_TEXT:
+        return ctypes.string_at(v.text, v.length).decode("utf-8") if v.text else ""
+    if t == _lib.TYPE_INTEGER:
+        return int(v.integer)
+    if t == _lib.TYPE_REAL:
+        return float(v.real)
+    if t == _lib.TYPE_BOOLEAN:
+        return bool(v.integer)
+    if t == _lib.TYPE_JSON:
+        return json.loads(ctypes.string_at(v.text, v.length).decode("utf-8")) if v.text else None
+    raise TetherError("value of unknown type %d" % t)
+
+
+def _report(kind, callback):
+    log.exception("exception in a tether %s callback %r (ignored)", kind, callback)
+
+
+def _on_loop_thread(loop):
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _call_in_loop(loop, fn, *args):
+    """Run fn(*args) in `loop`: directly if we are on its thread, else
+    thread-safely. Silently dropped if the loop is closed."""
+    if _on_loop_thread(loop):
+        fn(*args)
+        return
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # loop closed
+        pass
+
+
+def _resolve(fut, result=None, error=None):
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
+
+
+# ------------------------------------------------------------------ callback registry
+
+_tokens = itertools.count(1)
+_registry = {}   # token -> Task | Observer
+
+
+@_lib.FETCH_CB
+def _fetch_trampoline(task, phase, status, message, objects, count, userdata):
+    try:
+        entry = _registry.get(userdata)
+        if entry is None:
+            log.warning("tether: fetch callback for unknown or finished request %r "
+                        "(phase %d, status %d)", userdata, phase, status)
+            return
+        entry._deliver(task, phase, status, message, objects, count)
+    except BaseException:  # never let anything propagate into C
+        _report("fetch", None)
+
+
+@_lib.OBSERVER_CB
+def _observer_trampoline(obj, key, status, userdata):
+    try:
+        entry = _registry.get(userdata)
+        if entry is None:
+            log.warning("tether: observer callback for unknown or removed observer %r "
+                        "(status %d)", userdata, status)
+            return
+        entry._deliver(obj, key, status)
+    except BaseException:
+        _report("observer", None)
+
+
+# ------------------------------------------------------------------ model
+
+@dataclass(frozen=True)
+class Attribute:
+    """One attribute of an entity."""
+    name: str
+    code: int
+    type: str          # "null", "text", "integer", "real", "boolean" or "json"
+    is_id: bool
+    is_version: bool
+    required: bool
+    index: int
+
+
+class Entity:
+    """A record type of the model (a Kinto collection). Read once, at first
+    use; its data stays readable after the context closes."""
+
+    def __init__(self, ctx, handle):
+        self._ctx = ctx
+        self._h = handle
+        out = c_char_p()
+        _lib.tether_entity_name(handle, byref(out))
+        self.name = _pystr(out.value)
+        _lib.tether_entity_route(handle, byref(out))
+        self.route = _pystr(out.value)
+        ops = c_uint()
+        _lib.tether_entity_operations(handle, byref(ops))
+        self.operations = frozenset(n for n, bit in OPERATIONS if ops.value & bit)
+        n = c_size_t()
+        _lib.tether_entity_attribute_count(handle, byref(n))
+        attrs = []
+        for i in range(n.value):
+            name, code, typ, flags = c_char_p(), c_int(), c_int(), c_uint()
+            _lib.tether_entity_attribute_at(handle, i, byref(name), byref(code), byref(typ),
+                                            byref(flags))
+            attrs.append(Attribute(
+                name=_pystr(name.value), code=code.value,
+                type=_lib.TYPE_NAMES.get(typ.value, "unknown(%d)" % typ.value),
+                is_id=bool(flags.value & _lib.ATTR_ID),
+                is_version=bool(flags.value & _lib.ATTR_VERSION),
+                required=bool(flags.value & _lib.ATTR_REQUIRED),
+                index=i))
+        self.attributes = attrs
+        self._names = {a.name: a for a in attrs}
+
+    def attribute(self, key):
+        """The Attribute named `key` (str) or with code `key` (int), asking the
+        library. NotFoundError if there is none."""
+        idx = c_size_t()
+        if isinstance(key, bool):
+            raise TypeError("attribute key must be str or int, not bool")
+        if isinstance(key, int):
+            _lib.tether_entity_attribute_index_by_code(self._h, key, byref(idx))
+        else:
+            _lib.tether_entity_attribute_index(self._h, _cstr(key, "attribute name"), byref(idx))
+        return self.attributes[idx.value]
+
+    @property
+    def id_attribute(self):
+        return next((a for a in self.attributes if a.is_id), None)
+
+    @property
+    def version_attribute(self):
+        return next((a for a in self.attributes if a.is_version), None)
+
+    def __repr__(self):
+        return "<tether.Entity %s (%d attributes)>" % (self.name, len(self.attributes))
+
+
+# ------------------------------------------------------------------ objects
+
+class Object:
+    """One record, uniqued per context: the same Object for the same record.
+
+    ``obj.peek(key)`` reads the cache; ``obj.get(key)`` reads the cache and
+    starts a background refresh; ``obj.Name`` is ``obj.get("Name")`` and
+    ``obj.NamePeek`` is ``obj.peek("Name")``. Keys are attribute names (str)
+    or codes (int).
+    """
+
+    def __init__(self, ctx, handle):
+        self._ctx = ctx
+        self._h = handle
+        out = c_char_p()
+        _lib.tether_object_id(handle, byref(out))
+        self.id = _pystr(out.value)
+        eh = c_void_p()
+        _lib.tether_object_entity(handle, byref(eh))
+        self.entity = ctx._entity_for(eh.value)
+
+    @property
+    def context(self):
+        return self._ctx
+
+    @property
+    def version(self):
+        """The cached server version (Kinto last_modified, ms).
+        NotCachedError if the record is not cached."""
+        out = c_int64()
+        _lib.tether_object_version(self._h, byref(out))
+        return out.value
+
+    def _read(self, key, by_name, by_code):
+        v = _lib.tether_value()
+        if isinstance(key, bool):
+            raise TypeError("key must be an attribute name (str) or code (int), not bool")
+        if isinstance(key, int):
+            call, arg = by_code, key
+        elif isinstance(key, (str, bytes)):
+            call, arg = by_name, _cstr(key, "key")
+        else:
+            raise TypeError("key must be an attribute name (str) or code (int), not %s"
+                            % type(key).__name__)
+        try:
+            call(self._h, arg, byref(v))
+            return _convert(v)
+        finally:
+            _lib.tether_value_clear(byref(v))
+
+    def peek(self, key):
+        """The cached value of `key`; never touches the network."""
+        return self._read(key, _lib.tether_object_peek, _lib.tether_object_peek_code)
+
+    def get(self, key):
+        """The cached value of `key`, and a background refresh of the object
+        (observers hear of changed values)."""
+        return self._read(key, _lib.tether_object_get, _lib.tether_object_get_code)
+
+    def to_dict(self, peek=True):
+        """Every attribute's value, by name (peek by default)."""
+        read = self.peek if peek else self.get
+        return {a.name: read(a.name) for a in self.entity.attributes}
+
+    def observe(self, key, callback):
+        """Calls callback(obj, key, status) when the value of `key` changes
+        (status 0), and once more, last, with status TETHER_E_CANCELLED (-12)
+        when the observer is removed or the context closes. `key` is a name,
+        a name + "Peek", or a code. Returns an Observer."""
+        if isinstance(key, bool) or not isinstance(key, (str, bytes, int)):
+            raise TypeError("key must be an attribute name (str) or code (int), not %s"
+                            % type(key).__name__)
+        if isinstance(key, int):
+            key = self.entity.attribute(key).name
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        return Observer(self, key, callback)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        names = self.__dict__.get("entity")
+        names = names._names if names is not None else {}
+        if name not in names and name.endswith("Peek") and name[:-4] in names:
+            return self.peek(name[:-4])
+        try:
+            return self.get(name)
+        except NotFoundError as e:
+            raise AttributeError("%s object %r has no attribute %r"
+                                 % (self.entity.name, self.id, name)) from e
+
+    def __dir__(self):
+        names = list(super().__dir__())
+        ent = self.__dict__.get("entity")
+        if ent is not None:
+            names.extend(a.name for a in ent.attributes)
+        return names
+
+    def __repr__(self):
+        ent = self.__dict__.get("entity")
+        return "<tether.Object %s/%s>" % (ent.name if ent else "?", self.__dict__.get("id"))
+
+
+class Observer:
+    """A key observation; remove() it when done (closing the context does too)."""
+
+    def __init__(self, obj, key, callback):
+        self.object = obj
+        self.key = key if isinstance(key, str) else key.decode("utf-8", "replace")
+        self.callback = callback
+        self.removed = False        # True once the final (cancelled) callback has run
+        self._final = threading.Event()
+        self._h = None
+        ctx = obj._ctx
+        self._ctx = ctx
+        self._token = next(_tokens)
+        _registry[self._token] = self
+        ctx._pending[self._token] = self
+        out = c_void_p()
+        try:
+            _lib.tether_object_observe(obj._h, _cstr(key, "key"), _observer_trampoline,
+                                       self._token, byref(out))
+        except BaseException:
+            self._unregister()
+            raise
+        self._h = out.value
+
+    def _unregister(self):
+        _registry.pop(self._token, None)
+        self._ctx._pending.pop(self._token, None)
+
+    def _deliver(self, obj_h, key, status):
+        final = status == E_CANCELLED
+        prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
+        try:
+            self.callback(self.object, _pystr(key) if key is not None else self.key, status)
+        except BaseException:
+            _report("observer", self.callback)
+        finally:
+            self._ctx._cb_thread = prev
+            if final:
+                self.removed = True
+                self._unregister()
+                self._final.set()
+
+    def remove(self):
+        """Removes the observer: its callback runs once more, with
+        TETHER_E_CANCELLED. True if removed now, False if it was already."""
+        if self.removed or self._h is None:
+            return False
+        try:
+            _lib.tether_observer_remove(self._h)
+        except HandleError:
+            return False
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+    def __repr__(self):
+        return "<tether.Observer %r on %r%s>" % (self.key, self.object,
+                                                 " removed" if self.removed else "")
+
+
+# ------------------------------------------------------------------ tasks
+
+class Task:
+    """An asynchronous fetch.
+
+    Attributes, filled as the callbacks arrive: ``cached`` (objects of the
+    cached phase, or None if there was none), ``done`` (True after the final
+    callback), ``status`` (final status, 0 ok), ``message``, ``result`` (final
+    objects when it succeeded, else None), ``error`` (the final error as a
+    TetherError, else None) and ``objects`` (the final callback's objects,
+    also on error: what the cache held).
+    """
+
+    def __init__(self, ctx, entity, callback, on_done=None):
+        self._ctx = ctx
+        self.entity = entity
+        self.callback = callback
+        self._on_done = on_done
+        self._h = None
+        self._event = threading.Event()
+        self.cached = None
+        self.done = False
+        self.status = None
+        self.message = None
+        self.result = None
+        self.error = None
+        self.objects = None
+        self._token = next(_tokens)
+
+    def _register(self):
+        _registry[self._token] = self
+        self._ctx._pending[self._token] = self
+
+    def _unregister(self):
+        _registry.pop(self._token, None)
+        self._ctx._pending.pop(self._token, None)
+
+    def _deliver(self, task_h, phase, status, message, objects, count):
+        if self._h is None and task_h:
+            self._h = task_h
+        final = phase == _lib.PHASE_FINAL
+        msg = _pystr(message) or ""
+        try:
+            objs = [self._ctx._object_for(objects[i]) for i in range(count)] if count else []
+        except BaseException as e:
+            # Could not wrap the objects (should not happen): report, go on.
+            _report("fetch (wrapping objects)", self.callback)
+            objs = []
+            if status == 0:
+                status = getattr(e, "status", -1)
+                msg = str(e)
+        try:
+            if final:
+                self.status = status
+                self.message = msg
+                self.objects = objs
+                if status == 0:
+                    self.result = objs
+                else:
+                    self.error = make_error(status, msg, _lib.errstr(status))
+            else:
+                self.cached = objs
+            if self.callback is not None:
+                prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
+                try:
+                    self.callback(PHASES.get(phase, str(phase)), status, msg, objs)
+                except BaseException:
+                    _report("fetch", self.callback)
+                finally:
+                    self._ctx._cb_thread = prev
+        finally:
+            if final:
+                self.done = True
+                self._unregister()
+                self._event.set()
+                if self._on_done is not None:
+                    try:
+                        self._on_done(self)
+                    except BaseException:
+                        _report("fetch (internal done hook)", self._on_done)
+
+    def cancel(self):
+        """Cancels the fetch: its callback runs once more, FINAL with
+        TETHER_E_CANCELLED. True if cancelled now, False if it had already
+        finished."""
+        if self.done or self._h is None:
+            return False
+        try:
+            _lib.tether_task_cancel(self._h)
+        except HandleError:
+            return False
+        return True
+
+    def wait(self, timeout=None):
+        """Waits for the final callback; True if it came. In poll mode this
+        calls Context.poll() while waiting (so do not call it from inside a
+        callback of the same context)."""
+        if self._ctx._delivery == _lib.DELIVER_POLL:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not self.done:
+                if deadline is None:
+                    ms = 1000
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    ms = max(1, min(1000, int(left * 1000)))
+                self._ctx.poll(ms)
+            return self.done
+        if self._ctx._cb_thread == threading.get_ident() and not self.done:
+            # Callbacks of a context run one at a time: waiting here would
+            # wait for ourselves.
+            raise BusyError("cannot wait for a fetch from inside a callback of its context",
+                            status=E_BUSY)
+        return self._event.wait(timeout)
+
+    def __repr__(self):
+        state = "done status=%s" % self.status if self.done else "running"
+        return "<tether.Task fetch %s %s>" % (self.entity, state)
+
+
+# ------------------------------------------------------------------ context
+
+class Context:
+    """A connection + store + object graph (tether_context)."""
+
+    def __init__(self, url, bucket, store_path, *, username=None, password=None,
+                 delivery="thread", staleness_ms=0, timeout_ms=30000):
+        if delivery not in DELIVERIES:
+            raise ValueError("delivery must be 'thread' or 'poll', not %r" % (delivery,))
+        self._h = None
+        self._closed = True
+        self._delivery = DELIVERIES[delivery]
+        self.delivery = delivery
+        self._objects = {}    # handle address -> Object
+        self._entities = {}   # handle address -> Entity
+        self._pending = {}    # token -> Task | Observer, until its final callback
+        self._lock = threading.RLock()
+        self._loop = None          # asyncio loop watching our fd (poll mode)
+        self._loop_users = 0
+        self._attached = False
+        self._cb_thread = None     # thread running one of our callbacks, if any
+        self.url = url
+        self.bucket = bucket
+        self.store_path = os.fspath(store_path)
+
+        opts = _lib.tether_context_options()
+        _lib.tether_context_options_init(byref(opts), _lib.CONTEXT_OPTIONS_VERSION)
+        # Keep the bytes alive across the open call (the struct holds pointers).
+        keep = [_cstr(url, "url"), _cstr(bucket, "bucket"), _cstr(self.store_path, "store_path"),
+                _cstr_opt(username, "username"), _cstr_opt(password, "password")]
+        opts.server_url, opts.bucket, opts.store_path, opts.username, opts.password = keep
+        opts.delivery = self._delivery
+        opts.staleness_ms = int(staleness_ms)
+        opts.timeout_ms = int(timeout_ms)
+        out = c_void_p()
+        _lib.tether_context_open(byref(opts), byref(out))
+        del keep
+        self._h = out.value
+        self._closed = False
+
+    # -- lifetime
+
+    def close(self):
+        """Closes the context: pending fetches and observers get their final
+        TETHER_E_CANCELLED callback before this returns. Idempotent. Raises
+        BusyError if called from inside one of this context's callbacks."""
+        with self._lock:
+            if self._closed:
+                return
+            loop, self._loop = self._loop, None
+            if loop is not None and self._fd_cache is not None:
+                try:
+                    if _on_loop_thread(loop):
+                        loop.remove_reader(self._fd_cache)
+                    else:
+                        loop.call_soon_threadsafe(loop.remove_reader, self._fd_cache)
+                except (RuntimeError, ValueError):
+                    pass
+            try:
+                _lib.tether_context_close(self._h)
+            except BaseException:
+                self._loop = loop
+                raise
+            self._closed = True
+            self._loop_users = 0
+            self._attached = False
+
+    _fd_cache = None
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if not self._closed:
+                self.close()
+        except BaseException:
+            pass
+
+    def __repr__(self):
+        return "<tether.Context %s bucket=%s %s>" % (
+            self.url, self.bucket, "closed" if self._closed else self.delivery)
+
+    # -- state
+
+    @property
+    def online(self):
+        """True if the context reached the server when it opened."""
+        out = c_int()
+        _lib.tether_context_is_online(self._h, byref(out))
+        return bool(out.value)
+
+    @property
+    def pending(self):
+        """How many fetches and observers still await their final callback."""
+        return len(self._pending)
+
+    # -- model
+
+    def _entity_for(self, addr):
+        ent = self._entities.get(addr)
+        if ent is None:
+            ent = self._entities.setdefault(addr, Entity(self, addr))
+        return ent
+
+    @property
+    def entities(self):
+        """Every entity of the model, sorted by name."""
+        n = c_size_t()
+        _lib.tether_context_entity_count(self._h, byref(n))
+        out = []
+        for i in range(n.value):
+            eh = c_void_p()
+            _lib.tether_context_entity_at(self._h, i, byref(eh))
+            out.append(self._entity_for(eh.value))
+        return out
+
+    def entity(self, name):
+        """The entity named `name`; NotFoundError if the model has none."""
+        eh = c_void_p()
+        _lib.tether_context_entity(self._h, _cstr(name, "entity name"), byref(eh))
+        return self._entity_for(eh.value)
+
+    # -- objects
+
+    def _object_for(self, addr):
+        obj = self._objects.get(addr)
+        if obj is None:
+            obj = self._objects.setdefault(addr, Object(self, addr))
+        return obj
+
+    def object(self, entity, id):
+        """The Object for record `id` of `entity` (a name or an Entity): the
+        same Object every time. The record need not be cached yet."""
+        if isinstance(entity, Entity):
+            entity = entity.name
+        oh = c_void_p()
+        _lib.tether_context_object(self._h, _cstr(entity, "entity"), _cstr(id, "id"), byref(oh))
+        return self._object_for(oh.value)
+
+    # -- fetch
+
+    def fetch(self, entity, *, sort=None, limit=0, policy="cache_then_server", callback=None,
+              _on_done=None):
+        """Starts a fetch; returns a Task. callback(phase, status, message,
+        objects) runs once per phase: phase "cached" then "final" for the
+        default policy. `sort` is "A,-B" or a list of names ("-" descending).
+        Validation errors (unknown entity, bad sort) raise here."""
+        if isinstance(entity, Entity):
+            entity = entity.name
+        if policy in POLICIES:
+            pol = POLICIES[policy]
+        elif isinstance(policy, int) and not isinstance(policy, bool) and policy in POLICIES.values():
+            pol = policy
+        else:
+            raise ValueError("policy must be one of %s, not %r" % (", ".join(POLICIES), policy))
+        if sort is not None and not isinstance(sort, (str, bytes)):
+            sort = ",".join(sort)
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError("limit must be an int")
+        if callback is not None and not callable(callback):
+            raise TypeError("callback must be callable")
+        opts = _lib.tether_fetch_options()
+        _lib.tether_fetch_options_init(byref(opts), _lib.FETCH_OPTIONS_VERSION)
+        keep = (_cstr(entity, "entity"), _cstr_opt(sort, "sort"))
+        opts.entity, opts.sort = keep
+        opts.limit = limit
+        opts.policy = pol
+        task = Task(self, entity if isinstance(entity, str) else _pystr(entity), callback, _on_done)
+        task._register()   # before the call: in thread mode callbacks may come first
+        out = c_void_p()
+        try:
+            _lib.tether_fetch_start(self._h, byref(opts), _fetch_trampoline, task._token, byref(out))
+        except BaseException:
+            task._unregister()
+            raise
+        if task._h is None:
+            task._h = out.value
+        return task
+
+    def fetch_wait(self, entity, *, sort=None, limit=0, policy="cache_then_server", timeout=30,
+                   callback=None):
+        """Fetches and waits: returns (cached objects or None, final objects),
+        or raises the final error. Works in both delivery modes (in poll mode
+        it polls). On timeout the fetch is cancelled and TimeoutError raised."""
+        task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback)
+        if not task.wait(timeout):
+            task.cancel()
+            task.wait(5)
+            raise TimeoutError("tether: fetch of %r did not finish in %s s" % (entity, timeout))
+        if task.error is not None:
+            raise task.error
+        return task.cached, task.result
+
+    # -- poll mode
+
+    def fileno(self):
+        """POLL mode: a descriptor readable while callbacks wait; call poll()
+        when it is. MisuseError in thread mode."""
+        out = c_int()
+        _lib.tether_context_fd(self._h, byref(out))
+        self._fd_cache = out.value
+        return out.value
+
+    def poll(self, timeout_ms=0):
+        """POLL mode: waits up to timeout_ms (0: no wait, -1: no limit), runs
+        the waiting callbacks on this thread, returns how many ran."""
+        n = c_size_t()
+        _lib.tether_context_poll(self._h, int(timeout_ms), byref(n))
+        return n.value
+
+    # -- asyncio
+
+    def _on_readable(self):
+        try:
+            if not self._closed:
+                self.poll(0)
+        except TetherError:
+            log.exception("tether: poll from the event loop failed")
+
+    def _loop_acquire(self, loop):
+        with self._lock:
+            if self._loop is None:
+                fd = self.fileno()
+                loop.add_reader(fd, self._on_readable)
+                self._loop = loop
+            elif self._loop is not loop:
+                raise RuntimeError("tether: this context is attached to another event loop")
+            self._loop_users += 1
+
+    def _loop_release(self):
+        with self._lock:
+            if self._loop_users > 0:
+                self._loop_users -= 1
+            if self._loop_users == 0 and not self._attached and self._loop is not None:
+                loop, self._loop = self._loop, None
+                if self._fd_cache is not None:
+                    _call_in_loop(loop, loop.remove_reader, self._fd_cache)
+
+    def attach(self, loop=None):
+        """POLL mode: lets an asyncio loop deliver every callback of this
+        context (fetches and observers) by adding the context's descriptor to
+        it with add_reader. Defaults to the running loop."""
+        if self._delivery != _lib.DELIVER_POLL:
+            raise RuntimeError("tether: attach() is for contexts opened with delivery='poll'")
+        loop = loop or asyncio.get_running_loop()
+        with self._lock:
+            if not self._attached:
+                self._loop_acquire(loop)
+                self._attached = True
+
+    def detach(self):
+        """Undoes attach()."""
+        with self._lock:
+            if self._attached:
+                self._attached = False
+                self._loop_release()
+
+    async def fetch_async(self, entity, *, sort=None, limit=0, policy="cache_then_server",
+                          callback=None):
+        """Fetches and returns the final objects; raises the final error (a
+        tether CancelledError if the fetch was cancelled, e.g. by close()).
+        If the awaiting asyncio task is cancelled, the fetch is cancelled too
+        and asyncio.CancelledError propagates.
+
+        POLL mode: the context's descriptor is watched with loop.add_reader
+        while the fetch runs. THREAD mode: the result comes back through
+        loop.call_soon_threadsafe."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        poll_mode = self._delivery == _lib.DELIVER_POLL
+
+        def done(task):
+            if poll_mode:
+                self._loop_release()
+            if task.error is not None:
+                _call_in_loop(loop, _resolve, fut, None, task.error)
+            else:
+                _call_in_loop(loop, _resolve, fut, task.result)
+
+        if poll_mode:
+            self._loop_acquire(loop)
+        try:
+            task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
+                              _on_done=done)
+        except BaseException:
+            if poll_mode:
+                self._loop_release()
+            raise
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if not fut.done() or fut.cancelled():
+                task.cancel()
+            raise

@@ -1,0 +1,144 @@
+"""Exceptions: one class per TETHER_E_* status, all under TetherError."""
+
+OK = 0
+E_ERROR = -1
+E_MISUSE = -2
+E_HANDLE = -3
+E_NOT_FOUND = -4
+E_TYPE = -5
+E_INVALID = -6
+E_NETWORK = -7
+E_AUTH = -8
+E_SERVER = -9
+E_PROTOCOL = -10
+E_STORE = -11
+E_CANCELLED = -12
+E_NOT_CACHED = -13
+E_BUSY = -14
+
+
+class TetherError(Exception):
+    """A failure reported by libtether.
+
+    ``status`` is the negative TETHER_E_* code, ``name`` its constant name
+    (e.g. ``"TETHER_E_NETWORK"``) and ``message`` the library's message.
+    """
+
+    status = E_ERROR
+
+    def __init__(self, message="", status=None, name=None):
+        if status is None:
+            status = type(self).status
+        self.status = status
+        self.name = name if name is not None else _default_name(status)
+        self.message = message
+        super().__init__(message)
+
+    def __str__(self):
+        if self.message:
+            return "%s (%s)" % (self.message, self.name)
+        return self.name
+
+    def __repr__(self):
+        return "%s(%r, status=%d)" % (type(self).__name__, self.message, self.status)
+
+
+class MisuseError(TetherError):
+    status = E_MISUSE
+
+
+class HandleError(TetherError):
+    status = E_HANDLE
+
+
+class NotFoundError(TetherError):
+    status = E_NOT_FOUND
+
+
+class TypeMismatchError(TetherError):
+    status = E_TYPE
+
+
+class InvalidError(TetherError):
+    status = E_INVALID
+
+
+class NetworkError(TetherError):
+    status = E_NETWORK
+
+
+class AuthError(TetherError):
+    status = E_AUTH
+
+
+class ServerError(TetherError):
+    status = E_SERVER
+
+
+class ProtocolError(TetherError):
+    status = E_PROTOCOL
+
+
+class StoreError(TetherError):
+    status = E_STORE
+
+
+class CancelledError(TetherError):
+    status = E_CANCELLED
+
+
+class NotCachedError(TetherError):
+    status = E_NOT_CACHED
+
+
+class BusyError(TetherError):
+    status = E_BUSY
+
+
+_BY_STATUS = {
+    E_ERROR: TetherError,
+    E_MISUSE: MisuseError,
+    E_HANDLE: HandleError,
+    E_NOT_FOUND: NotFoundError,
+    E_TYPE: TypeMismatchError,
+    E_INVALID: InvalidError,
+    E_NETWORK: NetworkError,
+    E_AUTH: AuthError,
+    E_SERVER: ServerError,
+    E_PROTOCOL: ProtocolError,
+    E_STORE: StoreError,
+    E_CANCELLED: CancelledError,
+    E_NOT_CACHED: NotCachedError,
+    E_BUSY: BusyError,
+}
+
+_NAMES = {
+    E_ERROR: "TETHER_E_ERROR",
+    E_MISUSE: "TETHER_E_MISUSE",
+    E_HANDLE: "TETHER_E_HANDLE",
+    E_NOT_FOUND: "TETHER_E_NOT_FOUND",
+    E_TYPE: "TETHER_E_TYPE",
+    E_INVALID: "TETHER_E_INVALID",
+    E_NETWORK: "TETHER_E_NETWORK",
+    E_AUTH: "TETHER_E_AUTH",
+    E_SERVER: "TETHER_E_SERVER",
+    E_PROTOCOL: "TETHER_E_PROTOCOL",
+    E_STORE: "TETHER_E_STORE",
+    E_CANCELLED: "TETHER_E_CANCELLED",
+    E_NOT_CACHED: "TETHER_E_NOT_CACHED",
+    E_BUSY: "TETHER_E_BUSY",
+}
+
+
+def _default_name(status):
+    return _NAMES.get(status, "TETHER_E_UNKNOWN")
+
+
+def error_class(status):
+    """The exception class for a status (TetherError for an unknown one)."""
+    return _BY_STATUS.get(status, TetherError)
+
+
+def make_error(status, message="", name=None):
+    """An exception instance for a negative status."""
+    return error_class(status)(message, status=status, name=name)
