@@ -21,6 +21,7 @@ let package = Package(
         .target(
             name: "TetherC",
             dependencies: ["Tether", "CTetherABI"],
+            exclude: ["exports.map"],  // the release link's version script (Makefile)
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         .testTarget(

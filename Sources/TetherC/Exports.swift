@@ -317,42 +317,34 @@ public func tether_object_version(_ obj: OpaquePointer?, _ out: UnsafeMutablePoi
     }
 }
 
-@_cdecl("tether_object_peek")
-public func tether_object_peek(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
+/// The four reads share their checks: the handle, then `out`, then the key.
+private func readValue(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<tether_value>?,
+                       _ read: (ManagedObject) throws -> Value) -> Int32 {
     call {
         let object = try object(obj).object
-        let key = try text(key, "key")
         guard out != nil else { throw misuse("out is NULL") }
-        try fill(out, try object.peek(key))
+        try fill(out, try read(object))
     }
+}
+
+@_cdecl("tether_object_peek")
+public func tether_object_peek(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
+    readValue(obj, out) { try $0.peek(try text(key, "key")) }
 }
 
 @_cdecl("tether_object_get")
 public func tether_object_get(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    call {
-        let object = try object(obj).object
-        let key = try text(key, "key")
-        guard out != nil else { throw misuse("out is NULL") }
-        try fill(out, try object.get(key))
-    }
+    readValue(obj, out) { try $0.get(try text(key, "key")) }
 }
 
 @_cdecl("tether_object_peek_code")
 public func tether_object_peek_code(_ obj: OpaquePointer?, _ code: Int32, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    call {
-        let object = try object(obj).object
-        guard out != nil else { throw misuse("out is NULL") }
-        try fill(out, try object.peek(code: Int(code)))
-    }
+    readValue(obj, out) { try $0.peek(code: Int(code)) }
 }
 
 @_cdecl("tether_object_get_code")
 public func tether_object_get_code(_ obj: OpaquePointer?, _ code: Int32, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    call {
-        let object = try object(obj).object
-        guard out != nil else { throw misuse("out is NULL") }
-        try fill(out, try object.get(code: Int(code)))
-    }
+    readValue(obj, out) { try $0.get(code: Int(code)) }
 }
 
 // MARK: observers

@@ -37,7 +37,7 @@ def section(n, title):
 
 
 def show_model(ctx):
-    print("connected to %s, bucket %r; online=%s; library %s"
+    print("context on %s, bucket %r: online=%s (libtether %s)"
           % (ctx.url, ctx.bucket, ctx.online, tether.library_version()))
     for ent in ctx.entities:
         print("  %s  (%s; %s)" % (ent.name, ent.route, ", ".join(sorted(ent.operations))))
@@ -70,6 +70,8 @@ async def fetch_twice(ctx):
     for c in final[:4]:
         print("      " + row(c))
     print("      ... (%d in all)" % len(final))
+    print("  again, now that the store holds them:")
+    await ctx.fetch_async("clients", sort="Client", callback=on_phase)
 
 
 async def peek_get_observe(ctx, args):
@@ -128,6 +130,8 @@ async def offline(ctx):
     print("  online = %s (opened from the store)" % ctx.online)
     c = ctx.object("clients", "alice-ws")
     print("  peek alice-ws Owner=%r Root=%r" % (c.peek("Owner"), c.peek("Root")))
+    print("  peek alice-ws Description=%r (as the last online run left it)"
+          % c.peek("Description"))
     final = await ctx.fetch_async("clients", policy="cache_only", sort="-Update", limit=3)
     print("  cache_only fetch: %s" % ", ".join(o.id for o in final))
 

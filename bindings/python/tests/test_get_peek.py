@@ -153,8 +153,9 @@ def test_record_deleted_on_server(kinto, kinto_url, things, tmp_path, open_ctx, 
     o.observe("Key", rec)
     with pytest.raises(tether.NotCachedError):
         o.get("Key")
-    # the refresh brings it in
-    assert rec.wait(lambda c: len(c) >= 1) or o.peek("Key") == "d"
+    # the refresh brings it in, and that is a change observers hear of
+    assert rec.wait(lambda c: len(c) >= 1)
+    assert rec.calls[0] == (o, "Key", 0) and o.peek("Key") == "d"
     kinto.delete_record(things, "things", "doomed")
     n = len(rec.calls)
     o.get("Key")
