@@ -31,7 +31,9 @@ build: deps $(LIB)
 $(LIB): Package.swift include/tether.h $(shell find Sources -type f)
 	$(SWIFT) build $(RELEASE_FLAGS)
 	@mkdir -p $(BUILD_DIR)
-	cp "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/libtether.so" $(LIB)
+	@# Copy, then rename: a process that has the old library mapped keeps it intact.
+	cp "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/libtether.so" $(LIB).tmp
+	mv -f $(LIB).tmp $(LIB)
 	@if ldd $(LIB) | grep -qi swift; then echo "libtether.so links Swift libraries dynamically" >&2; exit 1; fi
 
 demo: build
