@@ -119,11 +119,11 @@ public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
         options.stalenessMilliseconds = raw.staleness_ms
         options.timeoutMilliseconds = raw.timeout_ms
         let box = ContextBox(try Context.open(options))
-        let handle = Handles.shared.register(box, kind: .context, owner: 0)
+        let handle = Handles.shared.register(box, kind: .context, owner: 0).handle
         let token = Handles.token(handle)
         box.entityHandles = box.context.model.entities.map { entity in
             Handles.shared.register(entity, kind: .entity, owner: token,
-                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name))
+                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name)).handle
         }
         try output(out, handle)
     }
@@ -275,7 +275,7 @@ public func tether_entity_attribute_index_by_code(_ e: OpaquePointer?, _ code: I
 // MARK: objects
 
 private func objectHandle(_ object: ManagedObject, owner: UInt) -> OpaquePointer {
-    Handles.shared.register(object, kind: .object, owner: owner, strings: [object.id])
+    Handles.shared.register(object, kind: .object, owner: owner, strings: [object.id]).handle
 }
 
 private func object(_ pointer: OpaquePointer?) throws -> (object: ManagedObject, owner: UInt, id: UnsafeMutablePointer<CChar>) {
@@ -358,9 +358,9 @@ public func tether_object_observe(_ obj: OpaquePointer?, _ key: UnsafePointer<CC
         guard let callback else { throw misuse("callback is NULL") }
         guard out != nil else { throw misuse("out is NULL") }
         let observer = try object.makeObserver(key: key)
-        let handle = Handles.shared.register(observer, kind: .observer, owner: owner, strings: [key])
+        let (handle, strings) = Handles.shared.register(observer, kind: .observer, owner: owner, strings: [key])
         let objectPointer = objectHandle(object, owner: owner)
-        let keyPointer = try Handles.shared.resolve(handle, .observer, as: KeyObserver.self).strings[0]
+        let keyPointer = strings[0]
         do {
             try observer.activate { error in
                 callback(objectPointer, keyPointer, error.map { status(of: $0.kind) } ?? TETHER_OK, userdata)
@@ -415,7 +415,7 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
         default: throw TetherError(.invalid, "unknown cache policy \(raw.policy.rawValue)")
         }
         let task = try box.context.makeFetch(request)
-        let handle = Handles.shared.register(task, kind: .task, owner: token)
+        let handle = Handles.shared.register(task, kind: .task, owner: token).handle
         do {
             try task.start { result in
                 let handles: [OpaquePointer?] = result.objects.map { objectHandle($0, owner: token) }

@@ -42,14 +42,17 @@ final class Handles: @unchecked Sendable {
     static func token(_ pointer: OpaquePointer?) -> UInt { pointer.map { UInt(bitPattern: $0) >> 4 } ?? 0 }
 
     /// Registers `object` (once: a second call gives the first handle).
-    func register(_ object: AnyObject, kind: HandleKind, owner: UInt, strings: [String] = []) -> OpaquePointer {
+    @discardableResult
+    func register(_ object: AnyObject, kind: HandleKind, owner: UInt, strings: [String] = [])
+        -> (handle: OpaquePointer, strings: [UnsafeMutablePointer<CChar>]) {
         locked {
-            if let token = tokenByObject[ObjectIdentifier(object)] { return Self.pointer(token) }
+            if let token = tokenByObject[ObjectIdentifier(object)] { return (Self.pointer(token), entries[token]!.strings) }
             let token = nextToken
             nextToken += 1
-            entries[token] = Entry(kind: kind, object: object, owner: owner, strings: strings.map { strdup($0)! })
+            let copies = strings.map { strdup($0)! }
+            entries[token] = Entry(kind: kind, object: object, owner: owner, strings: copies)
             tokenByObject[ObjectIdentifier(object)] = token
-            return Self.pointer(token)
+            return (Self.pointer(token), copies)
         }
     }
 

@@ -61,10 +61,6 @@ public final class Entity: @unchecked Sendable {
 
     public func attributeIndex(named name: String) -> Int? { indexByName[name] }
     public func attributeIndex(code: Int) -> Int? { indexByCode[code] }
-
-    func sameShape(as other: Entity) -> Bool {
-        name == other.name && route == other.route && attributes == other.attributes && operations == other.operations
-    }
 }
 
 /// Every entity of one bucket, sorted by name.

@@ -129,10 +129,6 @@ final class HTTPEngine: @unchecked Sendable {
         if let thread { pthread_join(thread, nil) }
     }
 
-    var isEngineThread: Bool {
-        lock.withLock { thread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
-    }
-
     private func run() {
         while true {
             let (starts, cancels, jobs, dueTimers, stop) = lock.withLock { () -> ([Transfer], [TransferID], [() -> Void], [() -> Void], Bool) in

@@ -27,6 +27,8 @@ final class KintoClient: @unchecked Sendable {
 
     /// Every collection of the bucket with its metadata (schema included).
     func collections() throws -> [JSON] {
+        // The bucket first: for a missing bucket Kinto answers its collection
+        // listing with 401/403, but the bucket itself with 404.
         _ = try decode(engine.send(HTTPRequest(url: root + bucketPath)), what: "bucket \(bucket)")
         var collections: [JSON] = []
         var url: String? = root + bucketPath + "/collections"

@@ -14,8 +14,8 @@ static char bucket[128];
 
 static int seed(void)
 {
-    static char idbuf[NBIG][16], databuf[NBIG][128];
-    const char *ids[NBIG], *datas[NBIG];
+    static char idbuf[NITEMS][16], databuf[NITEMS][128];
+    const char *ids[NITEMS], *datas[NITEMS];
     int i;
     if (!tu_put_bucket(bucket) ||
         !tu_put_collection(bucket, "items",
@@ -36,14 +36,8 @@ static int seed(void)
     }
     if (!tu_put_records(bucket, "items", ids, datas, NITEMS))
         return 0;
-    for (i = 0; i < NBIG; i++) {
-        snprintf(idbuf[i], sizeof idbuf[i], "b%04d", i);
-        snprintf(databuf[i], sizeof databuf[i],
-                 "{\"n\": %d, \"text\": \"a record of the big collection, number %d\"}", i, i);
-        ids[i] = idbuf[i];
-        datas[i] = databuf[i];
-    }
-    return tu_put_records(bucket, "big", ids, datas, NBIG);
+    return tu_put_numbered(bucket, "big", "b%04d",
+                           "{\"n\": %d, \"text\": \"a record of the big collection, number %d\"}", NBIG);
 }
 
 /* 1 if the objects are sorted by integer key `key` (descending if desc). */

@@ -12,21 +12,12 @@ static char bucket[128];
 
 static int seed(void)
 {
-    static char idbuf[30][16], databuf[30][64];
-    const char *ids[30], *datas[30];
-    int i;
     if (!tu_put_bucket(bucket) ||
         !tu_put_collection(bucket, "tasks",
                            "{\"type\": \"object\", \"properties\": {"
                            "\"n\": {\"type\": \"integer\"}, \"title\": {\"type\": \"string\"}}}"))
         return 0;
-    for (i = 0; i < 30; i++) {
-        snprintf(idbuf[i], sizeof idbuf[i], "t%02d", i);
-        snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"title\": \"task %d\"}", i, i);
-        ids[i] = idbuf[i];
-        datas[i] = databuf[i];
-    }
-    return tu_put_records(bucket, "tasks", ids, datas, 30);
+    return tu_put_numbered(bucket, "tasks", "t%02d", "{\"n\": %d, \"title\": \"task %d\"}", 30);
 }
 
 static void test_batched_gets(tu_proxy *px, const char *store)
@@ -59,17 +50,7 @@ static void test_batched_gets(tu_proxy *px, const char *store)
         CHECK_OK(tu_observe(&obs[i], &ob[i]));
     }
     /* Change every title on the server, so each refresh is seen. */
-    {
-        static char idbuf[30][16], databuf[30][64];
-        const char *ids[30], *datas[30];
-        for (i = 0; i < 30; i++) {
-            snprintf(idbuf[i], sizeof idbuf[i], "t%02d", i);
-            snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"title\": \"task %d, again\"}", i, i);
-            ids[i] = idbuf[i];
-            datas[i] = databuf[i];
-        }
-        CHECK(tu_put_records(bucket, "tasks", ids, datas, 30));
-    }
+    CHECK(tu_put_numbered(bucket, "tasks", "t%02d", "{\"n\": %d, \"title\": \"task %d, again\"}", 30));
     before = tu_proxy_requests(px);
     for (i = 0; i < 30; i++) {
         tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
@@ -106,17 +87,7 @@ static void test_batched_gets(tu_proxy *px, const char *store)
     }
     tu_fetch_destroy(&f);
     /* put the titles back for the tests that follow */
-    {
-        static char idbuf[30][16], databuf[30][64];
-        const char *ids[30], *datas[30];
-        for (i = 0; i < 30; i++) {
-            snprintf(idbuf[i], sizeof idbuf[i], "t%02d", i);
-            snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"title\": \"task %d\"}", i, i);
-            ids[i] = idbuf[i];
-            datas[i] = databuf[i];
-        }
-        CHECK(tu_put_records(bucket, "tasks", ids, datas, 30));
-    }
+    CHECK(tu_put_numbered(bucket, "tasks", "t%02d", "{\"n\": %d, \"title\": \"task %d\"}", 30));
 }
 
 static void test_stalled(tu_proxy *px, const char *store)

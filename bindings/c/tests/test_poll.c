@@ -23,21 +23,12 @@ static int fd_readable(int fd, int timeout_ms)
 
 static int seed(void)
 {
-    static char idbuf[80][16], databuf[80][64];
-    const char *ids[80], *datas[80];
-    int i;
     if (!tu_put_bucket(bucket) ||
         !tu_put_collection(bucket, "notes",
                            "{\"type\": \"object\", \"properties\": {"
                            "\"n\": {\"type\": \"integer\"}, \"title\": {\"type\": \"string\"}}}"))
         return 0;
-    for (i = 0; i < 80; i++) {
-        snprintf(idbuf[i], sizeof idbuf[i], "n%02d", i);
-        snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"title\": \"note %d\"}", i, i);
-        ids[i] = idbuf[i];
-        datas[i] = databuf[i];
-    }
-    return tu_put_records(bucket, "notes", ids, datas, 80);
+    return tu_put_numbered(bucket, "notes", "n%02d", "{\"n\": %d, \"title\": \"note %d\"}", 80);
 }
 
 static void test_poll_fetch(tether_context *ctx)

@@ -346,6 +346,31 @@ int tu_delete_record(const char *bucket, const char *collection, const char *id)
     return tu_record("DELETE", bucket, collection, id, NULL);
 }
 
+int tu_put_numbered(const char *bucket, const char *collection, const char *id_format,
+                    const char *data_format, int count)
+{
+    char **ids = calloc((size_t)count, sizeof *ids), **datas = calloc((size_t)count, sizeof *datas);
+    int i, ok = ids && datas;
+    for (i = 0; ok && i < count; i++) {
+        ids[i] = malloc(64);
+        datas[i] = malloc(512);
+        ok = ids[i] && datas[i];
+        if (ok) {
+            snprintf(ids[i], 64, id_format, i);
+            snprintf(datas[i], 512, data_format, i, i);
+        }
+    }
+    if (ok)
+        ok = tu_put_records(bucket, collection, (const char *const *)ids, (const char *const *)datas, (size_t)count);
+    for (i = 0; ids && datas && i < count; i++) {
+        free(ids[i]);
+        free(datas[i]);
+    }
+    free(ids);
+    free(datas);
+    return ok;
+}
+
 int tu_put_records(const char *bucket, const char *collection, const char *const *ids,
                    const char *const *datas, size_t count)
 {

@@ -95,6 +95,10 @@ int tu_delete_record(const char *bucket, const char *collection, const char *id)
 /* PUTs many records through POST /batch (25 a request). `datas[i]` for `ids[i]`. */
 int tu_put_records(const char *bucket, const char *collection, const char *const *ids,
                    const char *const *datas, size_t count);
+/* PUTs `count` numbered records: record i has the id id_format(i) and the
+ * data data_format(i, i) (both printf formats taking ints). 1 on success. */
+int tu_put_numbered(const char *bucket, const char *collection, const char *id_format,
+                    const char *data_format, int count);
 
 /* ------------------------------------------------------------ context */
 
