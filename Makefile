@@ -45,9 +45,12 @@ test: build
 test-swift test-c test-python: build
 	scripts/with-kinto scripts/run-tests $(patsubst test-%,%,$@)
 
-bench: build
+bench: build $(BUILD_DIR)/first_peek
 	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
 	scripts/with-kinto $(VENV)/bin/python bench/run.py
+
+$(BUILD_DIR)/first_peek: bench/first_peek.c include/tether.h $(LIB)
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
 clean:
 	rm -rf .build $(BUILD_DIR) bindings/c/build .run

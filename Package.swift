@@ -16,7 +16,7 @@ let package = Package(
         .target(
             name: "Tether",
             dependencies: ["CSQLite", "CJansson", "CCurl"],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .target(
             name: "TetherC",

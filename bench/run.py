@@ -12,6 +12,7 @@ per measurement: tether, peer, ratio tether/peer. See bench/README.md.
 Exit status: 0 if every measurement ran, 1 if any failed (the table shows
 ERROR and the errors are listed below it).
 """
+import json
 import os
 import shutil
 import sqlite3
@@ -22,6 +23,8 @@ import tempfile
 import time
 import traceback
 import urllib.parse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -334,6 +337,21 @@ def m5_memory(table, url, tmp):
 
 # ------------------------------------------------------------------ main
 
+def m6_first_peek(table, url, tmp):
+    """First read of an object whose row is in the store, not in memory (C)."""
+    program = os.path.join(ROOT, "build", "first_peek")
+    store = os.path.join(tmp, "first-peek.db")
+    out = subprocess.run([program, url, BUCKET, COLLECTION, "Name", store, USER, PASSWORD], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, check=True,
+                         env=dict(os.environ, LD_LIBRARY_PATH=os.path.join(ROOT, "build")))
+    result = json.loads(out.stdout)
+    name = "6. first peek from C (row in store, not in memory; %d reads)" % result["reads"]
+    table.add(name, "%.2f us" % (result["tether_ns"] / 1000), "%.2f us (prepared SELECT)" % (result["sqlite_ns"] / 1000),
+              ratio(result["tether_ns"], result["sqlite_ns"]))
+    table.notes.append("6: object + peek + release per read, object cache 0; %d objects in memory afterwards"
+                       % result["objects_in_memory"])
+
+
 def main():
     started = time.monotonic()
     common.setup_paths()
@@ -403,6 +421,10 @@ def main():
                 m5_memory(table, url, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error("5. peak RSS growth", e)
+            try:
+                m6_first_peek(table, url, tmp)
+            except Exception as e:  # noqa: BLE001
+                table.error("6. first peek from C", e)
         con.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -27,6 +27,22 @@
  *   its callbacks at the same time.
  * - Unless a function says otherwise, it may be called from any thread,
  *   including from inside a callback.
+ *
+ * Ownership at a glance
+ * ---------------------
+ *   handle            comes from                         released by
+ *   tether_context    tether_context_open                tether_context_close
+ *   tether_object     tether_context_object,             tether_object_release (one
+ *                     tether_object_retain                 release per reference)
+ *   tether_results    a fetch callback                   tether_results_release
+ *   tether_task       tether_fetch_start                 the library, after its FINAL
+ *                                                          callback returns
+ *   tether_observer   tether_object_observe              the library, after its final
+ *                                                          (TETHER_E_CANCELLED) callback
+ *   tether_entity     the context's model                the context, when it closes
+ *   tether_value      tether_object_peek/get             tether_value_clear
+ * Closing a context releases every handle that came from it: afterwards they
+ * are dead (TETHER_E_HANDLE), and releasing one is harmless.
  */
 #ifndef TETHER_H
 #define TETHER_H
@@ -47,11 +63,11 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define TETHER_VERSION_MAJOR 0
-#define TETHER_VERSION_MINOR 1
+#define TETHER_VERSION_MINOR 2
 #define TETHER_VERSION_PATCH 0
-#define TETHER_VERSION "0.1.0"
+#define TETHER_VERSION "0.2.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH */
-#define TETHER_VERSION_NUMBER 1000
+#define TETHER_VERSION_NUMBER 2000
 
 /* The version of the library loaded at run time, as TETHER_VERSION. Static
  * string; never NULL. */
@@ -76,6 +92,7 @@ TETHER_API int tether_version_number(void);
 #define TETHER_E_CANCELLED    -12  /* the request was cancelled, or its context closed */
 #define TETHER_E_NOT_CACHED   -13  /* the record has no cached value yet */
 #define TETHER_E_BUSY         -14  /* not allowed from inside this context's callback */
+#define TETHER_E_CONFLICT     -15  /* the server's record changed since it was read */
 
 /* The last failure's message on the calling thread. Borrowed: valid until
  * the next tether_* call on this thread. Never NULL ("" after success). */
@@ -92,6 +109,7 @@ typedef struct tether_entity tether_entity;       /* a record type of the model 
 typedef struct tether_object tether_object;       /* one record, uniqued per context */
 typedef struct tether_task tether_task;           /* an asynchronous request */
 typedef struct tether_observer tether_observer;   /* a key observation */
+typedef struct tether_results tether_results;     /* the objects a fetch answered */
 
 /* ---------------------------------------------------------------- values */
 
@@ -129,7 +147,9 @@ typedef enum tether_delivery {
     TETHER_DELIVER_POLL = 1
 } tether_delivery;
 
-#define TETHER_CONTEXT_OPTIONS_VERSION 1
+/* Version 2 added object_cache_size. A version-1 struct is still accepted
+ * (its missing fields take their defaults). */
+#define TETHER_CONTEXT_OPTIONS_VERSION 2
 
 typedef struct tether_context_options {
     unsigned int version;      /* TETHER_CONTEXT_OPTIONS_VERSION */
@@ -142,6 +162,13 @@ typedef struct tether_context_options {
     int64_t staleness_ms;      /* get() skips its refresh while a value is younger
                                   than this; default 0: every get refreshes */
     int64_t timeout_ms;        /* per HTTP request; default 30000 */
+    /* since version 2 */
+    size_t object_cache_size;  /* objects no handle, result or observer holds
+                                  that the context keeps in memory anyway,
+                                  most recently used first; the rest reload
+                                  from the store on demand. Default 1024; 0
+                                  keeps only what is held; at most 1048576
+                                  (TETHER_E_INVALID above) */
 } tether_context_options;
 
 /* Fills `opts` with defaults for the given struct version. Returns
@@ -168,12 +195,16 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
  * tether_context_close. */
 TETHER_API int tether_context_open(const tether_context_options *opts, tether_context **out);
 
-/* Closes a context: cancels its tasks and observers, delivers each one's final
- * TETHER_E_CANCELLED callback (on the calling thread in POLL mode, on the
- * library's thread in THREAD mode, before returning), closes the store and
- * invalidates every handle that came from the context. NULL is a no-op that
- * returns TETHER_OK. Returns TETHER_E_BUSY if called from inside one of this
- * context's callbacks (the context stays open). */
+/* Closes a context: cancels its tasks and observers, ends every request in
+ * flight, delivers each task's and observer's final TETHER_E_CANCELLED
+ * callback (on the calling thread in POLL mode, on the library's thread in
+ * THREAD mode, before returning), closes the store, its descriptors and its
+ * threads, and invalidates every handle that came from the context: objects,
+ * results, entities, tasks, observers. A thread blocked in
+ * tether_context_poll on this context returns. Safe from any thread at any
+ * moment; calls racing it on other threads get TETHER_E_HANDLE. NULL is a
+ * no-op that returns TETHER_OK. Returns TETHER_E_BUSY if called from inside
+ * one of this context's callbacks (the context stays open). */
 TETHER_API int tether_context_close(tether_context *ctx);
 
 /* *out = 1 if the context reached the server when it opened, 0 if it opened
@@ -188,9 +219,11 @@ TETHER_API int tether_context_fd(tether_context *ctx, int *out);
 
 /* POLL mode: waits up to timeout_ms (0: do not wait, -1: no limit) for
  * callbacks, then runs every callback waiting, on the calling thread.
- * *out_delivered (may be NULL) gets how many ran. TETHER_E_MISUSE in THREAD
- * mode; TETHER_E_BUSY from inside one of this context's callbacks. Call it
- * from one thread at a time. */
+ * *out_delivered (may be NULL) gets how many ran. If another thread closes
+ * the context meanwhile, it returns at once (TETHER_OK; the closer delivers
+ * the final callbacks) and later calls give TETHER_E_HANDLE. TETHER_E_MISUSE
+ * in THREAD mode; TETHER_E_BUSY from inside one of this context's callbacks.
+ * Call it from one thread at a time. */
 TETHER_API int tether_context_poll(tether_context *ctx, int timeout_ms, size_t *out_delivered);
 
 /* ---------------------------------------------------------------- model */
@@ -246,17 +279,31 @@ TETHER_API int tether_entity_attribute_index_by_code(tether_entity *entity, int 
 
 /* ---------------------------------------------------------------- objects */
 
-/* The object for record `id` of `entity`: the same handle every time for the
- * same record in this context. The record need not be cached yet (reads then
- * give TETHER_E_NOT_CACHED until a fetch or a get brings it). Borrowed: valid
- * until the context closes. */
+/* The object for record `id` of `entity`. The record need not be cached yet
+ * (reads then give TETHER_E_NOT_CACHED until a fetch or a get brings it).
+ *
+ * Owned: *out is a new reference; release it with tether_object_release.
+ * While any reference to an object is held (by the host, a results handle or
+ * an observer), the context returns the same handle for the same record, so
+ * handles can be compared. Once the last is released the handle is dead and
+ * a later call returns a new one (handles are never reused); the record stays
+ * in the store and, for a while, in the context's object cache. */
 TETHER_API int tether_context_object(tether_context *ctx, const char *entity, const char *id,
                                      tether_object **out);
+
+/* Adds a reference to `obj` (for instance to keep an object of a results
+ * handle past its release). Each retain needs one tether_object_release. */
+TETHER_API int tether_object_retain(tether_object *obj);
+
+/* Drops one reference. When the last is gone the handle is dead. NULL is a
+ * no-op (TETHER_OK); a dead handle, or one whose context has closed, gives
+ * TETHER_E_HANDLE and does nothing else. */
+TETHER_API int tether_object_release(tether_object *obj);
 
 /* The object's entity. Borrowed: valid until the context closes. */
 TETHER_API int tether_object_entity(tether_object *obj, tether_entity **out);
 
-/* The object's record id. Borrowed: valid until the context closes. */
+/* The object's record id. Borrowed: valid while the object handle is. */
 TETHER_API int tether_object_id(tether_object *obj, const char **out);
 
 /* The cached server version of the record (Kinto last_modified, ms).
@@ -288,21 +335,29 @@ TETHER_API int tether_object_get_code(tether_object *obj, int code, tether_value
 
 /* Called with status TETHER_OK each time the observed key's value changes
  * (a refresh or fetch landed with a different value, or the record was
- * deleted on the server), and exactly once more, last, with
- * TETHER_E_CANCELLED when the observer is removed or its context closes: free
- * userdata then. `key` is the key as it was observed (borrowed for the call). */
+ * deleted on the server); with an error status (TETHER_E_NETWORK,
+ * TETHER_E_SERVER, TETHER_E_PROTOCOL...) each time a background refresh of
+ * the object failed, the cached value staying as it was; and exactly once
+ * more, last, with TETHER_E_CANCELLED when the observer is removed or its
+ * context closes: free userdata then. `obj` and `key` (the key as it was observed) are borrowed
+ * for the call; retain `obj` to keep it. An observer holds its object. */
 typedef void (*tether_observer_cb)(tether_object *obj, const char *key, int status, void *userdata);
 
 /* Observes `key` of `obj`. `key` is an attribute name, or its peek form: the
  * name followed by "Peek" (observers of "Client" and "ClientPeek" are told
- * alike). *out is the observer; it stays valid until its final callback has
- * returned. */
+ * alike). *out (may be NULL) is the observer, owned by the library: it stays
+ * valid until its final callback has returned, and then the library drops
+ * it, its callback and every reference to userdata. */
 TETHER_API int tether_object_observe(tether_object *obj, const char *key, tether_observer_cb callback,
                                      void *userdata, tether_observer **out);
 
 /* Removes an observer. After it returns, the observer's callback runs only
- * once more, with TETHER_E_CANCELLED (waiting first for a call in progress on
- * another thread to return). TETHER_E_HANDLE if it was already removed. */
+ * once more, with TETHER_E_CANCELLED. Called outside any Tether callback, it
+ * first waits for a call of this observer in progress on another thread to
+ * return; called from inside a callback it does not wait (so two callbacks
+ * removing each other's observers cannot deadlock), and the call in progress
+ * may still be running when it returns. TETHER_E_HANDLE if it was already
+ * removed. */
 TETHER_API int tether_observer_remove(tether_observer *observer);
 
 /* ---------------------------------------------------------------- fetch */
@@ -340,28 +395,65 @@ typedef struct tether_fetch_options {
 TETHER_API int tether_fetch_options_init(tether_fetch_options *opts, unsigned int version);
 
 /* Called once per phase. `status` is TETHER_OK, a TETHER_E_* error (FINAL
- * only), or TETHER_E_CANCELLED (FINAL only). `message` is "" on success.
- * `objects` (`count` of them, in result order) is borrowed for the call; the
- * objects themselves live until the context closes. On a FINAL error the
- * objects are those of the cache (possibly none). `task` is valid until the
- * FINAL callback returns. */
+ * only), or TETHER_E_CANCELLED (FINAL only). `message` is "" on success
+ * (borrowed for the call).
+ *
+ * `results` is never NULL and is owned by the callee: release it with
+ * tether_results_release, during the callback or any time later (it may
+ * outlive the task; it dies when the context closes). It holds the objects in
+ * result order; on a FINAL error, those of the cache (possibly none); when
+ * cancelled, none. `task` is valid until the FINAL callback returns. */
 typedef void (*tether_fetch_cb)(tether_task *task, tether_phase phase, int status, const char *message,
-                                tether_object *const *objects, size_t count, void *userdata);
+                                tether_results *results, void *userdata);
 
 /* Starts a fetch. Records from the server are written to the store, one
  * transaction per page, before the FINAL callback; pages are followed until
  * the end or the limit. On success *out (may be NULL) is the task: it is
- * owned by the library and stays valid until its FINAL callback returns.
+ * owned by the library, stays valid until its FINAL callback returns, and
+ * then the library drops it, its callback and every reference to userdata.
  * Validation errors (unknown entity, bad sort key) are returned here, and
  * then no callback runs. */
 TETHER_API int tether_fetch_start(tether_context *ctx, const tether_fetch_options *opts,
                                   tether_fetch_cb callback, void *userdata, tether_task **out);
 
 /* Cancels a task. After it returns, the task's callback runs only once more,
- * FINAL with TETHER_E_CANCELLED (waiting first for a callback of the task in
- * progress on another thread to return). TETHER_E_HANDLE if the task has
- * already delivered its FINAL callback. */
+ * FINAL with TETHER_E_CANCELLED; the request on the wire, if any, is
+ * abandoned. Outside any Tether callback it first waits for a callback of the
+ * task in progress on another thread to return; from inside a callback it
+ * does not wait (see tether_observer_remove). TETHER_E_HANDLE if the task
+ * was already cancelled or has delivered its FINAL callback. */
 TETHER_API int tether_task_cancel(tether_task *task);
+
+/* ---------------------------------------------------------------- results */
+
+/* The number of objects in `results`. */
+TETHER_API int tether_results_count(tether_results *results, size_t *out);
+
+/* The object at `index` (0 ≤ index < count), in result order. Borrowed:
+ * valid while `results` is; tether_object_retain it to keep it longer.
+ * TETHER_E_NOT_FOUND past the end. */
+TETHER_API int tether_results_object_at(tether_results *results, size_t index, tether_object **out);
+
+/* Releases `results` and its references to its objects. NULL is a no-op
+ * (TETHER_OK); a dead handle gives TETHER_E_HANDLE. */
+TETHER_API int tether_results_release(tether_results *results);
+
+/* ---------------------------------------------------------------- diagnostics */
+
+/* What tether_live_count counts, process-wide. */
+typedef enum tether_live {
+    TETHER_LIVE_CONTEXTS = 1,       /* contexts open or still closing */
+    TETHER_LIVE_OBJECTS = 2,        /* objects in memory, in every context */
+    TETHER_LIVE_OBJECT_HANDLES = 3, /* object handles the host holds */
+    TETHER_LIVE_RESULTS = 4,        /* results handles not yet released */
+    TETHER_LIVE_TASKS = 5,          /* fetch tasks not yet freed */
+    TETHER_LIVE_OBSERVERS = 6,      /* observers not yet freed */
+    TETHER_LIVE_THREADS = 7         /* threads the library runs */
+} tether_live;
+
+/* How many of `what` exist right now in this process, for leak checks in
+ * tests and long-running hosts. TETHER_E_INVALID for an unknown `what`. */
+TETHER_API int tether_live_count(tether_live what, int64_t *out);
 
 #ifdef __cplusplus
 }

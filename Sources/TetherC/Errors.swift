@@ -47,6 +47,7 @@ func status(of kind: TetherError.Kind) -> Int32 {
     case .cancelled: return TETHER_E_CANCELLED
     case .notCached: return TETHER_E_NOT_CACHED
     case .busy: return TETHER_E_BUSY
+    case .conflict: return TETHER_E_CONFLICT
     }
 }
 

@@ -21,6 +21,7 @@ private let statusNames: [Int32: UnsafeMutablePointer<CChar>] = ([
     TETHER_E_INVALID: "TETHER_E_INVALID", TETHER_E_NETWORK: "TETHER_E_NETWORK", TETHER_E_AUTH: "TETHER_E_AUTH",
     TETHER_E_SERVER: "TETHER_E_SERVER", TETHER_E_PROTOCOL: "TETHER_E_PROTOCOL", TETHER_E_STORE: "TETHER_E_STORE",
     TETHER_E_CANCELLED: "TETHER_E_CANCELLED", TETHER_E_NOT_CACHED: "TETHER_E_NOT_CACHED", TETHER_E_BUSY: "TETHER_E_BUSY",
+    TETHER_E_CONFLICT: "TETHER_E_CONFLICT",
 ] as [Int32: String]).mapValues { strdup($0)! }
 private let unknownStatusName = strdup("TETHER_E_UNKNOWN")!
 
@@ -74,14 +75,30 @@ private func fill(_ out: UnsafeMutablePointer<tether_value>?, _ value: Value) th
 @_cdecl("tether_context_options_init")
 public func tether_context_options_init(_ opts: UnsafeMutablePointer<tether_context_options>?, _ version: UInt32) -> Int32 {
     call {
-        guard version == TETHER_CONTEXT_OPTIONS_VERSION else { throw misuse("unknown options version \(version)") }
-        var options = tether_context_options()
-        options.version = version
-        options.delivery = TETHER_DELIVER_THREAD
-        options.staleness_ms = 0
-        options.timeout_ms = 30_000
-        try output(opts, options, "opts")
+        guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else { throw misuse("unknown options version \(version)") }
+        guard let opts else { throw misuse("opts is NULL") }
+        let defaults = defaultContextOptions(version: version)
+        // A version-1 struct is shorter: write only its fields.
+        withUnsafeBytes(of: defaults) { bytes in
+            UnsafeMutableRawPointer(opts).copyMemory(from: bytes.baseAddress!, byteCount: contextOptionsSize(version))
+        }
     }
+}
+
+private func defaultContextOptions(version: UInt32) -> tether_context_options {
+    var options = tether_context_options()
+    options.version = version
+    options.delivery = TETHER_DELIVER_THREAD
+    options.staleness_ms = 0
+    options.timeout_ms = 30_000
+    options.object_cache_size = 1024
+    return options
+}
+
+/// The bytes of a context options struct of `version`.
+private func contextOptionsSize(_ version: UInt32) -> Int {
+    version >= 2 ? MemoryLayout<tether_context_options>.size
+                 : MemoryLayout<tether_context_options>.offset(of: \tether_context_options.object_cache_size)!
 }
 
 /// A context and the handles of its model, as the boundary keeps them.
@@ -102,28 +119,33 @@ public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
     call {
         guard let opts else { throw misuse("opts is NULL") }
         guard out != nil else { throw misuse("out is NULL") }
-        let raw = opts.pointee
-        guard raw.version == TETHER_CONTEXT_OPTIONS_VERSION else {
-            throw misuse("unknown options version \(raw.version): use tether_context_options_init")
+        let version = UnsafeRawPointer(opts).load(as: UInt32.self)
+        guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else {
+            throw misuse("unknown options version \(version): use tether_context_options_init")
         }
-        var options = ContextOptions(serverURL: try text(raw.server_url, "server_url"),
-                                     bucket: try text(raw.bucket, "bucket"),
-                                     storePath: try text(raw.store_path, "store_path"))
-        options.username = try optionalText(raw.username, "username")
-        options.password = try optionalText(raw.password, "password")
+        // Read no further than the host's struct goes; later fields keep their defaults.
+        var raw = defaultContextOptions(version: version)
+        withUnsafeMutableBytes(of: &raw) { bytes in
+            bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: contextOptionsSize(version))
+        }
+        var kinto = KintoOptions(serverURL: try text(raw.server_url, "server_url"), bucket: try text(raw.bucket, "bucket"))
+        kinto.username = try optionalText(raw.username, "username")
+        kinto.password = try optionalText(raw.password, "password")
+        kinto.timeoutMilliseconds = raw.timeout_ms
+        var options = ContextOptions(storePath: try text(raw.store_path, "store_path"))
         switch raw.delivery {
         case TETHER_DELIVER_THREAD: options.delivery = .thread
         case TETHER_DELIVER_POLL: options.delivery = .poll
         default: throw TetherError(.invalid, "unknown delivery mode \(raw.delivery.rawValue)")
         }
         options.stalenessMilliseconds = raw.staleness_ms
-        options.timeoutMilliseconds = raw.timeout_ms
-        let box = ContextBox(try Context.open(options))
-        let handle = Handles.shared.register(box, kind: .context, owner: 0).handle
+        options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
+        let box = ContextBox(try Context.open(options, kinto: kinto))
+        let handle = try Handles.shared.register(box, kind: .context, owner: 0).handle
         let token = Handles.token(handle)
-        box.entityHandles = box.context.model.entities.map { entity in
-            Handles.shared.register(entity, kind: .entity, owner: token,
-                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name)).handle
+        box.entityHandles = try box.context.model.entities.map { entity in
+            try Handles.shared.register(entity, kind: .entity, owner: token,
+                                        strings: [entity.name, entity.route] + entity.attributes.map(\.name)).handle
         }
         try output(out, handle)
     }
@@ -135,7 +157,8 @@ public func tether_context_close(_ ctx: OpaquePointer?) -> Int32 {
         guard let ctx else { return }
         let (box, _) = try contextBox(ctx)
         try box.context.close()
-        Handles.shared.removeContext(ctx)
+        let held = Handles.shared.removeContext(ctx)
+        _ = held  // released here, outside the registry's lock
     }
 }
 
@@ -274,8 +297,8 @@ public func tether_entity_attribute_index_by_code(_ e: OpaquePointer?, _ code: I
 
 // MARK: objects
 
-private func objectHandle(_ object: ManagedObject, owner: UInt) -> OpaquePointer {
-    Handles.shared.register(object, kind: .object, owner: owner, strings: [object.id]).handle
+private func objectHandle(_ object: ManagedObject, owner: UInt) throws -> OpaquePointer {
+    try Handles.shared.register(object, kind: .object, owner: owner, strings: [object.id]).handle
 }
 
 private func object(_ pointer: OpaquePointer?) throws -> (object: ManagedObject, owner: UInt, id: UnsafeMutablePointer<CChar>) {
@@ -290,7 +313,20 @@ public func tether_context_object(_ ctx: OpaquePointer?, _ entityName: UnsafePoi
         let (box, token) = try contextBox(ctx)
         guard out != nil else { throw misuse("out is NULL") }
         let object = try box.context.object(entity: try text(entityName, "entity"), id: try text(id, "id"))
-        try output(out, objectHandle(object, owner: token))
+        try output(out, try objectHandle(object, owner: token))
+    }
+}
+
+@_cdecl("tether_object_retain")
+public func tether_object_retain(_ obj: OpaquePointer?) -> Int32 {
+    call { try Handles.shared.retain(obj, .object) }
+}
+
+@_cdecl("tether_object_release")
+public func tether_object_release(_ obj: OpaquePointer?) -> Int32 {
+    call {
+        guard let obj else { return }
+        try Handles.shared.release(obj, .object)
     }
 }
 
@@ -356,21 +392,30 @@ public func tether_object_observe(_ obj: OpaquePointer?, _ key: UnsafePointer<CC
         let (object, owner, _) = try object(obj)
         let key = try text(key, "key")
         guard let callback else { throw misuse("callback is NULL") }
-        guard out != nil else { throw misuse("out is NULL") }
         let observer = try object.makeObserver(key: key)
-        let (handle, strings) = Handles.shared.register(observer, kind: .observer, owner: owner, strings: [key])
-        let objectPointer = objectHandle(object, owner: owner)
-        let keyPointer = strings[0]
+        let (handle, strings) = try Handles.shared.register(observer, kind: .observer, owner: owner, strings: [key])
+        // The observer holds its object's handle, so the callback can lend it.
+        let objectPointer: OpaquePointer
         do {
-            try observer.activate { error in
-                callback(objectPointer, keyPointer, error.map { status(of: $0.kind) } ?? TETHER_OK, userdata)
-                if error != nil { Handles.shared.remove(handle) }
-            }
+            objectPointer = try objectHandle(object, owner: owner)
         } catch {
             Handles.shared.remove(handle)
             throw error
         }
-        try output(out, handle)
+        let host = HostCall(callback, userdata, handle: handle, object: objectPointer, key: strings[0])
+        do {
+            try observer.activate { error in
+                host.function(host.object, host.key, error.map { status(of: $0.kind) } ?? TETHER_OK, host.userdata)
+                guard error?.kind == .cancelled else { return }  // the final call; failed refreshes are not
+                Handles.shared.remove(host.handle)
+                _ = try? Handles.shared.release(host.object, .object)
+            }
+        } catch {
+            Handles.shared.remove(handle)
+            _ = try? Handles.shared.release(objectPointer, .object)
+            throw error
+        }
+        out?.pointee = handle
     }
 }
 
@@ -415,18 +460,22 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
         default: throw TetherError(.invalid, "unknown cache policy \(raw.policy.rawValue)")
         }
         let task = try box.context.makeFetch(request)
-        let handle = Handles.shared.register(task, kind: .task, owner: token).handle
+        let handle = try Handles.shared.register(task, kind: .task, owner: token).handle
+        let host = HostCall(callback, userdata, handle: handle)
         do {
             try task.start { result in
-                let handles: [OpaquePointer?] = result.objects.map { objectHandle($0, owner: token) }
+                // Owned by the callee: each of its objects' handles gets one reference.
+                // Finals come before close removes the context's handles, so these succeed.
+                let results = ResultsBox(result.objects.compactMap { try? objectHandle($0, owner: token) })
+                guard let resultsHandle = try? Handles.shared.register(results, kind: .results, owner: token).handle else {
+                    return
+                }
                 let phase = result.phase == .cached ? TETHER_PHASE_CACHED : TETHER_PHASE_FINAL
                 let code = result.error.map { status(of: $0.kind) } ?? TETHER_OK
                 (result.error?.message ?? "").withCString { message in
-                    handles.withUnsafeBufferPointer { objects in
-                        callback(handle, phase, code, message, objects.baseAddress, objects.count, userdata)
-                    }
+                    host.function(host.handle, phase, code, message, resultsHandle, host.userdata)
                 }
-                if result.phase == .final { Handles.shared.remove(handle) }
+                if result.phase == .final { Handles.shared.remove(host.handle) }
             }
         } catch {
             Handles.shared.remove(handle)
@@ -439,4 +488,77 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
 @_cdecl("tether_task_cancel")
 public func tether_task_cancel(_ task: OpaquePointer?) -> Int32 {
     call { try Handles.shared.resolve(task, .task, as: FetchTask.self).object.cancel() }
+}
+
+// MARK: results
+
+/// A fetch's answer as the host holds it: a reference to each object's handle.
+final class ResultsBox {
+    let objects: [OpaquePointer]
+    init(_ objects: [OpaquePointer]) { self.objects = objects }
+}
+
+@_cdecl("tether_results_count")
+public func tether_results_count(_ results: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try Handles.shared.resolve(results, .results, as: ResultsBox.self).object.objects.count) }
+}
+
+@_cdecl("tether_results_object_at")
+public func tether_results_object_at(_ results: OpaquePointer?, _ index: Int,
+                                     _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let objects = try Handles.shared.resolve(results, .results, as: ResultsBox.self).object.objects
+        guard index >= 0, index < objects.count else { throw TetherError(.notFound, "no object at index \(index)") }
+        try output(out, objects[index])
+    }
+}
+
+@_cdecl("tether_results_release")
+public func tether_results_release(_ results: OpaquePointer?) -> Int32 {
+    call {
+        guard let results else { return }
+        guard let box = try Handles.shared.release(results, .results) as? ResultsBox else { return }
+        for object in box.objects { _ = try? Handles.shared.release(object, .object) }
+    }
+}
+
+// MARK: diagnostics
+
+@_cdecl("tether_live_count")
+public func tether_live_count(_ what: tether_live, _ out: UnsafeMutablePointer<Int64>?) -> Int32 {
+    call {
+        let count: Int
+        switch what {
+        case TETHER_LIVE_CONTEXTS: count = Live.count(.contexts)
+        case TETHER_LIVE_OBJECTS: count = Live.count(.objects)
+        case TETHER_LIVE_OBJECT_HANDLES: count = Handles.shared.count(.object)
+        case TETHER_LIVE_RESULTS: count = Handles.shared.count(.results)
+        case TETHER_LIVE_TASKS: count = Live.count(.tasks)
+        case TETHER_LIVE_OBSERVERS: count = Live.count(.observers)
+        case TETHER_LIVE_THREADS: count = Live.count(.threads)
+        default: throw TetherError(.invalid, "unknown live count \(what.rawValue)")
+        }
+        try output(out, Int64(count))
+    }
+}
+
+/// A host callback with its userdata and the handles it is given, carried to
+/// the library's threads. Unchecked because they are C pointers: the header
+/// tells hosts that callbacks run there, and the handles are registry tokens,
+/// never dereferenced.
+struct HostCall<Function>: @unchecked Sendable {
+    let function: Function
+    let userdata: UnsafeMutableRawPointer?
+    let handle: OpaquePointer
+    var object: OpaquePointer? = nil
+    var key: UnsafeMutablePointer<CChar>? = nil
+
+    init(_ function: Function, _ userdata: UnsafeMutableRawPointer?, handle: OpaquePointer,
+         object: OpaquePointer? = nil, key: UnsafeMutablePointer<CChar>? = nil) {
+        self.function = function
+        self.userdata = userdata
+        self.handle = handle
+        self.object = object
+        self.key = key
+    }
 }

@@ -1,6 +1,7 @@
 import XCTest
 @testable import Tether
 
+/// What is Kinto's own: schema changes, offline by URL, unknown buckets.
 /// Against the real Kinto that scripts/with-kinto starts (TETHER_TEST_URL).
 final class ContextTests: XCTestCase {
     private var server: String!
@@ -41,88 +42,13 @@ final class ContextTests: XCTestCase {
         return response
     }
 
-    private func open(_ mode: DeliveryMode = .thread, url: String? = nil, bucket: String? = nil) throws -> Context {
-        var options = ContextOptions(serverURL: url ?? server, bucket: bucket ?? self.bucket, storePath: directory + "/store.sqlite")
+    private func open(_ mode: DeliveryMode = .thread, url: String? = nil, bucket: String? = nil,
+                      store: String = "store.sqlite") throws -> Context {
+        var kinto = KintoOptions(serverURL: url ?? server, bucket: bucket ?? self.bucket)
+        kinto.timeoutMilliseconds = 2_000
+        var options = ContextOptions(storePath: directory + "/" + store)
         options.delivery = mode
-        options.timeoutMilliseconds = 5_000
-        return try Context.open(options)
-    }
-
-    /// Runs a fetch to its final callback; returns every callback in order.
-    private func fetch(_ context: Context, _ request: FetchRequest) throws -> [FetchResult] {
-        let lock = NSCondition()
-        var results: [FetchResult] = []
-        let task = try context.makeFetch(request)
-        try task.start { result in
-            lock.lock()
-            results.append(result)
-            lock.broadcast()
-            lock.unlock()
-        }
-        lock.lock()
-        defer { lock.unlock() }
-        let deadline = Date().addingTimeInterval(15)
-        while results.last?.phase != .final {
-            XCTAssertTrue(lock.wait(until: deadline), "no final callback")
-            if Date() > deadline { break }
-        }
-        return results
-    }
-
-    func testModelFetchPagingAndUniquing() throws {
-        let context = try open()
-        defer { try? context.close() }
-        XCTAssertTrue(context.isOnline)
-        let items = try XCTUnwrap(context.model.entity(named: "items"))
-        XCTAssertEqual(items.attributes[items.attributeIndex(named: "Title")!].code, 501)
-        XCTAssertEqual(items.operations, .all, "the bucket's creator may do everything")
-
-        var request = FetchRequest(entity: "items")
-        request.sort = "-Rank"
-        let first = try fetch(context, request)
-        XCTAssertEqual(first.map(\.phase), [.cached, .final])
-        XCTAssertEqual(first[0].objects.count, 0)
-        XCTAssertNil(first[1].error)
-        XCTAssertEqual(first[1].objects.count, 120, "all pages followed (the server pages by 50)")
-        XCTAssertEqual(try first[1].objects.first?.peek("Rank"), .integer(119))
-
-        let second = try fetch(context, request)
-        XCTAssertEqual(second[0].objects.count, 120, "the cache answers first")
-        XCTAssertTrue(second[0].objects[0] === first[1].objects[0], "one object per record")
-        XCTAssertTrue(try context.object(entity: "items", id: "i119") === first[1].objects[0])
-
-        request.limit = 7
-        request.policy = .serverOnly
-        let limited = try fetch(context, request)
-        XCTAssertEqual(limited.count, 1)
-        XCTAssertEqual(limited[0].objects.count, 7)
-    }
-
-    func testGetRefreshesAndTellsObserversOfBothForms() throws {
-        let context = try open()
-        defer { try? context.close() }
-        _ = try fetch(context, FetchRequest(entity: "items"))
-        let object = try context.object(entity: "items", id: "i3")
-        let changed = NSCondition()
-        var told: [String] = []
-        for key in ["Title", "TitlePeek"] {
-            let observer = try object.makeObserver(key: key)
-            try observer.activate { error in
-                changed.lock()
-                if error == nil { told.append(key) }
-                changed.broadcast()
-                changed.unlock()
-            }
-        }
-        try send("PATCH", "/buckets/\(bucket!)/collections/items/records/i3", #"{"data": {"Title": "renamed"}}"#)
-        XCTAssertEqual(try object.peek("Title"), .text("item 3"), "peek does not touch the network")
-        XCTAssertEqual(try object.get("Title"), .text("item 3"), "get answers from the cache at once")
-        changed.lock()
-        let deadline = Date().addingTimeInterval(10)
-        while told.count < 2 && changed.wait(until: deadline) {}
-        changed.unlock()
-        XCTAssertEqual(Set(told), ["Title", "TitlePeek"])
-        XCTAssertEqual(try object.peek("Title"), .text("renamed"))
+        return try Context.open(options, kinto: kinto)
     }
 
     func testModelChangesOnTheServerMigrateTheStore() throws {
@@ -149,9 +75,7 @@ final class ContextTests: XCTestCase {
         try open().close()
         // Nothing listens on port 9 of the loopback: the server is unreachable.
         let offlineURL = "http://127.0.0.1:9/v1"
-        var options = ContextOptions(serverURL: offlineURL, bucket: bucket, storePath: directory + "/fresh.sqlite")
-        options.timeoutMilliseconds = 2_000
-        XCTAssertThrowsError(try Context.open(options)) { error in
+        XCTAssertThrowsError(try open(url: offlineURL, store: "fresh.sqlite")) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .network, "no store, no server: a clear network error")
         }
         XCTAssertThrowsError(try open(url: offlineURL)) { error in
@@ -166,20 +90,5 @@ final class ContextTests: XCTestCase {
         let context = try open()
         XCTAssertTrue(context.isOnline)
         try context.close()
-    }
-
-    func testCancelDeliversOneFinalCancelled() throws {
-        let context = try open(.poll)
-        defer { try? context.close() }
-        let task = try context.makeFetch(FetchRequest(entity: "items"))
-        var phases: [(FetchPhase, TetherError.Kind?)] = []
-        try task.start { phases.append(($0.phase, $0.error?.kind)) }
-        try task.cancel()
-        let deadline = Date().addingTimeInterval(3)
-        while Date() < deadline { _ = try context.poll(timeoutMilliseconds: 50) }
-        XCTAssertEqual(phases.count, 1)
-        XCTAssertEqual(phases.first?.0, .final)
-        XCTAssertEqual(phases.first?.1, .cancelled)
-        XCTAssertThrowsError(try task.cancel()) { XCTAssertEqual(($0 as? TetherError)?.kind, .closed) }
     }
 }

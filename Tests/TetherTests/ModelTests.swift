@@ -6,6 +6,12 @@ final class ModelTests: XCTestCase {
         try JSON.parse("{\"id\": \"\(id)\", \"last_modified\": 1, \"schema\": \(schema)}")
     }
 
+    /// The model of Kinto collections, through the Kinto adapter's specs.
+    private func model(_ collections: [JSON], previous: Model? = nil) throws -> Model {
+        try ModelBuilder.build(specs: collections.map { try KintoConnection.spec(from: $0, bucket: "b", operations: .all) },
+                               previous: previous)
+    }
+
     func testTypesFlagsAndExplicitCodes() throws {
         let schema = """
         {"type": "object", "required": ["Client"], "properties": {
@@ -20,8 +26,7 @@ final class ModelTests: XCTestCase {
           "Robert\\"); DROP TABLE x;--": {"type": "string"}
         }}
         """
-        let model = try ModelBuilder.build(bucket: "b", collections: [collection("clients", schema)],
-                                           operations: { _ in .all }, previous: nil)
+        let model = try model([collection("clients", schema)])
         let clients = try XCTUnwrap(model.entity(named: "clients"))
         XCTAssertEqual(clients.route, "/buckets/b/collections/clients/records")
         XCTAssertEqual(clients.attributes.map(\.name), ["id", "last_modified", "Client", "Update", "Ratio", "Locked", "Options", "Maybe", "Either"])
@@ -43,16 +48,13 @@ final class ModelTests: XCTestCase {
     }
 
     func testCodesStayStableAndRemovedCodesAreNotReused() throws {
-        let first = try ModelBuilder.build(
-            bucket: "b", collections: [collection("jobs", #"{"properties": {"A": {"type": "string"}, "B": {"type": "string"}}}"#)],
-            operations: { _ in .all }, previous: nil)
+        let first = try model([collection("jobs", #"{"properties": {"A": {"type": "string"}, "B": {"type": "string"}}}"#)])
         let jobs1 = first.entity(named: "jobs")!
         let codeA = jobs1.attributes[jobs1.attributeIndex(named: "A")!].code
         let codeB = jobs1.attributes[jobs1.attributeIndex(named: "B")!].code
         // B removed, C added before A: A keeps its code, C does not take B's.
-        let second = try ModelBuilder.build(
-            bucket: "b", collections: [collection("jobs", #"{"properties": {"C": {"type": "string"}, "A": {"type": "string"}}}"#)],
-            operations: { _ in .all }, previous: ModelCoding.decode(ModelCoding.encode(first)))
+        let second = try model([collection("jobs", #"{"properties": {"C": {"type": "string"}, "A": {"type": "string"}}}"#)],
+                               previous: ModelCoding.decode(ModelCoding.encode(first)))
         let jobs2 = second.entity(named: "jobs")!
         XCTAssertEqual(jobs2.attributes[jobs2.attributeIndex(named: "A")!].code, codeA)
         let codeC = jobs2.attributes[jobs2.attributeIndex(named: "C")!].code
@@ -60,9 +62,24 @@ final class ModelTests: XCTestCase {
         XCTAssertNotEqual(codeC, codeA)
     }
 
+    /// 0.1 trapped on these (issue 7, case 1): codes are C ints at the
+    /// boundary, so one out of range is not taken and a fitting one is chosen.
+    func testExplicitCodesOutOfRangeAreNotTaken() throws {
+        let schema = """
+        {"properties": {"Huge": {"type": "string", "x-tether-code": 9223372036854775807},
+                        "Wide": {"type": "string", "x-tether-code": 2147483653},
+                        "Top": {"type": "string", "x-tether-code": 2147483647},
+                        "Next": {"type": "string"}}}
+        """
+        let entity = try XCTUnwrap(model([collection("big", schema)]).entity(named: "big"))
+        let codes = entity.attributes.map(\.code)
+        XCTAssertTrue(codes.allSatisfy { (1...Int(Int32.max)).contains($0) }, "\(codes)")
+        XCTAssertEqual(Set(codes).count, codes.count)
+        XCTAssertEqual(entity.attributes[entity.attributeIndex(named: "Top")!].code, Int(Int32.max))
+    }
+
     func testInvalidCollectionIdIsAProtocolError() throws {
-        XCTAssertThrowsError(try ModelBuilder.build(bucket: "b", collections: [collection("x\\\"y", "{}")],
-                                                    operations: { _ in .all }, previous: nil)) { error in
+        XCTAssertThrowsError(try model([collection("x\\\"y", "{}")])) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .protocol)
         }
     }

@@ -14,8 +14,9 @@ final class StoreTests: XCTestCase {
     }
 
     private func model(_ properties: String, previous: Model? = nil) throws -> Model {
-        try ModelBuilder.build(bucket: "b", collections: [JSON.parse(#"{"id": "users", "schema": {"properties": \#(properties)}}"#)],
-                               operations: { _ in .all }, previous: previous)
+        try ModelBuilder.build(specs: [KintoConnection.spec(from: JSON.parse(#"{"id": "users", "schema": {"properties": \#(properties)}}"#),
+                                                            bucket: "b", operations: .all)],
+                               previous: previous)
     }
 
     func testRecordsRoundTripWithMisfitsAndExtraFields() throws {
@@ -24,7 +25,7 @@ final class StoreTests: XCTestCase {
         try store.adopt(model, identity: "test")
         let users = model.entity(named: "users")!
         let json = try JSON.parse(#"{"id": "u1", "last_modified": 5, "Name": 42, "Age": 7, "Tags": ["a"], "Other": {"x": 1}}"#)
-        try store.upsert([Record(entity: users, json: json)], of: users, fetchedAt: 10)
+        try store.upsert([Record(entity: users, fields: json.objectValue!)], of: users, fetchedAt: 10)
         let row = try XCTUnwrap(store.load(users, id: "u1"))
         func value(_ name: String) -> Value { row.record.values[users.attributeIndex(named: name)!] }
         XCTAssertEqual(value("Name"), .json("42"), "a value of another type than the spec's is kept as JSON")
@@ -35,13 +36,31 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(row.fetchedAt, 10)
     }
 
+    /// 0.1 bound text by C string and cut it at U+0000 (issue 7, case 6).
+    func testTextHoldingNULSurvivesAReopen() throws {
+        let path = directory + "/nul.sqlite"
+        let model = try model(#"{"Name": {"type": "string"}}"#)
+        let users = model.entity(named: "users")!
+        do {
+            let store = try Store(path: path)
+            try store.adopt(model, identity: "test")
+            try store.upsert([Record(entity: users, fields: [("id", .string("u\u{0}1")), ("Name", .string("a\u{0}b"))])],
+                             of: users, fetchedAt: 1)
+            store.close()
+        }
+        let reopened = try Store(path: path)
+        let row = try XCTUnwrap(reopened.load(users, id: "u\u{0}1"), "an id holding U+0000 finds its row")
+        XCTAssertEqual(row.record.values[users.attributeIndex(named: "Name")!], .text("a\u{0}b"))
+        XCTAssertNil(try reopened.load(users, id: "u"), "and is not cut short either")
+    }
+
     func testMigrationAddsAndDropsColumnsAndKeepsRows() throws {
         let path = directory + "/m.sqlite"
         let store = try Store(path: path)
         let first = try model(#"{"Name": {"type": "string"}, "Gone": {"type": "string"}}"#)
         try store.adopt(first, identity: "test")
         let users1 = first.entity(named: "users")!
-        try store.upsert([Record(entity: users1, json: JSON.parse(#"{"id": "u1", "Name": "Ann", "Gone": "x"}"#))],
+        try store.upsert([Record(entity: users1, fields: JSON.parse(#"{"id": "u1", "Name": "Ann", "Gone": "x"}"#).objectValue!)],
                          of: users1, fetchedAt: 10)
         let second = try model(#"{"Name": {"type": "string"}, "New": {"type": "integer"}}"#, previous: first)
         try store.adopt(second, identity: "test")

@@ -7,7 +7,8 @@
  *
  * 1. connect and print the model built from the collections' schemas
  * 2. an asynchronous fetch answering twice (cache, then server), delivered on
- *    this thread through tether_context_poll (POLL mode, a poll() loop)
+ *    this thread through tether_context_poll (POLL mode, a poll() loop); each
+ *    callback owns a results handle and releases it
  * 3. peek vs get: the record is changed on the server behind Tether's back
  *    (libcurl PATCH); peek keeps the cached value, get returns it at once and
  *    refreshes, observers of "Description" and "DescriptionPeek" are told
@@ -245,12 +246,16 @@ static void fetch_state_destroy(fetch_state *f)
     pthread_mutex_destroy(&f->mu);
 }
 
+/* The results handle is ours: read what we need, then release it (here,
+ * inside the callback; it could also be kept and released later). */
 static void on_fetch(tether_task *task, tether_phase phase, int status, const char *message,
-                     tether_object *const *objects, size_t count, void *userdata)
+                     tether_results *results, void *userdata)
 {
     fetch_state *f = userdata;
-    size_t i;
+    tether_object *obj = NULL;
+    size_t i, count = 0;
     (void)task;
+    failed(tether_results_count(results, &count), "tether_results_count");
     pthread_mutex_lock(&f->mu);
     f->calls++;
     {
@@ -258,7 +263,8 @@ static void on_fetch(tether_task *task, tether_phase phase, int status, const ch
                phase == TETHER_PHASE_CACHED ? "CACHED" : "FINAL ", now_ms() - f->t0,
                tether_errstr(status), count, message && *message ? ": " : "", message ? message : "");
         for (i = 0; i < count && i < 4; i++)
-            print_change_row(objects[i]);
+            if (!failed(tether_results_object_at(results, i, &obj), "tether_results_object_at"))
+                print_change_row(obj);
         if (count > 4)
             printf("      ... %zu more\n", count - 4);
     }
@@ -269,11 +275,15 @@ static void on_fetch(tether_task *task, tether_phase phase, int status, const ch
         f->finals++;
         f->final_status = status;
         f->final_count = count;
-        if (count > 0 && tether_object_id(objects[0], &id) == TETHER_OK)
+        /* The id is borrowed from the object, which dies with the results:
+         * copy it. */
+        if (count > 0 && tether_results_object_at(results, 0, &obj) == TETHER_OK &&
+            tether_object_id(obj, &id) == TETHER_OK)
             snprintf(f->first_id, sizeof f->first_id, "%s", id);
     }
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
+    failed(tether_results_release(results), "tether_results_release");
 }
 
 static int start_fetch(tether_context *ctx, fetch_state *f, const char *entity, const char *sort,
@@ -422,11 +432,14 @@ static void section_peek_get(tether_context *ctx, const char *id)
     struct timespec dl;
 
     printf("\n== 3. peek vs get on changes/%s (THREAD delivery)\n", id);
+    /* A reference of our own: released at the end. */
     if (failed(tether_context_object(ctx, "changes", id, &obj), "tether_context_object"))
         return;
     t0 = now_us();
-    if (failed(tether_object_peek(obj, "Description", &v), "peek Description"))
+    if (failed(tether_object_peek(obj, "Description", &v), "peek Description")) {
+        tether_object_release(obj);
         return;
+    }
     printf("  peek(Description) = \"%s\"  (cache, no network, %" PRId64 " us)\n", show(&v, buf, sizeof buf),
            now_us() - t0);
     tether_value_clear(&v);
@@ -435,6 +448,7 @@ static void section_peek_get(tether_context *ctx, const char *id)
     if (!patch_description(id, text)) {
         fprintf(stderr, "  ! could not change the record on the server\n");
         g_failures++;
+        tether_object_release(obj);
         return;
     }
     printf("  peek(Description) = \"%s\"  (still the cached value)\n",
@@ -479,6 +493,7 @@ static void section_peek_get(tether_context *ctx, const char *id)
     pthread_mutex_unlock(&os.mu);
     o1 = o2 = NULL;
 out:
+    failed(tether_object_release(obj), "tether_object_release");
     pthread_cond_destroy(&os.cv);
     pthread_mutex_destroy(&os.mu);
 }
@@ -535,9 +550,11 @@ static void section_offline(tether_context *ctx)
     if (id[0]) {
         tether_object *obj = NULL;
         char buf[160];
-        if (!failed(tether_context_object(ctx, "changes", id, &obj), "tether_context_object"))
+        if (!failed(tether_context_object(ctx, "changes", id, &obj), "tether_context_object")) {
             printf("  peek(changes/%s, Description) = \"%s\"\n", id,
                    peek_str(obj, "Description", buf, sizeof buf));
+            failed(tether_object_release(obj), "tether_object_release");
+        }
     }
 
     printf("  CACHE_THEN_SERVER fetch of changes sorted by -Change, limit 20:\n");

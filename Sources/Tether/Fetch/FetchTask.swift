@@ -1,3 +1,5 @@
+import Synchronization
+
 public enum CachePolicy: Sendable {
     case cacheThenServer, cacheOnly, serverOnly, cacheElseServer
 }
@@ -16,23 +18,44 @@ public struct FetchRequest: Sendable {
 }
 
 /// One callback of a fetch. On a final error, `objects` are the cache's.
-public struct FetchResult {
+public struct FetchResult: Sendable {
     public let phase: FetchPhase
     public let error: TetherError?
     public let objects: [ManagedObject]
 }
 
 /// An asynchronous fetch: answers from the cache, then from the server, and
-/// ends in exactly one final callback.
-public final class FetchTask: Subscription, @unchecked Sendable {
+/// ends in exactly one final callback. After that the library keeps no
+/// reference to it, its callback, or its results.
+///
+/// Its life is one state machine (`Machine.State`), changed under its lock
+/// by events from the worker, the network and the host (cancel); each event
+/// returns what to do, done outside the lock.
+public final class FetchTask: Sendable {
     public let request: FetchRequest
     let entity: Entity
     private let sort: [(index: Int, descending: Bool)]
-    private unowned let context: Context
-    private var callback: ((FetchResult) -> Void)?
-    /// The listing in flight, set on the engine thread, read by `cancel`.
-    private let listingLock = Lock()
-    private var listing: ListingHandle?
+    private let context: Context
+    private let machine = Mutex(Machine())
+
+    private struct Machine {
+        enum State {
+            case idle
+            /// Working; `remote` is the server request on the wire, if any.
+            case running(remote: (any Cancellable)?)
+            /// The final callback is posted (or the cancellation is).
+            case done
+        }
+        var state = State.idle
+        var subscription: Delivery.SubscriptionID?
+        var callback: (@Sendable (FetchResult) -> Void)?
+        /// The server phase so far.
+        var results: [ManagedObject] = []
+        var received: Int64 = 0
+        var startedAt: Int64 = 0
+        /// The cache's answer, for a final error of CACHE_THEN_SERVER.
+        var cached: [ManagedObject]?
+    }
 
     init(context: Context, request: FetchRequest) throws {
         guard let entity = context.model.entity(named: request.entity) else {
@@ -40,7 +63,8 @@ public final class FetchTask: Subscription, @unchecked Sendable {
         }
         guard request.limit >= 0 else { throw TetherError(.invalid, "limit cannot be negative") }
         var sort: [(index: Int, descending: Bool)] = []
-        for part in (request.sort ?? "").split(separator: ",", omittingEmptySubsequences: false) where !(request.sort ?? "").isEmpty {
+        let sortText = request.sort ?? ""
+        for part in sortText.split(separator: ",", omittingEmptySubsequences: false) where !sortText.isEmpty {
             let descending = part.hasPrefix("-")
             let name = String(descending ? part.dropFirst() : part[...])
             guard let index = entity.attributeIndex(named: name) else {
@@ -52,47 +76,118 @@ public final class FetchTask: Subscription, @unchecked Sendable {
         self.entity = entity
         self.sort = sort
         self.context = context
-        super.init(delivery: context.delivery)
+        Live.tasks.add(1, ordering: .relaxed)
     }
+
+    deinit { Live.tasks.subtract(1, ordering: .relaxed) }
 
     /// Starts the fetch; `callback` runs once per phase.
-    public func start(_ callback: @escaping (FetchResult) -> Void) throws {
-        self.callback = callback
-        try context.register(self)
-        context.engine.perform { [self] in run() }
+    public func start(_ callback: @escaping @Sendable (FetchResult) -> Void) throws {
+        try machine.withLock { machine in
+            guard case .idle = machine.state else { throw TetherError(.misuse, "the fetch has already started") }
+            machine.callback = callback
+        }
+        let id = try context.subscribe(
+            cancel: { [self] id in try? cancel(id) },
+            deliverCancellation: { [self] in deliver(FetchResult(phase: .final, error: .cancelled, objects: [])) },
+            finished: { [self] in machine.withLock { $0.callback = nil } })
+        let started = machine.withLock { machine -> Bool in
+            machine.subscription = id
+            guard case .idle = machine.state else { return false }
+            machine.state = .running(remote: nil)
+            return true
+        }
+        if started { context.worker.async { [self] in run() } }
     }
 
+    /// Cancels; afterwards only the final cancelled callback can arrive.
+    /// Fails with `.closed` if the fetch was cancelled or has finished.
     public func cancel() throws {
-        try cancelSubscription()
-        if let listing = listingLock.withLock({ listing }) { context.client.cancel(listing) }
+        guard let id = machine.withLock({ $0.subscription }) else {
+            throw TetherError(.closed, "the fetch has not started")
+        }
+        try cancel(id)
     }
 
-    override func deliverCancellation() {
-        callback?(FetchResult(phase: .final, error: .cancelled, objects: []))
+    private func cancel(_ id: Delivery.SubscriptionID) throws {
+        try context.delivery.cancel(id)
+        let remote = machine.withLock { machine -> (any Cancellable)? in
+            defer {
+                machine.state = .done
+                machine.results = []
+                machine.cached = nil
+            }
+            if case .running(let remote) = machine.state { return remote }
+            return nil
+        }
+        remote?.cancel()
     }
 
-    // MARK: on the engine thread
+    private var isRunning: Bool {
+        machine.withLock { if case .running = $0.state { return true } else { return false } }
+    }
+
+    private func deliver(_ result: FetchResult) {
+        let callback = machine.withLock { $0.callback }
+        callback?(result)
+    }
+
+    private func post(_ phase: FetchPhase, _ error: TetherError?, _ objects: [ManagedObject]) {
+        guard let id = machine.withLock({ $0.subscription }) else { return }
+        let kind: Delivery.Kind = phase == .final ? .final : .update
+        context.delivery.post(kind, to: id) { [self] in deliver(FetchResult(phase: phase, error: error, objects: objects)) }
+    }
+
+    /// Event: the fetch ends with `error` (nil: success). Only the first end counts.
+    private func finish(_ error: TetherError?, _ objects: [ManagedObject]) {
+        let first = machine.withLock { machine -> Bool in
+            switch machine.state {
+            case .running:
+                machine.state = .done
+                machine.results = []
+                machine.cached = nil
+                return true
+            case .done:
+                return false  // cancelled meanwhile: the cancellation is the final
+            case .idle:
+                assertionFailure("a fetch finished before it started")
+                return false
+            }
+        }
+        if first { post(.final, error, objects) }
+    }
+
+    /// Event: a server request left; remember it for cancel.
+    private func sent(_ remote: any Cancellable) {
+        let cancelledMeanwhile = machine.withLock { machine -> Bool in
+            guard case .running = machine.state else { return true }
+            machine.state = .running(remote: remote)
+            return false
+        }
+        if cancelledMeanwhile { remote.cancel() }
+    }
+
+    // MARK: on the worker
 
     private func run() {
-        guard !isCancelled else { return }
+        guard isRunning else { return }
         do {
             switch request.policy {
             case .cacheOnly:
                 finish(nil, try readCache())
             case .cacheThenServer:
                 let cached = try readCache()
-                delivery.post(update: self) { [self] in callback?(FetchResult(phase: .cached, error: nil, objects: cached)) }
-                fetchFromServer(fallback: cached)
+                machine.withLock { $0.cached = cached }
+                post(.cached, nil, cached)
+                fetchFromServer()
             case .serverOnly:
-                fetchFromServer(fallback: nil)
+                fetchFromServer()
             case .cacheElseServer:
                 let cached = try readCache()
-                if cached.isEmpty { fetchFromServer(fallback: cached) } else { finish(nil, cached) }
+                if cached.isEmpty { fetchFromServer() } else { finish(nil, cached) }
             }
-        } catch let error as TetherError {
-            finish(error, [])
         } catch {
-            finish(TetherError(.internal, "\(error)"), [])
+            finish(TetherError.wrap(error), [])
         }
     }
 
@@ -100,41 +195,54 @@ public final class FetchTask: Subscription, @unchecked Sendable {
         context.adopt(try context.store.query(entity, sort: sort, limit: request.limit), of: entity)
     }
 
-    private func fetchFromServer(fallback: [ManagedObject]?) {
-        var query: [(String, String)] = []
-        if let sortText = request.sort, !sortText.isEmpty { query.append(("_sort", sortText)) }
-        if request.limit > 0 { query.append(("_limit", String(request.limit))) }
-        let startedAt = wallClockMilliseconds()
-        var results: [ManagedObject] = []
-        let listing = context.client.listRecords(route: entity.route, query: query, maximum: request.limit, page: { [self] page in
-            guard !isCancelled else { throw TetherError.cancelled }
-            let records = try page.map { try Record(entity: entity, json: $0) }
-            let now = wallClockMilliseconds()
-            try context.store.upsert(records, of: entity, fetchedAt: now)
-            results += context.merge(records, of: entity, fetchedAt: now)
-        }, done: { [self] outcome in
-            switch outcome {
-            case .success:
-                if request.limit == 0 {
-                    // A complete listing: what it did not include is gone from the server.
-                    do {
-                        context.markDeleted(try context.store.deleteRows(of: entity, fetchedBefore: startedAt), of: entity)
-                    } catch let error as TetherError {
-                        return finish(error, results)
-                    } catch {}
-                }
-                finish(nil, request.limit > 0 ? Array(results.prefix(Int(request.limit))) : results)
-            case .failure(let error):
-                finish(error, (try? fallback ?? readCache()) ?? [])
-            }
-        })
-        listingLock.withLock { self.listing = listing }
-        // A cancel that came before the assignment did not see the listing.
-        if isCancelled { context.client.cancel(listing) }
+    private func fetchFromServer() {
+        machine.withLock { $0.startedAt = wallClockMilliseconds() }
+        requestPage(nil)
     }
 
-    private func finish(_ error: TetherError?, _ objects: [ManagedObject]) {
-        delivery.post(final: self) { [self] in callback?(FetchResult(phase: .final, error: error, objects: objects)) }
+    private func requestPage(_ cursor: PageCursor?) {
+        var page = PageRequest(spec: entity.spec)
+        page.sort = sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
+        page.limit = request.limit
+        page.cursor = cursor
+        let remote = context.connection.page(page) { [self] result in
+            // On the network thread: with no limit to watch, the next page
+            // leaves now, while this one is decoded and stored on the worker.
+            if case .success(let answer) = result, let next = answer.next, request.limit == 0, isRunning {
+                requestPage(next)
+            }
+            context.worker.async { [self] in receive(result) }
+        }
+        sent(remote)
+    }
+
+    private func receive(_ result: Result<Page, TetherError>) {
+        guard isRunning else { return }
+        do {
+            let page = try result.get()
+            let records = try page.decode().map { try Record(entity: entity, fields: $0) }
+            let now = wallClockMilliseconds()
+            try context.store.upsert(records, of: entity, fetchedAt: now)
+            let objects = context.merge(records, of: entity, fetchedAt: now)
+            let received = machine.withLock { machine -> Int64 in
+                machine.results += objects
+                machine.received += Int64(records.count)
+                return machine.received
+            }
+            if let next = page.next {
+                if request.limit == 0 { return }  // already requested
+                if received < request.limit { return requestPage(next) }
+            }
+            let (results, startedAt) = machine.withLock { ($0.results, $0.startedAt) }
+            if request.limit == 0 {
+                // A complete listing: what it did not include is gone from the server.
+                context.markDeleted(try context.store.deleteRows(of: entity, fetchedBefore: startedAt), of: entity)
+            }
+            finish(nil, request.limit > 0 ? Array(results.prefix(Int(request.limit))) : results)
+        } catch {
+            let fallback = machine.withLock { $0.cached }
+            finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? [])
+        }
     }
 }
 
@@ -142,7 +250,7 @@ extension Context {
     /// A fetch, validated but not started, so a caller can keep a reference
     /// before any callback can run.
     public func makeFetch(_ request: FetchRequest) throws -> FetchTask {
-        try lock.withLock { try checkOpen() }
+        try checkOpen()
         return try FetchTask(context: self, request: request)
     }
 }

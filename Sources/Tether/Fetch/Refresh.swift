@@ -1,87 +1,104 @@
 /// Background refreshes started by `get`. Requests from a burst of gets are
-/// gathered for a moment and sent as one listing per entity and chunk of ids.
+/// gathered for a moment and sent as few requests per entity as the
+/// connection's batches allow.
 extension Context {
     /// A burst of gets is gathered until it pauses this long...
     static let refreshGatherMilliseconds: Int64 = 5
     /// ...or has been gathering this long.
     static let refreshGatherLimitMilliseconds: Int64 = 50
-    /// Each id costs about its length in the URL and in Kinto's Next-Page header.
-    static let refreshChunkSize = 100
 
-    /// With the lock held.
-    func scheduleRefreshLocked(_ object: ManagedObject) {
-        guard !object.refreshInFlight else {
-            // The one in flight may have read the server before this get:
-            // one more follows it, however many gets come meanwhile.
-            object.refreshAgain = true
-            return
-        }
+    func scheduleRefresh(_ object: ManagedObject) {
         let staleness = options.stalenessMilliseconds
-        if staleness > 0 && object.record != nil && wallClockMilliseconds() - object.fetchedAt < staleness { return }
-        object.refreshInFlight = true
-        pendingRefreshes[object.entity.name, default: []].append(object)
-        let now = MonotonicTime.now()
-        lastRefreshRequest = now
-        if !refreshScheduled {
-            refreshScheduled = true
-            refreshGatherStart = now
-            engine.perform(afterMilliseconds: Self.refreshGatherMilliseconds) { [unowned self] in sendRefreshes() }
+        let wanted = object.state.withLock { state -> Bool in
+            guard !state.refreshInFlight else {
+                // The one in flight may have read the server before this get:
+                // one more follows it, however many gets come meanwhile.
+                state.refreshAgain = true
+                return false
+            }
+            if staleness > 0 && state.record != nil && wallClockMilliseconds() - state.fetchedAt < staleness {
+                return false
+            }
+            state.refreshInFlight = true
+            return true
         }
+        guard wanted else { return }
+        let schedule = graph.withLock { graph -> Bool in
+            guard !graph.closed else { return false }
+            graph.pendingRefreshes[object.entity.index, default: []].append(object)
+            let now = MonotonicTime.now()
+            graph.lastRefreshRequest = now
+            guard !graph.refreshScheduled else { return false }
+            graph.refreshScheduled = true
+            graph.refreshGatherStart = now
+            return true
+        }
+        if schedule { worker.async(afterMilliseconds: Self.refreshGatherMilliseconds) { [self] in sendRefreshes() } }
     }
 
-    /// On the engine thread.
+    /// On the worker.
     private func sendRefreshes() {
-        let batches: [String: [ManagedObject]]? = lock.withLock {
+        let batches = graph.withLock { graph -> [Int: [ManagedObject]]? in
             let now = MonotonicTime.now()
-            if now.milliseconds(since: lastRefreshRequest) < Self.refreshGatherMilliseconds,
-               now.milliseconds(since: refreshGatherStart) < Self.refreshGatherLimitMilliseconds {
-                // Still arriving: gather a little longer.
-                engine.perform(afterMilliseconds: Self.refreshGatherMilliseconds) { [unowned self] in sendRefreshes() }
-                return nil
+            if now.milliseconds(since: graph.lastRefreshRequest) < Self.refreshGatherMilliseconds,
+               now.milliseconds(since: graph.refreshGatherStart) < Self.refreshGatherLimitMilliseconds {
+                return nil  // still arriving: gather a little longer
             }
             defer {
-                pendingRefreshes = [:]
-                refreshScheduled = false
+                graph.pendingRefreshes = [:]
+                graph.refreshScheduled = false
             }
-            return pendingRefreshes
+            return graph.pendingRefreshes
         }
-        guard let batches else { return }
-        for (name, objects) in batches {
-            guard let entity = model.entity(named: name) else { continue }
-            var start = 0
-            while start < objects.count {
-                let chunk = Array(objects[start..<min(start + Self.refreshChunkSize, objects.count)])
-                start += Self.refreshChunkSize
-                refresh(chunk, of: entity)
+        guard let batches else {
+            worker.async(afterMilliseconds: Self.refreshGatherMilliseconds) { [self] in sendRefreshes() }
+            return
+        }
+        for (index, objects) in batches {
+            let entity = model.entities[index]
+            let byID = Dictionary(objects.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+            for ids in connection.idBatches(Array(byID.keys)) {
+                refresh(ids.compactMap { byID[$0] }, of: entity, cursor: nil, seen: [])
             }
         }
     }
 
-    private func refresh(_ objects: [ManagedObject], of entity: Entity) {
-        var seen = Set<String>()
-        let ids = objects.map(\.id).joined(separator: ",")
-        _ = client.listRecords(route: entity.route, query: [("in_id", ids)], maximum: 0, page: { [unowned self] page in
-            let records = try page.map { try Record(entity: entity, json: $0) }
+    /// Asks for one page of these objects' records; on the worker.
+    private func refresh(_ objects: [ManagedObject], of entity: Entity, cursor: PageCursor?, seen: Set<String>) {
+        _ = connection.records(entity.spec, ids: objects.map(\.id), cursor: cursor) { [self] result in
+            worker.async { [self] in refreshed(objects, of: entity, result, seen: seen) }
+        }
+    }
+
+    private func refreshed(_ objects: [ManagedObject], of entity: Entity, _ result: Result<Page, TetherError>,
+                           seen: Set<String>) {
+        var seen = seen
+        do {
+            let page = try result.get()
+            let records = try page.decode().map { try Record(entity: entity, fields: $0) }
             let now = wallClockMilliseconds()
             try store.upsert(records, of: entity, fetchedAt: now)
             _ = merge(records, of: entity, fetchedAt: now)
             seen.formUnion(records.map(\.id))
-        }, done: { [unowned self] outcome in
-            // A failed refresh leaves the cache as it was; the next get tries again.
-            if case .success = outcome {
-                let gone = objects.map(\.id).filter { !seen.contains($0) }
-                if (try? store.delete(ids: gone, of: entity)) != nil { markDeleted(gone, of: entity) }
+            if let next = page.next { return refresh(objects, of: entity, cursor: next, seen: seen) }
+            let gone = objects.map(\.id).filter { !seen.contains($0) }
+            try store.delete(ids: gone, of: entity)
+            markDeleted(gone, of: entity)
+        } catch {
+            // The cache stays as it was and the next get tries again; the
+            // observers hear why this one failed, unless the context is closing.
+            let failure = TetherError.wrap(error)
+            if failure.kind != .cancelled && !isClosed {
+                for object in objects { object.state.withLock { $0.observers }.forEach { $0.notifyFailed(failure) } }
             }
-            lock.withLock {
-                guard !isClosedLocked else { return }
-                for object in objects {
-                    object.refreshInFlight = false
-                    if object.refreshAgain {
-                        object.refreshAgain = false
-                        scheduleRefreshLocked(object)
-                    }
-                }
+        }
+        for object in objects {
+            let again = object.state.withLock { state -> Bool in
+                state.refreshInFlight = false
+                defer { state.refreshAgain = false }
+                return state.refreshAgain
             }
-        })
+            if again && !isClosed { scheduleRefresh(object) }
+        }
     }
 }

@@ -1,122 +1,149 @@
 import Glibc
+import Synchronization
 
-/// What a context needs to open.
+/// What a context needs besides its connection.
 public struct ContextOptions: Sendable {
-    public var serverURL: String
-    public var bucket: String
-    public var username: String?
-    public var password: String?
     public var storePath: String
     public var delivery: DeliveryMode = .thread
     /// `get` skips its refresh while a value is younger than this.
     public var stalenessMilliseconds: Int64 = 0
-    public var timeoutMilliseconds: Int64 = 30_000
+    /// Objects nothing holds that the context keeps in memory anyway, most
+    /// recently used first; the rest reload from the store on demand.
+    public var objectCacheSize = 1024
+    /// The cache is allocated up front: a larger size is refused, not attempted.
+    public static let maximumObjectCacheSize = 1 << 20
 
-    public init(serverURL: String, bucket: String, storePath: String) {
-        self.serverURL = serverURL
-        self.bucket = bucket
-        self.storePath = storePath
-    }
+    public init(storePath: String) { self.storePath = storePath }
 }
 
-/// The object graph a program works in: the model, the store, the server, and
-/// one object per record.
-public final class Context: @unchecked Sendable {
+/// The object graph a program works in: the model, the store, the
+/// connection, and one object per record among those in memory.
+///
+/// Threads: the connection's own for the network; `worker` for store
+/// writes, merges and timers; `delivery` for host callbacks. A context holds
+/// only objects something holds (the host, results, observers, refreshes in
+/// flight) plus a bounded cache of recent ones.
+public final class Context: Sendable {
     public let model: Model
     /// False when the server was unreachable at open and the model came from the store.
     public let isOnline: Bool
     let options: ContextOptions
     let store: Store
-    let client: KintoClient
-    let engine: HTTPEngine
+    let connection: any Connection
+    let worker: WorkQueue
     let delivery: Delivery
+    let graph: Mutex<Graph>
+    private let closed = Atomic<Bool>(false)
 
-    /// Guards the graph: objects, their state, live subscriptions.
-    let lock = Lock()
-    private var closed = false
-    private var objects: [String: [String: ManagedObject]] = [:]
-    private var live: [ObjectIdentifier: Subscription] = [:]
-    var pendingRefreshes: [String: [ManagedObject]] = [:]
-    var refreshScheduled = false
-    var refreshGatherStart = MonotonicTime.now()
-    var lastRefreshRequest = MonotonicTime.now()
+    struct Graph {
+        var closed = false
+        /// Uniquing: each entity's objects in memory, by id. Entries of
+        /// objects gone are swept when the table has doubled since the last sweep.
+        var objects: [[String: WeakObject]]
+        var entries = 0
+        var sweepAt = Graph.minimumSweep
+        /// The recently used objects the context keeps alive: a ring.
+        var recent: [ManagedObject?]
+        var recentNext = 0
+        /// How to cancel each live task and observer, for close.
+        var subscriptions: [Delivery.SubscriptionID: @Sendable () -> Void] = [:]
+        var pendingRefreshes: [Int: [ManagedObject]] = [:]
+        var refreshScheduled = false
+        var refreshGatherStart = MonotonicTime.now()
+        var lastRefreshRequest = MonotonicTime.now()
 
-    private init(model: Model, isOnline: Bool, options: ContextOptions, store: Store, client: KintoClient,
-                 engine: HTTPEngine, delivery: Delivery) {
+        static let minimumSweep = 1024
+
+        init(entities: Int, cacheSize: Int) {
+            objects = Array(repeating: [:], count: entities)
+            recent = Array(repeating: nil, count: cacheSize)
+        }
+
+        mutating func remember(_ object: ManagedObject) {
+            guard !recent.isEmpty else { return }
+            recent[recentNext] = object
+            recentNext = (recentNext + 1) % recent.count
+        }
+
+        mutating func sweepIfDue() {
+            guard entries >= sweepAt else { return }
+            entries = 0
+            for index in objects.indices {
+                objects[index] = objects[index].filter { $0.value.object != nil }
+                entries += objects[index].count
+            }
+            sweepAt = max(Graph.minimumSweep, entries * 2)
+        }
+    }
+
+    struct WeakObject {
+        weak var object: ManagedObject?
+    }
+
+    private init(model: Model, isOnline: Bool, options: ContextOptions, store: Store, connection: any Connection,
+                 delivery: Delivery) {
         self.model = model
         self.isOnline = isOnline
         self.options = options
         self.store = store
-        self.client = client
-        self.engine = engine
+        self.connection = connection
         self.delivery = delivery
+        worker = WorkQueue()
+        graph = Mutex(Graph(entities: model.entities.count, cacheSize: options.objectCacheSize))
+        Live.contexts.add(1, ordering: .relaxed)
     }
 
-    /// Opens the store, reads the bucket's specs and builds the model; opens
-    /// offline from the store when the server cannot be reached.
-    public static func open(_ options: ContextOptions) throws -> Context {
-        var root = options.serverURL
-        while root.hasSuffix("/") { root.removeLast() }
-        guard root.hasPrefix("http://") || root.hasPrefix("https://"), root.utf8.count > 8 else {
-            throw TetherError(.invalid, "server URL must start with http:// or https://")
-        }
-        guard Identifier.isValidEntityName(options.bucket) else {
-            throw TetherError(.invalid, "bucket \(options.bucket.debugDescription) is not a valid Kinto id")
-        }
-        guard !options.storePath.isEmpty else { throw TetherError(.invalid, "store path is empty") }
-        guard options.timeoutMilliseconds > 0, options.stalenessMilliseconds >= 0 else {
-            throw TetherError(.invalid, "timeout must be positive and staleness not negative")
-        }
-        let credentials: HTTPCredentials?
-        switch (options.username, options.password) {
-        case (nil, nil): credentials = nil
-        case let (user?, password?): credentials = HTTPCredentials(username: user, password: password)
-        default: throw TetherError(.invalid, "give both username and password, or neither")
-        }
+    deinit { Live.contexts.subtract(1, ordering: .relaxed) }
 
-        // A failed open leaves no new file behind: the store is as it was.
-        let storeExisted = access(options.storePath, F_OK) == 0
-        func discardNewStore() {
-            guard !storeExisted else { return }
-            for suffix in ["", "-wal", "-shm", "-journal"] { unlink(options.storePath + suffix) }
-        }
-        let store = try Store(path: options.storePath)
-        let identity = "server \(root), bucket \(options.bucket)"
-        let engine: HTTPEngine
+    /// Opens a context on a Kinto bucket.
+    public static func open(_ options: ContextOptions, kinto: KintoOptions) throws -> Context {
+        try open(options, connection: KintoConnection(kinto))
+    }
+
+    /// Opens the store, reads the connection's specs and builds the model;
+    /// opens offline from the store when the server cannot be reached. The
+    /// context owns `connection` from here on, and shuts it down at close
+    /// (or now, if opening fails).
+    public static func open(_ options: ContextOptions, connection: any Connection) throws -> Context {
         do {
-            engine = try HTTPEngine(credentials: credentials, timeoutMilliseconds: options.timeoutMilliseconds)
+            guard !options.storePath.isEmpty else { throw TetherError(.invalid, "store path is empty") }
+            guard options.stalenessMilliseconds >= 0 else { throw TetherError(.invalid, "staleness cannot be negative") }
+            guard (0...ContextOptions.maximumObjectCacheSize).contains(options.objectCacheSize) else {
+                throw TetherError(.invalid, "the object cache size must be 0 to \(ContextOptions.maximumObjectCacheSize)")
+            }
         } catch {
-            store.close()
-            discardNewStore()
+            connection.shutdown()
             throw error
         }
-        let client = KintoClient(root: root, bucket: options.bucket, engine: engine)
+        // A failed open leaves no new file behind: the store is as it was.
+        let storeExisted = access(options.storePath, F_OK) == 0
+        var store: Store?
         do {
-            let saved = try store.savedModel(identity: identity)
-            let (model, online) = try connect(client, saved: saved, store: store, identity: identity)
+            let opened = try Store(path: options.storePath)
+            store = opened
+            let saved = try opened.savedModel(identity: connection.identity)
+            let (model, online) = try connect(connection, saved: saved, store: opened)
             let delivery = try Delivery(mode: options.delivery)
-            return Context(model: model, isOnline: online, options: options, store: store, client: client,
-                           engine: engine, delivery: delivery)
+            return Context(model: model, isOnline: online, options: options, store: opened,
+                           connection: connection, delivery: delivery)
         } catch {
-            engine.shutdown()
-            store.close()
-            discardNewStore()
+            connection.shutdown()
+            store?.close()
+            if !storeExisted {
+                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(options.storePath + suffix) }
+            }
             throw error
         }
     }
 
     /// Builds the model from the server, or takes the saved one when the
     /// server cannot be reached.
-    private static func connect(_ client: KintoClient, saved: Model?, store: Store, identity: String) throws
-        -> (Model, Bool) {
+    private static func connect(_ connection: any Connection, saved: Model?, store: Store) throws -> (Model, Bool) {
         do {
-            _ = try client.serverInfo()
-            let collections = try client.collections()
-            let grants = try client.permissions()
-            let model = try ModelBuilder.build(bucket: client.bucket, collections: collections,
-                                               operations: { operations(of: $0, grants, bucket: client.bucket) },
-                                               previous: saved)
-            try store.adopt(model, identity: identity)
+            _ = try connection.wait(connection.serverInfo).get()
+            let specs = try connection.wait(connection.specs).get()
+            let model = try ModelBuilder.build(specs: specs, previous: saved)
+            try store.adopt(model, identity: connection.identity)
             return (model, true)
         } catch let error as TetherError where error.isUnreachable {
             guard let saved else {
@@ -126,107 +153,116 @@ public final class Context: @unchecked Sendable {
         }
     }
 
-    /// The operations a collection allows the user: its own grants and its
-    /// bucket's. Listing it worked, so fetch is always allowed; without the
-    /// permissions endpoint the server is left to refuse what it refuses.
-    private static func operations(of collection: String, _ grants: [String: Set<String>]?, bucket: String) -> Operations {
-        guard let grants else { return .all }
-        let bucketURI = "/buckets/\(bucket)"
-        let granted = grants[bucketURI, default: []].union(grants[bucketURI + "/collections/\(collection)", default: []])
-        var operations: Operations = .fetch
-        if granted.contains("write") { operations.formUnion([.insert, .update, .delete]) }
-        if granted.contains("record:create") { operations.insert(.insert) }
-        return operations
-    }
-
-    /// Cancels every task and observer, delivers their final callbacks, and
-    /// closes the store. Not allowed from inside one of this context's callbacks.
+    /// Cancels every task and observer, ends every request in flight,
+    /// delivers the final callbacks, stops the threads, and closes the store
+    /// and the descriptors. Not allowed from inside one of this context's
+    /// callbacks. A second close does nothing.
     public func close() throws {
         guard !delivery.isInsideCallback else {
             throw TetherError(.busy, "a context cannot be closed from inside its own callback")
         }
-        let subscriptions: [Subscription]? = lock.withLock {
-            guard !closed else { return nil }
-            closed = true
-            return Array(live.values)
+        let cancels = graph.withLock { graph -> [@Sendable () -> Void]? in
+            guard !graph.closed else { return nil }
+            graph.closed = true
+            return Array(graph.subscriptions.values)
         }
-        guard let subscriptions else { return }
-        for subscription in subscriptions { try? subscription.cancelSubscription() }
-        engine.shutdown()
+        guard let cancels else { return }
+        closed.store(true, ordering: .releasing)
+        delivery.beginClose()
+        for cancel in cancels { cancel() }
+        connection.shutdown()
+        worker.shutdown()
         delivery.shutdown()
         store.close()
-        lock.withLock {
-            live = [:]
-            objects = [:]
+        // Objects the host still holds keep their identity and die with their handles.
+        let dropped = graph.withLock { graph -> Graph in
+            defer { graph = Graph(entities: 0, cacheSize: 0); graph.closed = true }
+            return graph
         }
+        _ = dropped  // released here, outside the lock: objects' deinits take no lock of ours
     }
 
-    public var isClosed: Bool { lock.withLock { closed } }
-    var isClosedLocked: Bool { closed }
+    public var isClosed: Bool { closed.load(ordering: .acquiring) }
+
+    func checkOpen() throws {
+        if isClosed { throw TetherError.contextClosed }
+    }
 
     // MARK: objects
 
-    /// The one object for a record of `entity`; it need not be cached yet.
+    /// The one object in memory for a record of `entity`; it need not be cached yet.
     public func object(entity name: String, id: String) throws -> ManagedObject {
         guard let entity = model.entity(named: name) else {
             throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
         }
         guard !id.isEmpty else { throw TetherError(.invalid, "a record id cannot be empty") }
-        return try lock.withLock {
-            try checkOpen()
-            return uniqueObject(entity, id)
+        try checkOpen()
+        return uniqueObjects(entity, [id])[0]
+    }
+
+    /// The objects for these ids, made where none is in memory.
+    func uniqueObjects(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
+        graph.withLock { graph in
+            let objects = ids.map { id -> ManagedObject in
+                if let existing = graph.objects[entity.index][id]?.object {
+                    graph.remember(existing)
+                    return existing
+                }
+                let object = ManagedObject(context: self, entity: entity, id: id)
+                graph.objects[entity.index][id] = WeakObject(object: object)
+                graph.entries += 1
+                graph.remember(object)
+                return object
+            }
+            graph.sweepIfDue()
+            return objects
         }
     }
 
-    /// With the lock held.
-    func uniqueObject(_ entity: Entity, _ id: String) -> ManagedObject {
-        if let existing = objects[entity.name]?[id] { return existing }
-        let object = ManagedObject(context: self, entity: entity, id: id)
-        objects[entity.name, default: [:]][id] = object
-        return object
-    }
-
-    func checkOpen() throws {
-        if closed { throw TetherError.contextClosed }
+    /// The objects in memory among these ids (none is made).
+    func objectsInMemory(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
+        graph.withLock { graph in ids.compactMap { graph.objects[entity.index][$0]?.object } }
     }
 
     func read(_ object: ManagedObject, _ index: Int, refresh: Bool) throws -> Value {
-        try lock.withLock {
-            try checkOpen()
-            if object.record == nil && !object.loadedFromStore && !object.deletedOnServer {
-                object.loadedFromStore = true
-                if let stored = try store.load(object.entity, id: object.id) {
-                    object.record = stored.record
-                    object.fetchedAt = stored.fetchedAt
-                }
-            }
-            if refresh { scheduleRefreshLocked(object) }
-            if object.deletedOnServer {
-                throw TetherError(.notFound, "\(object.entity.name)/\(object.id) was deleted on the server")
-            }
-            guard let record = object.record else {
-                throw TetherError(.notCached, "\(object.entity.name)/\(object.id) is not cached yet")
-            }
-            return record.values[index]
+        try checkOpen()
+        var (record, deleted, needsLoad) = object.state.withLock { state in
+            (state.record, state.deletedOnServer, state.record == nil && !state.loaded && !state.deletedOnServer)
         }
+        if needsLoad {
+            let stored = try store.load(object.entity, id: object.id)
+            (record, deleted) = object.state.withLock { state in
+                if state.record == nil && !state.loaded {
+                    state.loaded = true
+                    state.record = stored?.record
+                    state.fetchedAt = stored?.fetchedAt ?? 0
+                }
+                return (state.record, state.deletedOnServer)
+            }
+        }
+        if refresh { scheduleRefresh(object) }
+        if deleted {
+            throw TetherError(.notFound, "\(object.entity.name)/\(object.id) was deleted on the server")
+        }
+        guard let record else {
+            throw TetherError(.notCached, "\(object.entity.name)/\(object.id) is not cached yet")
+        }
+        return record.values[index]
     }
 
     // MARK: subscriptions
 
-    func register(_ subscription: Subscription) throws {
-        try lock.withLock {
-            try checkOpen()
-            let key = ObjectIdentifier(subscription)
-            live[key] = subscription
-            if let observer = subscription as? KeyObserver { observer.object.observers.append(observer) }
-        }
-        subscription.onFinished = { [unowned self] in
-            lock.withLock {
-                live[ObjectIdentifier(subscription)] = nil
-                if let observer = subscription as? KeyObserver {
-                    observer.object.observers.removeAll { $0 === observer }
-                }
-            }
+    /// Registers a task or observer with the delivery and with close.
+    func subscribe(cancel: @escaping @Sendable (Delivery.SubscriptionID) -> Void, deliverCancellation: @escaping @Sendable () -> Void,
+                   finished: @escaping @Sendable () -> Void) throws -> Delivery.SubscriptionID {
+        try graph.withLock { graph in
+            guard !graph.closed else { throw TetherError.contextClosed }
+            let id = try delivery.register(deliverCancellation: deliverCancellation, finished: { [self] id in
+                finished()
+                _ = self.graph.withLock { $0.subscriptions.removeValue(forKey: id) }
+            })
+            graph.subscriptions[id] = { cancel(id) }
+            return id
         }
     }
 
@@ -235,51 +271,54 @@ public final class Context: @unchecked Sendable {
     /// Puts records the server sent (already in the store) into their objects
     /// and tells observers of values that changed. Returns the objects.
     func merge(_ records: [Record], of entity: Entity, fetchedAt: Int64) -> [ManagedObject] {
-        lock.withLock {
-            records.map { record in
-                let object = uniqueObject(entity, record.id)
-                let old = object.record
-                object.record = record
-                object.loadedFromStore = true
-                object.fetchedAt = fetchedAt
-                object.deletedOnServer = false
-                for observer in object.observers {
+        let objects = uniqueObjects(entity, records.map(\.id))
+        var changed: [KeyObserver] = []
+        for (object, record) in zip(objects, records) {
+            object.state.withLock { state in
+                let old = state.record
+                state.record = record
+                state.loaded = true
+                state.fetchedAt = fetchedAt
+                state.deletedOnServer = false
+                for observer in state.observers {
                     let index = observer.attributeIndex
-                    if old == nil || old!.values[index] != record.values[index] { observer.notifyChanged() }
+                    if old == nil || old!.values[index] != record.values[index] { changed.append(observer) }
                 }
-                return object
             }
         }
+        for observer in changed { observer.notifyChanged() }
+        return objects
     }
 
     /// Objects for rows read from the store; objects already in memory keep
     /// their state (the store is written through, so they agree).
     func adopt(_ stored: [StoredRecord], of entity: Entity) -> [ManagedObject] {
-        lock.withLock {
-            stored.map { row in
-                let object = uniqueObject(entity, row.record.id)
-                if object.record == nil && !object.deletedOnServer {
-                    object.record = row.record
-                    object.fetchedAt = row.fetchedAt
-                    object.loadedFromStore = true
+        let objects = uniqueObjects(entity, stored.map(\.record.id))
+        for (object, row) in zip(objects, stored) {
+            object.state.withLock { state in
+                if state.record == nil && !state.deletedOnServer {
+                    state.record = row.record
+                    state.fetchedAt = row.fetchedAt
+                    state.loaded = true
                 }
-                return object
             }
         }
+        return objects
     }
 
     /// Records the server no longer has (already removed from the store).
     func markDeleted(_ ids: [String], of entity: Entity) {
         guard !ids.isEmpty else { return }
-        lock.withLock {
-            for id in ids {
-                let object = uniqueObject(entity, id)
-                let wasKnown = object.record != nil
-                object.record = nil
-                object.deletedOnServer = true
-                if wasKnown { object.observers.forEach { $0.notifyChanged() } }
+        var changed: [KeyObserver] = []
+        for object in objectsInMemory(entity, ids) {
+            object.state.withLock { state in
+                let wasKnown = state.record != nil
+                state.record = nil
+                state.deletedOnServer = true
+                if wasKnown { changed += state.observers }
             }
         }
+        for observer in changed { observer.notifyChanged() }
     }
 
     // MARK: host-thread delivery
@@ -294,7 +333,7 @@ public final class Context: @unchecked Sendable {
     public func poll(timeoutMilliseconds: Int32) throws -> Int {
         guard delivery.mode == .poll else { throw TetherError(.misuse, "poll is for contexts opened in poll mode") }
         guard !delivery.isInsideCallback else { throw TetherError(.busy, "poll cannot run inside a callback") }
-        try lock.withLock { try checkOpen() }
-        return delivery.poll(timeoutMilliseconds: timeoutMilliseconds)
+        try checkOpen()
+        return try delivery.poll(timeoutMilliseconds: timeoutMilliseconds)
     }
 }

@@ -7,50 +7,76 @@ public enum DeliveryMode: Sendable {
     case poll
 }
 
-/// Anything that receives callbacks and ends with exactly one final one:
-/// a fetch task or a key observer.
-public class Subscription: @unchecked Sendable {
-    let delivery: Delivery
-    // Guarded by the delivery's state lock.
-    fileprivate var cancelled = false
-    fileprivate var finished = false
-    /// Runs after the final callback returned (or was skipped at close).
-    var onFinished: (() -> Void)?
+/// The queue between the library's threads and the host's callbacks, for one
+/// context. One callback runs at a time. Each subscription (a fetch or an
+/// observer) ends with exactly one final callback; once cancelled it gets no
+/// other, even if some were already queued.
+///
+/// No host callback runs with `state` held: cancel and close wait for a
+/// callback to return, never for a lock a callback could be holding.
+final class Delivery: Sendable {
+    typealias SubscriptionID = UInt64
+    typealias Run = @Sendable () -> Void
 
-    init(delivery: Delivery) { self.delivery = delivery }
-
-    /// Delivers the final "cancelled" callback. Overridden.
-    func deliverCancellation() {}
-
-    /// Cancels; afterwards only the final cancelled callback can arrive.
-    /// Fails with `.closed` once the final callback has been delivered.
-    func cancelSubscription() throws { try delivery.cancel(self) }
-
-    var isCancelled: Bool { delivery.withState { cancelled } }
-}
-
-/// The queue between the library's threads and the host's callbacks. One
-/// callback runs at a time; a cancelled subscription gets no callback but
-/// its final cancelled one, even if others were already queued.
-final class Delivery: @unchecked Sendable {
     let mode: DeliveryMode
-    /// Readable while events wait (the read end of a pipe).
+    /// Readable while events wait (the read end of a pipe); closed by `shutdown`.
     let descriptor: Int32
     private let wakeDescriptor: Int32
 
-    private enum Kind { case update, final, cancellation }
+    enum Kind: Sendable { case update, final, cancellation }
+
     private struct Event {
-        let subscription: Subscription
+        let subscription: SubscriptionID
         let kind: Kind
-        let run: () -> Void
+        let run: Run
     }
 
-    private let state = Lock()
-    private let callbackLock = Lock()
-    private var queue: [Event] = []
-    private var deliveringThread: pthread_t?
-    private var dispatcher: pthread_t?
-    private var stopping = false
+    private struct Subscription {
+        var cancelled = false
+        var finished = false
+        /// The thread running this subscription's callback, if one is.
+        var runningOn: pthread_t?
+        /// Delivers the final cancelled callback.
+        let deliverCancellation: Run
+        /// Runs once after the final callback: the owner drops its references.
+        let onFinished: @Sendable (SubscriptionID) -> Void
+    }
+
+    private struct State {
+        var queue: [Event] = []
+        var head = 0
+        var subscriptions: [SubscriptionID: Subscription] = [:]
+        var nextID: SubscriptionID = 1
+        /// The thread running a callback of this context, if any.
+        var delivering: pthread_t?
+        var pollers = 0
+        /// Close has begun: pollers stop taking events (the closer delivers them).
+        var closing = false
+        var stopping = false
+        var descriptorsClosed = false
+
+        var waiting: Int { queue.count - head }
+
+        /// Takes the oldest event. What was taken is dropped from the array
+        /// soon (at once when the queue empties), so a delivered event's
+        /// closure does not keep its task or objects alive.
+        mutating func popFirst() -> Event? {
+            guard head < queue.count else { return nil }
+            let event = queue[head]
+            head += 1
+            if head == queue.count {
+                queue.removeAll(keepingCapacity: queue.count <= 1024)
+                head = 0
+            } else if head > 64 && head * 2 > queue.count {
+                queue.removeFirst(head)
+                head = 0
+            }
+            return event
+        }
+    }
+
+    private let state = ConditionLock(State())
+    private let dispatcher = ConditionLock<pthread_t?>(nil)
 
     init(mode: DeliveryMode) throws {
         self.mode = mode
@@ -63,90 +89,133 @@ final class Delivery: @unchecked Sendable {
         descriptor = ends[0]
         wakeDescriptor = ends[1]
         if mode == .thread {
-            dispatcher = startThread { [unowned self] in self.dispatch() }
+            let thread = startThread { [self] in dispatch() }
+            dispatcher.withLock { $0 = thread }
         }
     }
 
-    deinit {
-        close(descriptor)
-        close(wakeDescriptor)
+    // MARK: subscriptions
+
+    /// A new subscription; `deliverCancellation` is its final callback when
+    /// cancelled, `finished` runs once after its final callback.
+    func register(deliverCancellation: @escaping Run,
+                  finished: @escaping @Sendable (SubscriptionID) -> Void) throws -> SubscriptionID {
+        try state.withLock { state in
+            guard !state.stopping else { throw TetherError.contextClosed }
+            let id = state.nextID
+            state.nextID += 1
+            state.subscriptions[id] = Subscription(deliverCancellation: deliverCancellation, onFinished: finished)
+            return id
+        }
     }
 
-    func withState<T>(_ body: () throws -> T) rethrows -> T { try state.withLock(body) }
+    /// Queues a callback; dropped if the subscription was cancelled or ended.
+    func post(_ kind: Kind, to subscription: SubscriptionID, _ run: @escaping Run) {
+        state.withLock { state in
+            guard let current = state.subscriptions[subscription], !current.cancelled, !current.finished else { return }
+            append(Event(subscription: subscription, kind: kind, run: run), &state)
+        }
+    }
 
-    /// True on the thread that is running one of this queue's callbacks.
+    /// Cancels: afterwards only the final cancelled callback can arrive. Out of
+    /// any callback it first waits for one of this subscription's callbacks
+    /// running on another thread; inside one it does not, so two callbacks
+    /// cancelling each other cannot deadlock. Fails with `.closed` once
+    /// cancelled or finished.
+    func cancel(_ subscription: SubscriptionID) throws {
+        let me = pthread_self()
+        let mayWait = !CallbackScope.isInside
+        try state.withLock { state in
+            guard var current = state.subscriptions[subscription], !current.cancelled, !current.finished else {
+                throw TetherError(.closed, "it has already been cancelled or finished")
+            }
+            current.cancelled = true
+            state.subscriptions[subscription] = current
+            append(Event(subscription: subscription, kind: .cancellation, run: current.deliverCancellation), &state)
+        }
+        guard mayWait else { return }
+        state.withLock(when: { state in
+            guard let running = state.subscriptions[subscription]?.runningOn else { return true }
+            return pthread_equal(running, me) != 0
+        }, until: nil) { _, _ in }
+    }
+
+    /// True on the thread that is running one of this context's callbacks.
     var isInsideCallback: Bool {
-        state.withLock { deliveringThread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+        let me = pthread_self()
+        return state.withLock { state in state.delivering.map { pthread_equal($0, me) != 0 } ?? false }
     }
 
-    func post(update subscription: Subscription, _ run: @escaping () -> Void) {
-        enqueue(Event(subscription: subscription, kind: .update, run: run))
+    private func append(_ event: Event, _ state: inout State) {
+        state.queue.append(event)
+        if state.waiting == 1 { wake() }
     }
 
-    func post(final subscription: Subscription, _ run: @escaping () -> Void) {
-        enqueue(Event(subscription: subscription, kind: .final, run: run))
+    private func wake() {
+        var one: UInt8 = 1
+        _ = write(wakeDescriptor, &one, 1)
     }
 
-    fileprivate func cancel(_ subscription: Subscription) throws {
-        // Wait for a callback running on another thread, so that none but the
-        // cancellation can start once this returns.
-        let inside = isInsideCallback
-        if !inside { callbackLock.lock() }
-        defer { if !inside { callbackLock.unlock() } }
-        try state.withLock {
-            guard !subscription.finished else { throw TetherError(.closed, "it has already finished") }
-            guard !subscription.cancelled else { return }
-            subscription.cancelled = true
-            appendLocked(Event(subscription: subscription, kind: .cancellation, run: subscription.deliverCancellation))
+    // MARK: running callbacks
+
+    /// POLL mode: waits up to `timeout` ms (negative: no limit) for events,
+    /// then delivers those waiting. Returns how many callbacks ran; returns at
+    /// once, early, when the context closes.
+    func poll(timeoutMilliseconds timeout: Int32) throws -> Int {
+        let idle = try state.withLock { state -> Bool in
+            guard !state.closing else { throw TetherError.contextClosed }
+            state.pollers += 1
+            return state.waiting == 0
         }
-    }
-
-    private func enqueue(_ event: Event) {
-        state.withLock { appendLocked(event) }
-    }
-
-    private func appendLocked(_ event: Event) {
-        queue.append(event)
-        if queue.count == 1 {
-            var one: UInt8 = 1
-            _ = write(wakeDescriptor, &one, 1)
-        }
-        state.broadcast()
-    }
-
-    /// POLL mode: waits up to `timeout` ms (negative: forever) for events, then
-    /// delivers those waiting. Returns how many callbacks ran.
-    func poll(timeoutMilliseconds timeout: Int32) -> Int {
-        if timeout != 0 && state.withLock({ queue.isEmpty }) {
+        defer { state.withLock { $0.pollers -= 1 } }
+        if timeout != 0 && idle {
             var descriptorSet = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
             _ = Glibc.poll(&descriptorSet, 1, timeout)
         }
         var delivered = 0
-        let batch = state.withLock { queue.count }
-        for _ in 0..<batch where deliverNext() { delivered += 1 }
+        var budget = state.withLock { $0.waiting }
+        while budget > 0, state.withLock({ !$0.closing }) {
+            budget -= 1
+            if deliverNext() { delivered += 1 }
+        }
         return delivered
     }
 
-    /// Stops delivery after running every event still queued: on the
-    /// dispatcher in THREAD mode (joined), on the caller in POLL mode.
+    /// Close begins: a poller on another thread returns without taking more
+    /// events, so the closer delivers the finals as the header says.
+    func beginClose() {
+        state.withLock { $0.closing = true }
+        wake()
+    }
+
+    /// Stops delivery after running every event still queued (the finals of
+    /// every cancelled subscription among them): on the dispatcher in THREAD
+    /// mode, on the caller in POLL mode, after a poller on another thread has
+    /// returned. Then closes the descriptors.
     func shutdown() {
-        if let dispatcher {
-            state.withLock {
-                stopping = true
-                state.broadcast()
-            }
-            pthread_join(dispatcher, nil)
-            self.dispatcher = nil
+        state.withLock { state in
+            state.closing = true
+            state.stopping = true
+        }
+        wake()
+        if let thread = dispatcher.withLock({ current -> pthread_t? in defer { current = nil }; return current }) {
+            pthread_join(thread, nil)
         } else {
-            while state.withLock({ !queue.isEmpty }) { _ = deliverNext() }
+            state.withLock(when: { $0.pollers == 0 }, until: nil) { _, _ in }
+            while state.withLock({ $0.waiting > 0 }) { _ = deliverNext() }
+        }
+        state.withLock { state in
+            guard !state.descriptorsClosed else { return }
+            state.descriptorsClosed = true
+            close(descriptor)
+            close(wakeDescriptor)
         }
     }
 
     private func dispatch() {
         while true {
-            let stop = state.withLock { () -> Bool in
-                while queue.isEmpty && !stopping { state.wait(until: nil) }
-                return queue.isEmpty && stopping
+            let stop = state.withLock(when: { $0.waiting > 0 || $0.stopping }, until: nil) { state, _ in
+                state.waiting == 0 && state.stopping
             }
             if stop { return }
             _ = deliverNext()
@@ -155,17 +224,14 @@ final class Delivery: @unchecked Sendable {
 
     /// Delivers the oldest event; false if it was skipped or none waited.
     private func deliverNext() -> Bool {
-        callbackLock.lock()
-        defer { callbackLock.unlock() }
-        let next = state.withLock { () -> Event? in
-            guard !queue.isEmpty else { return nil }
-            let event = queue.removeFirst()
-            if queue.isEmpty {
+        let me = pthread_self()
+        let next = state.withLock(when: { $0.delivering == nil }, until: nil) { state, _ -> Event? in
+            guard let event = state.popFirst() else { return nil }
+            if state.waiting == 0 {
                 var bytes = (UInt64(0), UInt64(0))
                 while read(descriptor, &bytes, 16) > 0 {}
             }
-            let subscription = event.subscription
-            guard !subscription.finished else { return nil }
+            guard var subscription = state.subscriptions[event.subscription], !subscription.finished else { return nil }
             switch event.kind {
             case .update:
                 guard !subscription.cancelled else { return nil }
@@ -175,13 +241,25 @@ final class Delivery: @unchecked Sendable {
             case .cancellation:
                 subscription.finished = true
             }
-            deliveringThread = pthread_self()
+            subscription.runningOn = me
+            state.subscriptions[event.subscription] = subscription
+            state.delivering = me
             return event
         }
         guard let event = next else { return false }
-        event.run()
-        state.withLock { deliveringThread = nil }
-        if event.kind != .update { event.subscription.onFinished?() }
+        CallbackScope.run(event.run)
+        let finished = state.withLock { state -> (@Sendable (SubscriptionID) -> Void)? in
+            state.delivering = nil
+            guard var subscription = state.subscriptions[event.subscription] else { return nil }
+            subscription.runningOn = nil
+            guard subscription.finished else {
+                state.subscriptions[event.subscription] = subscription
+                return nil
+            }
+            state.subscriptions[event.subscription] = nil
+            return subscription.onFinished
+        }
+        finished?(event.subscription)
         return true
     }
 }

@@ -1,23 +1,35 @@
-/// One record in one context: the same object every time for the same record.
-/// Its state is guarded by the context's lock.
-public final class ManagedObject: @unchecked Sendable {
+import Synchronization
+
+/// One record in one context: while it is in memory, the same object every
+/// time for the same record. Its state is its own, behind its own lock, so
+/// reading one object never waits for another.
+public final class ManagedObject: Sendable {
     public let entity: Entity
     public let id: String
-    unowned let context: Context
+    /// Strong: an object a host still holds after close reports "closed"
+    /// rather than touching freed memory. Close breaks the cycle.
+    let context: Context
+    let state = Mutex(State())
 
-    var record: Record?
-    var loadedFromStore = false
-    var fetchedAt: Int64 = 0
-    var deletedOnServer = false
-    var refreshInFlight = false
-    var refreshAgain = false
-    var observers: [KeyObserver] = []
+    struct State {
+        var record: Record?
+        /// The store was asked (it may have had nothing).
+        var loaded = false
+        var fetchedAt: Int64 = 0
+        var deletedOnServer = false
+        var refreshInFlight = false
+        var refreshAgain = false
+        var observers: [KeyObserver] = []
+    }
 
     init(context: Context, entity: Entity, id: String) {
         self.context = context
         self.entity = entity
         self.id = id
+        Live.objects.add(1, ordering: .relaxed)
     }
+
+    deinit { Live.objects.subtract(1, ordering: .relaxed) }
 
     /// The cached value; never touches the network.
     public func peek(_ key: String) throws -> Value { try context.read(self, attributeIndex(key), refresh: false) }
@@ -29,7 +41,7 @@ public final class ManagedObject: @unchecked Sendable {
 
     /// The cached server version.
     public func version() throws -> Int64 {
-        guard case .integer(let version) = try peek(code: entity.attributes[entity.versionIndex].code) else {
+        guard case .integer(let version) = try context.read(self, entity.versionIndex, refresh: false) else {
             throw TetherError(.notCached, "\(entity.name)/\(id) has no cached version")
         }
         return version
@@ -64,32 +76,63 @@ public final class ManagedObject: @unchecked Sendable {
     }
 }
 
-/// Watches one key of one object. Told on each change of the value, then
-/// exactly once more, with `.cancelled`, when removed or when the context closes.
-public final class KeyObserver: Subscription, @unchecked Sendable {
-    public unowned let object: ManagedObject
+/// Watches one key of one object. Told on each change of the value (nil),
+/// on each failed refresh of the object (the error), then exactly once more,
+/// with `.cancelled`, when removed or when the context closes; after that the
+/// library holds no reference to it or its callback.
+public final class KeyObserver: Sendable {
+    public let object: ManagedObject
     public let key: String
     let attributeIndex: Int
-    private var callback: ((TetherError?) -> Void)?
+    private let state = Mutex<(subscription: Delivery.SubscriptionID?, callback: (@Sendable (TetherError?) -> Void)?)>((nil, nil))
 
     init(object: ManagedObject, key: String, attributeIndex: Int) {
         self.object = object
         self.key = key
         self.attributeIndex = attributeIndex
-        super.init(delivery: object.context.delivery)
+        Live.observers.add(1, ordering: .relaxed)
     }
 
-    /// Starts observing; `callback(nil)` for a change, `callback(.cancelled)` last.
-    public func activate(_ callback: @escaping (TetherError?) -> Void) throws {
-        self.callback = callback
-        try object.context.register(self)
+    deinit { Live.observers.subtract(1, ordering: .relaxed) }
+
+    /// Starts observing; `callback(nil)` for a change, an error for a failed
+    /// refresh, `callback(.cancelled)` last.
+    public func activate(_ callback: @escaping @Sendable (TetherError?) -> Void) throws {
+        let context = object.context
+        try context.checkOpen()
+        state.withLock { $0.callback = callback }
+        let id = try context.subscribe(
+            cancel: { [context] id in try? context.delivery.cancel(id) },
+            deliverCancellation: { [self] in fire(.cancelled) },
+            finished: { [self] in
+                object.state.withLock { $0.observers.removeAll { $0 === self } }
+                state.withLock { $0 = (nil, nil) }
+            })
+        state.withLock { $0.subscription = id }
+        object.state.withLock { $0.observers.append(self) }
     }
 
-    public func remove() throws { try cancelSubscription() }
+    /// Removes the observer; fails with `.closed` if it was already removed.
+    public func remove() throws {
+        guard let id = state.withLock({ $0.subscription }) else {
+            throw TetherError(.closed, "the observer was already removed")
+        }
+        try object.context.delivery.cancel(id)
+    }
 
     func notifyChanged() {
-        delivery.post(update: self) { [self] in callback?(nil) }
+        guard let id = state.withLock({ $0.subscription }) else { return }
+        object.context.delivery.post(.update, to: id) { [self] in fire(nil) }
     }
 
-    override func deliverCancellation() { callback?(.cancelled) }
+    /// A refresh of the object failed: told with the error; not the final call.
+    func notifyFailed(_ error: TetherError) {
+        guard let id = state.withLock({ $0.subscription }) else { return }
+        object.context.delivery.post(.update, to: id) { [self] in fire(error) }
+    }
+
+    private func fire(_ error: TetherError?) {
+        let callback = state.withLock { $0.callback }
+        callback?(error)
+    }
 }

@@ -33,9 +33,13 @@ public struct Attribute: Sendable, Equatable {
     public let isRequired: Bool
 }
 
-/// A record type: one Kinto collection, described by its schema.
-public final class Entity: @unchecked Sendable {
+/// A record type, built from its spec.
+public final class Entity: Sendable {
     public let name: String
+    /// Its position in the model (entities sorted by name).
+    public let index: Int
+    /// The spec it was built from; what the connection is asked about.
+    public let spec: Spec
     /// Records' path under the server root.
     public let route: String
     public let operations: Operations
@@ -47,11 +51,13 @@ public final class Entity: @unchecked Sendable {
     private let indexByName: [String: Int]
     private let indexByCode: [Int: Int]
 
-    init(name: String, route: String, operations: Operations, attributes: [Attribute], codeHighWater: Int) {
-        self.name = name
+    init(index: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int) {
+        name = spec.name
+        self.index = index
+        self.spec = spec
         self.codeHighWater = codeHighWater
-        self.route = route
-        self.operations = operations
+        route = spec.route
+        operations = spec.operations
         self.attributes = attributes
         idIndex = attributes.firstIndex { $0.isID }!
         versionIndex = attributes.firstIndex { $0.isVersion }!
@@ -63,13 +69,15 @@ public final class Entity: @unchecked Sendable {
     public func attributeIndex(code: Int) -> Int? { indexByCode[code] }
 }
 
-/// Every entity of one bucket, sorted by name.
-public final class Model: @unchecked Sendable {
+/// Every entity a connection offers, sorted by name.
+public final class Model: Sendable {
     public let entities: [Entity]
     private let entityByName: [String: Entity]
 
+    /// `entities` must be sorted by name, each at its index.
     init(entities: [Entity]) {
-        self.entities = entities.sorted { $0.name < $1.name }
+        precondition(entities.enumerated().allSatisfy { $0.offset == $0.element.index })
+        self.entities = entities
         entityByName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
     }
 

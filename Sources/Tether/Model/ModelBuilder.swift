@@ -1,30 +1,29 @@
-/// Builds the model from a bucket's collections (the server's specs), keeping
-/// the codes a previous model gave, so codes stay stable across runs.
+/// Builds the model from a connection's specs, keeping the codes a previous
+/// model gave, so codes stay stable across runs.
 enum ModelBuilder {
-    static let idAttributeName = "id"
-    static let versionAttributeName = "last_modified"
-    static let codeKeyword = "x-tether-code"
     static let firstAllocatedCode = 100
+    /// Codes are C ints at the boundary.
+    static let largestCode = Int(Int32.max)
 
-    /// `collections` are the objects of Kinto's collection listing.
-    static func build(bucket: String, collections: [JSON], operations: (String) -> Operations,
-                      previous: Model?) throws -> Model {
-        var entities: [Entity] = []
-        for collection in collections {
-            guard let name = collection["id"]?.stringValue else {
-                throw TetherError(.protocol, "a collection of bucket \(bucket) has no id")
+    static func build(specs: [Spec], previous: Model?) throws -> Model {
+        var seen = Set<String>()
+        for spec in specs {
+            guard Identifier.isValidEntityName(spec.name) else {
+                throw TetherError(.protocol, "entity name \(spec.name.debugDescription) is not a valid identifier")
             }
-            // Kinto enforces this shape for ids; anything else is not a Kinto answer.
-            guard Identifier.isValidEntityName(name) else {
-                throw TetherError(.protocol, "collection id \(name.debugDescription) is not a valid identifier")
+            guard Identifier.isValidAttributeName(spec.idField), Identifier.isValidAttributeName(spec.versionField),
+                  spec.idField != spec.versionField else {
+                throw TetherError(.protocol, "\(spec.name)'s id and version fields are not two valid identifiers")
             }
-            let route = "/buckets/\(bucket)/collections/\(name)/records"
-            let attributes = try buildAttributes(entity: name, schema: collection["schema"],
-                                                 previous: previous?.entity(named: name))
-            entities.append(Entity(name: name, route: route, operations: operations(name), attributes: attributes.list,
-                                   codeHighWater: attributes.highWater))
+            guard seen.insert(spec.name).inserted else {
+                throw TetherError(.protocol, "the server describes \(spec.name) twice")
+            }
         }
-        return Model(entities: entities)
+        let sorted = specs.sorted { $0.name < $1.name }
+        return Model(entities: sorted.enumerated().map { index, spec in
+            let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name))
+            return Entity(index: index, spec: spec, attributes: attributes.list, codeHighWater: attributes.highWater)
+        })
     }
 
     private struct Draft {
@@ -36,29 +35,30 @@ enum ModelBuilder {
         let isRequired: Bool
     }
 
-    private static func buildAttributes(entity: String, schema: JSON?, previous: Entity?) throws
-        -> (list: [Attribute], highWater: Int) {
-        let properties = schema?["properties"]?.objectValue ?? []
-        let required = Set((schema?["required"]?.arrayValue ?? []).compactMap(\.stringValue))
-        func explicitCode(_ property: JSON?) -> Int? { property?[codeKeyword]?.integerValue.map { Int($0) } }
+    private static func buildAttributes(_ spec: Spec, previous: Entity?) -> (list: [Attribute], highWater: Int) {
+        func explicitCode(_ field: FieldSpec?) -> Int? {
+            guard let code = field?.code, code > 0, code <= Int64(largestCode) else { return nil }
+            return Int(code)
+        }
+        func field(_ name: String) -> FieldSpec? { spec.fields.first { $0.name == name } }
 
         var drafts = [
-            Draft(name: idAttributeName, explicitCode: explicitCode(schema?["properties"]?[idAttributeName]),
+            Draft(name: spec.idField, explicitCode: explicitCode(field(spec.idField)),
                   type: .text, isID: true, isVersion: false, isRequired: true),
-            Draft(name: versionAttributeName, explicitCode: explicitCode(schema?["properties"]?[versionAttributeName]),
+            Draft(name: spec.versionField, explicitCode: explicitCode(field(spec.versionField)),
                   type: .integer, isID: false, isVersion: true, isRequired: false),
         ]
-        for (name, property) in properties where name != idAttributeName && name != versionAttributeName {
+        for field in spec.fields where field.name != spec.idField && field.name != spec.versionField {
             // A name that cannot be a column is left out of the model rather than pasted into SQL.
-            guard Identifier.isValidAttributeName(name) else { continue }
-            drafts.append(Draft(name: name, explicitCode: explicitCode(property), type: attributeType(of: property),
-                                isID: false, isVersion: false, isRequired: required.contains(name)))
+            guard Identifier.isValidAttributeName(field.name) else { continue }
+            drafts.append(Draft(name: field.name, explicitCode: explicitCode(field), type: field.type,
+                                isID: false, isVersion: false, isRequired: field.isRequired))
         }
 
         var used = Set<Int>()
         var codes = [Int?](repeating: nil, count: drafts.count)
         for (index, draft) in drafts.enumerated() {
-            if let code = draft.explicitCode, code > 0, !used.contains(code) {
+            if let code = draft.explicitCode, !used.contains(code) {
                 codes[index] = code
                 used.insert(code)
             }
@@ -71,8 +71,11 @@ enum ModelBuilder {
                 used.insert(kept)
             }
         }
+        // New codes go above every code given so far, so a removed
+        // attribute's code is not handed out again.
         var next = max(firstAllocatedCode, previous?.codeHighWater ?? 0, used.max() ?? 0) + 1
         for index in drafts.indices where codes[index] == nil {
+            if next > largestCode { next = firstAllocatedCode + 1 }  // the range is spent: fill its gaps
             while used.contains(next) { next += 1 }
             codes[index] = next
             used.insert(next)
@@ -84,34 +87,19 @@ enum ModelBuilder {
         }
         return (list, highWater)
     }
-
-    static func attributeType(of property: JSON) -> AttributeType {
-        var names: [String] = []
-        switch property["type"] {
-        case .string(let name)?: names = [name]
-        case .array(let items)?: names = items.compactMap(\.stringValue).filter { $0 != "null" }
-        default: break
-        }
-        guard names.count == 1 else { return .json }
-        switch names[0] {
-        case "string": return .text
-        case "integer": return .integer
-        case "number": return .real
-        case "boolean": return .boolean
-        default: return .json
-        }
-    }
 }
 
 /// The model as JSON, so a context can open from the store alone.
 enum ModelCoding {
-    static let format: Int64 = 1
+    static let format: Int64 = 2
 
     static func encode(_ model: Model) -> String {
         let entities: [JSON] = model.entities.map { entity in
             .object([
                 ("name", .string(entity.name)),
                 ("route", .string(entity.route)),
+                ("idField", .string(entity.spec.idField)),
+                ("versionField", .string(entity.spec.versionField)),
                 ("operations", .integer(Int64(entity.operations.rawValue))),
                 ("codeHighWater", .integer(Int64(entity.codeHighWater))),
                 ("attributes", .array(entity.attributes.map { attribute in
@@ -129,20 +117,26 @@ enum ModelCoding {
         return JSON.object([("format", .integer(format)), ("entities", .array(entities))]).serialized()
     }
 
-    static func decode(_ text: String) throws -> Model {
+    /// A model saved by an older format is not an error: the store is then
+    /// treated as new for the model (its codes start afresh).
+    static func decode(_ text: String) throws -> Model? {
         let root = try JSON.parse(text)
         func corrupt() -> TetherError { TetherError(.store, "the model saved in the store is unreadable") }
-        guard root["format"]?.integerValue == format, let entities = root["entities"]?.arrayValue else { throw corrupt() }
-        return Model(entities: try entities.map { entity in
+        guard let saved = root["format"]?.integerValue else { throw corrupt() }
+        guard saved == format else { return nil }
+        guard let entities = root["entities"]?.arrayValue else { throw corrupt() }
+        return Model(entities: try entities.enumerated().map { index, entity in
             guard let name = entity["name"]?.stringValue, Identifier.isValidEntityName(name),
                   let route = entity["route"]?.stringValue,
+                  let idField = entity["idField"]?.stringValue,
+                  let versionField = entity["versionField"]?.stringValue,
                   let operations = entity["operations"]?.integerValue,
                   let highWater = entity["codeHighWater"]?.integerValue,
                   let attributes = entity["attributes"]?.arrayValue else { throw corrupt() }
             let decoded: [Attribute] = try attributes.map { attribute in
                 guard let name = attribute["name"]?.stringValue,
                       Identifier.isValidAttributeName(name),
-                      let code = attribute["code"]?.integerValue,
+                      let code = attribute["code"]?.integerValue, (1...Int64(ModelBuilder.largestCode)).contains(code),
                       let rawType = attribute["type"]?.integerValue,
                       let type = AttributeType(rawValue: Int(rawType)) else { throw corrupt() }
                 return Attribute(name: name, code: Int(code), type: type, isID: attribute["id"] == .bool(true),
@@ -152,8 +146,10 @@ enum ModelCoding {
             guard decoded.filter(\.isID).count == 1, decoded.filter(\.isVersion).count == 1,
                   Set(decoded.map(\.code)).count == decoded.count,
                   Set(decoded.map(\.name)).count == decoded.count else { throw corrupt() }
-            return Entity(name: name, route: route, operations: Operations(rawValue: UInt32(operations)),
-                          attributes: decoded, codeHighWater: Int(highWater))
+            let fields = decoded.map { FieldSpec(name: $0.name, type: $0.type, code: Int64($0.code), isRequired: $0.isRequired) }
+            let spec = Spec(name: name, route: route, idField: idField, versionField: versionField, fields: fields,
+                            operations: Operations(rawValue: UInt32(truncatingIfNeeded: operations)))
+            return Entity(index: index, spec: spec, attributes: decoded, codeHighWater: Int(highWater))
         })
     }
 }

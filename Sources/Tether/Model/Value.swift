@@ -27,7 +27,7 @@ public enum Value: Equatable, Sendable {
 }
 
 /// A record as the server sent it, split by the entity's attributes.
-struct Record {
+struct Record: Sendable {
     let id: String
     /// One value per attribute, in the entity's attribute order.
     let values: [Value]
@@ -35,9 +35,10 @@ struct Record {
     /// JSON so that nothing the server sent is lost.
     let extra: [(key: String, value: JSON)]
 
-    init(entity: Entity, json: JSON) throws {
-        guard case .object(let fields) = json, let id = json["id"]?.stringValue, !id.isEmpty else {
-            throw TetherError(.protocol, "a record of \(entity.name) is not an object with an id")
+    init(entity: Entity, fields: RecordFields) throws {
+        let json = JSON.object(fields)
+        guard let id = json[entity.spec.idField]?.stringValue, !id.isEmpty else {
+            throw TetherError(.protocol, "a record of \(entity.name) has no text id")
         }
         self.id = id
         let values = entity.attributes.map { Value(json: json[$0.name], type: $0.type) }
@@ -62,7 +63,7 @@ struct Record {
 }
 
 /// A record read back from the store.
-struct StoredRecord {
+struct StoredRecord: Sendable {
     let record: Record
     let fetchedAt: Int64
 }

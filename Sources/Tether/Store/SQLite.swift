@@ -1,20 +1,32 @@
 import CSQLite
+import Synchronization
 
 /// A value as SQLite holds it.
-enum SQLValue: Equatable {
+enum SQLValue: Equatable, Sendable {
     case null
     case integer(Int64)
     case real(Double)
     case text(String)
 }
 
-/// One SQLite connection. Callers serialize access (the Store's lock).
-final class Database {
+/// One SQLite connection and its prepared statements.
+// @unchecked: a C pointer forces it. Not thread-safe: only the Store uses it,
+// inside its Mutex, and no statement outlives that scope.
+final class Database: @unchecked Sendable {
+    /// Statements prepared by every store, for tests and benchmarks that
+    /// check the statement cache does its job.
+    static let prepareCount = Atomic<Int>(0)
+    /// Distinct statements a store keeps prepared; beyond this the cache is
+    /// emptied and refilled (SQL built from sort keys can vary).
+    static let statementCacheLimit = 128
+
     private(set) var handle: OpaquePointer?
+    private var statements: [String: Statement] = [:]
 
     init(path: String) throws {
         var connection: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX
+        // NOMUTEX: the Store's Mutex serializes every use of this connection.
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let status = sqlite3_open_v2(path, &connection, flags, nil)
         guard status == SQLITE_OK else {
             let reason = connection.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(status))
@@ -28,13 +40,26 @@ final class Database {
 
     deinit { close() }
 
+    /// Finalizes every statement, then closes the connection.
     func close() {
-        // _v2 defers the close until statements still alive are finalized by their deinit.
+        statements = [:]
         sqlite3_close_v2(handle)
         handle = nil
     }
 
-    func prepare(_ sql: String) throws -> Statement { try Statement(database: self, sql: sql) }
+    /// The statement for `sql`, prepared once and kept.
+    func statement(_ sql: String) throws -> Statement {
+        if let cached = statements[sql] { return cached }
+        guard handle != nil else { throw TetherError(.closed, "the store is closed") }
+        if statements.count >= Self.statementCacheLimit { statements = [:] }
+        let statement = try Statement(database: self, sql: sql)
+        Self.prepareCount.add(1, ordering: .relaxed)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Drops every prepared statement: the schema changed under them.
+    func clearStatements() { statements = [:] }
 
     /// Runs statements that take no parameters and return no rows.
     func execute(_ sql: String) throws {
@@ -48,13 +73,13 @@ final class Database {
 
     /// Runs `body` in one transaction: committed if it returns, rolled back if it throws.
     func transaction<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
+        try statement("BEGIN IMMEDIATE").run()
         do {
             let result = try body()
-            try execute("COMMIT")
+            try statement("COMMIT").run()
             return result
         } catch {
-            try? execute("ROLLBACK")
+            try? statement("ROLLBACK").run()
             throw error
         }
     }
@@ -64,23 +89,22 @@ final class Database {
     }
 }
 
-/// A prepared statement, finalized when it goes away.
+/// A prepared statement, finalized when it goes away. Reset after every use,
+/// so a kept statement holds no read transaction open.
 final class Statement {
-    private let database: Database
+    private unowned let database: Database
     private var statement: OpaquePointer?
 
     fileprivate init(database: Database, sql: String) throws {
         self.database = database
-        guard sqlite3_prepare_v2(database.handle, sql, -1, &statement, nil) == SQLITE_OK else {
+        guard sqlite3_prepare_v3(database.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) == SQLITE_OK else {
             throw database.error("prepare")
         }
     }
 
     deinit { sqlite3_finalize(statement) }
 
-    func bind(_ values: [SQLValue]) throws {
-        sqlite3_reset(statement)
-        sqlite3_clear_bindings(statement)
+    private func bind(_ values: [SQLValue]) throws {
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)
             let status: Int32
@@ -88,14 +112,25 @@ final class Statement {
             case .null: status = sqlite3_bind_null(statement, index)
             case .integer(let i): status = sqlite3_bind_int64(statement, index, i)
             case .real(let d): status = sqlite3_bind_double(statement, index, d)
-            case .text(let s): status = sqlite3_bind_text(statement, index, s, -1, tether_sqlite_transient())
+            case .text(var s):
+                // By length, so text holding U+0000 is stored whole.
+                status = s.withUTF8 { bytes in
+                    bytes.withMemoryRebound(to: CChar.self) { chars in
+                        // Empty text has no buffer of its own.
+                        guard let base = chars.baseAddress else {
+                            return sqlite3_bind_text64(statement, index, "", 0, tether_sqlite_transient(), UInt8(SQLITE_UTF8))
+                        }
+                        return sqlite3_bind_text64(statement, index, base, sqlite3_uint64(chars.count),
+                                                   tether_sqlite_transient(), UInt8(SQLITE_UTF8))
+                    }
+                }
             }
             guard status == SQLITE_OK else { throw database.error("bind") }
         }
     }
 
     /// Steps once; true while a row is available.
-    func step() throws -> Bool {
+    private func step() throws -> Bool {
         switch sqlite3_step(statement) {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
@@ -103,21 +138,27 @@ final class Statement {
         }
     }
 
+    private func finish() {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+    }
+
     func run(_ values: [SQLValue] = []) throws {
+        defer { finish() }
         try bind(values)
         while try step() {}
     }
 
     func rows(_ values: [SQLValue] = []) throws -> [[SQLValue]] {
+        defer { finish() }
         try bind(values)
         var rows: [[SQLValue]] = []
-        while try step() { rows.append((0..<columnCount).map(column)) }
+        let count = Int(sqlite3_column_count(statement))
+        while try step() { rows.append((0..<count).map(column)) }
         return rows
     }
 
-    var columnCount: Int { Int(sqlite3_column_count(statement)) }
-
-    func column(_ index: Int) -> SQLValue {
+    private func column(_ index: Int) -> SQLValue {
         let i = Int32(index)
         switch sqlite3_column_type(statement, i) {
         case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, i))

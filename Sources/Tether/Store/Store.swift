@@ -1,42 +1,98 @@
+import Synchronization
+
 /// The SQLite file behind a context: the saved model, and one table per
 /// entity with a typed column per attribute plus the time each row was
-/// fetched. Every statement is prepared; every identifier is validated by the
-/// model and quoted.
-final class Store: @unchecked Sendable {
-    private let database: Database
-    private let lock = Lock()
+/// fetched. Every statement is prepared once and kept; every identifier is
+/// validated by the model and quoted.
+final class Store: Sendable {
+    /// nil once closed.
+    private let connection: Mutex<Database?>
+    /// Each entity's SQL, built once: reads look statements up by it.
+    private let statements = Mutex<[ObjectIdentifier: EntitySQL]>([:])
+
+    /// The text of one entity's statements. Identifiers come from the model,
+    /// validated, and are quoted.
+    private struct EntitySQL {
+        let entity: Entity
+        let select: String
+        let load: String
+        let upsert: String
+        let deleteByID: String
+        let idsFetchedBefore: String
+        let deleteFetchedBefore: String
+
+        init(_ entity: Entity) {
+            self.entity = entity
+            let table = Store.table(entity)
+            let idColumn = Identifier.quoted(entity.attributes[entity.idIndex].name)
+            let fetched = Identifier.quoted(Store.fetchedColumn)
+            let columns = Store.columnList(entity)
+            select = "SELECT \(columns) FROM \(table)"
+            load = "\(select) WHERE \(idColumn) = ?"
+            let placeholders = Array(repeating: "?", count: entity.attributes.count + 2).joined(separator: ", ")
+            upsert = "INSERT OR REPLACE INTO \(table) (\(columns)) VALUES (\(placeholders))"
+            deleteByID = "DELETE FROM \(table) WHERE \(idColumn) = ?"
+            idsFetchedBefore = "SELECT \(idColumn) FROM \(table) WHERE \(fetched) < ?"
+            deleteFetchedBefore = "DELETE FROM \(table) WHERE \(fetched) < ?"
+        }
+    }
+
+    private func sql(_ entity: Entity) -> EntitySQL {
+        statements.withLock { cache in
+            // The entity itself is kept, so a reused identifier cannot match.
+            if let known = cache[ObjectIdentifier(entity)], known.entity === entity { return known }
+            let made = EntitySQL(entity)
+            cache[ObjectIdentifier(entity)] = made
+            return made
+        }
+    }
     private static let tablePrefix = "records:"
     private static let extraColumn = "tether:extra"
     private static let fetchedColumn = "tether:fetched_at"
 
     init(path: String) throws {
-        database = try Database(path: path)
+        let database = try Database(path: path)
         try database.execute("PRAGMA journal_mode=WAL")
         try database.execute("PRAGMA synchronous=NORMAL")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+        connection = Mutex(database)
     }
 
-    func close() { lock.withLock { database.close() } }
+    func close() {
+        connection.withLock { database in
+            database?.close()
+            database = nil
+        }
+    }
+
+    private func withDatabase<T>(_ body: (Database) throws -> T) throws -> T {
+        try connection.withLock { database in
+            guard let database else { throw TetherError(.closed, "the store is closed") }
+            return try body(database)
+        }
+    }
 
     // MARK: model
 
     /// The model saved for this server and bucket; nil for a new store.
     /// A store saved for another server is an error, not a silent reset.
     func savedModel(identity: String) throws -> Model? {
-        try lock.withLock {
-            guard let saved = try meta("identity") else { return nil }
+        try withDatabase { database in
+            guard let saved = try meta("identity", database) else { return nil }
             guard saved == identity else {
                 throw TetherError(.store, "the store belongs to \(saved), not \(identity)")
             }
-            return try meta("model").map(ModelCoding.decode)
+            return try meta("model", database).flatMap(ModelCoding.decode)
         }
     }
 
     /// Migrates the tables to `model` and saves it, in one transaction.
     func adopt(_ model: Model, identity: String) throws {
-        try lock.withLock {
+        try withDatabase { database in
+            database.clearStatements()
+            defer { database.clearStatements() }
             try database.transaction {
-                let existing = try database.prepare(
+                let existing = try database.statement(
                     "SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, ?) = ?")
                     .rows([.integer(Int64(Self.tablePrefix.utf8.count)), .text(Self.tablePrefix)])
                     .compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } }
@@ -45,15 +101,15 @@ final class Store: @unchecked Sendable {
                     try database.execute("DROP TABLE \(Identifier.quoted(table))")
                 }
                 for entity in model.entities {
-                    try migrateTable(of: entity, exists: existing.contains(Self.tablePrefix + entity.name))
+                    try migrateTable(of: entity, exists: existing.contains(Self.tablePrefix + entity.name), database)
                 }
-                try setMeta("identity", identity)
-                try setMeta("model", ModelCoding.encode(model))
+                try setMeta("identity", identity, database)
+                try setMeta("model", ModelCoding.encode(model), database)
             }
         }
     }
 
-    private func migrateTable(of entity: Entity, exists: Bool) throws {
+    private func migrateTable(of entity: Entity, exists: Bool, _ database: Database) throws {
         let table = Self.table(entity)
         guard exists else {
             let columns = entity.attributes.map { attribute in
@@ -63,7 +119,7 @@ final class Store: @unchecked Sendable {
             try database.execute("CREATE TABLE \(table) (\(columns.joined(separator: ", ")))")
             return
         }
-        let current = try database.prepare("SELECT name, type FROM pragma_table_info(?)")
+        let current = try database.statement("SELECT name, type FROM pragma_table_info(?)")
             .rows([.text(Self.tablePrefix + entity.name)])
             .reduce(into: [String: String]()) { result, row in
                 if case .text(let name) = row[0], case .text(let type) = row[1] { result[name] = type }
@@ -92,11 +148,10 @@ final class Store: @unchecked Sendable {
     /// Inserts or replaces `records` in one transaction.
     func upsert(_ records: [Record], of entity: Entity, fetchedAt: Int64) throws {
         guard !records.isEmpty else { return }
-        try lock.withLock {
+        let sql = sql(entity)
+        try withDatabase { database in
             try database.transaction {
-                let columns = Self.columnList(entity)
-                let placeholders = Array(repeating: "?", count: entity.attributes.count + 2).joined(separator: ", ")
-                let insert = try database.prepare("INSERT OR REPLACE INTO \(Self.table(entity)) (\(columns)) VALUES (\(placeholders))")
+                let insert = try database.statement(sql.upsert)
                 for record in records {
                     var parameters = zip(record.values, entity.attributes).map { value, attribute in
                         Record.isMisfit(value, attribute.type) ? .null : Self.sqlValue(value)
@@ -110,17 +165,18 @@ final class Store: @unchecked Sendable {
     }
 
     func load(_ entity: Entity, id: String) throws -> StoredRecord? {
-        try lock.withLock {
-            let select = try database.prepare(
-                "SELECT \(Self.columnList(entity)) FROM \(Self.table(entity)) WHERE \(Identifier.quoted(entity.attributes[entity.idIndex].name)) = ?")
+        let sql = sql(entity)
+        return try withDatabase { database in
+            let select = try database.statement(sql.load)
             return try select.rows([.text(id)]).first.map { Self.decode($0, entity) }
         }
     }
 
     /// Rows in `sort` order (attribute index, descending), at most `limit` (0: all).
     func query(_ entity: Entity, sort: [(index: Int, descending: Bool)], limit: Int64) throws -> [StoredRecord] {
-        try lock.withLock {
-            var sql = "SELECT \(Self.columnList(entity)) FROM \(Self.table(entity))"
+        let select = sql(entity).select
+        return try withDatabase { database in
+            var sql = select
             let order = sort.map { Identifier.quoted(entity.attributes[$0.index].name) + ($0.descending ? " DESC" : " ASC") }
                 + [Identifier.quoted(entity.attributes[entity.idIndex].name) + " ASC"]
             sql += " ORDER BY " + order.joined(separator: ", ")
@@ -129,16 +185,16 @@ final class Store: @unchecked Sendable {
                 sql += " LIMIT ?"
                 parameters.append(.integer(limit))
             }
-            return try database.prepare(sql).rows(parameters).map { Self.decode($0, entity) }
+            return try database.statement(sql).rows(parameters).map { Self.decode($0, entity) }
         }
     }
 
     func delete(ids: [String], of entity: Entity) throws {
         guard !ids.isEmpty else { return }
-        try lock.withLock {
+        let sql = sql(entity)
+        try withDatabase { database in
             try database.transaction {
-                let delete = try database.prepare(
-                    "DELETE FROM \(Self.table(entity)) WHERE \(Identifier.quoted(entity.attributes[entity.idIndex].name)) = ?")
+                let delete = try database.statement(sql.deleteByID)
                 for id in ids { try delete.run([.text(id)]) }
             }
         }
@@ -147,14 +203,13 @@ final class Store: @unchecked Sendable {
     /// Deletes the rows not fetched since `time` (a complete listing did not
     /// include them, so the server no longer has them) and returns their ids.
     func deleteRows(of entity: Entity, fetchedBefore time: Int64) throws -> [String] {
-        try lock.withLock {
+        let sql = sql(entity)
+        return try withDatabase { database in
             try database.transaction {
-                let idColumn = Identifier.quoted(entity.attributes[entity.idIndex].name)
-                let fetched = Identifier.quoted(Self.fetchedColumn)
-                let ids = try database.prepare("SELECT \(idColumn) FROM \(Self.table(entity)) WHERE \(fetched) < ?")
+                let ids = try database.statement(sql.idsFetchedBefore)
                     .rows([.integer(time)])
                     .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
-                try database.prepare("DELETE FROM \(Self.table(entity)) WHERE \(fetched) < ?").run([.integer(time)])
+                try database.statement(sql.deleteFetchedBefore).run([.integer(time)])
                 return ids
             }
         }
@@ -162,14 +217,14 @@ final class Store: @unchecked Sendable {
 
     // MARK: helpers
 
-    private func meta(_ key: String) throws -> String? {
-        let row = try database.prepare("SELECT value FROM tether_meta WHERE key = ?").rows([.text(key)]).first
+    private func meta(_ key: String, _ database: Database) throws -> String? {
+        let row = try database.statement("SELECT value FROM tether_meta WHERE key = ?").rows([.text(key)]).first
         if case .text(let value)? = row?.first { return value }
         return nil
     }
 
-    private func setMeta(_ key: String, _ value: String) throws {
-        try database.prepare("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)").run([.text(key), .text(value)])
+    private func setMeta(_ key: String, _ value: String, _ database: Database) throws {
+        try database.statement("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)").run([.text(key), .text(value)])
     }
 
     private static func table(_ entity: Entity) -> String { Identifier.quoted(tablePrefix + entity.name) }

@@ -3,7 +3,7 @@
 public struct TetherError: Error, CustomStringConvertible, Sendable {
     public enum Kind: Sendable {
         case `internal`, misuse, closed, notFound, type, invalid
-        case network, auth, server, `protocol`, store, cancelled, notCached, busy
+        case network, auth, server, `protocol`, store, cancelled, notCached, busy, conflict
     }
 
     public let kind: Kind
@@ -22,4 +22,18 @@ public struct TetherError: Error, CustomStringConvertible, Sendable {
 
     static let cancelled = TetherError(.cancelled, "cancelled")
     static let contextClosed = TetherError(.closed, "the context is closed")
+}
+
+extension TetherError {
+    /// Any error as a TetherError: unexpected ones are internal errors.
+    static func wrap(_ error: any Error) -> TetherError {
+        error as? TetherError ?? TetherError(.internal, "\(error)")
+    }
+}
+
+extension Result where Failure == TetherError {
+    /// The result of `body`, its error as a TetherError.
+    static func tether(_ body: () throws -> Success) -> Result {
+        do { return .success(try body()) } catch { return .failure(TetherError.wrap(error)) }
+    }
 }

@@ -1,12 +1,19 @@
 import Glibc
+import Synchronization
 
-/// A pthread mutex with a condition variable. Heap-allocated so its address
-/// never moves, as pthread requires.
-final class Lock: @unchecked Sendable {
+/// State behind a pthread mutex with a condition variable, for the few places
+/// where a thread must wait for a change (Synchronization's Mutex has no
+/// condition). Every access goes through `withLock`, which broadcasts on the
+/// way out, so waiters see each change.
+final class ConditionLock<State>: @unchecked Sendable {
+    // @unchecked: a C mutex forces it. `state` is touched only with `mutex`
+    // held, which is what Mutex would check.
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var state: State
 
-    init() {
+    init(_ state: State) {
+        self.state = state
         pthread_mutex_init(mutex, nil)
         var attributes = pthread_condattr_t()
         pthread_condattr_init(&attributes)
@@ -22,45 +29,77 @@ final class Lock: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    func lock() { pthread_mutex_lock(mutex) }
-    func unlock() { pthread_mutex_unlock(mutex) }
-
-    @discardableResult
-    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+    func withLock<R>(_ body: (inout State) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
-    }
-
-    /// Waits for a broadcast with the lock held; nil deadline waits forever.
-    /// Returns false on timeout.
-    @discardableResult
-    func wait(until deadline: MonotonicTime?) -> Bool {
-        guard let deadline else {
-            pthread_cond_wait(condition, mutex)
-            return true
+        defer {
+            pthread_cond_broadcast(condition)
+            pthread_mutex_unlock(mutex)
         }
-        var spec = deadline.timespec
-        return pthread_cond_timedwait(condition, mutex, &spec) == 0
+        return try body(&state)
     }
 
-    func broadcast() { pthread_cond_broadcast(condition) }
+    /// Waits until `ready` holds or the deadline passes (nil: no deadline),
+    /// then runs `body` with the lock still held; `timedOut` says which.
+    func withLock<R>(when ready: (State) -> Bool, until deadline: MonotonicTime?,
+                     _ body: (inout State, _ timedOut: Bool) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer {
+            pthread_cond_broadcast(condition)
+            pthread_mutex_unlock(mutex)
+        }
+        var timedOut = false
+        while !ready(state) {
+            if let deadline {
+                var spec = deadline.timespec
+                if pthread_cond_timedwait(condition, mutex, &spec) == ETIMEDOUT {
+                    timedOut = !ready(state)
+                    break
+                }
+            } else {
+                pthread_cond_wait(condition, mutex)
+            }
+        }
+        return try body(&state, timedOut)
+    }
 }
 
-/// Runs `body` on a new joinable thread.
-func startThread(_ body: @escaping () -> Void) -> pthread_t {
+/// Runs `body` on a new joinable thread, counted in `Live.threads`.
+func startThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
     let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
     var thread = pthread_t()
+    Live.threads.add(1, ordering: .relaxed)
     let status = pthread_create(&thread, nil, { argument in
         let body = Unmanaged<ThreadBody>.fromOpaque(argument!).takeRetainedValue()
         body.run()
+        Live.threads.subtract(1, ordering: .relaxed)
         return nil
     }, box)
     precondition(status == 0, "pthread_create failed: \(status)")
     return thread
 }
 
-private final class ThreadBody {
-    let run: () -> Void
-    init(_ run: @escaping () -> Void) { self.run = run }
+private final class ThreadBody: Sendable {
+    let run: @Sendable () -> Void
+    init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+}
+
+/// Whether the current thread is running a host callback of any context, so
+/// that cancel can skip waiting for a callback on another thread: two
+/// callbacks cancelling each other's work would otherwise wait forever.
+enum CallbackScope {
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    static var isInside: Bool { pthread_getspecific(key) != nil }
+
+    static func run(_ body: () -> Void) {
+        let outer = pthread_getspecific(key)
+        let depth = Int(bitPattern: outer) + 1
+        pthread_setspecific(key, UnsafeRawPointer(bitPattern: depth))
+        defer { pthread_setspecific(key, outer) }
+        body()
+    }
 }

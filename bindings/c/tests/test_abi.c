@@ -1,5 +1,6 @@
-/* test_abi.c — the ABI contract: versions, status names, option structs,
- * NULL arguments, error messages, opening errors. */
+/* test_abi.c — the ABI contract: versions, status names, option structs
+ * (and a version-1 context options struct), NULL arguments, live counts,
+ * error messages, opening errors. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "testutil.h"
@@ -40,15 +41,17 @@ static void test_errstr(void)
         {TETHER_E_CANCELLED, "TETHER_E_CANCELLED"},
         {TETHER_E_NOT_CACHED, "TETHER_E_NOT_CACHED"},
         {TETHER_E_BUSY, "TETHER_E_BUSY"},
+        {TETHER_E_CONFLICT, "TETHER_E_CONFLICT"},
     };
     size_t i;
     tu_section("errstr");
     /* Stable numbers. */
     CHECK_INT(TETHER_E_ERROR, -1);
     CHECK_INT(TETHER_E_BUSY, -14);
+    CHECK_INT(TETHER_E_CONFLICT, -15);
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
         CHECK_STR(tether_errstr(names[i].code), names[i].name);
-    CHECK_STR(tether_errstr(-15), "TETHER_E_UNKNOWN");
+    CHECK_STR(tether_errstr(-16), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(-9999), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(1), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(2147483647), "TETHER_E_UNKNOWN");
@@ -80,6 +83,7 @@ static void test_options(void)
     CHECK_INT(o.delivery, TETHER_DELIVER_THREAD);
     CHECK_INT(o.staleness_ms, 0);
     CHECK_INT(o.timeout_ms, 30000);
+    CHECK_INT(o.object_cache_size, 1024);
 
     CHECK_STATUS(tether_fetch_options_init(NULL, TETHER_FETCH_OPTIONS_VERSION), TETHER_E_MISUSE);
     CHECK_STATUS(tether_fetch_options_init(&f, 0), TETHER_E_MISUSE);
@@ -91,6 +95,82 @@ static void test_options(void)
     CHECK(f.sort == NULL);
     CHECK_INT(f.limit, 0);
     CHECK_INT(f.policy, TETHER_POLICY_CACHE_THEN_SERVER);
+}
+
+/* tether_context_options as version 1 of the header declared it: a host
+ * built against 0.1 passes this shorter struct. */
+typedef struct options_v1 {
+    unsigned int version;
+    const char *server_url;
+    const char *bucket;
+    const char *username;
+    const char *password;
+    const char *store_path;
+    tether_delivery delivery;
+    int64_t staleness_ms;
+    int64_t timeout_ms;
+} options_v1;
+
+/* A version-1 struct with guard bytes right after it: the library must not
+ * write past the struct's version-1 end. */
+typedef struct guarded_v1 {
+    options_v1 o;
+    unsigned char guard[32];
+} guarded_v1;
+
+static int guard_intact(const guarded_v1 *g)
+{
+    size_t i;
+    for (i = 0; i < sizeof g->guard; i++)
+        if (g->guard[i] != 0x5a)
+            return 0;
+    return 1;
+}
+
+static void test_options_v1(void)
+{
+    guarded_v1 g;
+    tu_section("a version-1 context options struct");
+    /* Version 2 only grew at the end. */
+    CHECK_INT(offsetof(options_v1, timeout_ms), offsetof(tether_context_options, timeout_ms));
+    CHECK(sizeof(options_v1) <= offsetof(tether_context_options, object_cache_size));
+    memset(&g, 0x5a, sizeof g);
+    if (CHECK_OK(tether_context_options_init((tether_context_options *)&g.o, 1)) == TETHER_OK) {
+        CHECK_INT(g.o.version, 1);
+        CHECK(g.o.server_url == NULL && g.o.bucket == NULL && g.o.store_path == NULL);
+        CHECK_INT(g.o.delivery, TETHER_DELIVER_THREAD);
+        CHECK_INT(g.o.staleness_ms, 0);
+        CHECK_INT(g.o.timeout_ms, 30000);
+    }
+    CHECK(guard_intact(&g));
+}
+
+/* Opens and closes a context from a version-1 struct (its missing
+ * object_cache_size takes the default). */
+static void test_open_v1(const char *bucket, const char *store)
+{
+    guarded_v1 g;
+    tether_context *ctx = NULL;
+    memset(&g, 0x5a, sizeof g);
+    tether_context_options_init((tether_context_options *)&g.o, 1);
+    g.o.version = 1; /* whatever init did, this is what a 0.1 host sends */
+    g.o.server_url = tu_url();
+    g.o.bucket = bucket;
+    g.o.store_path = store;
+    g.o.username = "test";
+    g.o.password = "test";
+    g.o.delivery = TETHER_DELIVER_THREAD;
+    g.o.staleness_ms = 0;
+    g.o.timeout_ms = 5000;
+    CHECK_OK(tether_context_open((const tether_context_options *)&g.o, &ctx));
+    CHECK(ctx != NULL);
+    CHECK(guard_intact(&g));
+    if (ctx) {
+        tether_object *obj = NULL;
+        CHECK_OK(tether_context_object(ctx, "things", "t1", &obj));
+        CHECK_OK(tether_object_release(obj));
+        CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    }
 }
 
 static void test_values(void)
@@ -114,6 +194,7 @@ static void test_null_handles(void)
     tether_object *obj = NULL;
     tether_observer *ob = NULL;
     tether_task *task = NULL;
+    tether_results *results = NULL;
     int64_t i64 = 0;
     tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
     tether_fetch_options f;
@@ -134,6 +215,8 @@ static void test_null_handles(void)
     CHECK_STATUS(tether_entity_attribute_index(NULL, "x", &n), TETHER_E_HANDLE);
     CHECK_STATUS(tether_entity_attribute_index_by_code(NULL, 1, &n), TETHER_E_HANDLE);
     CHECK_STATUS(tether_context_object(NULL, "x", "y", &obj), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_retain(NULL), TETHER_E_HANDLE);
+    CHECK_INT(tether_object_release(NULL), TETHER_OK); /* as closing NULL */
     CHECK_STATUS(tether_object_entity(NULL, &e), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_id(NULL, &s), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_version(NULL, &i64), TETHER_E_HANDLE);
@@ -144,6 +227,9 @@ static void test_null_handles(void)
     CHECK_STATUS(tether_object_observe(NULL, "x", tu_obs_cb, NULL, &ob), TETHER_E_HANDLE);
     CHECK_STATUS(tether_observer_remove(NULL), TETHER_E_HANDLE);
     CHECK_STATUS(tether_task_cancel(NULL), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_results_count(NULL, &n), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_results_object_at(NULL, 0, &obj), TETHER_E_HANDLE);
+    CHECK_INT(tether_results_release(NULL), TETHER_OK);
     CHECK_OK(tether_fetch_options_init(&f, TETHER_FETCH_OPTIONS_VERSION));
     f.entity = "x";
     CHECK_STATUS(tether_fetch_start(NULL, &f, tu_fetch_cb, NULL, &task), TETHER_E_HANDLE);
@@ -151,8 +237,37 @@ static void test_null_handles(void)
     CHECK_INT(i, 7);
     CHECK_INT(n, 7);
     CHECK_INT(u, 7);
-    CHECK(s == NULL && e == NULL && obj == NULL && ob == NULL && task == NULL);
+    CHECK(s == NULL && e == NULL && obj == NULL && ob == NULL && task == NULL && results == NULL);
     CHECK_INT(v.type, TETHER_TYPE_NULL);
+}
+
+static void test_live_count(void)
+{
+    static const tether_live kinds[] = {
+        TETHER_LIVE_CONTEXTS, TETHER_LIVE_OBJECTS, TETHER_LIVE_OBJECT_HANDLES, TETHER_LIVE_RESULTS,
+        TETHER_LIVE_TASKS,    TETHER_LIVE_OBSERVERS, TETHER_LIVE_THREADS,
+    };
+    int64_t n = 7;
+    size_t i;
+    tu_section("tether_live_count");
+    CHECK_INT(TETHER_LIVE_CONTEXTS, 1);
+    CHECK_INT(TETHER_LIVE_THREADS, 7);
+    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        n = -1;
+        CHECK_OK(tether_live_count(kinds[i], &n));
+        /* No context has been opened yet: nothing lives but, perhaps, threads. */
+        if (kinds[i] == TETHER_LIVE_THREADS)
+            CHECK(n >= 0);
+        else
+            CHECK_INT(n, 0);
+    }
+    n = 7;
+    CHECK_STATUS(tether_live_count((tether_live)0, &n), TETHER_E_INVALID);
+    CHECK_STATUS(tether_live_count((tether_live)8, &n), TETHER_E_INVALID);
+    CHECK_STATUS(tether_live_count((tether_live)-1, &n), TETHER_E_INVALID);
+    CHECK_STATUS(tether_live_count((tether_live)0x7fffffff, &n), TETHER_E_INVALID);
+    CHECK_INT(n, 7);
+    CHECK_STATUS(tether_live_count(TETHER_LIVE_CONTEXTS, NULL), TETHER_E_MISUSE);
 }
 
 static void test_open_errors(const char *bucket)
@@ -272,6 +387,7 @@ static void test_open_errors(const char *bucket)
         CHECK_INT(tether_context_close(ctx), TETHER_OK);
     }
     CHECK(tu_file_exists(store));
+    test_open_v1(bucket, store);
 }
 
 static void *thread_errmsg(void *arg)
@@ -303,8 +419,10 @@ int main(int argc, char **argv)
     test_version();
     test_errstr();
     test_options();
+    test_options_v1();
     test_values();
     test_null_handles();
+    test_live_count();
     test_errmsg_per_thread();
 
     tu_unique(bucket, sizeof bucket, "c-abi");
@@ -312,5 +430,19 @@ int main(int argc, char **argv)
         CHECK(tu_put_collection(bucket, "things",
                                 "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}}}")))
         test_open_errors(bucket);
+
+    tu_section("every context closed: nothing of theirs lives on");
+    {
+        static const tether_live kinds[] = {TETHER_LIVE_CONTEXTS, TETHER_LIVE_OBJECTS, TETHER_LIVE_OBJECT_HANDLES,
+                                            TETHER_LIVE_RESULTS, TETHER_LIVE_TASKS, TETHER_LIVE_OBSERVERS};
+        size_t i;
+        for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+            int64_t n = -1;
+            CHECK_OK(tether_live_count(kinds[i], &n));
+            if (n != 0)
+                printf("   live count %d is %lld\n", (int)kinds[i], (long long)n);
+            CHECK_INT(n, 0);
+        }
+    }
     return tu_finish();
 }

@@ -1,5 +1,6 @@
 /* test_fetch.c — asynchronous fetches (THREAD delivery): phases, policies,
- * sort and limit, uniquing, validation, cancellation, close with requests in
+ * sort and limit, uniquing while references are held, results handles that
+ * outlive their task, validation, cancellation, close with requests in
  * flight, close from inside a callback. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -72,6 +73,7 @@ static void test_phases_and_uniquing(tether_context *ctx)
     CHECK_INT(f1.finals, 1);
     CHECK_INT(f1.calls, 2);
     CHECK_INT(f1.order_errors, 0);
+    CHECK_INT(f1.results_errors, 0);
     CHECK_INT(f1.task_changed, 0);
     CHECK(f1.task == task);
     CHECK_INT(f1.off_main, 2); /* THREAD mode: the library's thread */
@@ -84,7 +86,7 @@ static void test_phases_and_uniquing(tether_context *ctx)
     /* The task is gone after its FINAL. */
     CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
 
-    tu_section("second fetch: CACHED answers from the cache, same objects");
+    tu_section("second fetch: CACHED answers from the cache, same objects (f1's results still held)");
     tu_fetch_init(&f2);
     CHECK_OK(tu_fetch_start(ctx, &f2, "items", "n", 0, TETHER_POLICY_CACHE_THEN_SERVER, NULL));
     CHECK(tu_fetch_wait(&f2, TU_WAIT_MS));
@@ -93,6 +95,7 @@ static void test_phases_and_uniquing(tether_context *ctx)
     CHECK_INT(f2.cached, 1);
     CHECK_INT(f2.finals, 1);
     CHECK_INT(f2.order_errors, 0);
+    CHECK_INT(f2.results_errors, 0);
     CHECK_INT(f2.cached_count, NITEMS);
     CHECK_INT(f2.final_count, NITEMS);
     CHECK(sorted_by(f2.cached_objs, f2.cached_count, "n", 0));
@@ -104,9 +107,9 @@ static void test_phases_and_uniquing(tether_context *ctx)
     }
     pthread_mutex_unlock(&f2.mu);
 
-    tu_section("tether_context_object gives the fetched object");
+    tu_section("tether_context_object gives the fetched object while the results hold it");
     if (f1.final_count == NITEMS) {
-        int same = 0, again = 0;
+        int same = 0, again = 0, released = 0;
         for (i = 0; i < NITEMS; i++) {
             tether_object *o = NULL, *o2 = NULL;
             const char *id = tu_id(f1.final_objs[i]);
@@ -114,9 +117,13 @@ static void test_phases_and_uniquing(tether_context *ctx)
                 same++;
             if (tether_context_object(ctx, "items", id, &o2) == TETHER_OK && o2 == o)
                 again++;
+            /* two references taken, two given back */
+            released += tether_object_release(o) == TETHER_OK;
+            released += tether_object_release(o2) == TETHER_OK;
         }
         CHECK_INT(same, NITEMS);
         CHECK_INT(again, NITEMS);
+        CHECK_INT(released, 2 * NITEMS);
         {
             tether_entity *e = NULL, *oe = NULL;
             int64_t version = 0;
@@ -140,6 +147,25 @@ static void test_phases_and_uniquing(tether_context *ctx)
                 tether_value_clear(&v);
             }
         }
+    }
+
+    tu_section("results outlive their task; an object dies with its last reference");
+    if (f1.final_count == NITEMS) {
+        tether_object *first = f1.final_objs[0];
+        tether_results *held = f1.final_results;
+        int64_t version = 0;
+        size_t n = 0;
+        /* f1's task ended long ago; its results still answer. */
+        CHECK_OK(tether_results_count(held, &n));
+        CHECK_INT(n, NITEMS);
+        CHECK_OK(tu_fetch_release(&f1));
+        CHECK_STATUS(tether_results_count(held, &n), TETHER_E_HANDLE);
+        CHECK_OK(tether_object_version(first, &version)); /* f2's results hold it */
+        CHECK_OK(tether_object_retain(first));
+        CHECK_OK(tu_fetch_release(&f2));
+        CHECK_OK(tether_object_version(first, &version)); /* the host holds it */
+        CHECK_OK(tether_object_release(first));
+        CHECK_STATUS(tether_object_version(first, &version), TETHER_E_HANDLE);
     }
     tu_fetch_destroy(&f1);
     tu_fetch_destroy(&f2);
@@ -252,12 +278,15 @@ static void test_cancel(tether_context *ctx)
     CHECK_OK(tu_fetch_start(ctx, &f, "big", NULL, 0, TETHER_POLICY_SERVER_ONLY, &task));
     if (task) {
         CHECK_OK(tu_fetch_cancel(&f, task));
+        CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE); /* already cancelled */
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
         tu_sleep_ms(300);
         pthread_mutex_lock(&f.mu);
         CHECK_INT(f.calls, 1);
         CHECK_INT(f.finals, 1);
         CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+        CHECK_INT(f.final_count, 0); /* cancelled: no objects */
+        CHECK_INT(f.results_errors, 0);
         CHECK_INT(f.after_cancel_bad, 0);
         pthread_mutex_unlock(&f.mu);
         CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
@@ -271,12 +300,15 @@ static void test_cancel(tether_context *ctx)
         CHECK_OK(tu_fetch_start(ctx, &f, "big", "-n", 0, TETHER_POLICY_CACHE_THEN_SERVER, &task));
         if (task) {
             CHECK_OK(tu_fetch_cancel(&f, task));
+            CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
             CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
             tu_sleep_ms(100);
             pthread_mutex_lock(&f.mu);
             CHECK_INT(f.finals, 1);
             CHECK(f.cached <= 1);
             CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+            CHECK_INT(f.final_count, 0);
+            CHECK_INT(f.results_errors, 0);
             CHECK_INT(f.after_cancel_bad, 0);
             CHECK_INT(f.order_errors, 0);
             pthread_mutex_unlock(&f.mu);
@@ -307,6 +339,8 @@ static void test_cancel(tether_context *ctx)
         CHECK_INT(f.after_cancel_bad, 0);
         if (s == TETHER_OK)
             CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+        /* cancelled, or ended: either way the task is gone */
+        CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
     }
     tu_fetch_destroy(&f);
 
@@ -320,6 +354,7 @@ static void test_cancel(tether_context *ctx)
     CHECK_INT(f.cached, 1);
     CHECK_INT(f.finals, 1);
     CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+    CHECK_INT(f.final_count, 0);
     tu_fetch_destroy(&f);
 
     tu_section("a fetch that runs to the end after cancels elsewhere");
@@ -348,12 +383,23 @@ static void test_close_in_flight(const char *store)
     tu_obs_init(&o, obj, "label", NULL);
     CHECK_OK(tu_observe(&o, &ob));
     CHECK(ob != NULL);
+    /* The observer holds its object: the same handle comes back after the
+     * host let go of its reference. */
+    CHECK_OK(tether_object_release(obj));
+    {
+        tether_object *again = NULL;
+        CHECK_OK(tether_context_object(ctx, "items", "i001", &again));
+        CHECK(again == obj);
+        CHECK_OK(tether_object_release(again));
+    }
     CHECK_OK(tu_fetch_start(ctx, &f, "big", NULL, 0, TETHER_POLICY_SERVER_ONLY, &task));
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     /* No waiting: everything must have been delivered already. */
     pthread_mutex_lock(&f.mu);
     CHECK_INT(f.finals, 1);
     CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+    CHECK_INT(f.final_count, 0);
+    CHECK_INT(f.results_errors, 0);
     pthread_mutex_unlock(&f.mu);
     CHECK_INT(tu_obs_cancels(&o), 1);
     tu_sleep_ms(300);
@@ -364,6 +410,8 @@ static void test_close_in_flight(const char *store)
     /* Their handles are dead now. */
     CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
     CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_release(obj), TETHER_E_HANDLE);
+    CHECK_STATUS(tu_fetch_release(&f), TETHER_E_HANDLE); /* its results died with the context */
     tu_fetch_destroy(&f);
     tu_obs_destroy(&o);
 }

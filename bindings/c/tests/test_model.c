@@ -227,7 +227,18 @@ static void check_entities(tether_context *ctx)
             CHECK_STATUS(tether_context_entity_count((tether_context *)obj, &k), TETHER_E_HANDLE);
             CHECK_STATUS(tether_task_cancel((tether_task *)obj), TETHER_E_HANDLE);
             CHECK_STATUS(tether_observer_remove((tether_observer *)e0), TETHER_E_HANDLE);
+            /* Releasing the wrong kind of handle does nothing else. */
+            CHECK_STATUS(tether_results_count((tether_results *)obj, &k), TETHER_E_HANDLE);
+            CHECK_STATUS(tether_results_release((tether_results *)obj), TETHER_E_HANDLE);
+            CHECK_STATUS(tether_object_release((tether_object *)e0), TETHER_E_HANDLE);
+            CHECK_STATUS(tether_object_release((tether_object *)ctx), TETHER_E_HANDLE);
+            CHECK_STATUS(tether_object_retain((tether_object *)e0), TETHER_E_HANDLE);
             CHECK(s == NULL);
+            CHECK_OK(tether_object_id(obj, &s));
+            CHECK_STR(s, "x1");
+            CHECK_OK(tether_entity_name(e0, &s));
+            CHECK_STR(s, "alpha");
+            CHECK_OK(tether_object_release(obj));
         }
     }
 }

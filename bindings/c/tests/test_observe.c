@@ -1,6 +1,7 @@
 /* test_observe.c — peek vs get, observers (THREAD delivery): a change on the
  * server is seen by get's refresh and told to observers of the key and of its
- * peek form; uncached and deleted records; removal; staleness. */
+ * peek form; uncached and deleted records; removal; staleness; an observer
+ * holds its object. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "testutil.h"
@@ -70,7 +71,6 @@ static void test_peek_get_observe(tether_context *ctx)
         CHECK_STATUS(tether_object_observe(d1, "title\xff", tu_obs_cb, NULL, &x), TETHER_E_INVALID);
         CHECK_STATUS(tether_object_observe(d1, NULL, tu_obs_cb, NULL, &x), TETHER_E_MISUSE);
         CHECK_STATUS(tether_object_observe(d1, "title", NULL, NULL, &x), TETHER_E_MISUSE);
-        CHECK_STATUS(tether_object_observe(d1, "title", tu_obs_cb, NULL, NULL), TETHER_E_MISUSE);
         CHECK(x == NULL);
     }
 
@@ -139,6 +139,7 @@ static void test_peek_get_observe(tether_context *ctx)
     CHECK_OK(tether_observer_remove(o_body));
     CHECK(tu_obs_wait_cancel(&ot, TU_WAIT_MS));
     CHECK(tu_obs_wait_cancel(&ob, TU_WAIT_MS));
+    CHECK_OK(tether_object_release(d1));
     tu_obs_destroy(&ot);
     tu_obs_destroy(&op);
     tu_obs_destroy(&ob);
@@ -169,6 +170,7 @@ static void test_remove_in_callback(tether_context *ctx)
     CHECK_INT(tu_obs_changes(&o), 1);
     CHECK_INT(tu_obs_cancels(&o), 1);
     CHECK_INT(o.after_cancel, 0);
+    CHECK_OK(tether_object_release(d1));
     tu_obs_destroy(&o);
 }
 
@@ -201,6 +203,7 @@ static void test_uncached_and_deleted(tether_context *ctx)
         CHECK_STR(ol.peeked, "nine");
         CHECK_OK(tether_observer_remove(x));
         CHECK(tu_obs_wait_cancel(&ol, TU_WAIT_MS));
+        CHECK_OK(tether_object_release(late));
         tu_obs_destroy(&ol);
     }
 
@@ -213,11 +216,14 @@ static void test_uncached_and_deleted(tether_context *ctx)
             tu_sleep_ms(50);
         CHECK_STATUS(s, TETHER_E_NOT_FOUND);
         tether_value_clear(&v);
+        CHECK_OK(tether_object_release(ghost));
+        ghost = NULL;
     }
     CHECK_STATUS(tether_context_object(ctx, "nosuch", "d1", &ghost), TETHER_E_NOT_FOUND);
     CHECK_STATUS(tether_context_object(ctx, "docs", "d\xff", &ghost), TETHER_E_INVALID);
     CHECK_STATUS(tether_context_object(ctx, "docs", NULL, &ghost), TETHER_E_MISUSE);
     CHECK_STATUS(tether_context_object(ctx, "docs", "d1", NULL), TETHER_E_MISUSE);
+    CHECK(ghost == NULL);
 
     tu_section("deleted on the server: observer told, peek NOT_FOUND");
     CHECK_OK(tether_context_object(ctx, "docs", "d2", &d2));
@@ -234,6 +240,7 @@ static void test_uncached_and_deleted(tether_context *ctx)
         CHECK_STATUS(tether_object_peek(d2, "title", &v), TETHER_E_NOT_FOUND);
         CHECK_OK(tether_observer_remove(x));
         CHECK(tu_obs_wait_cancel(&o2, TU_WAIT_MS));
+        CHECK_OK(tether_object_release(d2));
         tu_obs_destroy(&o2);
     }
 }
@@ -245,7 +252,7 @@ static void test_staleness(const char *store)
     tether_object *d3 = NULL;
     tether_observer *x = NULL;
     tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
-    tu_obs ob;
+    tu_obs ob, unowned;
 
     tu_section("staleness window: get skips its refresh while the value is young");
     tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION);
@@ -261,19 +268,31 @@ static void test_staleness(const char *store)
     CHECK_OK(tether_context_object(ctx, "docs", "d3", &d3));
     tu_obs_init(&ob, d3, "title", "title");
     CHECK_OK(tu_observe(&ob, &x));
+    /* `out` may be NULL: an observer nobody can remove, ended by close. */
+    tu_obs_init(&unowned, d3, "body", NULL);
+    CHECK_OK(tether_object_observe(d3, "body", tu_obs_cb, &unowned, NULL));
     CHECK(tu_patch_record(bucket, "docs", "d3", "{\"title\": \"drei\"}"));
     if (CHECK_OK(tether_object_get(d3, "title", &v)) == TETHER_OK)
         CHECK_STR(v.text, "three");
     tether_value_clear(&v);
     tu_sleep_ms(1500);
     CHECK_INT(tu_obs_changes(&ob), 0);
+    /* The observer holds its object: with the host's reference gone it is
+     * still told, with the same handle, and can read it in the callback. */
+    CHECK_OK(tether_object_release(d3));
     /* A fetch still brings the change, and tells the observer. */
     fetch_all(ctx);
     CHECK(tu_obs_wait_changes(&ob, 1, TU_WAIT_MS));
     CHECK_STR(ob.peeked, "drei");
+    CHECK_INT(ob.wrong_obj, 0);
+    CHECK_CODE(ob.peek_status, TETHER_OK);
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     CHECK_INT(tu_obs_cancels(&ob), 1); /* close ended the observer */
+    CHECK_INT(tu_obs_cancels(&unowned), 1);
+    CHECK_INT(unowned.changes + unowned.others + unowned.after_cancel, 0);
+    CHECK_STATUS(tether_object_release(d3), TETHER_E_HANDLE);
     tu_obs_destroy(&ob);
+    tu_obs_destroy(&unowned);
 }
 
 int main(int argc, char **argv)

@@ -43,6 +43,8 @@ static void test_batched_gets(tu_proxy *px, const char *store)
         tether_context_close(ctx);
         return;
     }
+    /* The objects are borrowed from the recorder's results, held until
+     * tu_fetch_destroy. */
     for (i = 0; i < 30; i++) {
         objs[i] = f.final_objs[i];
         tu_obs_init(&obs[i], objs[i], "title", "title");
@@ -113,6 +115,7 @@ static void test_stalled(tu_proxy *px, const char *store)
     tu_sleep_ms(200);
     CHECK_INT(f.calls, 1);
     CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+    CHECK_INT(f.final_count, 0);
     CHECK_INT(f.after_cancel_bad, 0);
     CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
     tu_fetch_destroy(&f);
@@ -198,10 +201,15 @@ static void test_offline(tu_proxy *px, const char *store)
             tether_value_clear(&v);
             tu_sleep_ms(500);
             CHECK_INT(tu_obs_changes(&ob), 0); /* a failed refresh changes nothing */
+            pthread_mutex_lock(&ob.mu);
+            int failures = ob.others;
+            pthread_mutex_unlock(&ob.mu);
+            CHECK_INT(failures, 1); /* but its observer hears that it failed */
             CHECK_OK(tu_peek_text(o, "title", buf, sizeof buf));
             CHECK_STR(buf, "task 7");
             CHECK_OK(tether_observer_remove(x));
             CHECK(tu_obs_wait_cancel(&ob, TU_WAIT_MS));
+            CHECK_OK(tether_object_release(o));
             tu_obs_destroy(&ob);
         }
     }
@@ -230,6 +238,7 @@ static void test_offline(tu_proxy *px, const char *store)
     CHECK_CODE(f.final_status, TETHER_E_NETWORK);
     CHECK(f.final_message[0] != '\0');
     CHECK_INT(f.final_count, 30); /* on a FINAL error, the cache's objects */
+    CHECK_INT(f.results_errors, 0);
     tu_fetch_destroy(&f);
 
     tu_section("offline: SERVER_ONLY fails with TETHER_E_NETWORK");

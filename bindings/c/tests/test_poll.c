@@ -1,6 +1,7 @@
 /* test_poll.c — POLL delivery: the descriptor, callbacks only inside
  * tether_context_poll on the calling thread, BUSY from inside a callback,
- * close delivering finals on the calling thread. */
+ * close delivering finals on the calling thread, close from another thread
+ * waking a blocked poll. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "testutil.h"
@@ -82,6 +83,7 @@ static void test_poll_fetch(tether_context *ctx)
     CHECK_CODE(f.final_status, TETHER_OK);
     CHECK_INT(f.final_count, 80);
     CHECK_INT(f.order_errors, 0);
+    CHECK_INT(f.results_errors, 0);
     /* All delivered: the descriptor is quiet again. */
     CHECK_OK(tether_context_poll(ctx, 0, &delivered));
     CHECK_INT(delivered, 0);
@@ -119,11 +121,14 @@ static void test_poll_fetch(tether_context *ctx)
         tu_sleep_ms(300); /* let the CACHED answer queue up */
         if (task)
             CHECK_OK(tu_fetch_cancel(&f, task));
+        CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE); /* already cancelled */
         CHECK(tu_fetch_wait_poll(&f, ctx, TU_WAIT_MS));
         CHECK_OK(tether_context_poll(ctx, 200, NULL));
         CHECK_INT(f.calls, 1);
         CHECK_INT(f.finals, 1);
         CHECK_CODE(f.final_status, TETHER_E_CANCELLED);
+        CHECK_INT(f.final_count, 0);
+        CHECK_INT(f.results_errors, 0);
         CHECK_INT(f.after_cancel_bad, 0);
         CHECK_INT(f.off_main, 0);
         CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
@@ -174,6 +179,8 @@ static void test_poll_observer(tether_context *ctx)
     CHECK_INT(o.off_main, 0);
     CHECK_STR(o.peeked, "seventh note");
     CHECK_OK(tether_observer_remove(ob));
+    /* Already removed, though its final callback has not run yet. */
+    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
     /* The final cancelled callback comes through poll too. */
     end = tu_now_ms() + TU_WAIT_MS;
     while (tu_obs_cancels(&o) == 0 && tu_now_ms() < end)
@@ -181,6 +188,7 @@ static void test_poll_observer(tether_context *ctx)
     CHECK_INT(o.cancels, 1);
     CHECK_INT(o.off_main, 0);
     CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
+    CHECK_OK(tether_object_release(obj));
     tu_obs_destroy(&o);
 }
 
@@ -208,7 +216,63 @@ static void test_close_poll(const char *store)
     CHECK_INT(o.cancels, 1);
     CHECK_INT(o.off_main, 0);
     CHECK_INT(o.changes, 0);
+    CHECK_STATUS(tether_object_release(obj), TETHER_E_HANDLE); /* held past close */
     tu_fetch_destroy(&f);
+    tu_obs_destroy(&o);
+}
+
+typedef struct closer {
+    tether_context *ctx;
+    int delay_ms;
+    int status;
+} closer;
+
+static void *close_later(void *arg)
+{
+    closer *c = arg;
+    tu_sleep_ms(c->delay_ms);
+    c->status = tether_context_close(c->ctx);
+    return NULL;
+}
+
+static void test_close_while_polling(const char *store)
+{
+    tether_context *ctx = tu_open(bucket, store, TETHER_DELIVER_POLL);
+    tether_object *obj = NULL;
+    tether_observer *ob = NULL;
+    tu_obs o;
+    closer c;
+    pthread_t t;
+    size_t delivered = 99;
+    int64_t t0, waited;
+    int s;
+
+    tu_section("close from another thread wakes a thread blocked in poll");
+    if (!ctx)
+        return;
+    CHECK_OK(tether_context_object(ctx, "notes", "n02", &obj));
+    tu_obs_init(&o, obj, "title", NULL);
+    CHECK_OK(tu_observe(&o, &ob));
+    c.ctx = ctx;
+    c.delay_ms = 300;
+    c.status = 1;
+    if (!CHECK(pthread_create(&t, NULL, close_later, &c) == 0))
+        return;
+    t0 = tu_now_ms();
+    s = tether_context_poll(ctx, 5000, &delivered); /* nothing to deliver: blocks */
+    waited = tu_now_ms() - t0;
+    pthread_join(t, NULL);
+    /* Either it was blocked when close came (OK), or close won the race. */
+    CHECK(s == TETHER_OK || s == TETHER_E_HANDLE);
+    printf("   poll returned %s after %lld ms\n", tether_errstr(s), (long long)waited);
+    CHECK(waited < 2500);
+    CHECK_CODE(c.status, TETHER_OK);
+    /* the closer delivered the observer's final, on its own thread */
+    CHECK_INT(tu_obs_cancels(&o), 1);
+    CHECK_INT(o.changes, 0);
+    CHECK_INT(o.off_main, 1);
+    CHECK_STATUS(tether_context_poll(ctx, 0, NULL), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_release(obj), TETHER_E_HANDLE);
     tu_obs_destroy(&o);
 }
 
@@ -230,5 +294,6 @@ int main(int argc, char **argv)
         CHECK_INT(tether_context_close(ctx), TETHER_OK);
     }
     test_close_poll(store);
+    test_close_while_polling(store);
     return tu_finish();
 }

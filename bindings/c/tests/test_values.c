@@ -45,6 +45,7 @@ static void squeeze(const char *in, char *out, size_t size)
     out[n] = '\0';
 }
 
+/* A new reference to record `id`: release it. */
 static tether_object *object(tether_context *ctx, const char *id)
 {
     tether_object *o = NULL;
@@ -176,6 +177,7 @@ int main(int argc, char **argv)
             expect_json(o, "o", "{\"k\": [1, 2], \"n\": null}");
             expect_text(o, "id", "v1");
             by_code_agrees(o);
+            CHECK_OK(tether_object_release(o));
         }
     }
     tu_section("v2: empty text, big negative integer, false, empty containers");
@@ -189,6 +191,7 @@ int main(int argc, char **argv)
             expect_json(o, "a", "[]");
             expect_json(o, "o", "{}");
             by_code_agrees(o);
+            CHECK_OK(tether_object_release(o));
         }
     }
     tu_section("v3: absent fields are NULL, an integral number is REAL");
@@ -202,6 +205,7 @@ int main(int argc, char **argv)
             expect_int(o, "i", TETHER_TYPE_INTEGER, 0);
             expect_real(o, "r", 2.0);
             by_code_agrees(o);
+            CHECK_OK(tether_object_release(o));
         }
     }
     tu_section("v4: INT64_MAX, 1e300, a character outside the BMP");
@@ -211,6 +215,7 @@ int main(int argc, char **argv)
             expect_int(o, "i", TETHER_TYPE_INTEGER, INT64_MAX);
             expect_real(o, "r", 1e300);
             expect_text(o, "s", "\xf0\x9f\x98\x80");
+            CHECK_OK(tether_object_release(o));
         }
     }
     tu_section("values survive a reopen (read from the store)");
@@ -224,6 +229,7 @@ int main(int argc, char **argv)
             expect_real(o, "r", 3.25);
             expect_int(o, "b", TETHER_TYPE_BOOLEAN, 1);
             expect_json(o, "a", "[\"x\", 1, true, null, 2.5]");
+            CHECK_OK(tether_object_release(o));
         }
         CHECK_INT(tether_context_close(ctx), TETHER_OK);
     }

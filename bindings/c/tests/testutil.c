@@ -414,24 +414,49 @@ tether_context *tu_open(const char *bucket, const char *store, tether_delivery d
     return tu_open_url(tu_url(), bucket, store, delivery, 10000);
 }
 
+void tu_options(tether_context_options *o, const char *url, const char *bucket, const char *store,
+                tether_delivery delivery, int64_t timeout_ms)
+{
+    CHECK_OK(tether_context_options_init(o, TETHER_CONTEXT_OPTIONS_VERSION));
+    o->server_url = url;
+    o->bucket = bucket;
+    o->store_path = store;
+    o->username = "test";
+    o->password = "test";
+    o->delivery = delivery;
+    o->timeout_ms = timeout_ms;
+}
+
 tether_context *tu_open_url(const char *url, const char *bucket, const char *store,
                             tether_delivery delivery, int64_t timeout_ms)
 {
     tether_context_options o;
     tether_context *ctx = NULL;
-    if (CHECK_OK(tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION)) != TETHER_OK)
-        return NULL;
-    o.server_url = url;
-    o.bucket = bucket;
-    o.store_path = store;
-    o.username = "test";
-    o.password = "test";
-    o.delivery = delivery;
-    o.timeout_ms = timeout_ms;
+    tu_options(&o, url, bucket, store, delivery, timeout_ms);
     if (CHECK_OK(tether_context_open(&o, &ctx)) != TETHER_OK)
         return NULL;
     CHECK(ctx != NULL);
     return ctx;
+}
+
+int64_t tu_live(tether_live what)
+{
+    int64_t n = -1;
+    int s = tether_live_count(what, &n);
+    /* A failure counts; a success is not a check of its own (loops call this). */
+    if (s != TETHER_OK) {
+        tu_check(0, __FILE__, __LINE__, "tether_live_count", tether_errstr(s));
+        return -1;
+    }
+    return n;
+}
+
+int64_t tu_live_settle(tether_live what, int64_t expected, int timeout_ms)
+{
+    int64_t end = tu_now_ms() + timeout_ms, n;
+    while ((n = tu_live(what)) != expected && n >= 0 && tu_now_ms() < end)
+        tu_sleep_ms(10);
+    return n;
 }
 
 int tu_peek_text(tether_object *obj, const char *key, char *buf, size_t size)
@@ -488,27 +513,58 @@ void tu_fetch_init(tu_fetch *f)
     f->cancel_in_cb_status = 1;
 }
 
+int tu_fetch_release(tu_fetch *f)
+{
+    int s1 = TETHER_OK, s2 = TETHER_OK;
+    pthread_mutex_lock(&f->mu);
+    /* Skip NULLs: a successful call would clear the failure's message. */
+    if (f->cached_results)
+        s1 = tether_results_release(f->cached_results);
+    if (f->final_results)
+        s2 = tether_results_release(f->final_results);
+    f->cached_results = f->final_results = NULL;
+    pthread_mutex_unlock(&f->mu);
+    return s1 != TETHER_OK ? s1 : s2;
+}
+
 void tu_fetch_destroy(tu_fetch *f)
 {
+    tu_fetch_release(f);
     free(f->cached_objs);
     free(f->final_objs);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
 }
 
-static tether_object **tu_copy_objs(tether_object *const *objects, size_t count)
+/* The objects of `results` in a new array (borrowed from it); *count gets
+ * their number. Adds to *errors when the handle does not answer as the
+ * header says: every index below the count gives an object, the count
+ * itself gives TETHER_E_NOT_FOUND. */
+static tether_object **tu_results_objs(tether_results *results, size_t *count, int *errors)
 {
-    tether_object **c = malloc((count ? count : 1) * sizeof *c);
-    if (c && count)
-        memcpy(c, objects, count * sizeof *c);
-    return c;
+    tether_object **objs, *past = NULL;
+    size_t i, n = 0;
+    if (results == NULL || tether_results_count(results, &n) != TETHER_OK) {
+        (*errors)++;
+        n = 0;
+    }
+    objs = calloc(n ? n : 1, sizeof *objs);
+    for (i = 0; i < n; i++)
+        if (tether_results_object_at(results, i, &objs[i]) != TETHER_OK || objs[i] == NULL)
+            (*errors)++;
+    if (results && (tether_results_object_at(results, n, &past) != TETHER_E_NOT_FOUND || past != NULL))
+        (*errors)++;
+    *count = n;
+    return objs;
 }
 
 void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *message,
-                 tether_object *const *objects, size_t count, void *userdata)
+                 tether_results *results, void *userdata)
 {
     tu_fetch *f = userdata;
-    int do_actions;
+    int do_actions, errors = 0;
+    size_t count = 0;
+    tether_object **objs;
     pthread_mutex_lock(&f->mu);
     do_actions = !f->actions_done;
     f->actions_done = 1;
@@ -529,8 +585,11 @@ void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *
         f->cancel_in_cb_status = tether_task_cancel(task);
     }
 
+    objs = tu_results_objs(results, &count, &errors);
+
     pthread_mutex_lock(&f->mu);
     f->calls++;
+    f->results_errors += errors;
     if (!pthread_equal(pthread_self(), f->main_thread))
         f->off_main++;
     if (!f->task)
@@ -541,8 +600,6 @@ void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *
         f->order_errors++;
     if (f->cancel_returned && !(phase == TETHER_PHASE_FINAL && status == TETHER_E_CANCELLED))
         f->after_cancel_bad++;
-    if (count > 0 && objects == NULL)
-        f->order_errors++;
     if (message == NULL)
         f->order_errors++;
     if (phase == TETHER_PHASE_CACHED) {
@@ -550,18 +607,25 @@ void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *
         f->cached_status = status;
         if (status != TETHER_OK)
             f->order_errors++;
+        /* Keep the last one (only one may come). */
+        tether_results_release(f->cached_results);
+        f->cached_results = results;
         free(f->cached_objs);
         f->cached_count = count;
-        f->cached_objs = tu_copy_objs(objects, count);
+        f->cached_objs = objs;
     } else if (phase == TETHER_PHASE_FINAL) {
         f->finals++;
         f->final_status = status;
         snprintf(f->final_message, sizeof f->final_message, "%s", message ? message : "(NULL)");
+        tether_results_release(f->final_results);
+        f->final_results = results;
         free(f->final_objs);
         f->final_count = count;
-        f->final_objs = tu_copy_objs(objects, count);
+        f->final_objs = objs;
     } else {
         f->order_errors++;
+        tether_results_release(results);
+        free(objs);
     }
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);

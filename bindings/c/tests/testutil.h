@@ -109,6 +109,16 @@ tether_context *tu_open(const char *bucket, const char *store, tether_delivery d
 tether_context *tu_open_url(const char *url, const char *bucket, const char *store,
                             tether_delivery delivery, int64_t timeout_ms);
 
+/* Fills `o` as tu_open_url opens, for a test that sets more fields first. */
+void tu_options(tether_context_options *o, const char *url, const char *bucket, const char *store,
+                tether_delivery delivery, int64_t timeout_ms);
+
+/* tether_live_count(what), or -1 (after a failed check). */
+int64_t tu_live(tether_live what);
+/* Waits (bounded) until tu_live(what) == expected, for counts that drop just
+ * after a callback returns; returns the last count. */
+int64_t tu_live_settle(tether_live what, int64_t expected, int timeout_ms);
+
 /* Peeks a text value into buf ("" on failure); returns the status. */
 int tu_peek_text(tether_object *obj, const char *key, char *buf, size_t size);
 int tu_peek_int(tether_object *obj, const char *key, int64_t *out);
@@ -130,12 +140,18 @@ typedef struct tu_fetch {
     tether_task *task;   /* first task seen */
     int cancel_returned; /* set by tu_fetch_cancel after tether_task_cancel returns */
     int after_cancel_bad;/* callbacks after cancel returned other than FINAL/CANCELLED */
+    int results_errors;  /* a NULL results, or one whose count and objects disagree */
     int final_status;
     char final_message[512];
     int cached_status;
     size_t cached_count, final_count;
-    tether_object **cached_objs; /* copies, owned (freed by tu_fetch_destroy) */
-    tether_object **final_objs;
+    /* The results handles of the last CACHED and FINAL callbacks, owned by
+     * the recorder: held until tu_fetch_release (or tu_fetch_destroy), so
+     * their objects can be read and compared after the callback. */
+    tether_results *cached_results;
+    tether_results *final_results;
+    tether_object **cached_objs; /* borrowed from cached_results (the array is owned) */
+    tether_object **final_objs;  /* borrowed from final_results (the array is owned) */
     /* Optional actions inside the callback (on the first callback). */
     tether_context *close_in_cb;   /* call tether_context_close(close_in_cb) */
     int close_in_cb_status;
@@ -149,9 +165,14 @@ typedef struct tu_fetch {
 } tu_fetch;
 
 void tu_fetch_init(tu_fetch *f);
+/* Releases the results handles the recorder holds (their objects die with
+ * them unless held elsewhere). Returns TETHER_OK, or the first failing
+ * status (TETHER_E_HANDLE once the context has closed). */
+int tu_fetch_release(tu_fetch *f);
+/* tu_fetch_release (whatever its status), then frees the recorder. */
 void tu_fetch_destroy(tu_fetch *f);
 void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *message,
-                 tether_object *const *objects, size_t count, void *userdata);
+                 tether_results *results, void *userdata);
 /* Starts a fetch of `entity` with the recorder as callback. Returns the status. */
 int tu_fetch_start(tether_context *ctx, tu_fetch *f, const char *entity, const char *sort,
                    int64_t limit, tether_cache_policy policy, tether_task **out);
@@ -200,8 +221,6 @@ int tu_obs_wait_cancel(tu_obs *o, int timeout_ms);
 int tu_obs_changes(tu_obs *o);
 int tu_obs_cancels(tu_obs *o);
 
-#endif
-
 /* ------------------------------------------------------------ proxy */
 
 /* A TCP proxy on 127.0.0.1 in front of the server of TETHER_TEST_URL, so a
@@ -217,3 +236,5 @@ void tu_proxy_stall(tu_proxy *p, int on);
 int tu_proxy_requests(tu_proxy *p);
 /* Closes the listener and every connection; the URL is unreachable after. */
 void tu_proxy_stop(tu_proxy *p);
+
+#endif

@@ -44,8 +44,11 @@ def test_concurrent_fetches_from_threads(pts, kinto_url, tmp_path, open_ctx):
         t.join(60)
     assert not errors, errors
     assert sorted(results) == sorted([10 + k for k in range(8) for _ in range(5)])
-    # one Object per record, whichever thread first saw it
-    assert len({id(ctx.object("pts", "p%02d" % i)) for i in range(N)}) == N
+    # one Object per record, whichever thread first saw it (held, so that no
+    # two of them can share an id() one after the other)
+    held = [ctx.object("pts", "p%02d" % i) for i in range(N)]
+    assert len({id(o) for o in held}) == N
+    assert all(ctx.object("pts", "p%02d" % i) is held[i] for i in range(N))
     ctx.fetch_wait("pts", policy="cache_only")
     assert ctx.pending == 0
 

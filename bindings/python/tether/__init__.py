@@ -6,27 +6,32 @@
         c = final[0]
         print(c.peek("Owner"), c.Owner)     # peek: cache only; attribute: get
 
+An Object holds one reference to its record's handle while Python holds the
+Object; tether.live_counts() shows what the library holds, for leak checks.
+
 Set TETHER_LIBRARY to choose the libtether.so to load.
 """
 
-from ._lib import path as library_path, errstr
+from ._lib import path as library_path, errstr, live_counts
 from ._lib import version as library_version, version_number as library_version_number
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
                      InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
-                     StoreError, CancelledError, NotCachedError, BusyError, error_class)
+                     StoreError, CancelledError, NotCachedError, BusyError, ConflictError,
+                     error_class)
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
-                     E_NOT_CACHED, E_BUSY)
+                     E_NOT_CACHED, E_BUSY, E_CONFLICT)
 from .context import Attribute, Context, Entity, Object, Observer, Task, POLICIES
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Context", "Entity", "Attribute", "Object", "Observer", "Task", "POLICIES",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
-    "CancelledError", "NotCachedError", "BusyError", "error_class",
+    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "error_class",
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
-    "library_path", "library_version", "library_version_number", "errstr", "__version__",
+    "E_CONFLICT", "library_path", "library_version", "library_version_number", "errstr",
+    "live_counts", "__version__",
 ]

@@ -83,8 +83,26 @@ POLICY_CACHE_ONLY = 1
 POLICY_SERVER_ONLY = 2
 POLICY_CACHE_ELSE_SERVER = 3
 
-CONTEXT_OPTIONS_VERSION = 1
+CONTEXT_OPTIONS_VERSION = 2
 FETCH_OPTIONS_VERSION = 1
+
+# What tether_live_count counts, process-wide, by the names live_counts() uses.
+LIVE_CONTEXTS = 1
+LIVE_OBJECTS = 2
+LIVE_OBJECT_HANDLES = 3
+LIVE_RESULTS = 4
+LIVE_TASKS = 5
+LIVE_OBSERVERS = 6
+LIVE_THREADS = 7
+LIVE_NAMES = {
+    LIVE_CONTEXTS: "contexts",
+    LIVE_OBJECTS: "objects",
+    LIVE_OBJECT_HANDLES: "object_handles",
+    LIVE_RESULTS: "results",
+    LIVE_TASKS: "tasks",
+    LIVE_OBSERVERS: "observers",
+    LIVE_THREADS: "threads",
+}
 
 
 class tether_value(Structure):
@@ -108,6 +126,8 @@ class tether_context_options(Structure):
         ("delivery", c_int),
         ("staleness_ms", c_int64),
         ("timeout_ms", c_int64),
+        # since version 2
+        ("object_cache_size", c_size_t),
     ]
 
 
@@ -127,8 +147,9 @@ handle = c_void_p
 # void (*)(tether_object *, const char *key, int status, void *userdata)
 OBSERVER_CB = CFUNCTYPE(None, c_void_p, c_char_p, c_int, c_void_p)
 # void (*)(tether_task *, tether_phase, int status, const char *message,
-#          tether_object *const *objects, size_t count, void *userdata)
-FETCH_CB = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p, POINTER(c_void_p), c_size_t, c_void_p)
+#          tether_results *results, void *userdata)
+# `results` is owned by the callee: whoever receives it must release it.
+FETCH_CB = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p, c_void_p, c_void_p)
 
 # ------------------------------------------------------------------ declarations
 
@@ -198,6 +219,8 @@ tether_entity_attribute_index_by_code = _declare(
 # Objects.
 tether_context_object = _declare(
     "tether_context_object", c_int, [c_void_p, c_char_p, c_char_p, POINTER(c_void_p)])
+tether_object_retain = _declare("tether_object_retain", c_int, [c_void_p])
+tether_object_release = _declare("tether_object_release", c_int, [c_void_p])
 tether_object_entity = _declare("tether_object_entity", c_int, [c_void_p, POINTER(c_void_p)])
 tether_object_id = _declare("tether_object_id", c_int, [c_void_p, POINTER(c_char_p)])
 tether_object_version = _declare("tether_object_version", c_int, [c_void_p, POINTER(c_int64)])
@@ -224,6 +247,15 @@ tether_fetch_start = _declare(
     [c_void_p, POINTER(tether_fetch_options), FETCH_CB, c_void_p, POINTER(c_void_p)])
 tether_task_cancel = _declare("tether_task_cancel", c_int, [c_void_p])
 
+# Results.
+tether_results_count = _declare("tether_results_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_results_object_at = _declare(
+    "tether_results_object_at", c_int, [c_void_p, c_size_t, POINTER(c_void_p)])
+tether_results_release = _declare("tether_results_release", c_int, [c_void_p])
+
+# Diagnostics.
+tether_live_count = _declare("tether_live_count", c_int, [c_int, POINTER(c_int64)])
+
 
 def errstr(status):
     """The library's constant name for a status, e.g. "TETHER_E_NETWORK"."""
@@ -237,3 +269,15 @@ def version():
 
 def version_number():
     return tether_version_number()
+
+
+def live_counts():
+    """How many contexts, objects, object handles, results, tasks, observers
+    and library threads exist right now in this process (tether_live_count),
+    by name: for leak checks in tests and long-running hosts."""
+    out = c_int64()
+    counts = {}
+    for what, name in LIVE_NAMES.items():
+        tether_live_count(what, ctypes.byref(out))
+        counts[name] = out.value
+    return counts

@@ -12,16 +12,25 @@ context's ``_pending`` dict. The entry is removed in the request's final
 callback (FINAL phase for a fetch, TETHER_E_CANCELLED for an observer), so
 the Python callable stays referenced exactly as long as C may call it, and no
 CFUNCTYPE thunk is ever freed while C could still jump into it.
+
+Ownership: an Object owns one reference to its object handle and releases it
+when Python drops the Object; the context keeps its Objects only weakly, for
+uniquing. A fetch callback's results handle is the binding's: it is turned
+into Objects (each taking its own reference) and released at once, whatever
+happens.
 """
 
 import asyncio
+import atexit
 import ctypes
 import itertools
 import json
 import logging
 import os
+import sys
 import threading
 import time
+import weakref
 from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass
 
@@ -126,17 +135,35 @@ _tokens = itertools.count(1)
 _registry = {}   # token -> Task | Observer
 
 
+def _release_results(results):
+    """Releases a fetch callback's results handle: the callee owns it, so
+    every callback ends with this, whatever else happened."""
+    if not results:
+        return
+    try:
+        _lib.tether_results_release(results)
+    except HandleError:
+        pass  # its context closed meanwhile, and took the results with it
+
+
 @_lib.FETCH_CB
-def _fetch_trampoline(task, phase, status, message, objects, count, userdata):
+def _fetch_trampoline(task, phase, status, message, results, userdata):
+    entry = None
     try:
         entry = _registry.get(userdata)
         if entry is None:
             log.warning("tether: fetch callback for unknown or finished request %r "
                         "(phase %d, status %d)", userdata, phase, status)
             return
-        entry._deliver(task, phase, status, message, objects, count)
+        entry._deliver(task, phase, status, message, results)  # releases results
     except BaseException:  # never let anything propagate into C
         _report("fetch", None)
+    finally:
+        if entry is None:
+            try:
+                _release_results(results)
+            except BaseException:
+                _report("fetch (releasing results)", None)
 
 
 @_lib.OBSERVER_CB
@@ -150,6 +177,24 @@ def _observer_trampoline(obj, key, status, userdata):
         entry._deliver(obj, key, status)
     except BaseException:
         _report("observer", None)
+
+
+# ------------------------------------------------------------------ exit
+
+_open_contexts = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_contexts():
+    """Closes the contexts still open at exit while the interpreter can still
+    run their final callbacks. Once it is finalizing, a library thread that
+    calls into Python never comes back, and a close waiting for that
+    callback would wait for ever."""
+    for ctx in list(_open_contexts):
+        try:
+            ctx.close()
+        except BaseException:
+            _report("exit (closing a context)", None)
 
 
 # ------------------------------------------------------------------ model
@@ -224,16 +269,58 @@ class Entity:
 
 # ------------------------------------------------------------------ objects
 
-class Object:
-    """One record, uniqued per context: the same Object for the same record.
+class _ObjectReference:
+    """One reference to an object handle, released when this goes away.
 
-    ``obj.peek(key)`` reads the cache; ``obj.get(key)`` reads the cache and
-    starts a background refresh; ``obj.Name`` is ``obj.get("Name")`` and
-    ``obj.NamePeek`` is ``obj.peek("Name")``. Keys are attribute names (str)
-    or codes (int).
+    It lives apart from the Object that owns it so that the release runs only
+    after the Object's weak references are cleared: once the handle may be
+    dead, nothing can find the Object in its context's map and use it. (A
+    __del__ on the Object itself runs while the map still hands it out, and
+    another thread could take it then.)
+    """
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    # The defaults keep what __del__ needs through interpreter shutdown, when
+    # module globals may already be gone.
+    def __del__(self, _release=_lib.tether_object_release, _HandleError=HandleError,
+                _finalizing=sys.is_finalizing):
+        handle, self.handle = self.handle, None
+        if not handle:
+            return
+        try:
+            _release(handle)
+        except _HandleError:
+            pass  # its context has closed, and the handle died with it
+        except Exception:
+            # At shutdown the call's error check may find its module torn
+            # down; otherwise it is a library failure worth a log line.
+            if not _finalizing():
+                try:
+                    log.exception("tether: releasing object handle %#x failed", handle)
+                except Exception:
+                    pass
+
+
+class Object:
+    """One record, uniqued per context: the same Object for the same record
+    for as long as Python holds one.
+
+    An Object owns one reference to its record's handle and releases it when
+    it goes away; a later ``ctx.object()`` for the record then makes a new
+    Object. ``obj.peek(key)`` reads the cache; ``obj.get(key)`` reads the
+    cache and starts a background refresh; ``obj.Name`` is
+    ``obj.get("Name")`` and ``obj.NamePeek`` is ``obj.peek("Name")``. Keys are
+    attribute names (str) or codes (int).
     """
 
     def __init__(self, ctx, handle):
+        """Takes over one reference to `handle` (use Context._wrap, which
+        keeps Objects unique)."""
+        self._ref = _ObjectReference(handle)  # first: released even if the rest fails
         self._ctx = ctx
         self._h = handle
         out = c_char_p()
@@ -357,13 +444,21 @@ class Observer:
         final = status == E_CANCELLED
         prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
         try:
-            self.callback(self.object, _pystr(key) if key is not None else self.key, status)
+            obj = self.object
+            if obj_h and obj_h != obj._h:
+                # Borrowed for the call; _wrap retains it if no wrapper is alive.
+                try:
+                    obj = self._ctx._wrap(obj_h, owned=False)
+                except TetherError:
+                    _report("observer (wrapping the object)", self.callback)
+            self.callback(obj, _pystr(key) if key is not None else self.key, status)
         except BaseException:
             _report("observer", self.callback)
         finally:
             self._ctx._cb_thread = prev
             if final:
                 self.removed = True
+                self.callback = None  # as the library drops userdata: nothing outlives the end
                 self._unregister()
                 self._final.set()
 
@@ -426,20 +521,22 @@ class Task:
         _registry.pop(self._token, None)
         self._ctx._pending.pop(self._token, None)
 
-    def _deliver(self, task_h, phase, status, message, objects, count):
+    def _deliver(self, task_h, phase, status, message, results):
+        # First, so that nothing below can keep the results from being released.
+        try:
+            objs = self._ctx._take_results(results)
+            error = None
+        except BaseException as e:
+            # Could not wrap the objects (should not happen): report, go on.
+            _report("fetch (wrapping objects)", self.callback)
+            objs, error = [], e
         if self._h is None and task_h:
             self._h = task_h
         final = phase == _lib.PHASE_FINAL
         msg = _pystr(message) or ""
-        try:
-            objs = [self._ctx._object_for(objects[i]) for i in range(count)] if count else []
-        except BaseException as e:
-            # Could not wrap the objects (should not happen): report, go on.
-            _report("fetch (wrapping objects)", self.callback)
-            objs = []
-            if status == 0:
-                status = getattr(e, "status", -1)
-                msg = str(e)
+        if error is not None and status == 0:
+            status = getattr(error, "status", -1)
+            msg = str(error)
         try:
             if final:
                 self.status = status
@@ -469,6 +566,9 @@ class Task:
                         self._on_done(self)
                     except BaseException:
                         _report("fetch (internal done hook)", self._on_done)
+                # As the library drops userdata: a callback that refers to its
+                # own task forms no cycle past the end.
+                self.callback = self._on_done = None
 
     def cancel(self):
         """Cancels the fetch: its callback runs once more, FINAL with
@@ -516,14 +616,24 @@ class Context:
     """A connection + store + object graph (tether_context)."""
 
     def __init__(self, url, bucket, store_path, *, username=None, password=None,
-                 delivery="thread", staleness_ms=0, timeout_ms=30000):
+                 delivery="thread", staleness_ms=0, timeout_ms=30000, object_cache_size=None):
         if delivery not in DELIVERIES:
             raise ValueError("delivery must be 'thread' or 'poll', not %r" % (delivery,))
+        if object_cache_size is not None:
+            if isinstance(object_cache_size, bool) or not isinstance(object_cache_size, int):
+                raise TypeError("object_cache_size must be an int or None")
+            if object_cache_size < 0:   # size_t would wrap it into a huge size
+                raise ValueError("object_cache_size must not be negative")
         self._h = None
         self._closed = True
         self._delivery = DELIVERIES[delivery]
         self.delivery = delivery
-        self._objects = {}    # handle address -> Object
+        # handle address -> the live Object holding it. Weak: the host's
+        # references decide how long an Object (and its handle) lives.
+        self._objects = weakref.WeakValueDictionary()
+        # Guards _objects only; never held across a call that waits for a
+        # callback (a callback thread may need it to wrap objects).
+        self._objects_lock = threading.Lock()
         self._entities = {}   # handle address -> Entity
         self._pending = {}    # token -> Task | Observer, until its final callback
         self._lock = threading.RLock()
@@ -544,11 +654,14 @@ class Context:
         opts.delivery = self._delivery
         opts.staleness_ms = int(staleness_ms)
         opts.timeout_ms = int(timeout_ms)
+        if object_cache_size is not None:
+            opts.object_cache_size = object_cache_size
         out = c_void_p()
         _lib.tether_context_open(byref(opts), byref(out))
         del keep
         self._h = out.value
         self._closed = False
+        _open_contexts.add(self)
 
     # -- lifetime
 
@@ -574,6 +687,7 @@ class Context:
                 self._loop = loop
                 raise
             self._closed = True
+            _open_contexts.discard(self)
             self._loop_users = 0
             self._attached = False
 
@@ -589,9 +703,11 @@ class Context:
     def __exit__(self, *exc):
         self.close()
 
-    def __del__(self):
+    def __del__(self, _finalizing=sys.is_finalizing):
+        # Not while the interpreter finalizes: the library's thread could not
+        # deliver the final callbacks close waits for (see _close_open_contexts).
         try:
-            if not self._closed:
+            if not self._closed and not _finalizing():
                 self.close()
         except BaseException:
             pass
@@ -642,20 +758,49 @@ class Context:
 
     # -- objects
 
-    def _object_for(self, addr):
-        obj = self._objects.get(addr)
-        if obj is None:
-            obj = self._objects.setdefault(addr, Object(self, addr))
-        return obj
+    def _wrap(self, addr, owned):
+        """The live Object for handle `addr`, made if there is none. `owned`:
+        the caller hands over a reference (from tether_context_object).
+        Otherwise the handle is borrowed (from a results handle or an
+        observer callback) and a new Object retains its own."""
+        with self._objects_lock:
+            obj = self._objects.get(addr)
+        if obj is not None:
+            if owned:
+                _lib.tether_object_release(addr)  # the live Object holds one already
+            return obj
+        if not owned:
+            _lib.tether_object_retain(addr)
+        made = Object(self, addr)  # holds the reference from here on
+        with self._objects_lock:
+            # Another thread may have wrapped the same handle meanwhile: keep
+            # its Object; dropping ours releases our reference.
+            return self._objects.setdefault(addr, made)
+
+    def _take_results(self, results):
+        """The Objects of a fetch callback's results handle, in result order.
+        Releases the handle, also when wrapping fails."""
+        try:
+            n = c_size_t()
+            _lib.tether_results_count(results, byref(n))
+            objs = []
+            oh = c_void_p()
+            for i in range(n.value):
+                _lib.tether_results_object_at(results, i, byref(oh))
+                objs.append(self._wrap(oh.value, owned=False))
+            return objs
+        finally:
+            _release_results(results)
 
     def object(self, entity, id):
         """The Object for record `id` of `entity` (a name or an Entity): the
-        same Object every time. The record need not be cached yet."""
+        same Object for as long as one is alive. The record need not be
+        cached yet."""
         if isinstance(entity, Entity):
             entity = entity.name
         oh = c_void_p()
         _lib.tether_context_object(self._h, _cstr(entity, "entity"), _cstr(id, "id"), byref(oh))
-        return self._object_for(oh.value)
+        return self._wrap(oh.value, owned=True)
 
     # -- fetch
 

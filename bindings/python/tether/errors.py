@@ -15,6 +15,7 @@ E_STORE = -11
 E_CANCELLED = -12
 E_NOT_CACHED = -13
 E_BUSY = -14
+E_CONFLICT = -15
 
 
 class TetherError(Exception):
@@ -95,6 +96,10 @@ class BusyError(TetherError):
     status = E_BUSY
 
 
+class ConflictError(TetherError):
+    status = E_CONFLICT
+
+
 _BY_STATUS = {
     E_ERROR: TetherError,
     E_MISUSE: MisuseError,
@@ -110,6 +115,7 @@ _BY_STATUS = {
     E_CANCELLED: CancelledError,
     E_NOT_CACHED: NotCachedError,
     E_BUSY: BusyError,
+    E_CONFLICT: ConflictError,
 }
 
 _NAMES = {
@@ -127,6 +133,7 @@ _NAMES = {
     E_CANCELLED: "TETHER_E_CANCELLED",
     E_NOT_CACHED: "TETHER_E_NOT_CACHED",
     E_BUSY: "TETHER_E_BUSY",
+    E_CONFLICT: "TETHER_E_CONFLICT",
 }
 
 

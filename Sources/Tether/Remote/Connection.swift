@@ -1,0 +1,112 @@
+/// The one interface between the core and a server. Model, Store, Graph and
+/// Fetch speak only this; Kinto is one implementation, an in-memory table
+/// another, and host-written connections will be more.
+///
+/// Every call is asynchronous: it returns at once with a handle, and calls
+/// `done` exactly once, on any thread, with the answer or an error, or with
+/// `.cancelled` after the handle is cancelled or the connection shut down.
+/// `done` must be quick (the core only hands the answer to its own worker),
+/// and no call may invoke `done` before it has returned its handle.
+public protocol Connection: AnyObject, Sendable {
+    /// Names the server and the data set, so a store saved for one is never
+    /// opened against another. Holds no credentials.
+    var identity: String { get }
+
+    func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable
+
+    /// Every record type the server offers (in the connection's data set).
+    func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable
+
+    /// One page of a listing: the first for `request.cursor == nil`, else the
+    /// one the cursor names.
+    func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
+        -> any Cancellable
+
+    /// The records of `spec` with these ids, one page at a time as `page`
+    /// pages. Ids the server does not have are simply absent. `ids` fits one
+    /// request: split longer lists with `idBatches`.
+    func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
+                 _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable
+
+    /// `ids` split into lists that each fit one `records` request.
+    func idBatches(_ ids: [String]) -> [[String]]
+
+    /// Creates a record whose id is in `fields`; fails with `.conflict` if one exists.
+    func insert(_ spec: Spec, _ fields: RecordFields,
+                _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable
+
+    /// Changes the fields given, only if the server's version is still
+    /// `ifVersion`; else `.conflict`. Answers the record as the server now has it.
+    func update(_ spec: Spec, id: String, _ fields: RecordFields, ifVersion: Int64,
+                _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable
+
+    /// Deletes the record, only if the server's version is still `ifVersion`.
+    func delete(_ spec: Spec, id: String, ifVersion: Int64,
+                _ done: @escaping @Sendable (Result<Void, TetherError>) -> Void) -> any Cancellable
+
+    /// Ends every request in flight with `.cancelled` (each `done` once) and
+    /// refuses new ones the same way. Blocks until those `done`s have run.
+    func shutdown()
+}
+
+/// A request in flight. Cancelling one that has already ended does nothing.
+public protocol Cancellable: Sendable {
+    func cancel()
+}
+
+/// A record's fields as the server sent them, in its order.
+public typealias RecordFields = [(key: String, value: JSON)]
+
+public struct SortKey: Sendable, Equatable {
+    /// A field name of the spec.
+    public var field: String
+    public var descending: Bool
+
+    public init(field: String, descending: Bool) {
+        self.field = field
+        self.descending = descending
+    }
+}
+
+/// Where a listing goes on: opaque to the core, meaningful to its connection.
+public struct PageCursor: Sendable, Equatable {
+    public let token: String
+    public init(_ token: String) { self.token = token }
+}
+
+public struct PageRequest: Sendable {
+    public var spec: Spec
+    public var sort: [SortKey] = []
+    /// At most this many records in all; 0: no limit.
+    public var limit: Int64 = 0
+    /// A query in the server's own language, used as given (issue: raw queries).
+    public var rawQuery: String?
+    public var cursor: PageCursor?
+
+    public init(spec: Spec) { self.spec = spec }
+}
+
+/// One page of records. The records are decoded by `decode`, which the core
+/// calls off the network thread, so decoding a page overlaps fetching the next.
+public struct Page: Sendable {
+    public let next: PageCursor?
+    private let decoder: @Sendable () throws -> [RecordFields]
+
+    public init(next: PageCursor?, decode: @escaping @Sendable () throws -> [RecordFields]) {
+        self.next = next
+        decoder = decode
+    }
+
+    public func decode() throws -> [RecordFields] { try decoder() }
+}
+
+extension Connection {
+    /// Runs one call and waits for its answer: for opening a context, which is
+    /// synchronous by contract. Must not run on a thread `done` needs.
+    func wait<T: Sendable>(_ call: (@escaping @Sendable (Result<T, TetherError>) -> Void) -> any Cancellable)
+        -> Result<T, TetherError> {
+        let answer = ConditionLock<Result<T, TetherError>?>(nil)
+        _ = call { result in answer.withLock { $0 = result } }
+        return answer.withLock(when: { $0 != nil }, until: nil) { value, _ in value! }
+    }
+}

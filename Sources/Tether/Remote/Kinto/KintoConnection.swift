@@ -1,0 +1,391 @@
+import Synchronization
+
+/// How to reach one bucket of a Kinto server.
+public struct KintoOptions: Sendable {
+    public var serverURL: String
+    public var bucket: String
+    public var username: String?
+    public var password: String?
+    public var timeoutMilliseconds: Int64 = 30_000
+
+    public init(serverURL: String, bucket: String) {
+        self.serverURL = serverURL
+        self.bucket = bucket
+    }
+}
+
+/// Kinto's HTTP API behind the connection interface: its routes, query
+/// language, version field and schema shape are known here and nowhere else.
+/// Each collection of the bucket is a spec; its JSON schema gives the fields.
+public final class KintoConnection: Connection {
+    static let idField = "id"
+    static let versionField = "last_modified"
+    /// The schema keyword that gives a property a stable code.
+    static let codeKeyword = "x-tether-code"
+    /// Bytes of ids in one `in_id` listing: the ids go in the URL, and Kinto
+    /// repeats them in its Next-Page header.
+    static let idBytesPerRequest = 4_000
+
+    let root: String
+    let bucket: String
+    let engine: HTTPEngine
+    public let identity: String
+
+    public init(_ options: KintoOptions) throws {
+        var root = options.serverURL
+        while root.hasSuffix("/") { root.removeLast() }
+        guard root.hasPrefix("http://") || root.hasPrefix("https://"), root.utf8.count > 8 else {
+            throw TetherError(.invalid, "server URL must start with http:// or https://")
+        }
+        guard Identifier.isValidEntityName(options.bucket) else {
+            throw TetherError(.invalid, "bucket \(options.bucket.debugDescription) is not a valid Kinto id")
+        }
+        guard options.timeoutMilliseconds > 0 else { throw TetherError(.invalid, "timeout must be positive") }
+        let credentials: HTTPCredentials?
+        switch (options.username, options.password) {
+        case (nil, nil): credentials = nil
+        case let (user?, password?): credentials = HTTPCredentials(username: user, password: password)
+        default: throw TetherError(.invalid, "give both username and password, or neither")
+        }
+        self.root = root
+        bucket = options.bucket
+        identity = "server \(root), bucket \(options.bucket)"
+        engine = try HTTPEngine(credentials: credentials, timeoutMilliseconds: options.timeoutMilliseconds)
+    }
+
+    public func shutdown() { engine.shutdown() }
+
+    private var bucketPath: String { "/buckets/\(Self.escape(bucket))" }
+
+    // MARK: server and specs
+
+    public func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
+        let exchange = Exchange(engine)
+        exchange.send(HTTPRequest(url: root + "/")) { result in
+            done(.tether {
+                let info = try Self.body(of: Self.checked(result, what: "server info"), what: "server info")
+                guard info["http_api_version"] != nil || info["project_name"] != nil else {
+                    throw TetherError(.protocol, "\(self.root)/ does not answer like a Kinto server")
+                }
+                return ServerInfo(name: info["project_name"]?.stringValue ?? "kinto",
+                                  version: info["project_version"]?.stringValue ?? "")
+            })
+        }
+        return exchange
+    }
+
+    /// The bucket (to tell a missing bucket from a forbidden one: Kinto
+    /// answers a missing bucket's collection listing with 401/403, the bucket
+    /// itself with 404), then its collections, then the user's permissions.
+    public func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable {
+        let exchange = Exchange(engine)
+        exchange.send(HTTPRequest(url: root + bucketPath)) { [self] result in
+            do {
+                _ = try Self.body(of: Self.checked(result, what: "bucket \(bucket)"), what: "bucket \(bucket)")
+            } catch {
+                return done(.failure(TetherError.wrap(error)))
+            }
+            listAll(exchange, root + bucketPath + "/collections", what: "collections of \(bucket)") { [self] collections in
+                switch collections {
+                case .failure(let error): done(.failure(error))
+                case .success(let collections):
+                    permissions(exchange) { [self] grants in
+                        done(grants.flatMap { grants in .tether { try makeSpecs(collections, grants) } })
+                    }
+                }
+            }
+        }
+        return exchange
+    }
+
+    private func makeSpecs(_ collections: [JSON], _ grants: [String: Set<String>]?) throws -> [Spec] {
+        try collections.map { collection in
+            let name = collection["id"]?.stringValue ?? ""
+            return try Self.spec(from: collection, bucket: bucket, operations: operations(of: name, grants))
+        }
+    }
+
+    /// A collection of Kinto's listing as a spec: its JSON schema's properties
+    /// are the fields (type, `x-tether-code`, `required`).
+    static func spec(from collection: JSON, bucket: String, operations: Operations) throws -> Spec {
+        guard let name = collection["id"]?.stringValue else {
+            throw TetherError(.protocol, "a collection of bucket \(bucket) has no id")
+        }
+        // Kinto enforces this shape for ids; anything else is not a Kinto answer.
+        guard Identifier.isValidEntityName(name) else {
+            throw TetherError(.protocol, "collection id \(name.debugDescription) is not a valid identifier")
+        }
+        let schema = collection["schema"]
+        let required = Set((schema?["required"]?.arrayValue ?? []).compactMap(\.stringValue))
+        let fields = (schema?["properties"]?.objectValue ?? []).map { name, property in
+            FieldSpec(name: name, type: attributeType(of: property),
+                      code: property[codeKeyword]?.integerValue, isRequired: required.contains(name))
+        }
+        return Spec(name: name, route: "/buckets/\(bucket)/collections/\(name)/records",
+                    idField: idField, versionField: versionField, fields: fields, operations: operations)
+    }
+
+    /// What the current user may do, by object URI ("/buckets/b/collections/c"),
+    /// from Kinto's permissions endpoint; nil when the server does not offer it.
+    /// It lists only grants that name the user's principals, not inherited ones.
+    private func permissions(_ exchange: Exchange, _ done: @escaping @Sendable (Result<[String: Set<String>]?, TetherError>) -> Void) {
+        listAll(exchange, root + "/permissions?bucket_id=" + Self.escape(bucket), what: "permissions") { entries in
+            switch entries {
+            case .failure(let error) where error.kind == .notFound || error.kind == .auth:
+                done(.success(nil))
+            case .failure(let error):
+                done(.failure(error))
+            case .success(let entries):
+                var grants: [String: Set<String>] = [:]
+                for entry in entries {
+                    guard let uri = entry["uri"]?.stringValue else { continue }
+                    grants[uri, default: []].formUnion((entry["permissions"]?.arrayValue ?? []).compactMap(\.stringValue))
+                }
+                done(.success(grants))
+            }
+        }
+    }
+
+    /// The operations a collection allows the user: its own grants and its
+    /// bucket's. Listing it worked, so fetch is always allowed; without the
+    /// permissions endpoint the server is left to refuse what it refuses.
+    private func operations(of collection: String, _ grants: [String: Set<String>]?) -> Operations {
+        guard let grants else { return .all }
+        let bucketURI = "/buckets/\(bucket)"
+        let granted = grants[bucketURI, default: []].union(grants[bucketURI + "/collections/\(collection)", default: []])
+        var operations: Operations = .fetch
+        if granted.contains("write") { operations.formUnion([.insert, .update, .delete]) }
+        if granted.contains("record:create") { operations.insert(.insert) }
+        return operations
+    }
+
+    static func attributeType(of property: JSON) -> AttributeType {
+        var names: [String] = []
+        switch property["type"] {
+        case .string(let name)?: names = [name]
+        case .array(let items)?: names = items.compactMap(\.stringValue).filter { $0 != "null" }
+        default: break
+        }
+        guard names.count == 1 else { return .json }
+        switch names[0] {
+        case "string": return .text
+        case "integer": return .integer
+        case "number": return .real
+        case "boolean": return .boolean
+        default: return .json
+        }
+    }
+
+    /// Every item of a paginated listing, following Next-Page.
+    private func listAll(_ exchange: Exchange, _ url: String, what: String, collected: [JSON] = [],
+                         _ done: @escaping @Sendable (Result<[JSON], TetherError>) -> Void) {
+        exchange.send(HTTPRequest(url: url)) { [self] result in
+            do {
+                let response = try Self.checked(result, what: what)
+                let items = collected + (try Self.records(in: response, what: what))
+                if let next = try nextPage(response) {
+                    listAll(exchange, next, what: what, collected: items, done)
+                } else {
+                    done(.success(items))
+                }
+            } catch {
+                done(.failure(TetherError.wrap(error)))
+            }
+        }
+    }
+
+    // MARK: records
+
+    public func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
+        -> any Cancellable {
+        let url: String
+        if let cursor = request.cursor {
+            url = cursor.token
+        } else {
+            var query: [String] = []
+            if !request.sort.isEmpty {
+                query.append("_sort=" + request.sort.map { ($0.descending ? "-" : "") + Self.escape($0.field) }
+                    .joined(separator: ","))
+            }
+            if request.limit > 0 { query.append("_limit=\(request.limit)") }
+            if let raw = request.rawQuery, !raw.isEmpty { query.append(raw) }
+            url = root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
+        }
+        return listing(url, what: request.spec.route, done)
+    }
+
+    public func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
+                        _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        let url = cursor?.token ?? root + spec.route + "?in_id=" + ids.map(Self.escape).joined(separator: ",")
+        return listing(url, what: spec.route, done)
+    }
+
+    public func idBatches(_ ids: [String]) -> [[String]] {
+        var batches: [[String]] = []
+        var current: [String] = []
+        var bytes = 0
+        for id in ids {
+            let cost = Self.escape(id).utf8.count + 1
+            if !current.isEmpty && bytes + cost > Self.idBytesPerRequest {
+                batches.append(current)
+                current = []
+                bytes = 0
+            }
+            current.append(id)
+            bytes += cost
+        }
+        if !current.isEmpty { batches.append(current) }
+        return batches
+    }
+
+    /// One page: the cursor comes from the Next-Page header, so the next
+    /// request can leave before this body is decoded (by the caller, later).
+    private func listing(_ url: String, what: String, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
+        -> any Cancellable {
+        let exchange = Exchange(engine)
+        exchange.send(HTTPRequest(url: url)) { [self] result in
+            done(.tether {
+                let response = try Self.checked(result, what: what)
+                let next = try nextPage(response).map(PageCursor.init)
+                return Page(next: next) {
+                    try Self.records(in: response, what: what).map { record in
+                        guard let fields = record.objectValue else {
+                            throw TetherError(.protocol, "a record in \(what) is not an object")
+                        }
+                        return fields
+                    }
+                }
+            })
+        }
+        return exchange
+    }
+
+    public func insert(_ spec: Spec, _ fields: RecordFields,
+                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
+        guard let id = fields.first(where: { $0.key == Self.idField })?.value.stringValue else {
+            done(.failure(TetherError(.invalid, "a new record needs a text id")))
+            return Exchange(engine)
+        }
+        let body = JSON.object([("data", .object(fields.filter { $0.key != Self.versionField }))])
+        return write(HTTPRequest(method: "PUT", url: recordURL(spec, id), headers: ["If-None-Match: *"],
+                                 body: Array(body.serialized().utf8)), what: "\(spec.name)/\(id)", done)
+    }
+
+    public func update(_ spec: Spec, id: String, _ fields: RecordFields, ifVersion: Int64,
+                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
+        let changes = fields.filter { $0.key != Self.idField && $0.key != Self.versionField }
+        let body = JSON.object([("data", .object(changes))])
+        return write(HTTPRequest(method: "PATCH", url: recordURL(spec, id), headers: ["If-Match: \"\(ifVersion)\""],
+                                 body: Array(body.serialized().utf8)), what: "\(spec.name)/\(id)", done)
+    }
+
+    public func delete(_ spec: Spec, id: String, ifVersion: Int64,
+                       _ done: @escaping @Sendable (Result<Void, TetherError>) -> Void) -> any Cancellable {
+        write(HTTPRequest(method: "DELETE", url: recordURL(spec, id), headers: ["If-Match: \"\(ifVersion)\""]),
+              what: "\(spec.name)/\(id)") { result in done(result.map { _ in () }) }
+    }
+
+    private func recordURL(_ spec: Spec, _ id: String) -> String { root + spec.route + "/" + Self.escape(id) }
+
+    private func write(_ request: HTTPRequest, what: String,
+                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
+        let exchange = Exchange(engine)
+        exchange.send(request) { result in
+            done(.tether {
+                let body = try Self.body(of: Self.checked(result, what: what), what: what)
+                return body["data"]?.objectValue ?? []
+            })
+        }
+        return exchange
+    }
+
+    // MARK: answers
+
+    /// Turns transport failures and error statuses into errors, with Kinto's
+    /// own message when it sent one.
+    private static func checked(_ result: Result<HTTPResponse, TetherError>, what: String) throws -> HTTPResponse {
+        let response = try result.get()
+        guard !(200..<300).contains(response.status) else { return response }
+        let serverMessage = (try? JSON.parse(response.body))?["message"]?.stringValue
+        let detail = serverMessage.map { ": \($0)" } ?? ""
+        switch response.status {
+        case 401, 403:
+            throw TetherError(.auth, "the server refused access to \(what) (HTTP \(response.status))\(detail)")
+        case 404:
+            throw TetherError(.notFound, "the server has no \(what) (HTTP 404)\(detail)")
+        case 412:
+            throw TetherError(.conflict, "\(what) changed on the server (HTTP 412)\(detail)")
+        default:
+            throw TetherError(.server, "the server failed on \(what) (HTTP \(response.status))\(detail)")
+        }
+    }
+
+    private static func body(of response: HTTPResponse, what: String) throws -> JSON {
+        do {
+            return try JSON.parse(response.body)
+        } catch let error as TetherError {
+            throw TetherError(.protocol, "the server's answer for \(what) is not JSON: \(error.message)")
+        }
+    }
+
+    private static func records(in response: HTTPResponse, what: String) throws -> [JSON] {
+        guard let data = try body(of: response, what: what)["data"]?.arrayValue else {
+            throw TetherError(.protocol, "the server's answer for \(what) has no data list")
+        }
+        return data
+    }
+
+    /// The next page's URL. It must stay on this server: credentials go with it.
+    private func nextPage(_ response: HTTPResponse) throws -> String? {
+        guard let next = response.header("Next-Page"), !next.isEmpty else { return nil }
+        guard next.hasPrefix(root + "/") else {
+            throw TetherError(.protocol, "the server sent a Next-Page outside \(root)")
+        }
+        return next
+    }
+
+    static func escape(_ text: String) -> String {
+        var escaped = ""
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."),
+                 UInt8(ascii: "~"):
+                escaped.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                let hex = Array("0123456789ABCDEF")
+                escaped += "%" + String(hex[Int(byte >> 4)]) + String(hex[Int(byte & 15)])
+            }
+        }
+        return escaped
+    }
+}
+
+/// A cancellable sequence of transfers: one request's exchanges with the
+/// server (a listing's pages, the specs' several calls). Cancel ends the one
+/// on the wire and any that would follow.
+final class Exchange: Cancellable {
+    private let engine: HTTPEngine
+    private let state = Mutex<(transfer: HTTPEngine.TransferID?, cancelled: Bool)>((nil, false))
+
+    init(_ engine: HTTPEngine) { self.engine = engine }
+
+    /// Sends `request` unless cancelled; `then` runs exactly once either way.
+    func send(_ request: HTTPRequest, _ then: @escaping HTTPEngine.Completion) {
+        guard !state.withLock({ $0.cancelled }) else { return then(.failure(.cancelled)) }
+        let id = engine.start(request, completion: then)
+        let cancelledMeanwhile = state.withLock { state -> Bool in
+            state.transfer = id
+            return state.cancelled
+        }
+        if cancelledMeanwhile { engine.cancel(id) }
+    }
+
+    func cancel() {
+        let transfer = state.withLock { state -> HTTPEngine.TransferID? in
+            state.cancelled = true
+            return state.transfer
+        }
+        if let transfer { engine.cancel(transfer) }
+    }
+}

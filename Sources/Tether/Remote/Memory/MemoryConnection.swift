@@ -1,0 +1,267 @@
+import Glibc
+import Synchronization
+
+/// A record server held in memory: specs and tables of records with versions.
+/// It is a second, complete implementation of the connection interface, not
+/// an imitation of Kinto, so the core can be shown to depend on the interface
+/// alone; hosts can use it for tests and offline demos. Several connections
+/// (several contexts) can share one server.
+public final class MemoryServer: Sendable {
+    public let name: String
+    /// Records per page of a listing.
+    public let pageSize: Int
+    /// How long each answer takes, as a network's would.
+    public let latencyMilliseconds: Int64
+
+    fileprivate struct Table {
+        var records: [String: (fields: RecordFields, version: Int64)] = [:]
+    }
+
+    fileprivate struct State {
+        var specs: [Spec]
+        var tables: [String: Table] = [:]
+        var clock: Int64 = 0
+        var reachable = true
+    }
+
+    private let state: Mutex<State>
+
+    public init(name: String, specs: [Spec], pageSize: Int = 50, latencyMilliseconds: Int64 = 0) {
+        self.name = name
+        self.pageSize = max(1, pageSize)
+        self.latencyMilliseconds = max(0, latencyMilliseconds)
+        state = Mutex(State(specs: specs))
+    }
+
+    /// While false, every request fails as if the server could not be reached.
+    public var isReachable: Bool {
+        get { state.withLock { $0.reachable } }
+        set { state.withLock { $0.reachable = newValue } }
+    }
+
+    public func setSpecs(_ specs: [Spec]) { state.withLock { $0.specs = specs } }
+
+    /// Creates or replaces a record as the server's own change (not a
+    /// conditional write); returns its new version.
+    @discardableResult
+    public func put(_ entity: String, id: String, _ fields: RecordFields) -> Int64 {
+        state.withLock { state in
+            state.clock += 1
+            state.tables[entity, default: Table()].records[id] = (fields.filter { $0.key != "id" }, state.clock)
+            return state.clock
+        }
+    }
+
+    public func remove(_ entity: String, id: String) {
+        _ = state.withLock { $0.tables[entity]?.records.removeValue(forKey: id) }
+    }
+
+    // MARK: answers, for MemoryConnection
+
+    fileprivate func answer<T>(_ body: (inout State) throws -> T) throws -> T {
+        try state.withLock { state in
+            guard state.reachable else {
+                throw TetherError(.network, "cannot reach the memory server \(name)", unreachable: true)
+            }
+            return try body(&state)
+        }
+    }
+
+    fileprivate func specs() throws -> [Spec] { try answer { $0.specs } }
+
+    fileprivate func spec(_ name: String, in state: State) throws -> Spec {
+        guard let spec = state.specs.first(where: { $0.name == name }) else {
+            throw TetherError(.notFound, "the memory server has no \(name)")
+        }
+        return spec
+    }
+
+    /// The whole listing in order, as the records stand now.
+    fileprivate func listing(_ request: PageRequest) throws -> [RecordFields] {
+        try answer { state in
+            let spec = try spec(request.spec.name, in: state)
+            var rows = (state.tables[spec.name]?.records ?? [:]).map { id, row in Self.render(spec, id, row) }
+            let keys = request.sort + [SortKey(field: spec.idField, descending: false)]
+            rows.sort { left, right in
+                for key in keys {
+                    let a = left.first { $0.key == key.field }?.value ?? .null
+                    let b = right.first { $0.key == key.field }?.value ?? .null
+                    if a == b { continue }
+                    return JSON.orders(a, before: b) != key.descending
+                }
+                return false
+            }
+            return request.limit > 0 ? Array(rows.prefix(Int(request.limit))) : rows
+        }
+    }
+
+    fileprivate func records(_ spec: Spec, ids: [String]) throws -> [RecordFields] {
+        try answer { state in
+            let spec = try self.spec(spec.name, in: state)
+            let table = state.tables[spec.name]?.records ?? [:]
+            return ids.compactMap { id in table[id].map { Self.render(spec, id, $0) } }
+        }
+    }
+
+    fileprivate func write(_ spec: Spec, id: String, ifVersion: Int64?, _ change: RecordFields?) throws -> RecordFields? {
+        try answer { state in
+            let spec = try self.spec(spec.name, in: state)
+            let current = state.tables[spec.name]?.records[id]
+            switch (ifVersion, current) {
+            case (nil, _?):
+                throw TetherError(.conflict, "\(spec.name)/\(id) exists on the server")
+            case (let expected?, let row) where row?.version != expected:
+                throw TetherError(.conflict, "\(spec.name)/\(id) changed on the server")
+            default: break
+            }
+            guard let change else {
+                state.tables[spec.name]?.records[id] = nil
+                return nil
+            }
+            var fields = current?.fields ?? []
+            for (key, value) in change where key != spec.idField && key != spec.versionField {
+                if let index = fields.firstIndex(where: { $0.key == key }) { fields[index].value = value }
+                else { fields.append((key, value)) }
+            }
+            state.clock += 1
+            state.tables[spec.name, default: Table()].records[id] = (fields, state.clock)
+            return Self.render(spec, id, (fields, state.clock))
+        }
+    }
+
+    private static func render(_ spec: Spec, _ id: String, _ row: (fields: RecordFields, version: Int64)) -> RecordFields {
+        [(spec.idField, .string(id)), (spec.versionField, .integer(row.version))] + row.fields
+    }
+}
+
+/// One context's connection to a MemoryServer. Answers come asynchronously,
+/// on a thread of the connection's own, as a network connection's would.
+public final class MemoryConnection: Connection {
+    public let server: MemoryServer
+    private let queue = WorkQueue()
+    private let stopped = Mutex(false)
+
+    public init(_ server: MemoryServer) { self.server = server }
+
+    public var identity: String { "memory server \(server.name)" }
+
+    public func shutdown() {
+        stopped.withLock { $0 = true }
+        // Requests still queued see `stopped` and end cancelled.
+        queue.shutdown()
+    }
+
+    /// Runs `work` on the connection's thread; `done` exactly once.
+    private func respond<T: Sendable>(_ done: @escaping @Sendable (Result<T, TetherError>) -> Void,
+                                      _ work: @escaping @Sendable () throws -> T) -> any Cancellable {
+        let request = MemoryRequest()
+        let latency = UInt32(server.latencyMilliseconds * 1000)
+        let queued = queue.async { [self] in
+            // Latency is waited out in turn, as a slow server's would be; not
+            // by a request already cancelled, nor at shutdown.
+            if latency > 0 && !request.isCancelled && !stopped.withLock({ $0 }) { usleep(latency) }
+            let cancelled = request.end() || stopped.withLock { $0 }
+            done(cancelled ? .failure(.cancelled) : .tether(work))
+        }
+        if !queued { done(.failure(.cancelled)) }
+        return request
+    }
+
+    public func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
+        respond(done) { [server] in
+            _ = try server.specs()
+            return ServerInfo(name: "memory", version: "1")
+        }
+    }
+
+    public func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable {
+        respond(done) { [server] in try server.specs() }
+    }
+
+    public func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
+        -> any Cancellable {
+        respond(done) { [server] in
+            // The cursor is the offset of the next page in the listing as it stands.
+            let offset = request.cursor.flatMap { Int($0.token) } ?? 0
+            let rows = try server.listing(request)
+            let end = min(rows.count, offset + server.pageSize)
+            let slice = offset < end ? Array(rows[offset..<end]) : []
+            return Page(next: end < rows.count ? PageCursor(String(end)) : nil) { slice }
+        }
+    }
+
+    public func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
+                        _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        respond(done) { [server] in
+            let rows = try server.records(spec, ids: ids)
+            return Page(next: nil) { rows }
+        }
+    }
+
+    public func idBatches(_ ids: [String]) -> [[String]] {
+        stride(from: 0, to: ids.count, by: 500).map { Array(ids[$0..<min(ids.count, $0 + 500)]) }
+    }
+
+    public func insert(_ spec: Spec, _ fields: RecordFields,
+                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
+        respond(done) { [server] in
+            guard let id = fields.first(where: { $0.key == spec.idField })?.value.stringValue else {
+                throw TetherError(.invalid, "a new record needs a text id")
+            }
+            return try server.write(spec, id: id, ifVersion: nil, fields) ?? []
+        }
+    }
+
+    public func update(_ spec: Spec, id: String, _ fields: RecordFields, ifVersion: Int64,
+                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
+        respond(done) { [server] in try server.write(spec, id: id, ifVersion: ifVersion, fields) ?? [] }
+    }
+
+    public func delete(_ spec: Spec, id: String, ifVersion: Int64,
+                       _ done: @escaping @Sendable (Result<Void, TetherError>) -> Void) -> any Cancellable {
+        respond(done) { [server] in _ = try server.write(spec, id: id, ifVersion: ifVersion, nil) }
+    }
+}
+
+/// A queued memory request: cancel wins if it comes before the answer starts.
+private final class MemoryRequest: Cancellable {
+    private let ended = Atomic<Bool>(false)
+    var isCancelled: Bool { ended.load(ordering: .acquiring) }
+    /// Marks the request answered; true if it had been cancelled first.
+    func end() -> Bool { ended.exchange(true, ordering: .acquiringAndReleasing) }
+    func cancel() { ended.store(true, ordering: .releasing) }
+}
+
+extension JSON {
+    /// An order over JSON values for sorting listings: null, booleans,
+    /// numbers, strings, then the rest by their text.
+    static func orders(_ a: JSON, before b: JSON) -> Bool {
+        func rank(_ value: JSON) -> Int {
+            switch value {
+            case .null: return 0
+            case .bool: return 1
+            case .integer, .real: return 2
+            case .string: return 3
+            default: return 4
+            }
+        }
+        switch (a, b) {
+        case let (.bool(x), .bool(y)): return !x && y
+        case let (.integer(x), .integer(y)): return x < y
+        case let (.string(x), .string(y)): return Array(x.utf8).lexicographicallyPrecedes(y.utf8)
+        default:
+            let numbers = (a.numberValue, b.numberValue)
+            if let x = numbers.0, let y = numbers.1 { return x < y }
+            if rank(a) != rank(b) { return rank(a) < rank(b) }
+            return a.serialized(sortKeys: true) < b.serialized(sortKeys: true)
+        }
+    }
+
+    var numberValue: Double? {
+        switch self {
+        case .integer(let i): return Double(i)
+        case .real(let d): return d
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,144 @@
+import XCTest
+@testable import Tether
+
+/// A server the graph and fetch contract runs against: the real Kinto that
+/// scripts/with-kinto starts, or the in-memory server. Each makes one data
+/// set: the "items" entity with Title (code 501) and Rank, and 120 records.
+protocol Backend: AnyObject {
+    var storePath: String { get }
+    func connection() throws -> any Connection
+    /// A change made on the server by someone else.
+    func setTitle(_ id: String, _ title: String) throws
+    func deleteItem(_ id: String) throws
+}
+
+extension Backend {
+    func open(_ mode: DeliveryMode = .thread, cacheSize: Int = 1024) throws -> Context {
+        var options = ContextOptions(storePath: storePath)
+        options.delivery = mode
+        options.objectCacheSize = cacheSize
+        return try Context.open(options, connection: connection())
+    }
+}
+
+let itemCount = 120
+
+final class KintoBackend: Backend {
+    let server: String
+    let bucket: String
+    let storePath: String
+    private let admin: HTTPEngine
+
+    init(directory: String) throws {
+        guard let url = ProcessInfo.processInfo.environment["TETHER_TEST_URL"] else {
+            XCTFail("TETHER_TEST_URL is not set: run the tests with `make test` (scripts/with-kinto)")
+            throw XCTSkip("no server")
+        }
+        server = url
+        bucket = "swift-\(UUID().uuidString.prefix(8).lowercased())"
+        storePath = directory + "/kinto.sqlite"
+        admin = try HTTPEngine(credentials: HTTPCredentials(username: "test", password: "test"), timeoutMilliseconds: 10_000)
+        try send("PUT", "/buckets/\(bucket)", #"{"permissions": {"read": ["system.Everyone"], "write": ["system.Everyone"]}}"#)
+        try send("PUT", "/buckets/\(bucket)/collections/items", """
+            {"data": {"schema": {"type": "object", "properties": {
+              "Title": {"type": "string", "x-tether-code": 501}, "Rank": {"type": "integer"}}}}}
+            """)
+        var requests: [String] = []
+        for rank in 0..<itemCount {
+            requests.append(#"{"method": "PUT", "path": "/buckets/\#(bucket)/collections/items/records/i\#(rank)", "body": {"data": {"Title": "item \#(rank)", "Rank": \#(rank)}}}"#)
+        }
+        for start in stride(from: 0, to: requests.count, by: 25) {
+            let chunk = requests[start..<min(requests.count, start + 25)].joined(separator: ",")
+            try send("POST", "/batch", #"{"requests": [\#(chunk)]}"#)
+        }
+    }
+
+    deinit { admin.shutdown() }
+
+    func connection() throws -> any Connection {
+        var options = KintoOptions(serverURL: server, bucket: bucket)
+        options.timeoutMilliseconds = 5_000
+        return try KintoConnection(options)
+    }
+
+    @discardableResult
+    func send(_ method: String, _ path: String, _ body: String? = nil) throws -> HTTPResponse {
+        let response = try admin.send(HTTPRequest(method: method, url: server + path, body: body.map { Array($0.utf8) })).get()
+        XCTAssertTrue((200..<300).contains(response.status), "\(method) \(path): HTTP \(response.status)")
+        return response
+    }
+
+    func setTitle(_ id: String, _ title: String) throws {
+        try send("PATCH", "/buckets/\(bucket)/collections/items/records/\(id)", #"{"data": {"Title": "\#(title)"}}"#)
+    }
+
+    func deleteItem(_ id: String) throws {
+        try send("DELETE", "/buckets/\(bucket)/collections/items/records/\(id)")
+    }
+}
+
+final class MemoryBackend: Backend {
+    let server: MemoryServer
+    let storePath: String
+
+    static let itemsSpec = Spec(name: "items", route: "items", idField: "id", versionField: "last_modified",
+                                fields: [FieldSpec(name: "Title", type: .text, code: 501),
+                                         FieldSpec(name: "Rank", type: .integer)],
+                                operations: .all)
+
+    init(directory: String, latencyMilliseconds: Int64 = 0) {
+        storePath = directory + "/memory.sqlite"
+        server = MemoryServer(name: "test-\(UUID().uuidString.prefix(8))", specs: [Self.itemsSpec], pageSize: 50,
+                              latencyMilliseconds: latencyMilliseconds)
+        for rank in 0..<itemCount {
+            server.put("items", id: "i\(rank)", [("Title", .string("item \(rank)")), ("Rank", .integer(Int64(rank)))])
+        }
+    }
+
+    func connection() throws -> any Connection { MemoryConnection(server) }
+
+    func setTitle(_ id: String, _ title: String) throws {
+        let current = try XCTUnwrap(server.recordForTest("items", id: id))
+        server.put("items", id: id, current.filter { $0.key != "Title" && $0.key != "last_modified" } + [("Title", .string(title))])
+    }
+
+    func deleteItem(_ id: String) throws { server.remove("items", id: id) }
+}
+
+extension MemoryServer {
+    func recordForTest(_ entity: String, id: String) -> RecordFields? {
+        let done = ConditionLock<Result<Page, TetherError>?>(nil)
+        let connection = MemoryConnection(self)
+        defer { connection.shutdown() }
+        _ = connection.records(MemoryBackend.itemsSpec, ids: [id], cursor: nil) { result in done.withLock { $0 = result } }
+        let page = done.withLock(when: { $0 != nil }, until: nil) { value, _ in value! }
+        return (try? page.get().decode())?.first
+    }
+}
+
+/// Waits (up to `seconds`) until `condition` holds; true if it did.
+func eventually(_ seconds: Double = 10, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if condition() { return true }
+        usleep(5_000)
+    }
+    return condition()
+}
+
+/// Runs a fetch to its final callback; returns every callback in order.
+func fetch(_ context: Context, _ request: FetchRequest) throws -> [FetchResult] {
+    let results = ConditionLock<[FetchResult]>([])
+    let task = try context.makeFetch(request)
+    try task.start { result in results.withLock { $0.append(result) } }
+    if context.deliveryMode == .poll {
+        let deadline = Date().addingTimeInterval(15)
+        while results.withLock({ $0.last?.phase != .final }) && Date() < deadline {
+            _ = try context.poll(timeoutMilliseconds: 50)
+        }
+    }
+    return results.withLock(when: { $0.last?.phase == .final }, until: MonotonicTime.now().adding(milliseconds: 15_000)) { value, timedOut in
+        XCTAssertFalse(timedOut, "no final callback")
+        return value
+    }
+}

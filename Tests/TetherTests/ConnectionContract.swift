@@ -1,0 +1,108 @@
+import XCTest
+@testable import Tether
+
+/// The connection interface as every implementation must answer it: run
+/// against Kinto and against the memory server.
+enum ConnectionContract {
+    static func answer<T: Sendable>(_ call: (@escaping @Sendable (Result<T, TetherError>) -> Void) -> any Cancellable)
+        -> Result<T, TetherError> {
+        let done = ConditionLock<Result<T, TetherError>?>(nil)
+        _ = call { result in done.withLock { $0 = result } }
+        return done.withLock(when: { $0 != nil }, until: MonotonicTime.now().adding(milliseconds: 10_000)) { value, _ in
+            value ?? .failure(TetherError(.internal, "no answer"))
+        }
+    }
+
+    static func field(_ record: RecordFields, _ key: String) -> JSON? { record.first { $0.key == key }?.value }
+
+    static func listingByIDAndWrites(_ connection: any Connection) throws {
+        defer { connection.shutdown() }
+        let specs = try answer(connection.specs).get()
+        let spec = try XCTUnwrap(specs.first { $0.name == "items" })
+        XCTAssertEqual(spec.fields.first { $0.name == "Title" }?.code, 501)
+
+        // A sorted listing, page by page through the cursors.
+        var request = PageRequest(spec: spec)
+        request.sort = [SortKey(field: "Rank", descending: true)]
+        var ranks: [Int64] = []
+        var pages = 0
+        repeat {
+            let page = try answer { connection.page(request, $0) }.get()
+            ranks += try page.decode().compactMap { field($0, "Rank")?.integerValue }
+            request.cursor = page.next
+            pages += 1
+        } while request.cursor != nil
+        XCTAssertEqual(ranks, (0..<Int64(itemCount)).reversed().map { $0 })
+        XCTAssertGreaterThan(pages, 1)
+
+        // By id: missing ids are just absent; batches fit requests.
+        let byID = try answer { connection.records(spec, ids: ["i1", "nope", "i2"], cursor: nil, $0) }.get().decode()
+        XCTAssertEqual(Set(byID.compactMap { field($0, "id")?.stringValue }), ["i1", "i2"])
+        let many = (0..<3000).map { "record-with-a-long-id-\($0)" }
+        let batches = connection.idBatches(many)
+        XCTAssertEqual(batches.flatMap { $0 }, many, "batches keep every id, in order")
+
+        // Conditional writes.
+        let id = "w\(UInt32.random(in: 0...UInt32.max))"
+        let inserted = try answer { connection.insert(spec, [("id", .string(id)), ("Title", .string("new"))], $0) }.get()
+        let version = try XCTUnwrap(field(inserted, spec.versionField)?.integerValue)
+        XCTAssertEqual(answer { connection.insert(spec, [("id", .string(id))], $0) }.kind, .conflict,
+                       "an insert never overwrites")
+        XCTAssertEqual(answer { connection.update(spec, id: id, [("Title", .string("x"))], ifVersion: version - 1, $0) }.kind,
+                       .conflict, "a stale version is refused")
+        let updated = try answer { connection.update(spec, id: id, [("Title", .string("changed"))], ifVersion: version, $0) }.get()
+        XCTAssertEqual(field(updated, "Title"), .string("changed"))
+        let newVersion = try XCTUnwrap(field(updated, spec.versionField)?.integerValue)
+        XCTAssertGreaterThan(newVersion, version)
+        XCTAssertEqual(answer { connection.delete(spec, id: id, ifVersion: version, $0) }.kind, .conflict)
+        XCTAssertNoThrow(try answer { connection.delete(spec, id: id, ifVersion: newVersion, $0) }.get())
+    }
+
+    static func cancelAndShutdownEndEachRequestOnce(_ connection: any Connection) throws {
+        let spec = try answer(connection.specs).get().first { $0.name == "items" }!
+        let answers = ConditionLock<[Int: [TetherError.Kind?]]>([:])
+        var handles: [any Cancellable] = []
+        for index in 0..<40 {
+            handles.append(connection.page(PageRequest(spec: spec)) { result in
+                answers.withLock { $0[index, default: []].append(result.failureKind) }
+            })
+        }
+        for handle in handles.prefix(20) { handle.cancel() }
+        connection.shutdown()
+        let seen = answers.withLock { $0 }
+        XCTAssertEqual(seen.count, 40, "every request answered by the time shutdown returns")
+        XCTAssertTrue(seen.values.allSatisfy { $0.count == 1 }, "exactly once each")
+        XCTAssertTrue((0..<20).allSatisfy { seen[$0]?.first == .cancelled }, "a cancelled request ends cancelled")
+        XCTAssertEqual(answer { connection.page(PageRequest(spec: spec), $0) }.kind, .cancelled,
+                       "after shutdown, requests end cancelled at once")
+    }
+}
+
+extension Result where Failure == TetherError {
+    var failureKind: TetherError.Kind? { if case .failure(let error) = self { return error.kind } else { return nil } }
+    var kind: TetherError.Kind? { failureKind }
+}
+
+final class KintoConnectionTests: XCTestCase {
+    private var backend: KintoBackend!
+
+    override func setUpWithError() throws { backend = try KintoBackend(directory: NSTemporaryDirectory()) }
+    override func tearDownWithError() throws { backend = nil }
+
+    func testListingByIDAndWrites() throws { try ConnectionContract.listingByIDAndWrites(backend.connection()) }
+    func testCancelAndShutdownEndEachRequestOnce() throws {
+        try ConnectionContract.cancelAndShutdownEndEachRequestOnce(backend.connection())
+    }
+}
+
+final class MemoryConnectionTests: XCTestCase {
+    private var backend: MemoryBackend!
+
+    override func setUp() { backend = MemoryBackend(directory: NSTemporaryDirectory(), latencyMilliseconds: 2) }
+    override func tearDown() { backend = nil }
+
+    func testListingByIDAndWrites() throws { try ConnectionContract.listingByIDAndWrites(backend.connection()) }
+    func testCancelAndShutdownEndEachRequestOnce() throws {
+        try ConnectionContract.cancelAndShutdownEndEachRequestOnce(backend.connection())
+    }
+}

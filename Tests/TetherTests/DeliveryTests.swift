@@ -1,0 +1,76 @@
+import XCTest
+@testable import Tether
+
+/// Callbacks run under no lock an API call waits on.
+final class DeliveryTests: XCTestCase {
+    /// Each context's callback cancels the other's task while the other's
+    /// callback is running: with a callback lock held across callbacks this
+    /// deadlocked (0.1); now a cancel from inside a callback does not wait.
+    func testCallbacksCancellingEachOthersTasksDoNotDeadlock() throws {
+        let directory = NSTemporaryDirectory() + "tether-delivery-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let left = try MemoryBackend(directory: directory + "/l", latencyMilliseconds: 300).openCreatingDirectory()
+        let right = try MemoryBackend(directory: directory + "/r", latencyMilliseconds: 300).openCreatingDirectory()
+        defer {
+            try? left.close()
+            try? right.close()
+        }
+        let finals = ConditionLock<[String: TetherError.Kind?]>([:])
+        func record(_ name: String) -> @Sendable (FetchResult) -> Void {
+            { result in if result.phase == .final { finals.withLock { $0[name] = result.error?.kind } } }
+        }
+        // Long fetches, each to be cancelled from the other context's callback.
+        let leftSlow = try left.makeFetch(FetchRequest(entity: "items"))
+        try leftSlow.start(record("leftSlow"))
+        let rightSlow = try right.makeFetch(FetchRequest(entity: "items"))
+        try rightSlow.start(record("rightSlow"))
+        // Both arrive in their cached phase at once; each waits for the other
+        // to be inside its callback, then cancels the other's slow fetch.
+        let inside = ConditionLock(0)
+        func crossing(_ other: FetchTask) -> @Sendable (FetchResult) -> Void {
+            { result in
+                guard result.phase == .cached else { return }
+                inside.withLock { $0 += 1 }
+                _ = inside.withLock(when: { $0 >= 2 }, until: MonotonicTime.now().adding(milliseconds: 2_000)) { _, _ in }
+                try? other.cancel()
+            }
+        }
+        try left.makeFetch(FetchRequest(entity: "items")).start(crossing(rightSlow))
+        try right.makeFetch(FetchRequest(entity: "items")).start(crossing(leftSlow))
+        let both = finals.withLock(when: { $0.count == 2 }, until: MonotonicTime.now().adding(milliseconds: 5_000)) { value, _ in value }
+        XCTAssertEqual(both["leftSlow"], .some(.cancelled))
+        XCTAssertEqual(both["rightSlow"], .some(.cancelled))
+    }
+
+    /// A thread blocked in poll returns when another thread closes the
+    /// context, and the closer delivers the finals.
+    func testCloseWakesABlockedPoller() throws {
+        let directory = NSTemporaryDirectory() + "tether-poll-\(UUID().uuidString)"
+        let context = try MemoryBackend(directory: directory, latencyMilliseconds: 1_000).openCreatingDirectory(.poll)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var request = FetchRequest(entity: "items")
+        request.policy = .serverOnly
+        let final = ConditionLock<TetherError.Kind??>(nil)
+        try context.makeFetch(request).start { result in final.withLock { $0 = .some(result.error?.kind) } }
+        let returned = ConditionLock(false)
+        let poller = Thread {
+            _ = try? context.poll(timeoutMilliseconds: -1)
+            returned.withLock { $0 = true }
+        }
+        poller.start()
+        usleep(100_000)
+        try context.close()
+        XCTAssertTrue(returned.withLock(when: { $0 }, until: MonotonicTime.now().adding(milliseconds: 3_000)) { value, _ in value })
+        XCTAssertEqual(final.withLock { $0 }, .some(.cancelled))
+        XCTAssertThrowsError(try context.poll(timeoutMilliseconds: 0)) { XCTAssertEqual(($0 as? TetherError)?.kind, .closed) }
+    }
+}
+
+extension MemoryBackend {
+    func openCreatingDirectory(_ mode: DeliveryMode = .thread) throws -> Context {
+        let directory = String(storePath.dropLast("/memory.sqlite".count))
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        return try open(mode)
+    }
+}

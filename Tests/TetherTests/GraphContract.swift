@@ -1,0 +1,225 @@
+import XCTest
+@testable import Tether
+
+/// What the graph and fetch layers promise whatever the connection: run
+/// against Kinto (KintoGraphTests) and the memory server (MemoryGraphTests).
+enum GraphContract {
+    static func fetchPagingAndUniquing(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        XCTAssertTrue(context.isOnline)
+        let items = try XCTUnwrap(context.model.entity(named: "items"))
+        XCTAssertEqual(items.attributes[items.attributeIndex(named: "Title")!].code, 501)
+        XCTAssertEqual(items.operations, .all)
+
+        var request = FetchRequest(entity: "items")
+        request.sort = "-Rank"
+        let first = try fetch(context, request)
+        XCTAssertEqual(first.map(\.phase), [.cached, .final])
+        XCTAssertEqual(first[0].objects.count, 0)
+        XCTAssertNil(first[1].error)
+        XCTAssertEqual(first[1].objects.count, itemCount, "all pages followed (pages of 50)")
+        XCTAssertEqual(try first[1].objects.first?.peek("Rank"), .integer(Int64(itemCount - 1)))
+        XCTAssertEqual(try first[1].objects.map { try $0.peek("Rank") }, (0..<itemCount).reversed().map { .integer(Int64($0)) },
+                       "the server's order, across pages")
+
+        let second = try fetch(context, request)
+        XCTAssertEqual(second[0].objects.count, itemCount, "the cache answers first")
+        XCTAssertTrue(second[0].objects[0] === first[1].objects[0], "one object per record while held")
+        XCTAssertTrue(try context.object(entity: "items", id: "i119") === first[1].objects[0])
+
+        request.limit = 7
+        request.policy = .serverOnly
+        let limited = try fetch(context, request)
+        XCTAssertEqual(limited.count, 1)
+        XCTAssertEqual(limited[0].objects.count, 7)
+    }
+
+    static func getRefreshesAndTellsObserversOfBothForms(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let object = try context.object(entity: "items", id: "i3")
+        let told = ConditionLock<[String]>([])
+        for key in ["Title", "TitlePeek"] {
+            try object.makeObserver(key: key).activate { error in
+                if error == nil { told.withLock { $0.append(key) } }
+            }
+        }
+        try backend.setTitle("i3", "renamed")
+        XCTAssertEqual(try object.peek("Title"), .text("item 3"), "peek does not touch the network")
+        XCTAssertEqual(try object.get("Title"), .text("item 3"), "get answers from the cache at once")
+        XCTAssertTrue(eventually { told.withLock { $0.count } >= 2 })
+        XCTAssertEqual(Set(told.withLock { $0 }), ["Title", "TitlePeek"])
+        XCTAssertEqual(try object.peek("Title"), .text("renamed"))
+    }
+
+    static func deletedOnServerLeavesTheCache(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let object = try context.object(entity: "items", id: "i7")
+        let told = ConditionLock(0)
+        try object.makeObserver(key: "Title").activate { error in if error == nil { told.withLock { $0 += 1 } } }
+        try backend.deleteItem("i7")
+        let after = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertEqual(after.last?.objects.count, itemCount - 1)
+        XCTAssertTrue(eventually { told.withLock { $0 } == 1 }, "the observer hears of the deletion")
+        XCTAssertThrowsError(try object.peek("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+    }
+
+    static func cancelDeliversOneFinalCancelled(_ backend: Backend) throws {
+        let context = try backend.open(.poll)
+        defer { try? context.close() }
+        let task = try context.makeFetch(FetchRequest(entity: "items"))
+        let phases = ConditionLock<[(FetchPhase, TetherError.Kind?)]>([])
+        try task.start { result in phases.withLock { $0.append((result.phase, result.error?.kind)) } }
+        try task.cancel()
+        let deadline = Date().addingTimeInterval(1)
+        while Date() < deadline { _ = try context.poll(timeoutMilliseconds: 50) }
+        let seen = phases.withLock { $0 }
+        XCTAssertEqual(seen.count, 1)
+        XCTAssertEqual(seen.first?.0, .final)
+        XCTAssertEqual(seen.first?.1, .cancelled)
+        XCTAssertThrowsError(try task.cancel()) { XCTAssertEqual(($0 as? TetherError)?.kind, .closed) }
+    }
+
+    /// Objects, tasks and observers live as long as something holds them.
+    static func lifetimesFollowWhatIsHeld(_ backend: Backend) throws {
+        let baseline = (objects: Live.count(.objects), tasks: Live.count(.tasks), observers: Live.count(.observers))
+        let context = try backend.open(cacheSize: 10)
+        do {
+            for _ in 0..<20 { _ = try fetch(context, FetchRequest(entity: "items")) }
+            XCTAssertTrue(eventually { Live.count(.tasks) == baseline.tasks }, "tasks are freed after their final callback")
+            XCTAssertLessThanOrEqual(Live.count(.objects) - baseline.objects, 10,
+                                     "only the object cache holds objects nobody else does")
+            let held = try context.object(entity: "items", id: "i5")
+            for index in 0..<2_000 { _ = try? context.object(entity: "items", id: "n\(index)").peek("Title") }
+            XCTAssertLessThanOrEqual(Live.count(.objects) - baseline.objects, 11)
+            XCTAssertTrue(try context.object(entity: "items", id: "i5") === held, "a held object stays the one object")
+            XCTAssertEqual(try held.peek("Rank"), .integer(5))
+
+            let observer = try held.makeObserver(key: "Rank")
+            try observer.activate { _ in }
+            try observer.remove()
+            XCTAssertThrowsError(try observer.remove()) { XCTAssertEqual(($0 as? TetherError)?.kind, .closed) }
+        }
+        try context.close()
+        XCTAssertTrue(eventually {
+            Live.count(.objects) == baseline.objects && Live.count(.tasks) == baseline.tasks
+                && Live.count(.observers) == baseline.observers
+        }, "after close nothing is left: \(Live.count(.objects)) objects, \(Live.count(.tasks)) tasks, \(Live.count(.observers)) observers")
+    }
+
+    /// Close with fetches on the wire ends each exactly once.
+    static func closeEndsEveryRequestOnce(_ backend: Backend) throws {
+        for mode in [DeliveryMode.thread, .poll] {
+            let context = try backend.open(mode)
+            let finals = ConditionLock<[Int: Int]>([:])
+            for index in 0..<30 {
+                var request = FetchRequest(entity: "items")
+                request.policy = .serverOnly
+                try context.makeFetch(request).start { result in
+                    if result.phase == .final { finals.withLock { $0[index, default: 0] += 1 } }
+                }
+            }
+            try context.close()
+            let counts = finals.withLock { $0 }
+            XCTAssertEqual(counts.count, 30, "\(mode): every fetch got its final before close returned")
+            XCTAssertTrue(counts.values.allSatisfy { $0 == 1 }, "\(mode): exactly one final each")
+        }
+    }
+
+    /// Reading an object costs one prepared statement, prepared once per store.
+    static func firstPeekUsesACachedStatement(_ backend: Backend) throws {
+        let context = try backend.open(cacheSize: 0)
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        _ = try context.object(entity: "items", id: "i0").peek("Title")
+        let before = Database.prepareCount.load(ordering: .relaxed)
+        for rank in 1..<itemCount {
+            XCTAssertEqual(try context.object(entity: "items", id: "i\(rank)").peek("Rank"), .integer(Int64(rank)))
+        }
+        XCTAssertEqual(Database.prepareCount.load(ordering: .relaxed), before, "no statement prepared again")
+    }
+}
+
+final class KintoGraphTests: XCTestCase {
+    private var directory: String!
+    private var backend: KintoBackend!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-kinto-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        backend = try KintoBackend(directory: directory)
+    }
+
+    override func tearDownWithError() throws {
+        backend = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    func testFetchPagingAndUniquing() throws { try GraphContract.fetchPagingAndUniquing(backend) }
+    func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }
+    func testDeletedOnServerLeavesTheCache() throws { try GraphContract.deletedOnServerLeavesTheCache(backend) }
+    func testCancelDeliversOneFinalCancelled() throws { try GraphContract.cancelDeliversOneFinalCancelled(backend) }
+    func testLifetimesFollowWhatIsHeld() throws { try GraphContract.lifetimesFollowWhatIsHeld(backend) }
+    func testCloseEndsEveryRequestOnce() throws { try GraphContract.closeEndsEveryRequestOnce(backend) }
+    func testFirstPeekUsesACachedStatement() throws { try GraphContract.firstPeekUsesACachedStatement(backend) }
+}
+
+extension GraphContract {
+    /// A refresh that fails is not lost silently: its observers hear why.
+    static func failedRefreshTellsObservers(_ backend: MemoryBackend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let object = try context.object(entity: "items", id: "i4")
+        let told = ConditionLock<[TetherError.Kind?]>([])
+        try object.makeObserver(key: "Title").activate { error in told.withLock { $0.append(error?.kind) } }
+        backend.server.isReachable = false
+        XCTAssertEqual(try object.get("Title"), .text("item 4"), "the cached value, at once")
+        XCTAssertTrue(eventually { told.withLock { $0 } == [.network] }, "told: \(told.withLock { $0 })")
+        XCTAssertEqual(try object.peek("Title"), .text("item 4"), "the cache is as it was")
+        backend.server.isReachable = true
+        try backend.setTitle("i4", "back")
+        _ = try object.get("Title")
+        XCTAssertTrue(eventually { told.withLock { $0 }.count == 2 })
+        XCTAssertEqual(told.withLock { $0 }.last, .some(nil), "the next refresh lands")
+    }
+}
+
+final class MemoryGraphTests: XCTestCase {
+    private var directory: String!
+    private var backend: MemoryBackend!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-memory-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        backend = MemoryBackend(directory: directory)
+    }
+
+    override func tearDownWithError() throws {
+        backend = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    func testFetchPagingAndUniquing() throws { try GraphContract.fetchPagingAndUniquing(backend) }
+    func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }
+    func testDeletedOnServerLeavesTheCache() throws { try GraphContract.deletedOnServerLeavesTheCache(backend) }
+    func testCancelDeliversOneFinalCancelled() throws { try GraphContract.cancelDeliversOneFinalCancelled(backend) }
+    func testLifetimesFollowWhatIsHeld() throws { try GraphContract.lifetimesFollowWhatIsHeld(backend) }
+    func testCloseEndsEveryRequestOnce() throws { try GraphContract.closeEndsEveryRequestOnce(backend) }
+    func testFirstPeekUsesACachedStatement() throws { try GraphContract.firstPeekUsesACachedStatement(backend) }
+
+    func testFailedRefreshTellsObservers() throws { try GraphContract.failedRefreshTellsObservers(backend) }
+
+    func testOfflineOpenFromTheStore() throws {
+        try backend.open().close()
+        backend.server.isReachable = false
+        let context = try backend.open()
+        defer { try? context.close() }
+        XCTAssertFalse(context.isOnline, "an unreachable server opens from the store")
+        XCTAssertNotNil(context.model.entity(named: "items"))
+    }
+}
