@@ -106,3 +106,66 @@ final class MemoryConnectionTests: XCTestCase {
         try ConnectionContract.cancelAndShutdownEndEachRequestOnce(backend.connection())
     }
 }
+
+/// Fault injection: a connection that answers like the one it wraps, but
+/// names every record of a page twice, as a broken or hostile server might.
+final class DuplicatingConnection: Connection {
+    let inner: any Connection
+    init(_ inner: any Connection) { self.inner = inner }
+
+    var identity: String { inner.identity }
+    func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
+        inner.serverInfo(done)
+    }
+    func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable { inner.specs(done) }
+    func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        inner.page(request) { done($0.map(Self.doubled)) }
+    }
+    func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
+                 _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        inner.records(spec, ids: ids, cursor: cursor) { done($0.map(Self.doubled)) }
+    }
+    func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
+    func insert(_ spec: Spec, _ fields: RecordFields,
+                _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
+        inner.insert(spec, fields, done)
+    }
+    func update(_ spec: Spec, id: String, _ fields: RecordFields, ifVersion: Int64,
+                _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
+        inner.update(spec, id: id, fields, ifVersion: ifVersion, done)
+    }
+    func delete(_ spec: Spec, id: String, ifVersion: Int64,
+                _ done: @escaping @Sendable (Result<Void, TetherError>) -> Void) -> any Cancellable {
+        inner.delete(spec, id: id, ifVersion: ifVersion, done)
+    }
+    func shutdown() { inner.shutdown() }
+
+    private static func doubled(_ page: Page) -> Page {
+        Page(next: page.next) { let records = try page.decode(); return records + records.reversed() }
+    }
+}
+
+final class HostileServerTests: XCTestCase {
+    /// 0.1 trapped on a listing naming an id twice (issue 7, case 11).
+    func testDuplicateIdsInAListingAreStoredOnceAndAnsweredOnce() throws {
+        let directory = NSTemporaryDirectory() + "tether-dup-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = MemoryBackend(directory: directory)
+        let context = try Context.open(ContextOptions(storePath: backend.storePath),
+                                       connection: DuplicatingConnection(backend.connection()))
+        defer { try? context.close() }
+        var request = FetchRequest(entity: "items")
+        request.sort = "Rank"
+        let answers = try fetch(context, request)
+        XCTAssertNil(answers.last?.error)
+        let objects = answers.last?.objects ?? []
+        XCTAssertEqual(objects.count, itemCount, "each record once")
+        XCTAssertEqual(Set(objects.map(\.id)).count, itemCount)
+        request.policy = .cacheOnly
+        XCTAssertEqual(try fetch(context, request).last?.objects.count, itemCount, "and stored once")
+        let object = try context.object(entity: "items", id: "i9")
+        _ = try object.get("Title")  // a refresh through the same connection
+        XCTAssertTrue(eventually { (try? object.peek("Title")) == .text("item 9") })
+    }
+}

@@ -78,6 +78,29 @@ final class ModelTests: XCTestCase {
         XCTAssertEqual(entity.attributes[entity.attributeIndex(named: "Top")!].code, Int(Int32.max))
     }
 
+    /// 0.1 let a new explicit code take a code already given, and renumbered
+    /// the attribute that had it (issue 7, case 9): the id moved from 1 to 102.
+    func testCodesGivenBeforeWinOverNewExplicitCodes() throws {
+        let first = try model([collection("jobs", #"{"properties": {"A": {"type": "string"}}}"#)])
+        let jobs1 = first.entity(named: "jobs")!
+        let codeA = jobs1.attributes[jobs1.attributeIndex(named: "A")!].code
+        let second = try model([collection("jobs", #"""
+            {"properties": {"A": {"type": "string", "x-tether-code": 500},
+                            "B": {"type": "string", "x-tether-code": 1},
+                            "C": {"type": "string", "x-tether-code": \#(codeA)}}}
+            """#)], previous: ModelCoding.decode(ModelCoding.encode(first)))
+        let jobs2 = second.entity(named: "jobs")!
+        func code(_ name: String) -> Int { jobs2.attributes[jobs2.attributeIndex(named: name)!].code }
+        XCTAssertEqual(code("id"), 1, "the id keeps its code")
+        XCTAssertEqual(code("last_modified"), 2)
+        XCTAssertEqual(code("A"), codeA, "A keeps its code although the spec now asks for 500")
+        XCTAssertNotEqual(code("B"), 1)
+        XCTAssertNotEqual(code("C"), codeA)
+        XCTAssertEqual(Set(jobs2.attributes.map(\.code)).count, jobs2.attributes.count)
+        XCTAssertEqual(try ModelCoding.decode(ModelCoding.encode(second))?.entity(named: "jobs")?.attributes.map(\.code),
+                       jobs2.attributes.map(\.code), "and the saved model says the same")
+    }
+
     func testInvalidCollectionIdIsAProtocolError() throws {
         XCTAssertThrowsError(try model([collection("x\\\"y", "{}")])) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .protocol)

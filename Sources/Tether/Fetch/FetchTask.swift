@@ -49,8 +49,10 @@ public final class FetchTask: Sendable {
         var state = State.idle
         var subscription: Delivery.SubscriptionID?
         var callback: (@Sendable (FetchResult) -> Void)?
-        /// The server phase so far.
+        /// The server phase so far, each object once: a listing can name a
+        /// record twice (a hostile server, or a record moving between pages).
         var results: [ManagedObject] = []
+        var inResults = Set<ObjectIdentifier>()
         var received: Int64 = 0
         var startedAt: Int64 = 0
         /// The cache's answer, for a final error of CACHE_THEN_SERVER.
@@ -145,6 +147,7 @@ public final class FetchTask: Sendable {
             case .running:
                 machine.state = .done
                 machine.results = []
+                machine.inResults = []
                 machine.cached = nil
                 return true
             case .done:
@@ -225,7 +228,9 @@ public final class FetchTask: Sendable {
             try context.store.upsert(records, of: entity, fetchedAt: now)
             let objects = context.merge(records, of: entity, fetchedAt: now)
             let received = machine.withLock { machine -> Int64 in
-                machine.results += objects
+                for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
+                    machine.results.append(object)
+                }
                 machine.received += Int64(records.count)
                 return machine.received
             }

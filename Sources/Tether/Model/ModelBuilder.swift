@@ -55,22 +55,21 @@ enum ModelBuilder {
                                 isID: false, isVersion: false, isRequired: field.isRequired))
         }
 
+        // Codes are promises: a code given before is kept first, whatever the
+        // spec says now; then the spec's explicit codes, where free; then the
+        // id's and version's usual 1 and 2; then new ones.
         var used = Set<Int>()
         var codes = [Int?](repeating: nil, count: drafts.count)
+        func claim(_ index: Int, _ code: Int?) {
+            guard codes[index] == nil, let code, !used.contains(code) else { return }
+            codes[index] = code
+            used.insert(code)
+        }
         for (index, draft) in drafts.enumerated() {
-            if let code = draft.explicitCode, !used.contains(code) {
-                codes[index] = code
-                used.insert(code)
-            }
+            claim(index, previous?.attributeIndex(named: draft.name).map { previous!.attributes[$0].code })
         }
-        for (index, draft) in drafts.enumerated() where codes[index] == nil {
-            let defaultCode = draft.isID ? 1 : draft.isVersion ? 2 : nil
-            let kept = previous?.attributeIndex(named: draft.name).map { previous!.attributes[$0].code } ?? defaultCode
-            if let kept, !used.contains(kept) {
-                codes[index] = kept
-                used.insert(kept)
-            }
-        }
+        for (index, draft) in drafts.enumerated() { claim(index, draft.explicitCode) }
+        for (index, draft) in drafts.enumerated() { claim(index, draft.isID ? 1 : draft.isVersion ? 2 : nil) }
         // New codes go above every code given so far, so a removed
         // attribute's code is not handed out again.
         var next = max(firstAllocatedCode, previous?.codeHighWater ?? 0, used.max() ?? 0) + 1
