@@ -57,6 +57,14 @@ public final class FetchTask: Sendable {
         var startedAt: Int64 = 0
         /// The cache's answer, for a final error of CACHE_THEN_SERVER.
         var cached: [ManagedObject]?
+
+        /// The fetch has ended: it holds no objects any longer.
+        mutating func end() {
+            state = .done
+            results = []
+            inResults = []
+            cached = nil
+        }
     }
 
     init(context: Context, request: FetchRequest) throws {
@@ -114,11 +122,7 @@ public final class FetchTask: Sendable {
     private func cancel(_ id: Delivery.SubscriptionID) throws {
         try context.delivery.cancel(id)
         let remote = machine.withLock { machine -> (any Cancellable)? in
-            defer {
-                machine.state = .done
-                machine.results = []
-                machine.cached = nil
-            }
+            defer { machine.end() }
             if case .running(let remote) = machine.state { return remote }
             return nil
         }
@@ -145,10 +149,7 @@ public final class FetchTask: Sendable {
         let first = machine.withLock { machine -> Bool in
             switch machine.state {
             case .running:
-                machine.state = .done
-                machine.results = []
-                machine.inResults = []
-                machine.cached = nil
+                machine.end()
                 return true
             case .done:
                 return false  // cancelled meanwhile: the cancellation is the final

@@ -89,7 +89,7 @@ extension Context {
             // observers hear why this one failed, unless the context is closing.
             let failure = TetherError.wrap(error)
             if failure.kind != .cancelled && !isClosed {
-                for object in objects { object.state.withLock { $0.observers }.forEach { $0.notifyFailed(failure) } }
+                for object in objects { object.state.withLock { $0.observers }.forEach { $0.notify(failure) } }
             }
         }
         for object in objects {

@@ -174,12 +174,11 @@ public final class Context: Sendable {
         worker.shutdown()
         delivery.shutdown()
         store.close()
-        // Objects the host still holds keep their identity and die with their handles.
-        let dropped = graph.withLock { graph -> Graph in
-            defer { graph = Graph(entities: 0, cacheSize: 0); graph.closed = true }
-            return graph
-        }
-        _ = dropped  // released here, outside the lock: objects' deinits take no lock of ours
+        // Objects the host still holds keep their identity and die with their
+        // handles. The rest are released here, outside the lock.
+        var dropped = Graph(entities: 0, cacheSize: 0)
+        dropped.closed = true
+        graph.withLock { swap(&$0, &dropped) }
     }
 
     public var isClosed: Bool { closed.load(ordering: .acquiring) }
@@ -286,7 +285,7 @@ public final class Context: Sendable {
                 }
             }
         }
-        for observer in changed { observer.notifyChanged() }
+        for observer in changed { observer.notify() }
         return objects
     }
 
@@ -318,7 +317,7 @@ public final class Context: Sendable {
                 if wasKnown { changed += state.observers }
             }
         }
-        for observer in changed { observer.notifyChanged() }
+        for observer in changed { observer.notify() }
     }
 
     // MARK: host-thread delivery

@@ -120,13 +120,9 @@ public final class KeyObserver: Sendable {
         try object.context.delivery.cancel(id)
     }
 
-    func notifyChanged() {
-        guard let id = state.withLock({ $0.subscription }) else { return }
-        object.context.delivery.post(.update, to: id) { [self] in fire(nil) }
-    }
-
-    /// A refresh of the object failed: told with the error; not the final call.
-    func notifyFailed(_ error: TetherError) {
+    /// The value changed (nil), or a refresh of the object failed (the
+    /// error); never the final call.
+    func notify(_ error: TetherError? = nil) {
         guard let id = state.withLock({ $0.subscription }) else { return }
         object.context.delivery.post(.update, to: id) { [self] in fire(error) }
     }

@@ -61,12 +61,7 @@ final class WorkQueue: Sendable {
                 return (jobs, state.stopping, state.timers.map(\.due).min(), state.timers.count)
             }
             for job in jobs { job() }
-            if stop {
-                // Jobs queued by the jobs above still run; then nothing can queue more.
-                let late = state.withLock { state -> [Job] in defer { state.jobs = [] }; return state.jobs }
-                for job in late { job() }
-                return
-            }
+            if stop { return }  // nothing can be queued once stopping is set
             guard jobs.isEmpty else { continue }
             // Sleep until work, a new timer, the next timer's time, or stop.
             state.withLock(when: { $0.stopping || !$0.jobs.isEmpty || $0.timers.count != timerCount },

@@ -68,9 +68,9 @@ final class HTTPEngine: Sendable {
         var stopping = false
     }
 
-    private let multi: MultiHandle
-    private let credentials: HTTPCredentials?
-    private let timeoutMilliseconds: Int64
+    fileprivate let multi: MultiHandle
+    fileprivate let credentials: HTTPCredentials?
+    fileprivate let timeoutMilliseconds: Int64
     // A pthread lock rather than Mutex: ThreadSanitizer cannot see the standard
     // library's futex-based Mutex, and nothing else orders the host's threads
     // and the engine thread here, so with Mutex every TSan run of the tests
@@ -202,10 +202,6 @@ final class HTTPEngine: Sendable {
             }
         }
     }
-
-    fileprivate var multiPointer: UnsafeMutableRawPointer { multi.pointer }
-    fileprivate var transferCredentials: HTTPCredentials? { credentials }
-    fileprivate var transferTimeout: Int64 { timeoutMilliseconds }
 }
 
 /// What only the engine thread touches: the easy handles on the wire.
@@ -217,7 +213,7 @@ private final class EngineLoop {
     init(engine: HTTPEngine) { self.engine = engine }
 
     func run() {
-        let multi = engine.multiPointer
+        let multi = engine.multi.pointer
         while true {
             let work = engine.takeWork()
             for (id, completion) in work.cancels {
@@ -249,7 +245,7 @@ private final class EngineLoop {
     private func begin(_ id: HTTPEngine.TransferID, _ request: HTTPRequest) {
         let transfer = Transfer(request: request)
         do {
-            try transfer.configure(credentials: engine.transferCredentials, timeoutMilliseconds: engine.transferTimeout)
+            try transfer.configure(credentials: engine.credentials, timeoutMilliseconds: engine.timeoutMilliseconds)
         } catch {
             let failure = error as? TetherError ?? TetherError(.internal, "\(error)")
             engine.finished(id)?(.failure(failure))
@@ -257,13 +253,13 @@ private final class EngineLoop {
         }
         active[id] = transfer
         byHandle[transfer.easy] = id
-        curl_multi_add_handle(engine.multiPointer, transfer.easy)
+        curl_multi_add_handle(engine.multi.pointer, transfer.easy)
     }
 
     private func remove(_ id: HTTPEngine.TransferID) {
         guard let transfer = active.removeValue(forKey: id) else { return }
         byHandle[transfer.easy] = nil
-        curl_multi_remove_handle(engine.multiPointer, transfer.easy)
+        curl_multi_remove_handle(engine.multi.pointer, transfer.easy)
     }
 }
 
