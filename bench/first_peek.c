@@ -7,8 +7,9 @@
  *
  * Fills STORE with a server-only fetch (object cache 0, so nothing stays in
  * memory), then for every record: tether_context_object + tether_object_peek
- * + tether_object_release, against sqlite3_bind/step/column/reset of
- * `SELECT "KEY" FROM "records:COLLECTION" WHERE id = ?`. Prints one JSON line
+ * + tether_object_release, against sqlite3_bind/step/column/reset of the
+ * same SELECT on the store's own table (tables and columns are named by the
+ * entity's and the attribute's codes). Prints one JSON line
  * with nanoseconds per read (median of 5 passes) and the count.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -104,7 +105,18 @@ int main(int argc, char **argv) {
     sqlite3 *db;
     sqlite3_stmt *select;
     char sql[512];
-    snprintf(sql, sizeof sql, "SELECT \"%s\" FROM \"records:%s\" WHERE id = ?", key, collection);
+    tether_entity *entity;
+    int entity_code, key_code, id_code;
+    size_t key_index, id_index;
+    if (tether_context_entity(ctx, collection, &entity) != TETHER_OK || tether_entity_code(entity, &entity_code) != TETHER_OK ||
+        tether_entity_attribute_index(entity, key, &key_index) != TETHER_OK ||
+        tether_entity_attribute_at(entity, key_index, NULL, &key_code, NULL, NULL) != TETHER_OK ||
+        tether_entity_attribute_index(entity, "id", &id_index) != TETHER_OK ||
+        tether_entity_attribute_at(entity, id_index, NULL, &id_code, NULL, NULL) != TETHER_OK) {
+        fprintf(stderr, "model: %s\n", tether_errmsg());
+        return 1;
+    }
+    snprintf(sql, sizeof sql, "SELECT \"a%d\" FROM \"e%d\" WHERE \"a%d\" = ?", key_code, entity_code, id_code);
     if (sqlite3_open_v2(argv[5], &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, sql, -1, &select, NULL) != SQLITE_OK) {
         fprintf(stderr, "sqlite3: %s\n", sqlite3_errmsg(db));

@@ -250,12 +250,32 @@ TETHER_API int tether_context_entity_at(tether_context *ctx, size_t index, tethe
  * the context closes. TETHER_E_NOT_FOUND if the model has none. */
 TETHER_API int tether_context_entity(tether_context *ctx, const char *name, tether_entity **out);
 
+/* What the model left out or changed when the context opened, and why: a
+ * collection that cannot be modelled (its name empty or holding U+0000, or
+ * described twice) is left out and the rest of the model is built; a field
+ * likewise (its values stay in each record's extra fields); an explicit code
+ * out of range or taken gives the attribute another. One entry each; none
+ * for a context opened offline. */
+TETHER_API int tether_context_diagnostic_count(tether_context *ctx, size_t *out);
+
+/* The diagnostic at `index` (0 ≤ index < count). Each out parameter may be
+ * NULL. *out_entity is the entity's name as the server gave it;
+ * *out_attribute the field's, or NULL when the whole entity is concerned;
+ * *out_message says what happened, for people. Borrowed: valid until the
+ * context closes. TETHER_E_NOT_FOUND past the end. */
+TETHER_API int tether_context_diagnostic_at(tether_context *ctx, size_t index, const char **out_entity,
+                                            const char **out_attribute, const char **out_message);
+
 /* The entity's name. Borrowed: valid until the context closes. */
 TETHER_API int tether_entity_name(tether_entity *entity, const char **out);
 
 /* The entity's route on the server, e.g. "/buckets/demo/collections/users/records".
  * Borrowed: valid until the context closes. */
 TETHER_API int tether_entity_route(tether_entity *entity, const char **out);
+
+/* The entity's code: stable across runs and model changes, as attribute
+ * codes are, and never given to another entity. */
+TETHER_API int tether_entity_code(tether_entity *entity, int *out);
 
 /* The operations the server allows on the entity (TETHER_OP_* bits). */
 TETHER_API int tether_entity_operations(tether_entity *entity, unsigned int *out);

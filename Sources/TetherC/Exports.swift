@@ -105,7 +105,47 @@ private func contextOptionsSize(_ version: UInt32) -> Int {
 final class ContextBox {
     let context: Context
     var entityHandles: [OpaquePointer] = []
-    init(_ context: Context) { self.context = context }
+    /// The model's diagnostics as C strings: entity, attribute (or nil), message.
+    let diagnostics: [(UnsafeMutablePointer<CChar>, UnsafeMutablePointer<CChar>?, UnsafeMutablePointer<CChar>)]
+
+    init(_ context: Context) {
+        self.context = context
+        diagnostics = context.model.diagnostics.map { ($0.entity.cDuplicate, $0.attribute?.cDuplicate, $0.message.cDuplicate) }
+    }
+
+    deinit {
+        for (entity, attribute, message) in diagnostics {
+            free(entity)
+            free(attribute)
+            free(message)
+        }
+    }
+}
+
+extension String {
+    /// A malloc'd C copy. Names from a server may not hold U+0000 (the
+    /// model leaves such out), so nothing is cut short.
+    var cDuplicate: UnsafeMutablePointer<CChar> { strdup(self)! }
+}
+
+@_cdecl("tether_context_diagnostic_count")
+public func tether_context_diagnostic_count(_ ctx: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try contextBox(ctx).box.diagnostics.count) }
+}
+
+@_cdecl("tether_context_diagnostic_at")
+public func tether_context_diagnostic_at(_ ctx: OpaquePointer?, _ index: Int,
+                                         _ outEntity: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                         _ outAttribute: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                         _ outMessage: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call {
+        let diagnostics = try contextBox(ctx).box.diagnostics
+        guard index >= 0, index < diagnostics.count else { throw TetherError(.notFound, "no diagnostic at index \(index)") }
+        let (entity, attribute, message) = diagnostics[index]
+        outEntity?.pointee = UnsafePointer(entity)
+        outAttribute?.pointee = attribute.map { UnsafePointer($0) }
+        outMessage?.pointee = UnsafePointer(message)
+    }
 }
 
 private func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UInt) {
@@ -235,6 +275,11 @@ public func tether_entity_name(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<
 @_cdecl("tether_entity_route")
 public func tether_entity_route(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
     call { try output(out, UnsafePointer(try entity(e).1[1])) }
+}
+
+@_cdecl("tether_entity_code")
+public func tether_entity_code(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
+    call { try output(out, Int32(try entity(e).0.code)) }
 }
 
 @_cdecl("tether_entity_operations")

@@ -83,6 +83,43 @@ final class ContextTests: XCTestCase {
         }
     }
 
+    /// SQLite compares identifiers without case and 0.1 made tables and
+    /// columns of names: these made the whole bucket fail to open (issue 7,
+    /// case 7). Tables and columns are named by codes now.
+    func testNamesThatDifferOnlyInCaseOrAreNotIdentifiersAllOpen() throws {
+        let long = String(repeating: "c", count: 200)
+        for name in ["Items", long] {
+            try send("PUT", "/buckets/\(bucket!)/collections/\(name)", """
+                {"data": {"schema": {"type": "object", "properties": {
+                  "Client": {"type": "string"}, "client": {"type": "integer"}, "ID": {"type": "string"},
+                  "two words": {"type": "string"}, "quote\\"d": {"type": "string"}}}}}
+                """)
+            try send("PUT", "/buckets/\(bucket!)/collections/\(name)/records/r1", """
+                {"data": {"Client": "upper", "client": 7, "ID": "other id", "two words": "w", "quote\\"d": "q"}}
+                """)
+        }
+        let context = try open()
+        defer { try? context.close() }
+        XCTAssertEqual(context.model.diagnostics, [])
+        XCTAssertNotNil(context.model.entity(named: "items"), "items and Items both open")
+        for name in ["Items", long] {
+            let entity = try XCTUnwrap(context.model.entity(named: name))
+            XCTAssertEqual(entity.attributes.count, 7)
+            var request = FetchRequest(entity: name)
+            request.policy = .serverOnly
+            XCTAssertNil(try fetch(context, request).last?.error)
+            let object = try context.object(entity: name, id: "r1")
+            XCTAssertEqual(try object.peek("Client"), .text("upper"))
+            XCTAssertEqual(try object.peek("client"), .integer(7))
+            XCTAssertEqual(try object.peek("ID"), .text("other id"))
+            XCTAssertEqual(try object.peek("id"), .text("r1"))
+            XCTAssertEqual(try object.peek("two words"), .text("w"))
+            XCTAssertEqual(try object.peek("quote\"d"), .text("q"))
+        }
+        let items = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertEqual(items.last?.objects.count, 120, "the lower-case collection keeps its own rows")
+    }
+
     func testUnknownBucketIsNotFoundAndLeavesTheStoreAlone() throws {
         XCTAssertThrowsError(try open(bucket: "no-such-bucket")) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .notFound)

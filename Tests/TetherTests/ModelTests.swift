@@ -8,8 +8,8 @@ final class ModelTests: XCTestCase {
 
     /// The model of Kinto collections, through the Kinto adapter's specs.
     private func model(_ collections: [JSON], previous: Model? = nil) throws -> Model {
-        try ModelBuilder.build(specs: collections.map { try KintoConnection.spec(from: $0, bucket: "b", operations: .all) },
-                               previous: previous)
+        ModelBuilder.build(specs: collections.map { KintoConnection.spec(from: $0, bucket: "b", operations: .all) },
+                           previous: previous)
     }
 
     func testTypesFlagsAndExplicitCodes() throws {
@@ -29,7 +29,9 @@ final class ModelTests: XCTestCase {
         let model = try model([collection("clients", schema)])
         let clients = try XCTUnwrap(model.entity(named: "clients"))
         XCTAssertEqual(clients.route, "/buckets/b/collections/clients/records")
-        XCTAssertEqual(clients.attributes.map(\.name), ["id", "last_modified", "Client", "Update", "Ratio", "Locked", "Options", "Maybe", "Either"])
+        // Names are kept whatever their shape: they never become SQL (0.1 dropped these silently).
+        XCTAssertEqual(clients.attributes.map(\.name), ["id", "last_modified", "Client", "Update", "Ratio", "Locked", "Options",
+                                                        "Maybe", "Either", "bad name", "Robert\"); DROP TABLE x;--"])
         func attribute(_ name: String) -> Attribute { clients.attributes[clients.attributeIndex(named: name)!] }
         XCTAssertEqual(attribute("Client").code, 301)
         XCTAssertTrue(attribute("Client").isRequired)
@@ -101,10 +103,23 @@ final class ModelTests: XCTestCase {
                        jobs2.attributes.map(\.code), "and the saved model says the same")
     }
 
-    func testInvalidCollectionIdIsAProtocolError() throws {
-        XCTAssertThrowsError(try model([collection("x\\\"y", "{}")])) { error in
-            XCTAssertEqual((error as? TetherError)?.kind, .protocol)
-        }
+    /// What cannot be modelled is left out with a diagnostic; the rest is
+    /// built (0.1 failed the whole bucket). Names are not SQL identifiers any
+    /// more, so odd ones are fine.
+    func testWhatCannotBeModelledIsLeftOutWithADiagnostic() throws {
+        let built = try model([
+            collection("x\\\"y", #"{"properties": {"bad name": {"type": "string"}, "it's": {"type": "integer"}}}"#),
+            JSON.parse(#"{"schema": {}}"#),  // no id
+            collection("twice", "{}"), collection("twice", "{}"),
+            collection("codes", #"{"properties": {"A": {"type": "string", "x-tether-code": 7}, "B": {"type": "string", "x-tether-code": 7}}}"#),
+        ])
+        XCTAssertEqual(built.entities.map(\.name), ["codes", "twice", "x\"y"])
+        let odd = try XCTUnwrap(built.entity(named: "x\"y"))
+        XCTAssertNotNil(odd.attributeIndex(named: "bad name"))
+        XCTAssertNotNil(odd.attributeIndex(named: "it's"))
+        XCTAssertEqual(Set(built.entities.map(\.code)).count, 3, "each entity its own code")
+        let messages = built.diagnostics.map { "\($0.entity)|\($0.attribute ?? "-")" }
+        XCTAssertEqual(messages.sorted(), ["codes|B", "twice|-", "|-"], "\(built.diagnostics)")
     }
 
     func testMalformedJSONIsAProtocolError() {

@@ -14,9 +14,9 @@ final class StoreTests: XCTestCase {
     }
 
     private func model(_ properties: String, previous: Model? = nil) throws -> Model {
-        try ModelBuilder.build(specs: [KintoConnection.spec(from: JSON.parse(#"{"id": "users", "schema": {"properties": \#(properties)}}"#),
-                                                            bucket: "b", operations: .all)],
-                               previous: previous)
+        ModelBuilder.build(specs: [KintoConnection.spec(from: try JSON.parse(#"{"id": "users", "schema": {"properties": \#(properties)}}"#),
+                                                        bucket: "b", operations: .all)],
+                           previous: previous)
     }
 
     func testRecordsRoundTripWithMisfitsAndExtraFields() throws {
@@ -34,6 +34,21 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(value("last_modified"), .integer(5))
         XCTAssertTrue(row.record.extra.contains { $0.key == "Other" })
         XCTAssertEqual(row.fetchedAt, 10)
+    }
+
+    func testAnyFieldNameIsStoredAndReadBack() throws {
+        let store = try Store(path: directory + "/names.sqlite")
+        let model = try model(#"{"Robert\"); DROP TABLE users;--": {"type": "string"}, "Name": {"type": "string"}, "name": {"type": "integer"}}"#)
+        try store.adopt(model, identity: "test")
+        let users = model.entity(named: "users")!
+        try store.upsert([Record(entity: users, fields: [("id", .string("u1")), ("Robert\"); DROP TABLE users;--", .string("x")),
+                                                         ("Name", .string("N")), ("name", .integer(3))])],
+                         of: users, fetchedAt: 1)
+        let row = try XCTUnwrap(store.load(users, id: "u1"))
+        func value(_ name: String) -> Value { row.record.values[users.attributeIndex(named: name)!] }
+        XCTAssertEqual(value("Robert\"); DROP TABLE users;--"), .text("x"))
+        XCTAssertEqual(value("Name"), .text("N"), "names differing only in case are two columns")
+        XCTAssertEqual(value("name"), .integer(3))
     }
 
     /// 0.1 bound text by C string and cut it at U+0000 (issue 7, case 6).

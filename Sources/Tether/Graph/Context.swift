@@ -142,7 +142,7 @@ public final class Context: Sendable {
         do {
             _ = try connection.wait(connection.serverInfo).get()
             let specs = try connection.wait(connection.specs).get()
-            let model = try ModelBuilder.build(specs: specs, previous: saved)
+            let model = ModelBuilder.build(specs: specs, previous: saved)
             try store.adopt(model, identity: connection.identity)
             return (model, true)
         } catch let error as TetherError where error.isUnreachable {

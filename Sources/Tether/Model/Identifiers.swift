@@ -1,23 +1,20 @@
-/// Names that come from a server spec end up as SQL identifiers; only these
-/// shapes are accepted, and they are quoted as well.
+/// SQL identifiers are made from codes, never from names (names come from
+/// servers, and SQLite compares identifiers without case): an entity's table
+/// is `e<code>`, an attribute's column `a<code>`. They are quoted as well.
 enum Identifier {
-    static func isValidEntityName(_ name: String) -> Bool {
-        !name.isEmpty && name.utf8.count <= 128 && name.utf8.allSatisfy { isWordByte($0) || $0 == UInt8(ascii: "-") }
-    }
+    static func table(code: Int) -> String { quoted("e\(code)") }
+    static func column(code: Int) -> String { quoted("a\(code)") }
 
-    static func isValidAttributeName(_ name: String) -> Bool {
-        guard let first = name.utf8.first, !isDigit(first), name.utf8.count <= 128 else { return false }
-        return name.utf8.allSatisfy(isWordByte)
-    }
-
-    /// `"name"`, with embedded quotes doubled (validated names have none).
+    /// `"name"`, with embedded quotes doubled.
     static func quoted(_ name: String) -> String {
         "\"" + name.split(separator: "\"", omittingEmptySubsequences: false).joined(separator: "\"\"") + "\""
     }
 
-    private static func isDigit(_ byte: UInt8) -> Bool { byte >= 48 && byte <= 57 }
-
-    private static func isWordByte(_ byte: UInt8) -> Bool {
-        isDigit(byte) || (byte >= 65 && byte <= 90) || (byte >= 97 && byte <= 122) || byte == UInt8(ascii: "_")
+    /// Whether a name from a server can be a name in the model: the C ABI
+    /// hands names out as NUL-terminated strings, so U+0000 cannot be in one.
+    static func isUsableName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= maximumNameBytes && !name.utf8.contains(0)
     }
+
+    static let maximumNameBytes = 4096
 }

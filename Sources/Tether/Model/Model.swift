@@ -36,6 +36,8 @@ public struct Attribute: Sendable, Equatable {
 /// A record type, built from its spec.
 public final class Entity: Sendable {
     public let name: String
+    /// Stable across runs, as attribute codes are; names its table in the store.
+    public let code: Int
     /// Its position in the model (entities sorted by name).
     public let index: Int
     /// The spec it was built from; what the connection is asked about.
@@ -51,8 +53,9 @@ public final class Entity: Sendable {
     private let indexByName: [String: Int]
     private let indexByCode: [Int: Int]
 
-    init(index: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int) {
+    init(index: Int, code: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int) {
         name = spec.name
+        self.code = code
         self.index = index
         self.spec = spec
         self.codeHighWater = codeHighWater
@@ -69,16 +72,31 @@ public final class Entity: Sendable {
     public func attributeIndex(code: Int) -> Int? { indexByCode[code] }
 }
 
+/// What the model builder left out or changed, and why: for the host to read.
+public struct Diagnostic: Sendable, Equatable {
+    public let entity: String
+    /// nil when the whole entity is concerned.
+    public let attribute: String?
+    public let message: String
+}
+
 /// Every entity a connection offers, sorted by name.
 public final class Model: Sendable {
     public let entities: [Entity]
+    /// The highest entity code ever given; removed entities' codes are not reused.
+    let entityCodeHighWater: Int
+    /// What could not be modelled as the specs asked, from the build that made
+    /// this model (none for a model read back from the store).
+    public let diagnostics: [Diagnostic]
     private let entityByName: [String: Entity]
 
-    /// `entities` must be sorted by name, each at its index.
-    init(entities: [Entity]) {
+    /// `entities` must be sorted by name, each at its index, names and codes unique.
+    init(entities: [Entity], entityCodeHighWater: Int, diagnostics: [Diagnostic] = []) {
         precondition(entities.enumerated().allSatisfy { $0.offset == $0.element.index })
         self.entities = entities
-        entityByName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        self.entityCodeHighWater = entityCodeHighWater
+        self.diagnostics = diagnostics
+        entityByName = Dictionary(entities.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     public func entity(named name: String) -> Entity? { entityByName[name] }

@@ -1,29 +1,49 @@
 /// Builds the model from a connection's specs, keeping the codes a previous
-/// model gave, so codes stay stable across runs.
+/// model gave, so codes stay stable across runs. Server data is hostile until
+/// proven otherwise: what cannot be modelled is left out with a diagnostic,
+/// and the rest of the model is built.
 enum ModelBuilder {
     static let firstAllocatedCode = 100
     /// Codes are C ints at the boundary.
     static let largestCode = Int(Int32.max)
 
-    static func build(specs: [Spec], previous: Model?) throws -> Model {
-        var seen = Set<String>()
+    static func build(specs: [Spec], previous: Model?) -> Model {
+        var diagnostics: [Diagnostic] = []
+        var accepted: [Spec] = []
+        var names = Set<String>()
         for spec in specs {
-            guard Identifier.isValidEntityName(spec.name) else {
-                throw TetherError(.protocol, "entity name \(spec.name.debugDescription) is not a valid identifier")
-            }
-            guard Identifier.isValidAttributeName(spec.idField), Identifier.isValidAttributeName(spec.versionField),
+            func skip(_ why: String) { diagnostics.append(Diagnostic(entity: spec.name, attribute: nil, message: why)) }
+            guard Identifier.isUsableName(spec.name) else { skip("the name is empty, too long or holds U+0000"); continue }
+            guard Identifier.isUsableName(spec.idField), Identifier.isUsableName(spec.versionField),
                   spec.idField != spec.versionField else {
-                throw TetherError(.protocol, "\(spec.name)'s id and version fields are not two valid identifiers")
+                skip("its id and version fields are not two usable names")
+                continue
             }
-            guard seen.insert(spec.name).inserted else {
-                throw TetherError(.protocol, "the server describes \(spec.name) twice")
+            guard names.insert(spec.name).inserted else { skip("the server describes it twice; the first is kept"); continue }
+            accepted.append(spec)
+        }
+        let sorted = accepted.sorted { Array($0.name.utf8).lexicographicallyPrecedes($1.name.utf8) }
+        // Entity codes as attribute codes: kept by name, else above every code given.
+        var entityCodes: [String: Int] = [:]
+        var usedEntityCodes = Set<Int>()
+        for spec in sorted {
+            if let kept = previous?.entity(named: spec.name)?.code, usedEntityCodes.insert(kept).inserted {
+                entityCodes[spec.name] = kept
             }
         }
-        let sorted = specs.sorted { $0.name < $1.name }
-        return Model(entities: sorted.enumerated().map { index, spec in
-            let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name))
-            return Entity(index: index, spec: spec, attributes: attributes.list, codeHighWater: attributes.highWater)
-        })
+        var nextEntityCode = max(previous?.entityCodeHighWater ?? 0, usedEntityCodes.max() ?? 0) + 1
+        for spec in sorted where entityCodes[spec.name] == nil {
+            entityCodes[spec.name] = nextEntityCode
+            usedEntityCodes.insert(nextEntityCode)
+            nextEntityCode += 1
+        }
+        let entities = sorted.enumerated().map { index, spec in
+            let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name), &diagnostics)
+            return Entity(index: index, code: entityCodes[spec.name]!, spec: spec, attributes: attributes.list,
+                          codeHighWater: attributes.highWater)
+        }
+        let highWater = max(previous?.entityCodeHighWater ?? 0, usedEntityCodes.max() ?? 0)
+        return Model(entities: entities, entityCodeHighWater: highWater, diagnostics: diagnostics)
     }
 
     private struct Draft {
@@ -35,9 +55,17 @@ enum ModelBuilder {
         let isRequired: Bool
     }
 
-    private static func buildAttributes(_ spec: Spec, previous: Entity?) -> (list: [Attribute], highWater: Int) {
+    private static func buildAttributes(_ spec: Spec, previous: Entity?, _ diagnostics: inout [Diagnostic])
+        -> (list: [Attribute], highWater: Int) {
+        func note(_ attribute: String, _ message: String) {
+            diagnostics.append(Diagnostic(entity: spec.name, attribute: attribute, message: message))
+        }
         func explicitCode(_ field: FieldSpec?) -> Int? {
-            guard let code = field?.code, code > 0, code <= Int64(largestCode) else { return nil }
+            guard let field, let code = field.code else { return nil }
+            guard code > 0, code <= Int64(largestCode) else {
+                note(field.name, "code \(code) is outside 1...\(largestCode); another is given")
+                return nil
+            }
             return Int(code)
         }
         func field(_ name: String) -> FieldSpec? { spec.fields.first { $0.name == name } }
@@ -48,9 +76,13 @@ enum ModelBuilder {
             Draft(name: spec.versionField, explicitCode: explicitCode(field(spec.versionField)),
                   type: .integer, isID: false, isVersion: true, isRequired: false),
         ]
+        var seen: Set<String> = [spec.idField, spec.versionField]
         for field in spec.fields where field.name != spec.idField && field.name != spec.versionField {
-            // A name that cannot be a column is left out of the model rather than pasted into SQL.
-            guard Identifier.isValidAttributeName(field.name) else { continue }
+            guard Identifier.isUsableName(field.name) else {
+                note(field.name, "the name is empty, too long or holds U+0000; the field is kept only in each record's extra fields")
+                continue
+            }
+            guard seen.insert(field.name).inserted else { note(field.name, "described twice; the first is kept"); continue }
             drafts.append(Draft(name: field.name, explicitCode: explicitCode(field), type: field.type,
                                 isID: false, isVersion: false, isRequired: field.isRequired))
         }
@@ -60,16 +92,22 @@ enum ModelBuilder {
         // id's and version's usual 1 and 2; then new ones.
         var used = Set<Int>()
         var codes = [Int?](repeating: nil, count: drafts.count)
-        func claim(_ index: Int, _ code: Int?) {
-            guard codes[index] == nil, let code, !used.contains(code) else { return }
+        func claim(_ index: Int, _ code: Int?) -> Bool {
+            guard codes[index] == nil, let code, !used.contains(code) else { return false }
             codes[index] = code
             used.insert(code)
+            return true
         }
         for (index, draft) in drafts.enumerated() {
-            claim(index, previous?.attributeIndex(named: draft.name).map { previous!.attributes[$0].code })
+            _ = claim(index, previous?.attributeIndex(named: draft.name).map { previous!.attributes[$0].code })
         }
-        for (index, draft) in drafts.enumerated() { claim(index, draft.explicitCode) }
-        for (index, draft) in drafts.enumerated() { claim(index, draft.isID ? 1 : draft.isVersion ? 2 : nil) }
+        for (index, draft) in drafts.enumerated() {
+            guard let wanted = draft.explicitCode, !claim(index, wanted), codes[index] != wanted else { continue }
+            note(draft.name, codes[index] != nil
+                 ? "keeps code \(codes[index]!), given before; the spec now asks for \(wanted)"
+                 : "code \(wanted) is taken by another attribute; another is given")
+        }
+        for (index, draft) in drafts.enumerated() { _ = claim(index, draft.isID ? 1 : draft.isVersion ? 2 : nil) }
         // New codes go above every code given so far, so a removed
         // attribute's code is not handed out again.
         var next = max(firstAllocatedCode, previous?.codeHighWater ?? 0, used.max() ?? 0) + 1
@@ -90,12 +128,13 @@ enum ModelBuilder {
 
 /// The model as JSON, so a context can open from the store alone.
 enum ModelCoding {
-    static let format: Int64 = 2
+    static let format: Int64 = 3
 
     static func encode(_ model: Model) -> String {
         let entities: [JSON] = model.entities.map { entity in
             .object([
                 ("name", .string(entity.name)),
+                ("code", .integer(Int64(entity.code))),
                 ("route", .string(entity.route)),
                 ("idField", .string(entity.spec.idField)),
                 ("versionField", .string(entity.spec.versionField)),
@@ -113,7 +152,8 @@ enum ModelCoding {
                 })),
             ])
         }
-        return JSON.object([("format", .integer(format)), ("entities", .array(entities))]).serialized()
+        return JSON.object([("format", .integer(format)), ("entityCodeHighWater", .integer(Int64(model.entityCodeHighWater))),
+                            ("entities", .array(entities))]).serialized()
     }
 
     /// A model saved by an older format is not an error: the store is then
@@ -123,9 +163,12 @@ enum ModelCoding {
         func corrupt() -> TetherError { TetherError(.store, "the model saved in the store is unreadable") }
         guard let saved = root["format"]?.integerValue else { throw corrupt() }
         guard saved == format else { return nil }
-        guard let entities = root["entities"]?.arrayValue else { throw corrupt() }
-        return Model(entities: try entities.enumerated().map { index, entity in
-            guard let name = entity["name"]?.stringValue, Identifier.isValidEntityName(name),
+        guard let entities = root["entities"]?.arrayValue, let entityHighWater = root["entityCodeHighWater"]?.integerValue else {
+            throw corrupt()
+        }
+        let model = Model(entities: try entities.enumerated().map { index, entity in
+            guard let name = entity["name"]?.stringValue, Identifier.isUsableName(name),
+                  let code = entity["code"]?.integerValue, code > 0, code <= entityHighWater,
                   let route = entity["route"]?.stringValue,
                   let idField = entity["idField"]?.stringValue,
                   let versionField = entity["versionField"]?.stringValue,
@@ -134,7 +177,7 @@ enum ModelCoding {
                   let attributes = entity["attributes"]?.arrayValue else { throw corrupt() }
             let decoded: [Attribute] = try attributes.map { attribute in
                 guard let name = attribute["name"]?.stringValue,
-                      Identifier.isValidAttributeName(name),
+                      Identifier.isUsableName(name),
                       let code = attribute["code"]?.integerValue, (1...Int64(ModelBuilder.largestCode)).contains(code),
                       let rawType = attribute["type"]?.integerValue,
                       let type = AttributeType(rawValue: Int(rawType)) else { throw corrupt() }
@@ -148,7 +191,10 @@ enum ModelCoding {
             let fields = decoded.map { FieldSpec(name: $0.name, type: $0.type, code: Int64($0.code), isRequired: $0.isRequired) }
             let spec = Spec(name: name, route: route, idField: idField, versionField: versionField, fields: fields,
                             operations: Operations(rawValue: UInt32(truncatingIfNeeded: operations)))
-            return Entity(index: index, spec: spec, attributes: decoded, codeHighWater: Int(highWater))
-        })
+            return Entity(index: index, code: Int(code), spec: spec, attributes: decoded, codeHighWater: Int(highWater))
+        }, entityCodeHighWater: Int(entityHighWater))
+        guard Set(model.entities.map(\.code)).count == model.entities.count,
+              Set(model.entities.map(\.name)).count == model.entities.count else { throw corrupt() }
+        return model
     }
 }

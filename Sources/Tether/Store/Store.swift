@@ -1,17 +1,17 @@
 import Synchronization
 
 /// The SQLite file behind a context: the saved model, and one table per
-/// entity with a typed column per attribute plus the time each row was
-/// fetched. Every statement is prepared once and kept; every identifier is
-/// validated by the model and quoted.
+/// entity (`e<entity code>`) with a typed column per attribute (`a<code>`)
+/// plus the fields outside the spec and the time each row was fetched. Names
+/// from the server never become SQL identifiers. Every statement is prepared
+/// once and kept.
 final class Store: Sendable {
     /// nil once closed.
     private let connection: Mutex<Database?>
     /// Each entity's SQL, built once: reads look statements up by it.
     private let statements = Mutex<[ObjectIdentifier: EntitySQL]>([:])
 
-    /// The text of one entity's statements. Identifiers come from the model,
-    /// validated, and are quoted.
+    /// The text of one entity's statements, identifiers made from codes.
     private struct EntitySQL {
         let entity: Entity
         let select: String
@@ -24,7 +24,7 @@ final class Store: Sendable {
         init(_ entity: Entity) {
             self.entity = entity
             let table = Store.table(entity)
-            let idColumn = Identifier.quoted(entity.attributes[entity.idIndex].name)
+            let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
             let fetched = Identifier.quoted(Store.fetchedColumn)
             let columns = Store.columnList(entity)
             select = "SELECT \(columns) FROM \(table)"
@@ -46,9 +46,8 @@ final class Store: Sendable {
             return made
         }
     }
-    private static let tablePrefix = "records:"
-    private static let extraColumn = "tether:extra"
-    private static let fetchedColumn = "tether:fetched_at"
+    private static let extraColumn = "tether_extra"
+    private static let fetchedColumn = "tether_fetched_at"
 
     init(path: String) throws {
         let database = try Database(path: path)
@@ -92,16 +91,17 @@ final class Store: Sendable {
             database.clearStatements()
             defer { database.clearStatements() }
             try database.transaction {
-                let existing = try database.statement(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, ?) = ?")
-                    .rows([.integer(Int64(Self.tablePrefix.utf8.count)), .text(Self.tablePrefix)])
-                    .compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } }
-                let wanted = Set(model.entities.map { Self.tablePrefix + $0.name })
-                for table in existing where !wanted.contains(table) {
+                // Every table but the meta table is an entity's: any the model
+                // has no entity for (or a 0.1 store's "records:<name>") goes.
+                let existing = Set(try database.statement(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name <> 'tether_meta' AND name NOT LIKE 'sqlite%'")
+                    .rows().compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } })
+                let wanted = Set(model.entities.map { "e\($0.code)" })
+                for table in existing.subtracting(wanted) {
                     try database.execute("DROP TABLE \(Identifier.quoted(table))")
                 }
                 for entity in model.entities {
-                    try migrateTable(of: entity, exists: existing.contains(Self.tablePrefix + entity.name), database)
+                    try migrateTable(of: entity, exists: existing.contains("e\(entity.code)"), database)
                 }
                 try setMeta("identity", identity, database)
                 try setMeta("model", ModelCoding.encode(model), database)
@@ -110,31 +110,31 @@ final class Store: Sendable {
     }
 
     private func migrateTable(of entity: Entity, exists: Bool, _ database: Database) throws {
-        let table = Self.table(entity)
+        let table = Identifier.table(code: entity.code)
         guard exists else {
             let columns = entity.attributes.map { attribute in
-                Identifier.quoted(attribute.name) + " " + Self.declaredType(attribute.type)
+                Identifier.column(code: attribute.code) + " " + Self.declaredType(attribute.type)
                     + (attribute.isID ? " PRIMARY KEY NOT NULL" : "")
             } + ["\(Identifier.quoted(Self.extraColumn)) TEXT", "\(Identifier.quoted(Self.fetchedColumn)) INTEGER NOT NULL"]
             try database.execute("CREATE TABLE \(table) (\(columns.joined(separator: ", ")))")
             return
         }
         let current = try database.statement("SELECT name, type FROM pragma_table_info(?)")
-            .rows([.text(Self.tablePrefix + entity.name)])
+            .rows([.text("e\(entity.code)")])
             .reduce(into: [String: String]()) { result, row in
                 if case .text(let name) = row[0], case .text(let type) = row[1] { result[name] = type }
             }
         var changed = false
         for (name, type) in current where name != Self.extraColumn && name != Self.fetchedColumn {
-            let attribute = entity.attributeIndex(named: name).map { entity.attributes[$0] }
+            let attribute = Int(name.dropFirst()).flatMap(entity.attributeIndex(code:)).map { entity.attributes[$0] }
             if attribute == nil || (!attribute!.isID && Self.declaredType(attribute!.type) != type) {
                 try database.execute("ALTER TABLE \(table) DROP COLUMN \(Identifier.quoted(name))")
                 changed = true
             }
         }
-        for attribute in entity.attributes where current[attribute.name] != Self.declaredType(attribute.type) {
+        for attribute in entity.attributes where current["a\(attribute.code)"] != Self.declaredType(attribute.type) {
             guard !attribute.isID else { continue }
-            try database.execute("ALTER TABLE \(table) ADD COLUMN \(Identifier.quoted(attribute.name)) \(Self.declaredType(attribute.type))")
+            try database.execute("ALTER TABLE \(table) ADD COLUMN \(Identifier.column(code: attribute.code)) \(Self.declaredType(attribute.type))")
             changed = true
         }
         if changed {
@@ -177,8 +177,8 @@ final class Store: Sendable {
         let select = sql(entity).select
         return try withDatabase { database in
             var sql = select
-            let order = sort.map { Identifier.quoted(entity.attributes[$0.index].name) + ($0.descending ? " DESC" : " ASC") }
-                + [Identifier.quoted(entity.attributes[entity.idIndex].name) + " ASC"]
+            let order = sort.map { Identifier.column(code: entity.attributes[$0.index].code) + ($0.descending ? " DESC" : " ASC") }
+                + [Identifier.column(code: entity.attributes[entity.idIndex].code) + " ASC"]
             sql += " ORDER BY " + order.joined(separator: ", ")
             var parameters: [SQLValue] = []
             if limit > 0 {
@@ -227,10 +227,10 @@ final class Store: Sendable {
         try database.statement("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)").run([.text(key), .text(value)])
     }
 
-    private static func table(_ entity: Entity) -> String { Identifier.quoted(tablePrefix + entity.name) }
+    private static func table(_ entity: Entity) -> String { Identifier.table(code: entity.code) }
 
     private static func columnList(_ entity: Entity) -> String {
-        (entity.attributes.map { Identifier.quoted($0.name) } + [Identifier.quoted(extraColumn), Identifier.quoted(fetchedColumn)])
+        (entity.attributes.map { Identifier.column(code: $0.code) } + [Identifier.quoted(extraColumn), Identifier.quoted(fetchedColumn)])
             .joined(separator: ", ")
     }
 

@@ -322,5 +322,43 @@ int main(int argc, char **argv)
         }
         CHECK_INT(tether_context_close(ctx), TETHER_OK);
     }
+
+    tu_section("names differing only in case open; a code collision is a diagnostic");
+    {
+        char cased_bucket[128], store_cased[512];
+        tu_unique(cased_bucket, sizeof cased_bucket, "cased");
+        tu_store_path(store_cased, sizeof store_cased, "model-cased");
+        CHECK(tu_put_bucket(cased_bucket));
+        CHECK(tu_put_collection(cased_bucket, "Cased", "{\"type\":\"object\",\"properties\":{\"Client\":{\"type\":\"string\"}}}"));
+        CHECK(tu_put_collection(cased_bucket, "cased",
+                                "{\"type\":\"object\",\"properties\":{\"A\":{\"type\":\"string\",\"x-tether-code\":900},"
+                                "\"B\":{\"type\":\"string\",\"x-tether-code\":900},\"client\":{\"type\":\"integer\"}}}"));
+        ctx = tu_open(cased_bucket, store_cased, TETHER_DELIVER_THREAD);
+        if (ctx) {
+            tether_entity *upper = NULL, *lower = NULL;
+            int upper_code = 0, lower_code = 0;
+            size_t diagnostics = 0;
+            const char *entity = NULL, *attribute = NULL, *message = NULL;
+            CHECK_OK(tether_context_entity(ctx, "Cased", &upper));
+            CHECK_OK(tether_context_entity(ctx, "cased", &lower));
+            CHECK_OK(tether_entity_code(upper, &upper_code));
+            CHECK_OK(tether_entity_code(lower, &lower_code));
+            CHECK(upper_code > 0 && lower_code > 0 && upper_code != lower_code);
+            CHECK_STATUS(tether_entity_code(upper, NULL), TETHER_E_MISUSE);
+            CHECK_OK(tether_context_diagnostic_count(ctx, &diagnostics));
+            CHECK_INT(diagnostics, 1);
+            if (CHECK_OK(tether_context_diagnostic_at(ctx, 0, &entity, &attribute, &message)) == TETHER_OK) {
+                CHECK_STR(entity, "cased");
+                CHECK_STR(attribute, "B");
+                CHECK(message && message[0]);
+            }
+            CHECK_STATUS(tether_context_diagnostic_at(ctx, 1, NULL, NULL, NULL), TETHER_E_NOT_FOUND);
+            CHECK_INT(code_of(lower, "A"), 900);
+            CHECK(code_of(lower, "B") != 900);
+            CHECK(code_of(lower, "client") != code_of(upper, "Client") || lower_code != upper_code);
+            CHECK_INT(tether_context_close(ctx), TETHER_OK);
+            CHECK_STATUS(tether_context_diagnostic_count(ctx, &diagnostics), TETHER_E_HANDLE);
+        }
+    }
     return tu_finish();
 }

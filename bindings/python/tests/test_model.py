@@ -104,3 +104,22 @@ def test_entity_data_survives_close(kinto_url, model_bucket, tmp_path, open_ctx)
         items.attribute("Name")
     with pytest.raises(tether.HandleError):
         ctx.entities
+
+
+def test_entity_codes_and_diagnostics(kinto, bucket, kinto_url, tmp_path, open_ctx):
+    # Two collections whose names differ only in case, and explicit codes that
+    # collide: 0.1 failed the whole bucket on the first; now both open, and
+    # the collision is a diagnostic the host can read.
+    kinto.create_collection(bucket, "Cased", PLAIN_SCHEMA)
+    kinto.create_collection(bucket, "cased", {"type": "object", "properties": {
+        "A": {"type": "string", "x-tether-code": 900}, "B": {"type": "string", "x-tether-code": 900}}})
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "d.db")
+    upper, lower = ctx.entity("Cased"), ctx.entity("cased")
+    assert upper.code != lower.code and upper.code > 0 and lower.code > 0
+    found = [(d.entity, d.attribute) for d in ctx.diagnostics]
+    assert found == [("cased", "B")], ctx.diagnostics
+    assert lower.attribute("A").code == 900 and lower.attribute("B").code != 900
+    codes = {e.name: e.code for e in ctx.entities}
+    ctx.close()
+    again = open_ctx(kinto_url, bucket, tmp_path / "d.db")
+    assert {e.name: e.code for e in again.entities} == codes, "entity codes are stable"

@@ -21,12 +21,12 @@ from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeM
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT)
-from .context import Attribute, Context, Entity, Object, Observer, Task, POLICIES
+from .context import Attribute, Context, Diagnostic, Entity, Object, Observer, Task, POLICIES
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "Context", "Entity", "Attribute", "Object", "Observer", "Task", "POLICIES",
+    "Context", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Task", "POLICIES",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
     "CancelledError", "NotCachedError", "BusyError", "ConflictError", "error_class",

@@ -206,6 +206,10 @@ tether_context_entity = _declare(
 tether_entity_name = _declare("tether_entity_name", c_int, [c_void_p, POINTER(c_char_p)])
 tether_entity_route = _declare("tether_entity_route", c_int, [c_void_p, POINTER(c_char_p)])
 tether_entity_operations = _declare("tether_entity_operations", c_int, [c_void_p, POINTER(c_uint)])
+tether_entity_code = _declare("tether_entity_code", c_int, [c_void_p, POINTER(c_int)])
+tether_context_diagnostic_count = _declare("tether_context_diagnostic_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_context_diagnostic_at = _declare("tether_context_diagnostic_at", c_int,
+                                        [c_void_p, c_size_t, POINTER(c_char_p), POINTER(c_char_p), POINTER(c_char_p)])
 tether_entity_attribute_count = _declare(
     "tether_entity_attribute_count", c_int, [c_void_p, POINTER(c_size_t)])
 tether_entity_attribute_at = _declare(

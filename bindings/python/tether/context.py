@@ -200,6 +200,14 @@ def _close_open_contexts():
 # ------------------------------------------------------------------ model
 
 @dataclass(frozen=True)
+class Diagnostic:
+    """Something the model left out or changed, and why."""
+    entity: str
+    attribute: "str | None"
+    message: str
+
+
+@dataclass(frozen=True)
 class Attribute:
     """One attribute of an entity."""
     name: str
@@ -223,6 +231,9 @@ class Entity:
         self.name = _pystr(out.value)
         _lib.tether_entity_route(handle, byref(out))
         self.route = _pystr(out.value)
+        code = c_int()
+        _lib.tether_entity_code(handle, byref(code))
+        self.code = code.value
         ops = c_uint()
         _lib.tether_entity_operations(handle, byref(ops))
         self.operations = frozenset(n for n, bit in OPERATIONS if ops.value & bit)
@@ -717,6 +728,20 @@ class Context:
             self.url, self.bucket, "closed" if self._closed else self.delivery)
 
     # -- state
+
+    @property
+    def diagnostics(self):
+        """What the model left out or changed when the context opened, and
+        why: a list of Diagnostic(entity, attribute, message), attribute None
+        when the whole entity is concerned."""
+        n = c_size_t()
+        _lib.tether_context_diagnostic_count(self._h, byref(n))
+        found = []
+        for i in range(n.value):
+            entity, attribute, message = c_char_p(), c_char_p(), c_char_p()
+            _lib.tether_context_diagnostic_at(self._h, i, byref(entity), byref(attribute), byref(message))
+            found.append(Diagnostic(_pystr(entity.value), _pystr(attribute.value), _pystr(message.value)))
+        return found
 
     @property
     def online(self):

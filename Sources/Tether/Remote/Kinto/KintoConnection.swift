@@ -37,7 +37,7 @@ public final class KintoConnection: Connection {
         guard root.hasPrefix("http://") || root.hasPrefix("https://"), root.utf8.count > 8 else {
             throw TetherError(.invalid, "server URL must start with http:// or https://")
         }
-        guard Identifier.isValidEntityName(options.bucket) else {
+        guard Self.isKintoID(options.bucket) else {
             throw TetherError(.invalid, "bucket \(options.bucket.debugDescription) is not a valid Kinto id")
         }
         guard options.timeoutMilliseconds > 0 else { throw TetherError(.invalid, "timeout must be positive") }
@@ -90,7 +90,7 @@ public final class KintoConnection: Connection {
                 case .failure(let error): done(.failure(error))
                 case .success(let collections):
                     permissions(exchange) { [self] grants in
-                        done(grants.flatMap { grants in .tether { try makeSpecs(collections, grants) } })
+                        done(grants.map { grants in makeSpecs(collections, grants) })
                     }
                 }
             }
@@ -98,30 +98,27 @@ public final class KintoConnection: Connection {
         return exchange
     }
 
-    private func makeSpecs(_ collections: [JSON], _ grants: [String: Set<String>]?) throws -> [Spec] {
-        try collections.map { collection in
+    private func makeSpecs(_ collections: [JSON], _ grants: [String: Set<String>]?) -> [Spec] {
+        collections.map { collection in
             let name = collection["id"]?.stringValue ?? ""
-            return try Self.spec(from: collection, bucket: bucket, operations: operations(of: name, grants))
+            return Self.spec(from: collection, bucket: bucket, operations: operations(of: name, grants))
         }
     }
 
     /// A collection of Kinto's listing as a spec: its JSON schema's properties
     /// are the fields (type, `x-tether-code`, `required`).
-    static func spec(from collection: JSON, bucket: String, operations: Operations) throws -> Spec {
-        guard let name = collection["id"]?.stringValue else {
-            throw TetherError(.protocol, "a collection of bucket \(bucket) has no id")
-        }
-        // Kinto enforces this shape for ids; anything else is not a Kinto answer.
-        guard Identifier.isValidEntityName(name) else {
-            throw TetherError(.protocol, "collection id \(name.debugDescription) is not a valid identifier")
-        }
+    static func spec(from collection: JSON, bucket: String, operations: Operations) -> Spec {
+        // A collection without a text id becomes a spec without a name, which
+        // the model builder leaves out with a diagnostic.
+        let name = collection["id"]?.stringValue ?? ""
         let schema = collection["schema"]
         let required = Set((schema?["required"]?.arrayValue ?? []).compactMap(\.stringValue))
         let fields = (schema?["properties"]?.objectValue ?? []).map { name, property in
             FieldSpec(name: name, type: attributeType(of: property),
                       code: property[codeKeyword]?.integerValue, isRequired: required.contains(name))
         }
-        return Spec(name: name, route: "/buckets/\(bucket)/collections/\(name)/records",
+        // Escaped: the id comes from the server and goes into URLs.
+        return Spec(name: name, route: "/buckets/\(escape(bucket))/collections/\(escape(name))/records",
                     idField: idField, versionField: versionField, fields: fields, operations: operations)
     }
 
@@ -342,6 +339,14 @@ public final class KintoConnection: Connection {
             throw TetherError(.protocol, "the server sent a Next-Page outside \(root)")
         }
         return next
+    }
+
+    /// The shape Kinto gives bucket and collection ids.
+    static func isKintoID(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.count <= 256 && text.utf8.allSatisfy { byte in
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+        }
     }
 
     static func escape(_ text: String) -> String {
