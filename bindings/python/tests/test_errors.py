@@ -3,6 +3,8 @@ server errors; the store is left intact by a failed request."""
 
 import socket
 
+import time
+
 import pytest
 
 import tether
@@ -173,3 +175,36 @@ def test_invalid_arguments(files, kinto_url, tmp_path):
         tether.Context("not a url", files, str(tmp_path / "s.db"))
     with pytest.raises(tether.InvalidError):
         tether.Context(kinto_url, b"bad\xffbucket", str(tmp_path / "s.db"))
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_idempotent_requests_retry_after_the_servers_retry_after(files, tmp_path, open_ctx, faultproxy, status):
+    """Two answers of `status` with Retry-After: 1, then the real ones: the
+    fetch succeeds, having asked three times and waited as told."""
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
+    faultproxy.set("status", status=status, match="/records", count=2, retry_after=1, reset_log=True)
+    started = time.monotonic()
+    _, objs = ctx.fetch_wait("files", policy="server_only")
+    waited = time.monotonic() - started
+    assert len(objs) == N
+    assert faultproxy.state()["faulted"] == 2
+    first_page = [line for line in faultproxy.log() if "/records" in line and "_token=" not in line]
+    assert len(first_page) == 3, first_page
+    assert waited >= 1.9, "Retry-After was honoured twice (%.2f s)" % waited
+
+
+def test_errors_that_retrying_cannot_mend_are_not_retried(files, tmp_path, open_ctx, faultproxy):
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
+    faultproxy.set("status", status=500, match="/records", reset_log=True)
+    with pytest.raises(tether.ServerError):
+        ctx.fetch_wait("files", policy="server_only")
+    assert faultproxy.state()["faulted"] == 1
+
+
+def test_retries_give_up_and_say_why(files, tmp_path, open_ctx, faultproxy):
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
+    faultproxy.set("status", status=503, match="/records", retry_after=0, reset_log=True)
+    with pytest.raises(tether.ServerError) as raised:
+        ctx.fetch_wait("files", policy="server_only")
+    assert "503" in str(raised.value)
+    assert faultproxy.state()["faulted"] == 4, "the request and three retries"

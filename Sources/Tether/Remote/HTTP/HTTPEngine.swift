@@ -52,6 +52,8 @@ final class HTTPEngine: Sendable {
     static let maximumConnectionsPerHost = 6
 
     private enum TransferState {
+        /// Started with a delay (a retry's backoff); queued once due.
+        case waiting(due: MonotonicTime, HTTPRequest, Completion)
         /// Started, not yet handed to libcurl.
         case queued(HTTPRequest, Completion)
         /// On the wire (the engine thread owns the easy handle).
@@ -92,17 +94,21 @@ final class HTTPEngine: Sendable {
 
     deinit { curl_multi_cleanup(multi.pointer) }
 
-    /// Starts a transfer. `completion` runs exactly once: on the engine
-    /// thread, or, if the engine has stopped, on the caller's thread before
-    /// `start` returns (with `.cancelled`).
+    /// Starts a transfer, after `delay` milliseconds if positive. `completion`
+    /// runs exactly once: on the engine thread, or, if the engine has stopped,
+    /// on the caller's thread before `start` returns (with `.cancelled`).
     @discardableResult
-    func start(_ request: HTTPRequest, completion: @escaping Completion) -> TransferID {
+    func start(_ request: HTTPRequest, afterMilliseconds delay: Int64 = 0, completion: @escaping Completion) -> TransferID {
         let (id, accepted) = state.withLock { state -> (TransferID, Bool) in
             let id = state.nextID
             state.nextID += 1
             guard !state.stopping else { return (id, false) }
-            state.transfers[id] = .queued(request, completion)
-            state.toStart.append(id)
+            if delay > 0 {
+                state.transfers[id] = .waiting(due: MonotonicTime.now().adding(milliseconds: delay), request, completion)
+            } else {
+                state.transfers[id] = .queued(request, completion)
+                state.toStart.append(id)
+            }
             return (id, true)
         }
         if accepted { curl_multi_wakeup(multi.pointer) } else { completion(.failure(.cancelled)) }
@@ -113,7 +119,7 @@ final class HTTPEngine: Sendable {
     func cancel(_ id: TransferID) {
         let wake = state.withLock { state -> Bool in
             switch state.transfers[id] {
-            case .queued(_, let completion)?, .running(let completion)?:
+            case .waiting(_, _, let completion)?, .queued(_, let completion)?, .running(let completion)?:
                 state.transfers[id] = .cancelling(completion)
                 state.toCancel.append(id)
                 return true
@@ -147,12 +153,25 @@ final class HTTPEngine: Sendable {
         var starts: [(TransferID, HTTPRequest)] = []
         var cancels: [(TransferID, Completion)] = []
         var stopping = false
+        /// When the next waiting transfer is due, if any.
+        var nextDue: MonotonicTime?
     }
 
-    /// Takes what other threads asked for since the last turn.
+    /// Takes what other threads asked for since the last turn, and the
+    /// waiting transfers now due.
     fileprivate func takeWork() -> Work {
         state.withLock { state in
             var work = Work(stopping: state.stopping)
+            let now = MonotonicTime.now()
+            for (id, transfer) in state.transfers {
+                guard case .waiting(let due, let request, let completion) = transfer else { continue }
+                if due <= now {
+                    state.transfers[id] = .queued(request, completion)
+                    state.toStart.append(id)
+                } else {
+                    work.nextDue = min(work.nextDue ?? due, due)
+                }
+            }
             for id in state.toStart {
                 guard case .queued(let request, let completion)? = state.transfers[id] else { continue }
                 state.transfers[id] = .running(completion)
@@ -179,7 +198,7 @@ final class HTTPEngine: Sendable {
                 return completion
             case .cancelling?:
                 return nil  // the cancel, already taken or next turn, ends it
-            case .queued?, nil:
+            case .waiting?, .queued?, nil:
                 assertionFailure("transfer \(id) finished on the wire without running")
                 return nil
             }
@@ -196,7 +215,8 @@ final class HTTPEngine: Sendable {
             }
             return state.transfers.map { id, transfer in
                 switch transfer {
-                case .queued(_, let completion), .running(let completion), .cancelling(let completion):
+                case .waiting(_, _, let completion), .queued(_, let completion), .running(let completion),
+                     .cancelling(let completion):
                     return (id, completion)
                 }
             }
@@ -238,7 +258,9 @@ private final class EngineLoop {
                 remove(id)
                 engine.finished(id)?(outcome)
             }
-            curl_multi_poll(multi, nil, 0, 1000, nil)
+            // Sleep until traffic, a wakeup, or the next waiting transfer's time.
+            let wait = work.nextDue.map { max(1, min(1000, $0.milliseconds(since: MonotonicTime.now()) + 1)) } ?? 1000
+            curl_multi_poll(multi, nil, 0, Int32(wait), nil)
         }
     }
 

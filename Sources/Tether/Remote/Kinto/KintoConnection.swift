@@ -369,21 +369,57 @@ public final class KintoConnection: Connection {
 /// A cancellable sequence of transfers: one request's exchanges with the
 /// server (a listing's pages, the specs' several calls). Cancel ends the one
 /// on the wire and any that would follow.
+///
+/// Idempotent requests (GET) are retried, at most `maximumRetries` times: on
+/// 503 and 429, after the server's Retry-After when it gives one, and on an
+/// exchange that broke once the server had been reached, with exponential
+/// backoff. A server that cannot be reached at all is not retried: that is
+/// "offline", and must be told at once.
 final class Exchange: Cancellable {
+    static let maximumRetries = 3
+    static let firstBackoffMilliseconds: Int64 = 200
+    static let longestBackoffMilliseconds: Int64 = 30_000
+
     private let engine: HTTPEngine
     private let state = Mutex<(transfer: HTTPEngine.TransferID?, cancelled: Bool)>((nil, false))
 
     init(_ engine: HTTPEngine) { self.engine = engine }
 
-    /// Sends `request` unless cancelled; `then` runs exactly once either way.
+    /// Sends `request` unless cancelled; `then` runs exactly once either way,
+    /// with the last attempt's answer.
     func send(_ request: HTTPRequest, _ then: @escaping HTTPEngine.Completion) {
+        send(request, attempt: 0, afterMilliseconds: 0, then)
+    }
+
+    private func send(_ request: HTTPRequest, attempt: Int, afterMilliseconds delay: Int64,
+                      _ then: @escaping HTTPEngine.Completion) {
         guard !state.withLock({ $0.cancelled }) else { return then(.failure(.cancelled)) }
-        let id = engine.start(request, completion: then)
+        let id = engine.start(request, afterMilliseconds: delay) { [self] result in
+            if request.method == "GET", attempt < Self.maximumRetries, let wait = Self.retryDelay(result, attempt: attempt) {
+                send(request, attempt: attempt + 1, afterMilliseconds: wait, then)
+            } else {
+                then(result)
+            }
+        }
         let cancelledMeanwhile = state.withLock { state -> Bool in
             state.transfer = id
             return state.cancelled
         }
         if cancelledMeanwhile { engine.cancel(id) }
+    }
+
+    /// How long to wait before trying `result`'s request again; nil: do not.
+    static func retryDelay(_ result: Result<HTTPResponse, TetherError>, attempt: Int) -> Int64? {
+        let backoff = min(longestBackoffMilliseconds, firstBackoffMilliseconds << Int64(attempt))
+        switch result {
+        case .success(let response) where response.status == 503 || response.status == 429:
+            guard let seconds = response.header("Retry-After").flatMap({ Int64($0) }), seconds >= 0 else { return backoff }
+            return min(longestBackoffMilliseconds, max(seconds * 1000, 1))
+        case .failure(let error) where error.kind == .network && !error.isUnreachable:
+            return backoff
+        default:
+            return nil
+        }
     }
 
     func cancel() {
