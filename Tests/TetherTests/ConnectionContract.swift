@@ -58,7 +58,11 @@ enum ConnectionContract {
         XCTAssertNoThrow(try answer { connection.delete(spec, id: id, ifVersion: newVersion, $0) }.get())
     }
 
-    static func cancelAndShutdownEndEachRequestOnce(_ connection: any Connection) throws {
+    /// `strict`: every cancelled request ends cancelled (a server slower than
+    /// the cancel). Against a real server the first requests on the wire can
+    /// be answered before the cancel reaches them: then each ends once,
+    /// cancelled or answered, and most cancels take effect.
+    static func cancelAndShutdownEndEachRequestOnce(_ connection: any Connection, strict: Bool) throws {
         let spec = try answer(connection.specs).get().first { $0.name == "items" }!
         let answers = ConditionLock<[Int: [TetherError.Kind?]]>([:])
         var handles: [any Cancellable] = []
@@ -72,7 +76,14 @@ enum ConnectionContract {
         let seen = answers.withLock { $0 }
         XCTAssertEqual(seen.count, 40, "every request answered by the time shutdown returns")
         XCTAssertTrue(seen.values.allSatisfy { $0.count == 1 }, "exactly once each")
-        XCTAssertTrue((0..<20).allSatisfy { seen[$0]?.first == .cancelled }, "a cancelled request ends cancelled")
+        let cancelled = (0..<20).filter { seen[$0]?.first == .cancelled }.count
+        if strict {
+            XCTAssertEqual(cancelled, 20, "a cancelled request ends cancelled")
+        } else {
+            XCTAssertTrue((0..<20).allSatisfy { seen[$0]?.first == .cancelled || seen[$0]?.first == .some(nil) },
+                          "a cancelled request ends cancelled, or answered if the answer came first: \(seen)")
+            XCTAssertGreaterThanOrEqual(cancelled, 10, "cancels take effect")
+        }
         XCTAssertEqual(answer { connection.page(PageRequest(spec: spec), $0) }.kind, .cancelled,
                        "after shutdown, requests end cancelled at once")
     }
@@ -91,7 +102,7 @@ final class KintoConnectionTests: XCTestCase {
 
     func testListingByIDAndWrites() throws { try ConnectionContract.listingByIDAndWrites(backend.connection()) }
     func testCancelAndShutdownEndEachRequestOnce() throws {
-        try ConnectionContract.cancelAndShutdownEndEachRequestOnce(backend.connection())
+        try ConnectionContract.cancelAndShutdownEndEachRequestOnce(backend.connection(), strict: false)
     }
 }
 
@@ -103,7 +114,7 @@ final class MemoryConnectionTests: XCTestCase {
 
     func testListingByIDAndWrites() throws { try ConnectionContract.listingByIDAndWrites(backend.connection()) }
     func testCancelAndShutdownEndEachRequestOnce() throws {
-        try ConnectionContract.cancelAndShutdownEndEachRequestOnce(backend.connection())
+        try ConnectionContract.cancelAndShutdownEndEachRequestOnce(backend.connection(), strict: true)
     }
 }
 

@@ -36,7 +36,7 @@ public final class FetchTask: Sendable {
     let entity: Entity
     private let sort: [(index: Int, descending: Bool)]
     private let context: Context
-    private let machine = Mutex(Machine())
+    private let machine = Lock(Machine())
 
     private struct Machine {
         enum State {

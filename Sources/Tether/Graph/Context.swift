@@ -32,7 +32,7 @@ public final class Context: Sendable {
     let connection: any Connection
     let worker: WorkQueue
     let delivery: Delivery
-    let graph: Mutex<Graph>
+    let graph: Lock<Graph>
     private let closed = Atomic<Bool>(false)
 
     struct Graph {
@@ -89,7 +89,7 @@ public final class Context: Sendable {
         self.connection = connection
         self.delivery = delivery
         worker = WorkQueue()
-        graph = Mutex(Graph(entities: model.entities.count, cacheSize: options.objectCacheSize))
+        graph = Lock(Graph(entities: model.entities.count, cacheSize: options.objectCacheSize))
         Live.contexts.add(1, ordering: .relaxed)
     }
 

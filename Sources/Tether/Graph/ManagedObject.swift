@@ -9,7 +9,7 @@ public final class ManagedObject: Sendable {
     /// Strong: an object a host still holds after close reports "closed"
     /// rather than touching freed memory. Close breaks the cycle.
     let context: Context
-    let state = Mutex(State())
+    let state = Lock(State())
 
     struct State {
         var record: Record?
@@ -84,7 +84,7 @@ public final class KeyObserver: Sendable {
     public let object: ManagedObject
     public let key: String
     let attributeIndex: Int
-    private let state = Mutex<(subscription: Delivery.SubscriptionID?, callback: (@Sendable (TetherError?) -> Void)?)>((nil, nil))
+    private let state = Lock<(subscription: Delivery.SubscriptionID?, callback: (@Sendable (TetherError?) -> Void)?)>((nil, nil))
 
     init(object: ManagedObject, key: String, attributeIndex: Int) {
         self.object = object

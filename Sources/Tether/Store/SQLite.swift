@@ -11,7 +11,7 @@ enum SQLValue: Equatable, Sendable {
 
 /// One SQLite connection and its prepared statements.
 // @unchecked: a C pointer forces it. Not thread-safe: only the Store uses it,
-// inside its Mutex, and no statement outlives that scope.
+// inside its lock, and no statement outlives that scope.
 final class Database: @unchecked Sendable {
     /// Statements prepared by every store, for tests and benchmarks that
     /// check the statement cache does its job.
@@ -25,7 +25,7 @@ final class Database: @unchecked Sendable {
 
     init(path: String) throws {
         var connection: OpaquePointer?
-        // NOMUTEX: the Store's Mutex serializes every use of this connection.
+        // NOMUTEX: the Store's lock serializes every use of this connection.
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let status = sqlite3_open_v2(path, &connection, flags, nil)
         guard status == SQLITE_OK else {

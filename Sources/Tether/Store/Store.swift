@@ -7,9 +7,9 @@ import Synchronization
 /// once and kept.
 final class Store: Sendable {
     /// nil once closed.
-    private let connection: Mutex<Database?>
+    private let connection: Lock<Database?>
     /// Each entity's SQL, built once: reads look statements up by it.
-    private let statements = Mutex<[ObjectIdentifier: EntitySQL]>([:])
+    private let statements = Lock<[ObjectIdentifier: EntitySQL]>([:])
 
     /// The text of one entity's statements, identifiers made from codes.
     private struct EntitySQL {
@@ -54,7 +54,7 @@ final class Store: Sendable {
         try database.execute("PRAGMA journal_mode=WAL")
         try database.execute("PRAGMA synchronous=NORMAL")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
-        connection = Mutex(database)
+        connection = Lock(database)
     }
 
     func close() {

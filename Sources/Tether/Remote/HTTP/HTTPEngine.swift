@@ -73,12 +73,8 @@ final class HTTPEngine: Sendable {
     fileprivate let multi: MultiHandle
     fileprivate let credentials: HTTPCredentials?
     fileprivate let timeoutMilliseconds: Int64
-    // A pthread lock rather than Mutex: ThreadSanitizer cannot see the standard
-    // library's futex-based Mutex, and nothing else orders the host's threads
-    // and the engine thread here, so with Mutex every TSan run of the tests
-    // reported these accesses (and none with this lock).
-    private let state = ConditionLock(State())
-    private let thread = Mutex<pthread_t?>(nil)
+    private let state = Lock(State())
+    private let thread = Lock<pthread_t?>(nil)
 
     init(credentials: HTTPCredentials?, timeoutMilliseconds: Int64) throws {
         guard curlInitialized, let pointer = curl_multi_init() else {

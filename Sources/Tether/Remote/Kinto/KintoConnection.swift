@@ -381,7 +381,7 @@ final class Exchange: Cancellable {
     static let longestBackoffMilliseconds: Int64 = 30_000
 
     private let engine: HTTPEngine
-    private let state = Mutex<(transfer: HTTPEngine.TransferID?, cancelled: Bool)>((nil, false))
+    private let state = Lock<(transfer: HTTPEngine.TransferID?, cancelled: Bool)>((nil, false))
 
     init(_ engine: HTTPEngine) { self.engine = engine }
 

@@ -24,13 +24,13 @@ public final class MemoryServer: Sendable {
         var reachable = true
     }
 
-    private let state: Mutex<State>
+    private let state: Lock<State>
 
     public init(name: String, specs: [Spec], pageSize: Int = 50, latencyMilliseconds: Int64 = 0) {
         self.name = name
         self.pageSize = max(1, pageSize)
         self.latencyMilliseconds = max(0, latencyMilliseconds)
-        state = Mutex(State(specs: specs))
+        state = Lock(State(specs: specs))
     }
 
     /// While false, every request fails as if the server could not be reached.
@@ -139,7 +139,7 @@ public final class MemoryServer: Sendable {
 public final class MemoryConnection: Connection {
     public let server: MemoryServer
     private let queue = WorkQueue()
-    private let stopped = Mutex(false)
+    private let stopped = Lock(false)
 
     public init(_ server: MemoryServer) { self.server = server }
 
