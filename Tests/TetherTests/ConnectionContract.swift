@@ -35,6 +35,29 @@ enum ConnectionContract {
         XCTAssertEqual(ranks, (0..<Int64(itemCount)).reversed().map { $0 })
         XCTAssertGreaterThan(pages, 1)
 
+        // Filters applied by the server, as the connection says it can.
+        func filteredRanks(_ filters: [Filter]) throws -> [Int64] {
+            var filtered = PageRequest(spec: spec)
+            filtered.filters = filters
+            filtered.sort = [SortKey(field: "Rank", descending: false)]
+            var found: [Int64] = []
+            repeat {
+                let page = try answer { connection.page(filtered, $0) }.get()
+                found += try page.decode().compactMap { field($0, "Rank")?.integerValue }
+                filtered.cursor = page.next
+            } while filtered.cursor != nil
+            return found
+        }
+        XCTAssertTrue(FilterOperator.allCases.allSatisfy(connection.supportsFilter))
+        XCTAssertEqual(try filteredRanks([Filter(field: "Rank", .equal, [.integer(5)])]), [5])
+        XCTAssertEqual(try filteredRanks([Filter(field: "Rank", .oneOf, [.integer(1), .integer(2), .integer(3)])]), [1, 2, 3])
+        XCTAssertEqual(try filteredRanks([Filter(field: "Rank", .atLeast, [.integer(117)])]), [117, 118, 119])
+        XCTAssertEqual(try filteredRanks([Filter(field: "Rank", .greaterThan, [.integer(2)]), Filter(field: "Rank", .lessThan, [.integer(5)])]),
+                       [3, 4])
+        XCTAssertEqual(try filteredRanks([Filter(field: "Rank", .atMost, [.integer(1)])]), [0, 1])
+        XCTAssertEqual(try filteredRanks([Filter(field: "Title", .equal, [.string("item 7")])]), [7])
+        XCTAssertEqual(try filteredRanks([Filter(field: "Rank", .notEqual, [.integer(0)])]).count, itemCount - 1)
+
         // By id: missing ids are just absent; batches fit requests.
         let byID = try answer { connection.records(spec, ids: ["i1", "nope", "i2"], cursor: nil, $0) }.get().decode()
         XCTAssertEqual(Set(byID.compactMap { field($0, "id")?.stringValue }), ["i1", "i2"])
@@ -137,6 +160,7 @@ final class DuplicatingConnection: Connection {
         inner.records(spec, ids: ids, cursor: cursor) { done($0.map(Self.doubled)) }
     }
     func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
+    func supportsFilter(_ operator: FilterOperator) -> Bool { inner.supportsFilter(`operator`) }
     func insert(_ spec: Spec, _ fields: RecordFields,
                 _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
         inner.insert(spec, fields, done)

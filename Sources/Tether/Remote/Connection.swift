@@ -31,6 +31,11 @@ public protocol Connection: AnyObject, Sendable {
     /// `ids` split into lists that each fit one `records` request.
     func idBatches(_ ids: [String]) -> [[String]]
 
+    /// Whether `page` can filter with this operator on the server. A request
+    /// with a filter the connection does not support fails with `.invalid`;
+    /// the core filters such things itself.
+    func supportsFilter(_ operator: FilterOperator) -> Bool
+
     /// Creates a record whose id is in `fields`; fails with `.conflict` if one exists.
     func insert(_ spec: Spec, _ fields: RecordFields,
                 _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable
@@ -74,8 +79,28 @@ public struct PageCursor: Sendable, Equatable {
     public init(_ token: String) { self.token = token }
 }
 
+/// A comparison the server applies to a listing: `field` against `values`
+/// (one value, or the candidates of `.oneOf`).
+public struct Filter: Sendable, Equatable {
+    public var field: String
+    public var `operator`: FilterOperator
+    public var values: [JSON]
+
+    public init(field: String, _ operator: FilterOperator, _ values: [JSON]) {
+        self.field = field
+        self.operator = `operator`
+        self.values = values
+    }
+}
+
+public enum FilterOperator: Sendable, CaseIterable {
+    case equal, notEqual, lessThan, greaterThan, atMost, atLeast, oneOf
+}
+
 public struct PageRequest: Sendable {
     public var spec: Spec
+    /// All must hold; each with an operator the connection supports.
+    public var filters: [Filter] = []
     public var sort: [SortKey] = []
     /// At most this many records in all; 0: no limit.
     public var limit: Int64 = 0

@@ -199,7 +199,7 @@ public final class KintoConnection: Connection {
         if let cursor = request.cursor {
             url = cursor.token
         } else {
-            var query: [String] = []
+            var query: [String] = request.filters.map(Self.queryParameter)
             if !request.sort.isEmpty {
                 query.append("_sort=" + request.sort.map { ($0.descending ? "-" : "") + Self.escape($0.field) }
                     .joined(separator: ","))
@@ -215,6 +215,29 @@ public final class KintoConnection: Connection {
                         _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         let url = cursor?.token ?? root + spec.route + "?in_id=" + ids.map(Self.escape).joined(separator: ",")
         return listing(url, what: spec.route, done)
+    }
+
+    /// Kinto says every one of these in its query language.
+    public func supportsFilter(_ operator: FilterOperator) -> Bool { true }
+
+    /// A filter as Kinto's query parameter: `field=`, `not_`, `lt_`, `gt_`,
+    /// `max_`, `min_`, `in_` (values comma-separated).
+    static func queryParameter(_ filter: Filter) -> String {
+        let prefix: String
+        switch filter.operator {
+        case .equal: prefix = ""
+        case .notEqual: prefix = "not_"
+        case .lessThan: prefix = "lt_"
+        case .greaterThan: prefix = "gt_"
+        case .atMost: prefix = "max_"
+        case .atLeast: prefix = "min_"
+        case .oneOf: prefix = "in_"
+        }
+        let values = filter.values.map { value -> String in
+            if case .string(let text) = value { return escape(text) }
+            return escape(value.serialized())
+        }
+        return prefix + escape(filter.field) + "=" + values.joined(separator: ",")
     }
 
     public func idBatches(_ ids: [String]) -> [[String]] {

@@ -81,6 +81,7 @@ public final class MemoryServer: Sendable {
         try answer { state in
             let spec = try spec(request.spec.name, in: state)
             var rows = (state.tables[spec.name]?.records ?? [:]).map { id, row in Self.render(spec, id, row) }
+                .filter { record in request.filters.allSatisfy { Self.holds($0, in: record) } }
             let keys = request.sort + [SortKey(field: spec.idField, descending: false)]
             rows.sort { left, right in
                 for key in keys {
@@ -126,6 +127,20 @@ public final class MemoryServer: Sendable {
             state.clock += 1
             state.tables[spec.name, default: Table()].records[id] = (fields, state.clock)
             return Self.render(spec, id, (fields, state.clock))
+        }
+    }
+
+    private static func holds(_ filter: Filter, in record: RecordFields) -> Bool {
+        let value = record.first { $0.key == filter.field }?.value ?? .null
+        guard let first = filter.values.first else { return false }
+        switch filter.operator {
+        case .equal: return value == first
+        case .notEqual: return value != first
+        case .lessThan: return JSON.orders(value, before: first)
+        case .greaterThan: return JSON.orders(first, before: value)
+        case .atMost: return !JSON.orders(first, before: value)
+        case .atLeast: return !JSON.orders(value, before: first)
+        case .oneOf: return filter.values.contains(value)
         }
     }
 
@@ -197,6 +212,8 @@ public final class MemoryConnection: Connection {
             return Page(next: nil) { rows }
         }
     }
+
+    public func supportsFilter(_ operator: FilterOperator) -> Bool { true }
 
     public func idBatches(_ ids: [String]) -> [[String]] {
         stride(from: 0, to: ids.count, by: 500).map { Array(ids[$0..<min(ids.count, $0 + 500)]) }
