@@ -224,15 +224,12 @@ public final class FetchTask: Sendable {
         guard isRunning else { return }
         do {
             let page = try result.get()
-            let records = try page.decode().map { try Record(entity: entity, fields: $0) }
-            let now = wallClockMilliseconds()
-            try context.store.upsert(records, of: entity, fetchedAt: now)
-            let objects = context.merge(records, of: entity, fetchedAt: now)
+            let objects = try context.absorb(page, of: entity)
             let received = machine.withLock { machine -> Int64 in
                 for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
                     machine.results.append(object)
                 }
-                machine.received += Int64(records.count)
+                machine.received += Int64(objects.count)
                 return machine.received
             }
             if let next = page.next {

@@ -75,11 +75,7 @@ extension Context {
         var seen = seen
         do {
             let page = try result.get()
-            let records = try page.decode().map { try Record(entity: entity, fields: $0) }
-            let now = wallClockMilliseconds()
-            try store.upsert(records, of: entity, fetchedAt: now)
-            _ = merge(records, of: entity, fetchedAt: now)
-            seen.formUnion(records.map(\.id))
+            seen.formUnion(try absorb(page, of: entity).map(\.id))
             if let next = page.next { return refresh(objects, of: entity, cursor: next, seen: seen) }
             let gone = objects.map(\.id).filter { !seen.contains($0) }
             try store.delete(ids: gone, of: entity)

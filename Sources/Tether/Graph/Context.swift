@@ -267,6 +267,15 @@ public final class Context: Sendable {
 
     // MARK: merging server answers
 
+    /// A page from the server: decoded, written to the store in one
+    /// transaction, merged into the graph. Returns its objects, in page order.
+    func absorb(_ page: Page, of entity: Entity) throws -> [ManagedObject] {
+        let records = try page.decode().map { try Record(entity: entity, fields: $0) }
+        let now = wallClockMilliseconds()
+        try store.upsert(records, of: entity, fetchedAt: now)
+        return merge(records, of: entity, fetchedAt: now)
+    }
+
     /// Puts records the server sent (already in the store) into their objects
     /// and tells observers of values that changed. Returns the objects.
     func merge(_ records: [Record], of entity: Entity, fetchedAt: Int64) -> [ManagedObject] {
