@@ -9,7 +9,7 @@ VENV         := .venv
 # Release builds link the Swift runtime statically and export only tether_*.
 RELEASE_FLAGS := -c release -Xswiftc -static-stdlib \
                  -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map
-APT_PACKAGES := libcurl4-openssl-dev libjansson-dev libsqlite3-dev python3-venv gcc make
+APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev python3-venv gcc make
 
 .PHONY: all deps build demo test test-swift test-c test-python bench clean
 

@@ -9,13 +9,12 @@ let package = Package(
     ],
     targets: [
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
-        .systemLibrary(name: "CJansson", path: "Sources/CJansson"),
         .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
         // The public header, seen by the boundary layer only.
         .systemLibrary(name: "CTetherABI", path: "Sources/CTetherABI"),
         .target(
             name: "Tether",
-            dependencies: ["CSQLite", "CJansson", "CCurl"],
+            dependencies: ["CSQLite", "CCurl"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .target(

@@ -120,6 +120,40 @@ final class ContextTests: XCTestCase {
         XCTAssertEqual(items.last?.objects.count, 120, "the lower-case collection keeps its own rows")
     }
 
+    /// Keys holding U+0000 made jansson refuse a whole listing, so every
+    /// fetch of the collection failed, and a schema with one failed the
+    /// bucket (issue 7, cases 7 and 8). (Kinto stores integers beyond 2^53
+    /// as doubles; the Python fault tests send larger ones.)
+    func testKeysWithNULAndOutlandishCodesAreKeptOrToldAndTheRestStored() throws {
+        try send("PUT", "/buckets/\(bucket!)/collections/odd", #"""
+            {"data": {"schema": {"type": "object", "properties": {
+              "Big": {"type": "integer", "x-tether-code": 99999999999999999999},
+              "Odd": {"type": "integer", "x-tether-code": "seven"},
+              "nul\u0000key": {"type": "string"}, "nul": {"type": "string"}}}}}
+            """#)
+        try send("PUT", "/buckets/\(bucket!)/collections/odd/records/r1", #"""
+            {"data": {"Big": 5, "nul\u0000key": "with", "nul": "without", "more\u0000": {"deep\u0000": 1.5}}}
+            """#)
+        let context = try open()
+        let entity = try XCTUnwrap(context.model.entity(named: "odd"))
+        XCTAssertEqual(entity.attributes.map(\.name).sorted(), ["Big", "Odd", "id", "last_modified", "nul"])
+        XCTAssertEqual(context.model.diagnostics.map(\.attribute).sorted { ($0 ?? "") < ($1 ?? "") },
+                       ["Big", "Odd", "nul\u{0}key"], "\(context.model.diagnostics)")
+        XCTAssertTrue(entity.attributes.allSatisfy { $0.code < 1_000 }, "codes out of range are not taken")
+        var request = FetchRequest(entity: "odd")
+        request.policy = .serverOnly
+        XCTAssertNil(try fetch(context, request).last?.error)
+        try context.close()
+        let reopened = try open()
+        defer { try? reopened.close() }
+        let r1 = try reopened.object(entity: "odd", id: "r1")
+        XCTAssertEqual(try r1.peek("Big"), .integer(5))
+        XCTAssertEqual(try r1.peek("nul"), .text("without"), "a key and its NUL-extended twin stay apart")
+        let stored = try XCTUnwrap(try reopened.store.load(reopened.model.entity(named: "odd")!, id: "r1"))
+        XCTAssertEqual(JSON.object(stored.record.extra.filter { $0.key != "schema" }).serialized(sortKeys: true),
+                       #"{"more\u0000":{"deep\u0000":1.5},"nul\u0000key":"with"}"#, "kept whole, outside the model")
+    }
+
     func testUnknownBucketIsNotFoundAndLeavesTheStoreAlone() throws {
         XCTAssertThrowsError(try open(bucket: "no-such-bucket")) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .notFound)

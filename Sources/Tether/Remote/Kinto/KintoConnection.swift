@@ -29,6 +29,8 @@ public final class KintoConnection: Connection {
     let root: String
     let bucket: String
     let engine: HTTPEngine
+    /// The server's `Backoff`, shared by every exchange with it.
+    let backoff = ServerBackoff()
     public let identity: String
 
     public init(_ options: KintoOptions) throws {
@@ -60,7 +62,7 @@ public final class KintoConnection: Connection {
     // MARK: server and specs
 
     public func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
-        let exchange = Exchange(engine)
+        let exchange = Exchange(engine, backoff)
         exchange.send(HTTPRequest(url: root + "/")) { result in
             done(.tether {
                 let info = try Self.body(of: Self.checked(result, what: "server info"), what: "server info")
@@ -78,7 +80,7 @@ public final class KintoConnection: Connection {
     /// answers a missing bucket's collection listing with 401/403, the bucket
     /// itself with 404), then its collections, then the user's permissions.
     public func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable {
-        let exchange = Exchange(engine)
+        let exchange = Exchange(engine, backoff)
         exchange.send(HTTPRequest(url: root + bucketPath)) { [self] result in
             do {
                 _ = try Self.body(of: Self.checked(result, what: "bucket \(bucket)"), what: "bucket \(bucket)")
@@ -115,7 +117,7 @@ public final class KintoConnection: Connection {
         let required = Set((schema?["required"]?.arrayValue ?? []).compactMap(\.stringValue))
         let fields = (schema?["properties"]?.objectValue ?? []).map { name, property in
             FieldSpec(name: name, type: attributeType(of: property),
-                      code: property[codeKeyword]?.integerValue, isRequired: required.contains(name))
+                      code: property[codeKeyword].map(explicitCode), isRequired: required.contains(name))
         }
         // Escaped: the id comes from the server and goes into URLs.
         return Spec(name: name, route: "/buckets/\(escape(bucket))/collections/\(escape(name))/records",
@@ -154,6 +156,19 @@ public final class KintoConnection: Connection {
         if granted.contains("write") { operations.formUnion([.insert, .update, .delete]) }
         if granted.contains("record:create") { operations.insert(.insert) }
         return operations
+    }
+
+    /// A schema's `x-tether-code` as the model builder takes it: a value that
+    /// is not a code in range stays out of range, so that it is refused with
+    /// a diagnostic rather than dropped without a word.
+    static func explicitCode(_ value: JSON) -> Int64 {
+        switch value {
+        case .integer(let code): return code
+        case .number(let text): return text.hasPrefix("-") ? .min : .max
+        case .real(let real) where real.rounded() == real:
+            return real >= 0x1p63 ? .max : real < -0x1p63 ? .min : Int64(real)
+        default: return 0
+        }
     }
 
     static func attributeType(of property: JSON) -> AttributeType {
@@ -262,7 +277,7 @@ public final class KintoConnection: Connection {
     /// request can leave before this body is decoded (by the caller, later).
     private func listing(_ url: String, what: String, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
         -> any Cancellable {
-        let exchange = Exchange(engine)
+        let exchange = Exchange(engine, backoff)
         exchange.send(HTTPRequest(url: url)) { [self] result in
             done(.tether {
                 let response = try Self.checked(result, what: what)
@@ -284,7 +299,7 @@ public final class KintoConnection: Connection {
                        _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
         guard let id = fields.first(where: { $0.key == Self.idField })?.value.stringValue else {
             done(.failure(TetherError(.invalid, "a new record needs a text id")))
-            return Exchange(engine)
+            return Exchange(engine, backoff)
         }
         let body = JSON.object([("data", .object(fields.filter { $0.key != Self.versionField }))])
         return write(HTTPRequest(method: "PUT", url: recordURL(spec, id), headers: ["If-None-Match: *"],
@@ -309,7 +324,7 @@ public final class KintoConnection: Connection {
 
     private func write(_ request: HTTPRequest, what: String,
                        _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
-        let exchange = Exchange(engine)
+        let exchange = Exchange(engine, backoff)
         exchange.send(request) { result in
             done(.tether {
                 let body = try Self.body(of: Self.checked(result, what: what), what: what)
@@ -404,9 +419,13 @@ final class Exchange: Cancellable {
     static let longestBackoffMilliseconds: Int64 = 30_000
 
     private let engine: HTTPEngine
+    private let backoff: ServerBackoff
     private let state = Lock<(transfer: HTTPEngine.TransferID?, cancelled: Bool)>((nil, false))
 
-    init(_ engine: HTTPEngine) { self.engine = engine }
+    init(_ engine: HTTPEngine, _ backoff: ServerBackoff) {
+        self.engine = engine
+        self.backoff = backoff
+    }
 
     /// Sends `request` unless cancelled; `then` runs exactly once either way,
     /// with the last attempt's answer.
@@ -417,7 +436,8 @@ final class Exchange: Cancellable {
     private func send(_ request: HTTPRequest, attempt: Int, afterMilliseconds delay: Int64,
                       _ then: @escaping HTTPEngine.Completion) {
         guard !state.withLock({ $0.cancelled }) else { return then(.failure(.cancelled)) }
-        let id = engine.start(request, afterMilliseconds: delay) { [self] result in
+        let id = engine.start(request, afterMilliseconds: max(delay, backoff.remainingMilliseconds())) { [self] result in
+            if case .success(let response) = result { backoff.heed(response) }
             if request.method == "GET", attempt < Self.maximumRetries, let wait = Self.retryDelay(result, attempt: attempt) {
                 send(request, attempt: attempt + 1, afterMilliseconds: wait, then)
             } else {
@@ -436,8 +456,10 @@ final class Exchange: Cancellable {
         let backoff = min(longestBackoffMilliseconds, firstBackoffMilliseconds << Int64(attempt))
         switch result {
         case .success(let response) where response.status == 503 || response.status == 429:
-            guard let seconds = response.header("Retry-After").flatMap({ Int64($0) }), seconds >= 0 else { return backoff }
-            return min(longestBackoffMilliseconds, max(seconds * 1000, 1))
+            guard let wait = response.seconds(inHeader: "Retry-After", atMostMilliseconds: longestBackoffMilliseconds) else {
+                return backoff
+            }
+            return max(wait, 1)
         case .failure(let error) where error.kind == .network && !error.isUnreachable:
             return backoff
         default:
@@ -451,5 +473,38 @@ final class Exchange: Cancellable {
             return state.transfer
         }
         if let transfer { engine.cancel(transfer) }
+    }
+}
+
+/// Kinto's `Backoff: N` header, sent on any answer when the server is under
+/// load or maintenance: no new request until N seconds after it. Requests
+/// already on the wire are not affected; a hostile value is capped.
+final class ServerBackoff: Sendable {
+    static let longestMilliseconds: Int64 = 30_000
+    private let until = Lock<MonotonicTime?>(nil)
+
+    func heed(_ response: HTTPResponse) {
+        guard let wait = response.seconds(inHeader: "Backoff", atMostMilliseconds: Self.longestMilliseconds), wait > 0 else {
+            return
+        }
+        let due = MonotonicTime.now().adding(milliseconds: wait)
+        until.withLock { until in
+            if until.map({ $0 < due }) ?? true { until = due }
+        }
+    }
+
+    /// How long a request starting now must wait; 0 when not backing off.
+    func remainingMilliseconds() -> Int64 {
+        guard let due = until.withLock({ $0 }) else { return 0 }
+        return max(0, due.milliseconds(since: MonotonicTime.now()))
+    }
+}
+
+extension HTTPResponse {
+    /// A header giving whole seconds (Retry-After, Backoff) in milliseconds,
+    /// capped: the value comes from the server and may be anything.
+    func seconds(inHeader name: String, atMostMilliseconds longest: Int64) -> Int64? {
+        guard let seconds = header(name).flatMap({ Int64($0) }), seconds >= 0 else { return nil }
+        return seconds > longest / 1000 ? longest : seconds * 1000
     }
 }

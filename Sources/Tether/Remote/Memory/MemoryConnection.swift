@@ -257,7 +257,7 @@ extension JSON {
             switch value {
             case .null: return 0
             case .bool: return 1
-            case .integer, .real: return 2
+            case .integer, .real, .number: return 2
             case .string: return 3
             default: return 4
             }
@@ -278,6 +278,7 @@ extension JSON {
         switch self {
         case .integer(let i): return Double(i)
         case .real(let d): return d
+        case .number(let text): return Double(text)
         default: return nil
         }
     }
