@@ -180,15 +180,21 @@ public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
         }
         options.stalenessMilliseconds = raw.staleness_ms
         options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
-        let box = ContextBox(try Context.open(options, kinto: kinto))
-        let handle = try Handles.shared.register(box, kind: .context, owner: 0).handle
-        let token = Handles.token(handle)
-        box.entityHandles = try box.context.model.entities.map { entity in
-            try Handles.shared.register(entity, kind: .entity, owner: token,
-                                        strings: [entity.name, entity.route] + entity.attributes.map(\.name)).handle
-        }
-        try output(out, handle)
+        try output(out, try register(Context.open(options, kinto: kinto)))
     }
+}
+
+/// A context's handle, and its entities' (the fuzzer registers contexts on
+/// other connections through this too).
+func register(_ context: Context) throws -> OpaquePointer {
+    let box = ContextBox(context)
+    let handle = try Handles.shared.register(box, kind: .context, owner: 0).handle
+    let token = Handles.token(handle)
+    box.entityHandles = try context.model.entities.map { entity in
+        try Handles.shared.register(entity, kind: .entity, owner: token,
+                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name)).handle
+    }
+    return handle
 }
 
 @_cdecl("tether_context_close")

@@ -122,6 +122,27 @@ final class ModelTests: XCTestCase {
         XCTAssertEqual(messages.sorted(), ["codes|B", "twice|-", "|-"], "\(built.diagnostics)")
     }
 
+    /// Swift's String equality is canonical equivalence: keyed by String,
+    /// "é" and "e" + U+0301 shared one attribute, and a record holding both
+    /// lost one value without a word. Names and ids are distinct by bytes.
+    func testNamesEqualOnlyCanonicallyAreDistinct() throws {
+        let composed = "caf\u{E9}", decomposed = "cafe\u{301}"
+        let spec = Spec(name: "items", route: "items", idField: "id", versionField: "v",
+                        fields: [FieldSpec(name: composed, type: .text), FieldSpec(name: decomposed, type: .integer)],
+                        operations: .all)
+        let twin = Spec(name: "item\u{301}s", route: "x", idField: "id", versionField: "v", fields: [], operations: .all)
+        let model = ModelBuilder.build(specs: [spec, twin], previous: nil)
+        XCTAssertEqual(model.diagnostics, [])
+        XCTAssertEqual(model.entities.count, 2)
+        let entity = try XCTUnwrap(model.entity(named: "items"))
+        XCTAssertEqual(entity.attributes.count, 4)
+        XCTAssertNotEqual(entity.attributeIndex(named: composed), entity.attributeIndex(named: decomposed))
+        let record = try Record(entity: entity, fields: [("id", .string("r")), (decomposed, .integer(7)), (composed, .string("t"))])
+        XCTAssertEqual(record.values[entity.attributeIndex(named: composed)!], .text("t"))
+        XCTAssertEqual(record.values[entity.attributeIndex(named: decomposed)!], .integer(7))
+        XCTAssertTrue(record.extra.isEmpty)
+    }
+
     func testMalformedJSONIsAProtocolError() {
         XCTAssertThrowsError(try JSON.parse(#"{"data": [ {"id": "x","#)) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .protocol)

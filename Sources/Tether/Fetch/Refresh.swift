@@ -56,28 +56,28 @@ extension Context {
         }
         for (index, objects) in batches {
             let entity = model.entities[index]
-            let byID = Dictionary(objects.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-            for ids in connection.idBatches(Array(byID.keys)) {
-                refresh(ids.compactMap { byID[$0] }, of: entity, cursor: nil, seen: [])
+            let byID = Dictionary(objects.map { (ExactString($0.id), $0) }, uniquingKeysWith: { first, _ in first })
+            for ids in connection.idBatches(byID.keys.map(\.string)) {
+                refresh(ids.compactMap { byID[ExactString($0)] }, of: entity, cursor: nil, seen: [])
             }
         }
     }
 
     /// Asks for one page of these objects' records; on the worker.
-    private func refresh(_ objects: [ManagedObject], of entity: Entity, cursor: PageCursor?, seen: Set<String>) {
+    private func refresh(_ objects: [ManagedObject], of entity: Entity, cursor: PageCursor?, seen: Set<ExactString>) {
         _ = connection.records(entity.spec, ids: objects.map(\.id), cursor: cursor) { [self] result in
             worker.async { [self] in refreshed(objects, of: entity, result, seen: seen) }
         }
     }
 
     private func refreshed(_ objects: [ManagedObject], of entity: Entity, _ result: Result<Page, TetherError>,
-                           seen: Set<String>) {
+                           seen: Set<ExactString>) {
         var seen = seen
         do {
             let page = try result.get()
-            seen.formUnion(try absorb(page, of: entity).map(\.id))
+            seen.formUnion(try absorb(page, of: entity).map { ExactString($0.id) })
             if let next = page.next { return refresh(objects, of: entity, cursor: next, seen: seen) }
-            let gone = objects.map(\.id).filter { !seen.contains($0) }
+            let gone = objects.map(\.id).filter { !seen.contains(ExactString($0)) }
             try store.delete(ids: gone, of: entity)
             markDeleted(gone, of: entity)
         } catch {

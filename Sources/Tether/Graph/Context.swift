@@ -39,7 +39,7 @@ public final class Context: Sendable {
         var closed = false
         /// Uniquing: each entity's objects in memory, by id. Entries of
         /// objects gone are swept when the table has doubled since the last sweep.
-        var objects: [[String: WeakObject]]
+        var objects: [[ExactString: WeakObject]]
         var entries = 0
         var sweepAt = Graph.minimumSweep
         /// The recently used objects the context keeps alive: a ring.
@@ -203,12 +203,12 @@ public final class Context: Sendable {
     func uniqueObjects(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
         graph.withLock { graph in
             let objects = ids.map { id -> ManagedObject in
-                if let existing = graph.objects[entity.index][id]?.object {
+                if let existing = graph.objects[entity.index][ExactString(id)]?.object {
                     graph.remember(existing)
                     return existing
                 }
                 let object = ManagedObject(context: self, entity: entity, id: id)
-                graph.objects[entity.index][id] = WeakObject(object: object)
+                graph.objects[entity.index][ExactString(id)] = WeakObject(object: object)
                 graph.entries += 1
                 graph.remember(object)
                 return object
@@ -220,7 +220,7 @@ public final class Context: Sendable {
 
     /// The objects in memory among these ids (none is made).
     func objectsInMemory(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
-        graph.withLock { graph in ids.compactMap { graph.objects[entity.index][$0]?.object } }
+        graph.withLock { graph in ids.compactMap { graph.objects[entity.index][ExactString($0)]?.object } }
     }
 
     func read(_ object: ManagedObject, _ index: Int, refresh: Bool) throws -> Value {

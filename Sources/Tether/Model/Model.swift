@@ -50,7 +50,7 @@ public final class Entity: Sendable {
     public let versionIndex: Int
     /// The highest code ever given in this entity; removed attributes' codes are not reused.
     let codeHighWater: Int
-    private let indexByName: [String: Int]
+    private let indexByName: [ExactString: Int]
     private let indexByCode: [Int: Int]
 
     init(index: Int, code: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int) {
@@ -64,11 +64,11 @@ public final class Entity: Sendable {
         self.attributes = attributes
         idIndex = attributes.firstIndex { $0.isID }!
         versionIndex = attributes.firstIndex { $0.isVersion }!
-        indexByName = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { ($1.name, $0) })
+        indexByName = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { (ExactString($1.name), $0) })
         indexByCode = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { ($1.code, $0) })
     }
 
-    public func attributeIndex(named name: String) -> Int? { indexByName[name] }
+    public func attributeIndex(named name: String) -> Int? { indexByName[ExactString(name)] }
     public func attributeIndex(code: Int) -> Int? { indexByCode[code] }
 }
 
@@ -88,7 +88,7 @@ public final class Model: Sendable {
     /// What could not be modelled as the specs asked, from the build that made
     /// this model (none for a model read back from the store).
     public let diagnostics: [Diagnostic]
-    private let entityByName: [String: Entity]
+    private let entityByName: [ExactString: Entity]
 
     /// `entities` must be sorted by name, each at its index, names and codes unique.
     init(entities: [Entity], entityCodeHighWater: Int, diagnostics: [Diagnostic] = []) {
@@ -96,8 +96,8 @@ public final class Model: Sendable {
         self.entities = entities
         self.entityCodeHighWater = entityCodeHighWater
         self.diagnostics = diagnostics
-        entityByName = Dictionary(entities.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        entityByName = Dictionary(entities.map { (ExactString($0.name), $0) }, uniquingKeysWith: { first, _ in first })
     }
 
-    public func entity(named name: String) -> Entity? { entityByName[name] }
+    public func entity(named name: String) -> Entity? { entityByName[ExactString(name)] }
 }

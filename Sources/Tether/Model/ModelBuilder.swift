@@ -10,36 +10,36 @@ enum ModelBuilder {
     static func build(specs: [Spec], previous: Model?) -> Model {
         var diagnostics: [Diagnostic] = []
         var accepted: [Spec] = []
-        var names = Set<String>()
+        var names = Set<ExactString>()
         for spec in specs {
             func skip(_ why: String) { diagnostics.append(Diagnostic(entity: spec.name, attribute: nil, message: why)) }
             guard Identifier.isUsableName(spec.name) else { skip("the name is empty, too long or holds U+0000"); continue }
             guard Identifier.isUsableName(spec.idField), Identifier.isUsableName(spec.versionField),
-                  spec.idField != spec.versionField else {
+                  ExactString(spec.idField) != ExactString(spec.versionField) else {
                 skip("its id and version fields are not two usable names")
                 continue
             }
-            guard names.insert(spec.name).inserted else { skip("the server describes it twice; the first is kept"); continue }
+            guard names.insert(ExactString(spec.name)).inserted else { skip("the server describes it twice; the first is kept"); continue }
             accepted.append(spec)
         }
         let sorted = accepted.sorted { Array($0.name.utf8).lexicographicallyPrecedes($1.name.utf8) }
         // Entity codes as attribute codes: kept by name, else above every code given.
-        var entityCodes: [String: Int] = [:]
+        var entityCodes: [ExactString: Int] = [:]
         var usedEntityCodes = Set<Int>()
         for spec in sorted {
             if let kept = previous?.entity(named: spec.name)?.code, usedEntityCodes.insert(kept).inserted {
-                entityCodes[spec.name] = kept
+                entityCodes[ExactString(spec.name)] = kept
             }
         }
         var nextEntityCode = max(previous?.entityCodeHighWater ?? 0, usedEntityCodes.max() ?? 0) + 1
-        for spec in sorted where entityCodes[spec.name] == nil {
-            entityCodes[spec.name] = nextEntityCode
+        for spec in sorted where entityCodes[ExactString(spec.name)] == nil {
+            entityCodes[ExactString(spec.name)] = nextEntityCode
             usedEntityCodes.insert(nextEntityCode)
             nextEntityCode += 1
         }
         let entities = sorted.enumerated().map { index, spec in
             let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name), &diagnostics)
-            return Entity(index: index, code: entityCodes[spec.name]!, spec: spec, attributes: attributes.list,
+            return Entity(index: index, code: entityCodes[ExactString(spec.name)]!, spec: spec, attributes: attributes.list,
                           codeHighWater: attributes.highWater)
         }
         let highWater = max(previous?.entityCodeHighWater ?? 0, usedEntityCodes.max() ?? 0)
@@ -68,7 +68,7 @@ enum ModelBuilder {
             }
             return Int(code)
         }
-        func field(_ name: String) -> FieldSpec? { spec.fields.first { $0.name == name } }
+        func field(_ name: String) -> FieldSpec? { spec.fields.first { $0.name.utf8.elementsEqual(name.utf8) } }
 
         var drafts = [
             Draft(name: spec.idField, explicitCode: explicitCode(field(spec.idField)),
@@ -76,13 +76,14 @@ enum ModelBuilder {
             Draft(name: spec.versionField, explicitCode: explicitCode(field(spec.versionField)),
                   type: .integer, isID: false, isVersion: true, isRequired: false),
         ]
-        var seen: Set<String> = [spec.idField, spec.versionField]
-        for field in spec.fields where field.name != spec.idField && field.name != spec.versionField {
+        let idAndVersion: Set<ExactString> = [ExactString(spec.idField), ExactString(spec.versionField)]
+        var seen = idAndVersion
+        for field in spec.fields where !idAndVersion.contains(ExactString(field.name)) {
             guard Identifier.isUsableName(field.name) else {
                 note(field.name, "the name is empty, too long or holds U+0000; the field is kept only in each record's extra fields")
                 continue
             }
-            guard seen.insert(field.name).inserted else { note(field.name, "described twice; the first is kept"); continue }
+            guard seen.insert(ExactString(field.name)).inserted else { note(field.name, "described twice; the first is kept"); continue }
             drafts.append(Draft(name: field.name, explicitCode: explicitCode(field), type: field.type,
                                 isID: false, isVersion: false, isRequired: field.isRequired))
         }
