@@ -11,7 +11,7 @@ RELEASE_FLAGS := -c release -Xswiftc -static-stdlib \
                  -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map
 APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev python3-venv gcc make
 
-.PHONY: all deps build demo test test-swift test-c test-python bench clean
+.PHONY: all deps build demo test test-swift test-c test-python bench fuzz clean
 
 all: build
 
@@ -45,6 +45,10 @@ test: build
 test-swift test-c test-python: build
 	scripts/with-kinto scripts/run-tests $(patsubst test-%,%,$@)
 
+# The libFuzzer targets (fuzz/), FUZZ_SECONDS each (make test runs them briefly).
+fuzz: deps
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz
+
 bench: build $(BUILD_DIR)/first_peek
 	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
 	scripts/with-kinto $(VENV)/bin/python bench/run.py
@@ -53,4 +57,4 @@ $(BUILD_DIR)/first_peek: bench/first_peek.c include/tether.h $(LIB)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
 clean:
-	rm -rf .build $(BUILD_DIR) bindings/c/build .run
+	rm -rf .build .build-fuzz $(BUILD_DIR) bindings/c/build .run

@@ -141,6 +141,10 @@ final class ModelTests: XCTestCase {
         XCTAssertEqual(record.values[entity.attributeIndex(named: composed)!], .text("t"))
         XCTAssertEqual(record.values[entity.attributeIndex(named: decomposed)!], .integer(7))
         XCTAssertTrue(record.extra.isEmpty)
+        // The fuzzer found the saved model then refused as corrupt: the
+        // store would not open again.
+        let saved = try XCTUnwrap(try ModelCoding.decode(ModelCoding.encode(model)))
+        XCTAssertEqual(saved.entity(named: "items")?.attributes.map(\.code), entity.attributes.map(\.code))
     }
 
     func testMalformedJSONIsAProtocolError() {

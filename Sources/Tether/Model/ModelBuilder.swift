@@ -188,14 +188,14 @@ enum ModelCoding {
             }
             guard decoded.filter(\.isID).count == 1, decoded.filter(\.isVersion).count == 1,
                   Set(decoded.map(\.code)).count == decoded.count,
-                  Set(decoded.map(\.name)).count == decoded.count else { throw corrupt() }
+                  Set(decoded.map { ExactString($0.name) }).count == decoded.count else { throw corrupt() }
             let fields = decoded.map { FieldSpec(name: $0.name, type: $0.type, code: Int64($0.code), isRequired: $0.isRequired) }
             let spec = Spec(name: name, route: route, idField: idField, versionField: versionField, fields: fields,
                             operations: Operations(rawValue: UInt32(truncatingIfNeeded: operations)))
             return Entity(index: index, code: Int(code), spec: spec, attributes: decoded, codeHighWater: Int(highWater))
         }, entityCodeHighWater: Int(entityHighWater))
         guard Set(model.entities.map(\.code)).count == model.entities.count,
-              Set(model.entities.map(\.name)).count == model.entities.count else { throw corrupt() }
+              Set(model.entities.map { ExactString($0.name) }).count == model.entities.count else { throw corrupt() }
         return model
     }
 }

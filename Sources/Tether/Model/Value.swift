@@ -19,7 +19,8 @@ public enum Value: Equatable, Sendable {
         case (.text, .string(let s)): self = .text(s)
         case (.integer, .integer(let i)): self = .integer(i)
         case (.real, .real(let d)): self = .real(d)
-        case (.real, .integer(let i)): self = .real(Double(i))
+        // Only where exact: 2^53 + 1 has no Double, and is kept as JSON.
+        case (.real, .integer(let i)) where Int64(exactly: Double(i)) == i: self = .real(Double(i))
         case (.boolean, .bool(let b)): self = .boolean(b)
         default: self = .json(json.serialized(sortKeys: true))
         }

@@ -270,7 +270,7 @@ final class Store: Sendable {
             case (.boolean, .integer(let i)): values.append(.boolean(i != 0))
             case (.json, .text(let s)): values.append(.json(s))
             default:
-                let misfit = extra.first { $0.key == attribute.name }?.value
+                let misfit = extra.first { $0.key.utf8.elementsEqual(attribute.name.utf8) }?.value
                 values.append(misfit.map { .json($0.serialized(sortKeys: true)) } ?? .null)
             }
         }
