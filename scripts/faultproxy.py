@@ -12,10 +12,12 @@ the proxy.  HTTP/1.1 with keep-alive; every answer carries Content-Length.
 
 Control endpoint (never forwarded):
 
-  POST /__fault__   {"mode": "pass"|"malformed"|"truncate"|"status"|"delay"|"drop",
+  POST /__fault__   {"mode": "pass"|"malformed"|"truncate"|"status"|"delay"|"drop"
+                             |"reset"|"huge"|"trickle",
                      "status": 500, "delay": 2.0, "match": "substring" or null,
                      "count": N or null, "forward": bool, "retry_after": S,
-                     "reset_log": bool}
+                     "pad": BYTES, "rate": BYTES_PER_S, "max_connections": N or null,
+                     "backoff": S or null, "reset_log": bool}
       Replaces the fault settings (fields left out take their defaults) and
       answers with the state (as GET).
         pass       forward and relay unchanged.
@@ -24,6 +26,9 @@ Control endpoint (never forwarded):
         truncate   forward, then send the headers with the full Content-Length
                    but only half of the body (nothing if the body is empty,
                    Content-Length then 100), and close the connection.
+        reset      as truncate, but after the half body (and a 0.2 s pause, so
+                   the client has read it) reset the connection (SO_LINGER 0,
+                   then close): the client sees ECONNRESET mid-body.
         status     answer `status` with a Kinto-like JSON error body
                    {"code", "errno", "error", "message"}; not forwarded unless
                    "forward": true (then the server did apply the request).
@@ -31,13 +36,35 @@ Control endpoint (never forwarded):
         delay      sleep `delay` seconds, then forward.
         drop       close the connection without answering; not forwarded
                    unless "forward": true.
+        huge       forward; if the answer is a 2xx JSON listing ({"data": [...]},
+                   no Content-Encoding), add to each record of it an extra field
+                   "faultproxy_pad" holding a string of `pad` bytes (default
+                   1000000), the rest unchanged; Content-Length fits the new body.
+                   Other answers pass unchanged.
+        trickle    forward, then send the whole answer (status line, headers,
+                   body) at `rate` bytes per second (default 1000), in small
+                   writes every 50 ms.
       match: only requests whose target ("path?query") contains this
       substring get the fault; others pass.  count: after this many faulted
       requests the mode reverts to "pass".  reset_log: clear log and counters.
+      backoff (independent of mode and match): while set, the answer to every
+      request that arrives meanwhile (relayed, injected by "status", or the
+      proxy's 502) carries Kinto's "Backoff: S" header.
+      max_connections: at most N client connections at once (null: no limit).
+      A connection beyond N is closed at once, unanswered, and counted in
+      "refused".  A client connection counts from its first request until
+      either side closes it; connections whose first request is a control
+      request are never counted nor refused.
   GET /__fault__    {"mode", "status", "delay", "match", "count", "forward",
+                     "pad", "rate", "max_connections", "backoff",
                      "requests": N (requests seen, control ones excluded),
                      "forwarded": N (requests sent to the upstream),
-                     "faulted": N, "log": ["METHOD path?query", ...]}  (last 1000)
+                     "faulted": N, "log": ["METHOD path?query", ...] (last 1000),
+                     "times": [arrival of each log entry, monotonic seconds],
+                     "active_connections": N (client connections open now),
+                     "peak_connections": N (most open at once since the last
+                         reset; a refused one counts as open when it arrives),
+                     "refused": N (connections closed by max_connections)}
   DELETE /__fault__ back to "pass" and clear the log and counters.
 
 If the upstream cannot be reached the proxy answers 502 (Kinto-like body).
@@ -48,15 +75,20 @@ import argparse
 import collections
 import http.client
 import http.server
+import io
 import json
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
 import urllib.parse
 
-MODES = ("pass", "malformed", "truncate", "status", "delay", "drop")
+MODES = ("pass", "malformed", "truncate", "status", "delay", "drop", "reset", "huge", "trickle")
+PAD_FIELD = "faultproxy_pad"
+RESET_PAUSE = 0.2      # lets the client read the half body before the reset
+TRICKLE_TICK = 0.05    # seconds between two writes of a trickled answer
 MALFORMED_BODY = b'{"data": [ {"id": "x",'
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
               "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
@@ -75,6 +107,10 @@ class State:
         self.forwarded = 0
         self.faulted = 0
         self.log = collections.deque(maxlen=LOG_MAX)
+        self.times = collections.deque(maxlen=LOG_MAX)
+        self.active = set()     # sockets of the client connections counted now
+        self.peak = 0
+        self.refused = 0
         self.configure({})
 
     def configure(self, cfg):
@@ -90,6 +126,21 @@ class State:
         status = int(cfg.get("status", 500))
         if not 100 <= status <= 599:
             raise ValueError("status must be 100..599")
+        pad = cfg.get("pad", 1000000)
+        if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+            raise ValueError("pad must be a non-negative integer")
+        rate = cfg.get("rate", 1000)
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0:
+            raise ValueError("rate must be a positive number")
+        max_connections = cfg.get("max_connections")
+        if max_connections is not None and (not isinstance(max_connections, int)
+                                            or isinstance(max_connections, bool)
+                                            or max_connections < 0):
+            raise ValueError("max_connections must be a non-negative integer or null")
+        backoff = cfg.get("backoff")
+        if backoff is not None and (not isinstance(backoff, int) or isinstance(backoff, bool)
+                                    or backoff < 0):
+            raise ValueError("backoff must be a non-negative integer (seconds) or null")
         self.mode = mode
         self.status = status
         self.delay = float(cfg.get("delay", 1.0))
@@ -97,6 +148,10 @@ class State:
         self.count = count
         self.forward = cfg.get("forward")
         self.retry_after = cfg.get("retry_after")
+        self.pad = pad
+        self.rate = rate
+        self.max_connections = max_connections
+        self.backoff = backoff
         if cfg.get("reset_log"):
             self.reset_counters()
         if self.count == 0:
@@ -105,33 +160,96 @@ class State:
     def reset_counters(self):
         self.requests = self.forwarded = self.faulted = 0
         self.log.clear()
+        self.times.clear()
+        self.prune()
+        self.peak = len(self.active)
+        self.refused = 0
 
     def snapshot(self):
+        self.prune()
         return {"mode": self.mode, "status": self.status, "delay": self.delay,
                 "match": self.match, "count": self.count, "forward": self.forward,
+                "pad": self.pad, "rate": self.rate, "max_connections": self.max_connections,
+                "backoff": self.backoff,
                 "requests": self.requests, "forwarded": self.forwarded,
-                "faulted": self.faulted, "log": list(self.log)}
+                "faulted": self.faulted, "log": list(self.log), "times": list(self.times),
+                "active_connections": len(self.active), "peak_connections": self.peak,
+                "refused": self.refused}
+
+    # -- connection cap (call with the lock held) ---------------------------
+
+    def prune(self):
+        """Forget connections the client has closed: the handler thread may
+        not have noticed yet, and a client that closes an idle connection to
+        open another must not look as if it held both."""
+        for sock in list(self.active):
+            try:
+                closed = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                closed = False
+            except OSError:
+                closed = True
+            if closed:
+                self.active.discard(sock)
+
+    def admit(self, sock):
+        """Count a new client connection; False if it must be refused."""
+        with self.lock:
+            self.prune()
+            if self.max_connections is not None and len(self.active) >= self.max_connections:
+                self.refused += 1
+                self.peak = max(self.peak, len(self.active) + 1)
+                return False
+            self.active.add(sock)
+            self.peak = max(self.peak, len(self.active))
+            return True
+
+    def leave(self, sock):
+        with self.lock:
+            self.active.discard(sock)
 
     def decide(self, method, target):
-        """Record the request; return the fault settings to apply to it."""
+        """Record the request; return (the fault settings to apply to it or
+        None, the Backoff header value or None)."""
         with self.lock:
             self.requests += 1
             self.log.append("%s %s" % (method, target))
+            self.times.append(time.monotonic())
+            backoff = None if self.backoff is None else str(self.backoff)
             if self.mode == "pass" or (self.match is not None and self.match not in target):
-                return None
+                return None, backoff
             fault = {"mode": self.mode, "status": self.status, "delay": self.delay,
-                     "forward": self.forward, "retry_after": self.retry_after}
+                     "forward": self.forward, "retry_after": self.retry_after,
+                     "pad": self.pad, "rate": self.rate}
             self.faulted += 1
             if self.count is not None:
                 self.count -= 1
                 if self.count <= 0:
                     self.mode = "pass"
                     self.count = None
-            return fault
+            return fault, backoff
 
     def count_forwarded(self):
         with self.lock:
             self.forwarded += 1
+
+
+def inflate(data, headers, pad):
+    """A JSON listing's body with a `pad`-byte string field added to each
+    record; anything else unchanged."""
+    if any(k.lower() == "content-encoding" for k, _ in headers):
+        return data
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return data
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+        return data
+    filler = "x" * pad
+    for record in doc["data"]:
+        if isinstance(record, dict):
+            record[PAD_FIELD] = filler
+    return json.dumps(doc).encode("utf-8")
 
 
 def kinto_error(status, message):
@@ -150,6 +268,39 @@ class Handler(http.server.BaseHTTPRequestHandler):
     upstream_prefix = ""
     state = None
     verbose = False
+    extra_headers = ()   # per request: the Backoff header while set
+
+    # -- connection accounting ------------------------------------------------
+
+    def peek_request_line(self):
+        """The start of the first request, left unread; None if the client
+        closed without sending one."""
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                data = self.connection.recv(256, socket.MSG_PEEK)
+            except OSError:
+                return None
+            if not data:
+                return None
+            if b"\n" in data or len(data) >= 256 or time.monotonic() > deadline:
+                return data
+            time.sleep(0.002)
+
+    def handle(self):
+        line = self.peek_request_line()
+        if line is None:
+            return
+        parts = line.split(b" ", 2)
+        target = parts[1].decode("latin-1") if len(parts) > 1 else ""
+        if urllib.parse.urlsplit(target).path == "/__fault__":
+            return super().handle()
+        if not self.state.admit(self.connection):
+            return   # closed unanswered by the server's shutdown_request
+        try:
+            super().handle()
+        finally:
+            self.state.leave(self.connection)
 
     def log_message(self, fmt, *args):
         if self.verbose:
@@ -179,7 +330,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        for k, v in extra:
+        for k, v in list(extra) + list(self.extra_headers):
             self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
@@ -224,9 +375,53 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header(k, v)
         if not no_body:
             self.send_header("Content-Length", str(len(data)))
+        for k, v in self.extra_headers:
+            self.send_header(k, v)
         self.end_headers()
         if not no_body:
             self.wfile.write(data)
+
+    def send_part(self, status, reason, headers, data):
+        """Headers with the full Content-Length (100 if the body is empty),
+        then only half of the body."""
+        self.send_response(status, reason)
+        for k, v in headers:
+            lk = k.lower()
+            if lk in HOP_BY_HOP or lk in ("content-length", "date", "server"):
+                continue
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data) if data else 100))
+        for k, v in self.extra_headers:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data[:len(data) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+
+    def reset_connection(self):
+        """Abortive close: with SO_LINGER 0, close() sends RST, not FIN."""
+        self.close_connection = True
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+            self.rfile.close()   # its reference would delay the real close
+            self.connection.close()
+        except OSError:
+            pass
+
+    def trickle(self, status, reason, headers, data, rate):
+        """Relay the answer `rate` bytes per second."""
+        out, self.wfile = self.wfile, io.BytesIO()
+        try:
+            self.relay(status, reason, headers, data)
+            raw = self.wfile.getvalue()
+        finally:
+            self.wfile = out
+        step = max(1, int(rate * TRICKLE_TICK))
+        for i in range(0, len(raw), step):
+            self.wfile.write(raw[i:i + step])
+            time.sleep(len(raw[i:i + step]) / rate)
 
     # -- control endpoint -------------------------------------------------
 
@@ -259,11 +454,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # -- main entry ---------------------------------------------------------
 
     def handle_any(self):
+        self.extra_headers = ()
         body = self.read_body()
         if urllib.parse.urlsplit(self.path).path == "/__fault__":
             return self.control(body)
 
-        fault = self.state.decide(self.command, self.path)
+        fault, backoff = self.state.decide(self.command, self.path)
+        self.extra_headers = [("Backoff", backoff)] if backoff is not None else []
         mode = fault["mode"] if fault else "pass"
         try:
             if mode == "drop":
@@ -294,23 +491,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 headers.append(("Content-Type", "application/json"))
                 return self.relay(200, "OK", headers, MALFORMED_BODY)
             if mode == "truncate":
-                self.send_response(status, reason)
-                for k, v in headers:
-                    lk = k.lower()
-                    if lk in HOP_BY_HOP or lk in ("content-length", "date", "server"):
-                        continue
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data) if data else 100))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data[:len(data) // 2])
-                self.wfile.flush()
-                self.close_connection = True
+                self.send_part(status, reason, headers, data)
                 try:
                     self.connection.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
                 return
+            if mode == "reset":
+                self.send_part(status, reason, headers, data)
+                time.sleep(RESET_PAUSE)
+                return self.reset_connection()
+            if mode == "huge" and 200 <= status < 300:
+                data = inflate(data, headers, fault["pad"])
+            if mode == "trickle":
+                return self.trickle(status, reason, headers, data, fault["rate"])
             return self.relay(status, reason, headers, data)
         except (ConnectionError, socket.timeout, OSError, http.client.HTTPException) as e:
             if isinstance(e, (BrokenPipeError, ConnectionResetError)) and mode != "pass":

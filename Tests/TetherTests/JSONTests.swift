@@ -19,6 +19,16 @@ final class JSONTests: XCTestCase {
         XCTAssertEqual(try parse("[18446744073709551616]").serialized(), "[18446744073709551616]")
     }
 
+    /// A real attribute took any integer as a Double: 2^53 + 1 came back as
+    /// 2^53, silently. Only exact conversions are made; the rest is JSON.
+    func testIntegersInARealAttributeConvertOnlyWhenExact() {
+        XCTAssertEqual(Value(json: .integer(3), type: .real), .real(3))
+        XCTAssertEqual(Value(json: .integer(9_007_199_254_740_993), type: .real), .json("9007199254740993"))
+        XCTAssertEqual(Value(json: .integer(.max), type: .real), .json("9223372036854775807"))
+        XCTAssertEqual(Value(json: .number("1e400"), type: .real), .json("1e400"))
+        XCTAssertEqual(Value(json: .number("18446744073709551616"), type: .integer), .json("18446744073709551616"))
+    }
+
     func testKeysAndStringsMayHoldNULAndCompareByBytes() throws {
         let parsed = try parse(#"{"a\u0000b": 1, "a": 2, "e\u0301": 3, "é": 4}"#)
         XCTAssertEqual(parsed.objectValue?.count, 4, "a key with NUL, its prefix, and canonically equal keys are distinct")
