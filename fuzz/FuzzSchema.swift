@@ -30,6 +30,20 @@ private func codes(_ model: Model) -> [[Int]] { model.entities.map { [$0.code] +
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzSchema(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     guard let document = try? JSONReader.parse(UnsafeBufferPointer(start: data, count: size)) else { return 0 }
+    // A saved model, as a store file anyone may have written holds it: read
+    // back and built upon, it must keep the same promises.
+    if document["format"] != nil {
+        guard let saved = try? ModelCoding.decode(document.serialized()) else { return 0 }
+        checkPromises(saved)
+        let specs = saved.entities.map(\.spec) + [Spec(name: "new", route: "n", idField: "id", versionField: "v",
+                                                       fields: [FieldSpec(name: "f", type: .text)], operations: .all)]
+        let built = ModelBuilder.build(specs: specs, previous: saved)
+        checkPromises(built)
+        for entity in saved.entities {
+            require(built.entity(named: entity.name)?.attributes.map(\.code) == entity.attributes.map(\.code), "codes moved")
+        }
+        return 0
+    }
     let collections = document["data"]?.arrayValue ?? document.arrayValue ?? [document]
     let specs = collections.map { KintoConnection.spec(from: $0, bucket: "b", operations: .all) }
     let model = ModelBuilder.build(specs: specs, previous: nil)

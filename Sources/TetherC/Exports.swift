@@ -285,7 +285,7 @@ public func tether_entity_route(_ e: OpaquePointer?, _ out: UnsafeMutablePointer
 
 @_cdecl("tether_entity_code")
 public func tether_entity_code(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
-    call { try output(out, Int32(try entity(e).0.code)) }
+    call { try output(out, Int32(clamping: try entity(e).0.code)) }
 }
 
 @_cdecl("tether_entity_operations")
@@ -311,7 +311,7 @@ public func tether_entity_attribute_at(_ e: OpaquePointer?, _ index: Int,
         }
         let attribute = entity.attributes[index]
         outName?.pointee = UnsafePointer(strings[2 + index])
-        outCode?.pointee = Int32(attribute.code)
+        outCode?.pointee = Int32(clamping: attribute.code)
         outType?.pointee = tether_type(rawValue: UInt32(attribute.type.rawValue))
         var flags: UInt32 = 0
         if attribute.isID { flags |= TETHER_ATTR_ID }

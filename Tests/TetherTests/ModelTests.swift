@@ -147,6 +147,28 @@ final class ModelTests: XCTestCase {
         XCTAssertEqual(saved.entity(named: "items")?.attributes.map(\.code), entity.attributes.map(\.code))
     }
 
+    /// The saved model is read from a file anything may have written: a high
+    /// water of Int64.max made the next code overflow (a trap), an entity
+    /// code beyond Int32 trapped at the C boundary. Such a model is refused;
+    /// a spent code range is filled from its gaps.
+    func testOutlandishSavedCodesAreRefusedOrWrappedNotFatal() throws {
+        let items = Spec(name: "items", route: "r", idField: "id", versionField: "v", fields: [], operations: .all)
+        let text = ModelCoding.encode(ModelBuilder.build(specs: [items], previous: nil))
+        XCTAssertTrue(text.contains(#""entityCodeHighWater":1"#) && text.contains(#""code":1,"route""#), text)
+        for (from, to) in [(#""entityCodeHighWater":1"#, #""entityCodeHighWater":9223372036854775807"#),
+                           (#""codeHighWater":2"#, #""codeHighWater":9223372036854775807"#)] {
+            XCTAssertThrowsError(try ModelCoding.decode(text.replacingOccurrences(of: from, with: to)), to) { error in
+                XCTAssertEqual((error as? TetherError)?.kind, .store)
+            }
+        }
+        let spent = text.replacingOccurrences(of: #""entityCodeHighWater":1"#, with: #""entityCodeHighWater":2147483647"#)
+            .replacingOccurrences(of: #""code":1,"route""#, with: #""code":2147483647,"route""#)
+        let previous = try XCTUnwrap(try ModelCoding.decode(spent))
+        let notes = Spec(name: "notes", route: "n", idField: "id", versionField: "v", fields: [], operations: .all)
+        let model = ModelBuilder.build(specs: [items, notes], previous: previous)
+        XCTAssertEqual(model.entities.map(\.code), [2147483647, 1], "items keeps its code; notes fills a gap")
+    }
+
     func testMalformedJSONIsAProtocolError() {
         XCTAssertThrowsError(try JSON.parse(#"{"data": [ {"id": "x","#)) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .protocol)

@@ -33,6 +33,8 @@ enum ModelBuilder {
         }
         var nextEntityCode = max(previous?.entityCodeHighWater ?? 0, usedEntityCodes.max() ?? 0) + 1
         for spec in sorted where entityCodes[ExactString(spec.name)] == nil {
+            if nextEntityCode > largestCode { nextEntityCode = 1 }  // the range is spent: fill its gaps
+            while usedEntityCodes.contains(nextEntityCode) { nextEntityCode += 1 }
             entityCodes[ExactString(spec.name)] = nextEntityCode
             usedEntityCodes.insert(nextEntityCode)
             nextEntityCode += 1
@@ -164,7 +166,9 @@ enum ModelCoding {
         func corrupt() -> TetherError { TetherError(.store, "the model saved in the store is unreadable") }
         guard let saved = root["format"]?.integerValue else { throw corrupt() }
         guard saved == format else { return nil }
-        guard let entities = root["entities"]?.arrayValue, let entityHighWater = root["entityCodeHighWater"]?.integerValue else {
+        // Read from a file that anything may have written: every number is checked.
+        guard let entities = root["entities"]?.arrayValue, let entityHighWater = root["entityCodeHighWater"]?.integerValue,
+              (0...Int64(ModelBuilder.largestCode)).contains(entityHighWater) else {
             throw corrupt()
         }
         let model = Model(entities: try entities.enumerated().map { index, entity in
@@ -174,7 +178,7 @@ enum ModelCoding {
                   let idField = entity["idField"]?.stringValue,
                   let versionField = entity["versionField"]?.stringValue,
                   let operations = entity["operations"]?.integerValue,
-                  let highWater = entity["codeHighWater"]?.integerValue,
+                  let highWater = entity["codeHighWater"]?.integerValue, (0...Int64(ModelBuilder.largestCode)).contains(highWater),
                   let attributes = entity["attributes"]?.arrayValue else { throw corrupt() }
             let decoded: [Attribute] = try attributes.map { attribute in
                 guard let name = attribute["name"]?.stringValue,
