@@ -400,7 +400,9 @@ typedef enum tether_cache_policy {
     TETHER_POLICY_CACHE_ELSE_SERVER = 3
 } tether_cache_policy;
 
-#define TETHER_FETCH_OPTIONS_VERSION 1
+/* Version 2 added predicate, arguments and argument_count; a version 1
+ * struct is still accepted (its fetches have no predicate). */
+#define TETHER_FETCH_OPTIONS_VERSION 2
 
 typedef struct tether_fetch_options {
     unsigned int version;        /* TETHER_FETCH_OPTIONS_VERSION */
@@ -409,7 +411,37 @@ typedef struct tether_fetch_options {
                                     descending, e.g. "-Date,Change"; NULL: none */
     int64_t limit;               /* at most this many objects; 0: no limit */
     tether_cache_policy policy;  /* default TETHER_POLICY_CACHE_THEN_SERVER */
+    /* Version 2: */
+    const char *predicate;       /* which records; NULL: all. See below. */
+    const tether_value *arguments;  /* the values of $1, $2… (borrowed for the
+                                    call): TEXT (`text`, `length` bytes, may
+                                    hold NUL), INTEGER, REAL, BOOLEAN or NULL */
+    size_t argument_count;       /* exactly as many as the predicate uses */
 } tether_fetch_options;
+
+/* Predicates, in Core Data's format (in part):
+ *
+ *     Status == 'pending' AND (User BEGINSWITH[c] $1 OR #205 IN {3, 5})
+ *
+ * Keys: an attribute name, any name in backquotes (`two words`), or a code
+ * (#205). Values: 'text' or "text", integers, reals, true/false, nil, and
+ * $1, $2... from `arguments`, so that nothing needs quoting. Comparisons:
+ * == != < <= > >=, IN {a, b}, BETWEEN {low, high}, and on text BEGINSWITH,
+ * ENDSWITH, CONTAINS, LIKE ('*' any run, '?' one character), each with [c]
+ * (case-insensitive), [d] (diacritic-insensitive) or [cd]. AND (&&), OR
+ * (||), NOT (!), parentheses, TRUEPREDICATE, FALSEPREDICATE.
+ *
+ * One meaning for the cache, the server and memory: a comparison with a
+ * null value is false except == nil and != nil (`!=` a value is true for
+ * null); text compares by Unicode scalar values; a value the server sent
+ * with another type than the attribute's counts as null; JSON attributes
+ * test only == nil and != nil. What the server cannot filter exactly is
+ * fetched more broadly and filtered here, so results are always exact; a
+ * filtered listing never removes other records from the cache.
+ *
+ * tether_fetch_start returns TETHER_E_INVALID for bad syntax, an unknown
+ * key, a value of the wrong type or an argument count that does not match;
+ * tether_errmsg() says what, and the column. */
 
 /* Fills `opts` with defaults for the given struct version. */
 TETHER_API int tether_fetch_options_init(tether_fetch_options *opts, unsigned int version);

@@ -17,7 +17,8 @@ Control endpoint (never forwarded):
                      "status": 500, "delay": 2.0, "match": "substring" or null,
                      "count": N or null, "forward": bool, "retry_after": S,
                      "pad": BYTES, "rate": BYTES_PER_S, "max_connections": N or null,
-                     "backoff": S or null, "reset_log": bool}
+                     "backoff": S or null, "rewrite": [["from", "to"], ...],
+                     "rewrite_hex": [["66726f6d", "746f"], ...], "reset_log": bool}
       Replaces the fault settings (fields left out take their defaults) and
       answers with the state (as GET).
         pass       forward and relay unchanged.
@@ -50,13 +51,29 @@ Control endpoint (never forwarded):
       backoff (independent of mode and match): while set, the answer to every
       request that arrives meanwhile (relayed, injected by "status", or the
       proxy's 502) carries Kinto's "Backoff: S" header.
+      rewrite (independent of mode and match, like backoff): in the body of
+      every answer forwarded from the upstream (whatever the mode does with
+      it afterwards: relayed, inflated by "huge", cut by "truncate" or
+      "reset", trickled), replace each occurrence of the byte string `from`
+      by `to`, both the UTF-8 encoding of the JSON strings given (so the JSON
+      escape "\\u0000" in the control request is the byte 0, and "\\\\u0000"
+      the six characters \\u0000; a lone surrogate escape gives its 3-byte
+      form).  Pairs apply in order, each to the result of the previous one;
+      Content-Length fits the new body.  `from` must not be empty.  Bodies
+      are rewritten as received (a Content-Encoding'd body is not decoded
+      first).  Control answers and the proxy's own bodies (status, malformed,
+      502) are never rewritten.  Default [] (no rewriting).
+      rewrite_hex: as rewrite, with `from` and `to` given as hex digits of
+      the raw bytes (for bytes that are not UTF-8, e.g. ["41", "fffe"]);
+      applied after the rewrite pairs.  Default [].
       max_connections: at most N client connections at once (null: no limit).
       A connection beyond N is closed at once, unanswered, and counted in
       "refused".  A client connection counts from its first request until
       either side closes it; connections whose first request is a control
       request are never counted nor refused.
   GET /__fault__    {"mode", "status", "delay", "match", "count", "forward",
-                     "pad", "rate", "max_connections", "backoff",
+                     "pad", "rate", "max_connections", "backoff", "rewrite",
+                     "rewrite_hex",
                      "requests": N (requests seen, control ones excluded),
                      "forwarded": N (requests sent to the upstream),
                      "faulted": N, "log": ["METHOD path?query", ...] (last 1000),
@@ -64,7 +81,9 @@ Control endpoint (never forwarded):
                      "active_connections": N (client connections open now),
                      "peak_connections": N (most open at once since the last
                          reset; a refused one counts as open when it arrives),
-                     "refused": N (connections closed by max_connections)}
+                     "refused": N (connections closed by max_connections),
+                     "rewritten": N (replacements made by rewrite and
+                         rewrite_hex, summed over answers)}
   DELETE /__fault__ back to "pass" and clear the log and counters.
 
 If the upstream cannot be reached the proxy answers 502 (Kinto-like body).
@@ -111,6 +130,7 @@ class State:
         self.active = set()     # sockets of the client connections counted now
         self.peak = 0
         self.refused = 0
+        self.rewritten = 0
         self.configure({})
 
     def configure(self, cfg):
@@ -141,6 +161,9 @@ class State:
         if backoff is not None and (not isinstance(backoff, int) or isinstance(backoff, bool)
                                     or backoff < 0):
             raise ValueError("backoff must be a non-negative integer (seconds) or null")
+        rewrite = self._pairs(cfg.get("rewrite", []), "rewrite",
+                              lambda t: t.encode("utf-8", "surrogatepass"))
+        rewrite_hex = self._pairs(cfg.get("rewrite_hex", []), "rewrite_hex", bytes.fromhex)
         self.mode = mode
         self.status = status
         self.delay = float(cfg.get("delay", 1.0))
@@ -152,10 +175,43 @@ class State:
         self.rate = rate
         self.max_connections = max_connections
         self.backoff = backoff
+        self.rewrite = rewrite
+        self.rewrite_hex = rewrite_hex
         if cfg.get("reset_log"):
             self.reset_counters()
         if self.count == 0:
             self.mode = "pass"
+
+    @staticmethod
+    def _pairs(value, name, to_bytes):
+        """[[from, to], ...] -> [(from, to, from_bytes, to_bytes), ...]."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise ValueError("%s must be a list of [from, to] pairs" % name)
+        out = []
+        for pair in value:
+            if (not isinstance(pair, list) or len(pair) != 2
+                    or not all(isinstance(x, str) for x in pair)):
+                raise ValueError("%s must be a list of [from, to] pairs of strings" % name)
+            try:
+                old, new = to_bytes(pair[0]), to_bytes(pair[1])
+            except (ValueError, UnicodeError) as e:
+                raise ValueError("%s: bad pair %r: %s" % (name, pair, e))
+            if not old:
+                raise ValueError("%s: `from` must not be empty" % name)
+            out.append((pair[0], pair[1], old, new))
+        return out
+
+    def rewrites(self):
+        """The byte pairs to apply now, in order."""
+        with self.lock:
+            return [(o, n) for _, _, o, n in self.rewrite + self.rewrite_hex]
+
+    def count_rewritten(self, n):
+        if n:
+            with self.lock:
+                self.rewritten += n
 
     def reset_counters(self):
         self.requests = self.forwarded = self.faulted = 0
@@ -164,6 +220,7 @@ class State:
         self.prune()
         self.peak = len(self.active)
         self.refused = 0
+        self.rewritten = 0
 
     def snapshot(self):
         self.prune()
@@ -171,10 +228,12 @@ class State:
                 "match": self.match, "count": self.count, "forward": self.forward,
                 "pad": self.pad, "rate": self.rate, "max_connections": self.max_connections,
                 "backoff": self.backoff,
+                "rewrite": [[f, t] for f, t, _, _ in self.rewrite],
+                "rewrite_hex": [[f, t] for f, t, _, _ in self.rewrite_hex],
                 "requests": self.requests, "forwarded": self.forwarded,
                 "faulted": self.faulted, "log": list(self.log), "times": list(self.times),
                 "active_connections": len(self.active), "peak_connections": self.peak,
-                "refused": self.refused}
+                "refused": self.refused, "rewritten": self.rewritten}
 
     # -- connection cap (call with the lock held) ---------------------------
 
@@ -359,9 +418,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             resp = conn.getresponse()
             data = resp.read()
             self.state.count_forwarded()
-            return resp.status, resp.reason, resp.getheaders(), data
+            return resp.status, resp.reason, resp.getheaders(), self.rewrite(data)
         finally:
             conn.close()
+
+    def rewrite(self, data):
+        """The body with the rewrite and rewrite_hex pairs applied."""
+        made = 0
+        for old, new in self.state.rewrites():
+            n = data.count(old)
+            if n:
+                data = data.replace(old, new)
+                made += n
+        self.state.count_rewritten(made)
+        return data
 
     def relay(self, status, reason, headers, data):
         self.send_response(status, reason)

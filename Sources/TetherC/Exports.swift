@@ -96,6 +96,29 @@ private func defaultContextOptions(version: UInt32) -> tether_context_options {
 }
 
 /// The bytes of a context options struct of `version`.
+private func fetchOptionsSize(_ version: UInt32) -> Int {
+    version >= 2 ? MemoryLayout<tether_fetch_options>.size
+                 : MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.predicate)!
+}
+
+/// A predicate argument from the host: text by length, so it may hold NUL.
+private func argument(_ value: tether_value, number: Int) throws -> Value {
+    switch value.type {
+    case TETHER_TYPE_NULL: return .null
+    case TETHER_TYPE_INTEGER: return .integer(value.integer)
+    case TETHER_TYPE_REAL: return .real(value.real)
+    case TETHER_TYPE_BOOLEAN: return .boolean(value.integer != 0)
+    case TETHER_TYPE_TEXT:
+        guard value.text != nil || value.length == 0 else { throw misuse("argument $\(number) is TEXT with a NULL text") }
+        let bytes = UnsafeRawBufferPointer(start: value.text, count: value.length)
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw TetherError(.invalid, "argument $\(number) is not valid UTF-8")
+        }
+        return .text(text)
+    default: throw TetherError(.invalid, "argument $\(number) has type \(value.type.rawValue): give TEXT, INTEGER, REAL, BOOLEAN or NULL")
+    }
+}
+
 private func contextOptionsSize(_ version: UInt32) -> Int {
     version >= 2 ? MemoryLayout<tether_context_options>.size
                  : MemoryLayout<tether_context_options>.offset(of: \tether_context_options.object_cache_size)!
@@ -480,11 +503,17 @@ public func tether_observer_remove(_ observer: OpaquePointer?) -> Int32 {
 @_cdecl("tether_fetch_options_init")
 public func tether_fetch_options_init(_ opts: UnsafeMutablePointer<tether_fetch_options>?, _ version: UInt32) -> Int32 {
     call {
-        guard version == TETHER_FETCH_OPTIONS_VERSION else { throw misuse("unknown options version \(version)") }
+        guard (1...UInt32(TETHER_FETCH_OPTIONS_VERSION)).contains(version) else {
+            throw misuse("unknown options version \(version)")
+        }
+        guard let opts else { throw misuse("opts is NULL") }
         var options = tether_fetch_options()
         options.version = version
         options.policy = TETHER_POLICY_CACHE_THEN_SERVER
-        try output(opts, options, "opts")
+        // A version 1 host's struct ends before the version 2 fields.
+        withUnsafeBytes(of: &options) { bytes in
+            UnsafeMutableRawPointer(opts).copyMemory(from: bytes.baseAddress!, byteCount: fetchOptionsSize(version))
+        }
     }
 }
 
@@ -496,9 +525,14 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
         let (box, token) = try contextBox(ctx)
         guard let opts else { throw misuse("opts is NULL") }
         guard let callback else { throw misuse("callback is NULL") }
-        let raw = opts.pointee
-        guard raw.version == TETHER_FETCH_OPTIONS_VERSION else {
-            throw misuse("unknown options version \(raw.version): use tether_fetch_options_init")
+        let version = UnsafeRawPointer(opts).load(as: UInt32.self)
+        guard (1...UInt32(TETHER_FETCH_OPTIONS_VERSION)).contains(version) else {
+            throw misuse("unknown options version \(version): use tether_fetch_options_init")
+        }
+        // Read no further than the host's struct goes; later fields keep their defaults.
+        var raw = tether_fetch_options()
+        withUnsafeMutableBytes(of: &raw) { bytes in
+            bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: fetchOptionsSize(version))
         }
         var request = FetchRequest(entity: try text(raw.entity, "entity"))
         request.sort = try optionalText(raw.sort, "sort")
@@ -509,6 +543,11 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
         case TETHER_POLICY_SERVER_ONLY: request.policy = .serverOnly
         case TETHER_POLICY_CACHE_ELSE_SERVER: request.policy = .cacheElseServer
         default: throw TetherError(.invalid, "unknown cache policy \(raw.policy.rawValue)")
+        }
+        request.predicate = try optionalText(raw.predicate, "predicate")
+        if raw.argument_count > 0 {
+            guard let arguments = raw.arguments else { throw misuse("arguments is NULL but argument_count is \(raw.argument_count)") }
+            request.arguments = try (0..<raw.argument_count).map { try argument(arguments[$0], number: $0 + 1) }
         }
         let task = try box.context.makeFetch(request)
         let handle = try Handles.shared.register(task, kind: .task, owner: token).handle

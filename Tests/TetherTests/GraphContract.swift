@@ -35,6 +35,42 @@ enum GraphContract {
         XCTAssertEqual(limited[0].objects.count, 7)
     }
 
+    static func predicatesAnswerAlikeFromServerAndCache(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        try backend.setTitle("i5", "5")  // text that looks like a number stays text on the server too
+        func ranks(_ predicate: String, _ arguments: [Value] = [], sort: String? = "Rank", limit: Int64 = 0,
+                   policy: CachePolicy = .serverOnly) throws -> [Int64] {
+            var request = FetchRequest(entity: "items")
+            request.predicate = predicate
+            request.arguments = arguments
+            request.sort = sort
+            request.limit = limit
+            request.policy = policy
+            let results = try fetch(context, request)
+            XCTAssertNil(results.last?.error, predicate)
+            return try results.last!.objects.map { object in
+                guard case .integer(let rank) = try object.peek("Rank") else { throw TetherError(.type, "no rank") }
+                return rank
+            }
+        }
+        for policy in [CachePolicy.serverOnly, .cacheOnly] {  // the server's answer, then the cache's
+            XCTAssertEqual(try ranks("Rank >= 10 AND Rank < 20 AND Title ENDSWITH '5'", policy: policy), [15], "\(policy)")
+            XCTAssertEqual(try ranks("Title ==[c] 'ITEM 7'", policy: policy), [7], "\(policy)")
+            XCTAssertEqual(try ranks("Title CONTAINS $1", [.text("11")], limit: 3, policy: policy), [11, 110, 111], "\(policy)")
+            XCTAssertEqual(try ranks("Rank IN {3, 5, 200} OR Title == $1", [.text("item 8")], policy: policy), [3, 5, 8], "\(policy)")
+            XCTAssertEqual(try ranks("NOT (Rank > 2)", sort: "-Rank", policy: policy), [2, 1, 0], "\(policy)")
+            XCTAssertEqual(try ranks("Title == '5'", policy: policy), [5], "\(policy)")
+            XCTAssertEqual(try ranks("Rank > 100 AND Rank < 104", limit: 2, policy: policy), [101, 102], "\(policy)")
+        }
+        var all = FetchRequest(entity: "items")
+        all.policy = .cacheOnly
+        XCTAssertEqual(try fetch(context, all).last?.objects.count, itemCount, "a filtered listing removes nothing from the cache")
+        var bad = FetchRequest(entity: "items")
+        bad.predicate = "Rank == 'x'"
+        XCTAssertThrowsError(try context.makeFetch(bad)) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
+    }
+
     static func getRefreshesAndTellsObserversOfBothForms(_ backend: Backend) throws {
         let context = try backend.open()
         defer { try? context.close() }
@@ -160,6 +196,7 @@ final class KintoGraphTests: XCTestCase {
     }
 
     func testFetchPagingAndUniquing() throws { try GraphContract.fetchPagingAndUniquing(backend) }
+    func testPredicates() throws { try GraphContract.predicatesAnswerAlikeFromServerAndCache(backend) }
     func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }
     func testDeletedOnServerLeavesTheCache() throws { try GraphContract.deletedOnServerLeavesTheCache(backend) }
     func testCancelDeliversOneFinalCancelled() throws { try GraphContract.cancelDeliversOneFinalCancelled(backend) }
@@ -205,6 +242,7 @@ final class MemoryGraphTests: XCTestCase {
     }
 
     func testFetchPagingAndUniquing() throws { try GraphContract.fetchPagingAndUniquing(backend) }
+    func testPredicates() throws { try GraphContract.predicatesAnswerAlikeFromServerAndCache(backend) }
     func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }
     func testDeletedOnServerLeavesTheCache() throws { try GraphContract.deletedOnServerLeavesTheCache(backend) }
     func testCancelDeliversOneFinalCancelled() throws { try GraphContract.cancelDeliversOneFinalCancelled(backend) }

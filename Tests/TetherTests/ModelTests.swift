@@ -161,6 +161,12 @@ final class ModelTests: XCTestCase {
                 XCTAssertEqual((error as? TetherError)?.kind, .store)
             }
         }
+        // Found by the fuzzer: one attribute both id and version, and no
+        // attribute for the version field; rebuilt, its codes moved.
+        let twoInOne = #"{"format": 3, "entityCodeHighWater": 1, "entities": [{"name": "items", "code": 1, "route": "/r", "#
+            + #""idField": "id", "versionField": "last_modified", "operations": 15, "codeHighWater": 2, "attributes": "#
+            + #"[{"name": "id", "code": 1, "type": 1, "id": true, "version": true, "required": false}]}]}"#
+        XCTAssertThrowsError(try ModelCoding.decode(twoInOne))
         let spent = text.replacingOccurrences(of: #""entityCodeHighWater":1"#, with: #""entityCodeHighWater":2147483647"#)
             .replacingOccurrences(of: #""code":1,"route""#, with: #""code":2147483647,"route""#)
         let previous = try XCTUnwrap(try ModelCoding.decode(spent))

@@ -13,6 +13,10 @@ public struct FetchRequest: Sendable {
     /// At most this many objects; 0: no limit.
     public var limit: Int64 = 0
     public var policy: CachePolicy = .cacheThenServer
+    /// Which records: a predicate (see `Predicate`); nil: all.
+    public var predicate: String?
+    /// The values of the predicate's `$1`, `$2`…
+    public var arguments: [Value] = []
 
     public init(entity: String) { self.entity = entity }
 }
@@ -35,6 +39,9 @@ public final class FetchTask: Sendable {
     public let request: FetchRequest
     let entity: Entity
     private let sort: [(index: Int, descending: Bool)]
+    private let predicate: Predicate?
+    /// The predicate as the server can filter; `isExact`: all of it.
+    private let server: (filters: [Filter], isExact: Bool)
     private let context: Context
     private let machine = Lock(Machine())
 
@@ -82,6 +89,11 @@ public final class FetchTask: Sendable {
             }
             sort.append((index, descending))
         }
+        predicate = try request.predicate.map { try Predicate.parse($0, entity: entity, arguments: request.arguments) }
+        if request.predicate == nil, !request.arguments.isEmpty {
+            throw TetherError(.invalid, "arguments given without a predicate")
+        }
+        server = predicate?.serverFilters(entity, context.connection) ?? ([], true)
         self.request = request
         self.entity = entity
         self.sort = sort
@@ -196,7 +208,7 @@ public final class FetchTask: Sendable {
     }
 
     private func readCache() throws -> [ManagedObject] {
-        context.adopt(try context.store.query(entity, sort: sort, limit: request.limit), of: entity)
+        context.adopt(try context.store.query(entity, where: predicate, sort: sort, limit: request.limit), of: entity)
     }
 
     private func fetchFromServer() {
@@ -207,7 +219,10 @@ public final class FetchTask: Sendable {
     private func requestPage(_ cursor: PageCursor?) {
         var page = PageRequest(spec: entity.spec)
         page.sort = sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
-        page.limit = request.limit
+        page.filters = server.filters
+        // A limit is the server's only where its filters say the whole
+        // predicate; else pages are read until enough records match.
+        page.limit = server.isExact ? request.limit : 0
         page.cursor = cursor
         let remote = context.connection.page(page) { [self] result in
             // On the network thread: with no limit to watch, the next page
@@ -224,7 +239,7 @@ public final class FetchTask: Sendable {
         guard isRunning else { return }
         do {
             let page = try result.get()
-            let objects = try context.absorb(page, of: entity)
+            let objects = try context.absorb(page, of: entity, matching: predicate)
             let received = machine.withLock { machine -> Int64 in
                 for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
                     machine.results.append(object)
@@ -237,7 +252,7 @@ public final class FetchTask: Sendable {
                 if received < request.limit { return requestPage(next) }
             }
             let (results, startedAt) = machine.withLock { ($0.results, $0.startedAt) }
-            if request.limit == 0 {
+            if request.limit == 0, predicate == nil {
                 // A complete listing: what it did not include is gone from the server.
                 context.markDeleted(try context.store.deleteRows(of: entity, fetchedBefore: startedAt), of: entity)
             }

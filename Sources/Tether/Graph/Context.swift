@@ -269,11 +269,15 @@ public final class Context: Sendable {
 
     /// A page from the server: decoded, written to the store in one
     /// transaction, merged into the graph. Returns its objects, in page order.
-    func absorb(_ page: Page, of entity: Entity) throws -> [ManagedObject] {
+    /// The page's objects, or those matching `predicate`; every record is
+    /// stored and merged either way.
+    func absorb(_ page: Page, of entity: Entity, matching predicate: Predicate? = nil) throws -> [ManagedObject] {
         let records = try page.decode().map { try Record(entity: entity, fields: $0) }
         let now = wallClockMilliseconds()
         try store.upsert(records, of: entity, fetchedAt: now)
-        return merge(records, of: entity, fetchedAt: now)
+        let objects = merge(records, of: entity, fetchedAt: now)
+        guard let predicate else { return objects }
+        return zip(objects, records).filter { predicate.matches($0.1.values) }.map(\.0)
     }
 
     /// Puts records the server sent (already in the store) into their objects

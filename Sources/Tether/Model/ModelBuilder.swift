@@ -190,7 +190,9 @@ enum ModelCoding {
                                  isVersion: attribute["version"] == .bool(true),
                                  isRequired: attribute["required"] == .bool(true))
             }
-            guard decoded.filter(\.isID).count == 1, decoded.filter(\.isVersion).count == 1,
+            let ids = decoded.filter(\.isID), versions = decoded.filter(\.isVersion)
+            guard ids.count == 1, versions.count == 1, !ids[0].isVersion,
+                  ExactString(ids[0].name) == ExactString(idField), ExactString(versions[0].name) == ExactString(versionField),
                   Set(decoded.map(\.code)).count == decoded.count,
                   Set(decoded.map { ExactString($0.name) }).count == decoded.count else { throw corrupt() }
             let fields = decoded.map { FieldSpec(name: $0.name, type: $0.type, code: Int64($0.code), isRequired: $0.isRequired) }

@@ -31,10 +31,10 @@ public protocol Connection: AnyObject, Sendable {
     /// `ids` split into lists that each fit one `records` request.
     func idBatches(_ ids: [String]) -> [[String]]
 
-    /// Whether `page` can filter with this operator on the server. A request
-    /// with a filter the connection does not support fails with `.invalid`;
-    /// the core filters such things itself.
-    func supportsFilter(_ operator: FilterOperator) -> Bool
+    /// Whether `page` can apply this filter on the server, with exactly the
+    /// meaning `Filter` gives it. The core sends only filters a connection
+    /// supports, and filters the rest itself.
+    func supports(_ filter: Filter) -> Bool
 
     /// Creates a record whose id is in `fields`; fails with `.conflict` if one exists.
     func insert(_ spec: Spec, _ fields: RecordFields,

@@ -9,6 +9,20 @@ enum SQLValue: Equatable, Sendable {
     case text(String)
 }
 
+extension SQLValue {
+    /// An SQL function's argument.
+    init(_ value: OpaquePointer?) {
+        switch sqlite3_value_type(value) {
+        case SQLITE_INTEGER: self = .integer(sqlite3_value_int64(value))
+        case SQLITE_FLOAT: self = .real(sqlite3_value_double(value))
+        case SQLITE_NULL: self = .null
+        default:
+            let bytes = UnsafeRawBufferPointer(start: sqlite3_value_text(value), count: Int(sqlite3_value_bytes(value)))
+            self = .text(String(decoding: bytes, as: UTF8.self))
+        }
+    }
+}
+
 /// One SQLite connection and its prepared statements.
 // @unchecked: a C pointer forces it. Not thread-safe: only the Store uses it,
 // inside its lock, and no statement outlives that scope.
@@ -39,6 +53,38 @@ final class Database: @unchecked Sendable {
     }
 
     deinit { close() }
+
+    /// A deterministic SQL function of `arity` arguments, computed in Swift,
+    /// so that SQL answers exactly as the same Swift code does in memory.
+    /// `body` must not throw or call back into this database.
+    func define(_ name: String, arity: Int32, _ body: @escaping ([SQLValue]) -> SQLValue) throws {
+        final class Box { let body: ([SQLValue]) -> SQLValue; init(_ body: @escaping ([SQLValue]) -> SQLValue) { self.body = body } }
+        let box = Unmanaged.passRetained(Box(body)).toOpaque()
+        let status = sqlite3_create_function_v2(
+            handle, name, arity, SQLITE_UTF8 | SQLITE_DETERMINISTIC, box,
+            { context, count, arguments in
+                let box = Unmanaged<Box>.fromOpaque(sqlite3_user_data(context)!).takeUnretainedValue()
+                let values = (0..<Int(count)).map { SQLValue(arguments![$0]) }
+                switch box.body(values) {
+                case .null: sqlite3_result_null(context)
+                case .integer(let i): sqlite3_result_int64(context, i)
+                case .real(let d): sqlite3_result_double(context, d)
+                case .text(var text):
+                    text.withUTF8 { bytes in
+                        bytes.withMemoryRebound(to: CChar.self) { chars in
+                            if let base = chars.baseAddress {
+                                sqlite3_result_text64(context, base, sqlite3_uint64(chars.count), tether_sqlite_transient(), UInt8(SQLITE_UTF8))
+                            } else {
+                                sqlite3_result_text64(context, "", 0, tether_sqlite_transient(), UInt8(SQLITE_UTF8))
+                            }
+                        }
+                    }
+                }
+            },
+            nil, nil,
+            { box in box.map { Unmanaged<Box>.fromOpaque($0).release() } })
+        guard status == SQLITE_OK else { throw error("define \(name)") }
+    }
 
     /// Finalizes every statement, then closes the connection.
     func close() {

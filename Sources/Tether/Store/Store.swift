@@ -54,6 +54,7 @@ final class Store: Sendable {
         try database.execute("PRAGMA journal_mode=WAL")
         try database.execute("PRAGMA synchronous=NORMAL")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+        try Self.definePredicateFunctions(database)
         connection = Lock(database)
     }
 
@@ -172,15 +173,43 @@ final class Store: Sendable {
         }
     }
 
-    /// Rows in `sort` order (attribute index, descending), at most `limit` (0: all).
-    func query(_ entity: Entity, sort: [(index: Int, descending: Bool)], limit: Int64) throws -> [StoredRecord] {
+    /// The functions predicates use in SQL: the very Swift code that
+    /// evaluates them in memory, so the cache answers the same.
+    private static func definePredicateFunctions(_ database: Database) throws {
+        func options(_ value: SQLValue) -> Comparison.Options {
+            if case .integer(let raw) = value { return Comparison.Options(rawValue: Int(truncatingIfNeeded: raw)) }
+            return []
+        }
+        // tether_fold(text, options): the text lower-cased and/or without marks.
+        try database.define("tether_fold", arity: 2) { arguments in
+            guard case .text(let text) = arguments[0] else { return arguments[0] }
+            return .text(TextFolding.folded(text, options(arguments[1])))
+        }
+        // tether_text(text, operator, pattern, options): BEGINSWITH, ENDSWITH, CONTAINS, LIKE.
+        try database.define("tether_text", arity: 4) { arguments in
+            guard case .text(let text) = arguments[0], case .integer(let code) = arguments[1],
+                  case .text(let pattern) = arguments[2],
+                  let op = TextMatch.codes.first(where: { $0.1 == code })?.0 else { return .integer(0) }
+            return .integer(TextMatch.matches(op, text, pattern, options(arguments[3])) ? 1 : 0)
+        }
+    }
+
+    /// Rows matching `predicate`, in `sort` order (attribute index,
+    /// descending), at most `limit` (0: all).
+    func query(_ entity: Entity, where predicate: Predicate? = nil, sort: [(index: Int, descending: Bool)],
+               limit: Int64) throws -> [StoredRecord] {
         let select = sql(entity).select
         return try withDatabase { database in
             var sql = select
+            var parameters: [SQLValue] = []
+            if let predicate {
+                let clause = predicate.sql(entity)
+                sql += " WHERE " + clause.text
+                parameters = clause.parameters
+            }
             let order = sort.map { Identifier.column(code: entity.attributes[$0.index].code) + ($0.descending ? " DESC" : " ASC") }
                 + [Identifier.column(code: entity.attributes[entity.idIndex].code) + " ASC"]
             sql += " ORDER BY " + order.joined(separator: ", ")
-            var parameters: [SQLValue] = []
             if limit > 0 {
                 sql += " LIMIT ?"
                 parameters.append(.integer(limit))
@@ -242,7 +271,7 @@ final class Store: Sendable {
         }
     }
 
-    private static func sqlValue(_ value: Value) -> SQLValue {
+    static func sqlValue(_ value: Value) -> SQLValue {
         switch value {
         case .null: return .null
         case .text(let s), .json(let s): return .text(s)

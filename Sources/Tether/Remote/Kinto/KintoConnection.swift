@@ -233,10 +233,21 @@ public final class KintoConnection: Connection {
     }
 
     /// Kinto says every one of these in its query language.
-    public func supportsFilter(_ operator: FilterOperator) -> Bool { true }
+    /// Scalars only; `in_` splits its values at commas, so no text holding one.
+    public func supports(_ filter: Filter) -> Bool {
+        filter.values.allSatisfy { value in
+            switch value {
+            case .array, .object: return false
+            case .string(let text): return filter.operator != .oneOf || !text.contains(",")
+            default: return true
+            }
+        }
+    }
 
     /// A filter as Kinto's query parameter: `field=`, `not_`, `lt_`, `gt_`,
-    /// `max_`, `min_`, `in_` (values comma-separated).
+    /// `max_`, `min_`, `in_` (values comma-separated). Kinto reads each value
+    /// as JSON where it can, so text is sent quoted: `5` is the number 5,
+    /// `"5"` the text.
     static func queryParameter(_ filter: Filter) -> String {
         let prefix: String
         switch filter.operator {
@@ -248,10 +259,7 @@ public final class KintoConnection: Connection {
         case .atLeast: prefix = "min_"
         case .oneOf: prefix = "in_"
         }
-        let values = filter.values.map { value -> String in
-            if case .string(let text) = value { return escape(text) }
-            return escape(value.serialized())
-        }
+        let values = filter.values.map { escape($0.serialized()) }
         return prefix + escape(filter.field) + "=" + values.joined(separator: ",")
     }
 

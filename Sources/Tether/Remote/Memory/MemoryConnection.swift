@@ -213,7 +213,7 @@ public final class MemoryConnection: Connection {
         }
     }
 
-    public func supportsFilter(_ operator: FilterOperator) -> Bool { true }
+    public func supports(_ filter: Filter) -> Bool { true }
 
     public func idBatches(_ ids: [String]) -> [[String]] {
         stride(from: 0, to: ids.count, by: 500).map { Array(ids[$0..<min(ids.count, $0 + 500)]) }

@@ -1,0 +1,334 @@
+/// A fetch request's question, parsed once against an entity into a tree that
+/// the cache (SQL), the server (its filters) and memory (pending changes)
+/// each answer the same way.
+///
+/// The language is Core Data's predicate format, in part:
+///
+///     Status == 'pending' AND (User BEGINSWITH[c] $1 OR #501 IN {3, 5})
+///
+/// - keys: an attribute name (letters, digits, `_`, `.`; not starting with a
+///   digit), any name in backquotes (`` `two words` ``, a backquote doubled),
+///   or a code (`#501`);
+/// - values: `'text'` or `"text"` (backslash escapes), integers, reals,
+///   `true`/`false` (`YES`/`NO`), `nil` (`NULL`), and parameters `$1`, `$2`…
+///   bound by the caller with typed values, so that nothing needs quoting;
+/// - comparisons `== = != <> < <= > >=`, `IN {…}`, `BETWEEN {low, high}`,
+///   and, on text, `BEGINSWITH ENDSWITH CONTAINS LIKE` (`*` any run, `?` one
+///   character), each text comparison with `[c]` (case-insensitive), `[d]`
+///   (diacritic-insensitive) or `[cd]`;
+/// - `AND`/`&&`, `OR`/`||`, `NOT`/`!`, parentheses, `TRUEPREDICATE`,
+///   `FALSEPREDICATE`. Keywords are case-insensitive.
+///
+/// Semantics, the same everywhere:
+/// - a comparison with a null value is false, except `== nil` and `!= nil`;
+///   `!=` against a value is true for null (Core Data's rule); `NOT` negates
+///   that two-valued answer;
+/// - text compares by Unicode scalar values (UTF-8 byte order, SQLite's
+///   BINARY collation); `[c]` compares lower-cased text, `[d]` text without
+///   combining marks (after canonical decomposition);
+/// - a value whose type is not the attribute's (kept as JSON) counts as
+///   null: it is not a value of the attribute;
+/// - attributes of JSON type compare only with `== nil` and `!= nil`.
+public indirect enum Predicate: Sendable, Equatable {
+    case always(Bool)
+    case comparison(Comparison)
+    case not(Predicate)
+    case and([Predicate])
+    case or([Predicate])
+}
+
+public struct Comparison: Sendable, Equatable {
+    public enum Operator: Sendable, Equatable {
+        case equal, notEqual, less, lessOrEqual, greater, greaterOrEqual
+        case oneOf, between
+        case beginsWith, endsWith, contains, like
+    }
+
+    public struct Options: OptionSet, Sendable, Hashable {
+        public let rawValue: Int
+        public init(rawValue: Int) { self.rawValue = rawValue }
+        public static let caseInsensitive = Options(rawValue: 1)
+        public static let diacriticInsensitive = Options(rawValue: 2)
+        /// Not an option one writes: marks a comparison of a JSON attribute.
+        static let jsonAttribute = Options(rawValue: 4)
+        /// The options that change how text compares.
+        var folding: Options { intersection([.caseInsensitive, .diacriticInsensitive]) }
+    }
+
+    /// The attribute's index in its entity.
+    public let attribute: Int
+    public let `operator`: Operator
+    public let options: Options
+    /// One value; the candidates of `oneOf`; low and high of `between`.
+    /// `.null` only for `==`/`!=`.
+    public let values: [Value]
+}
+
+extension Predicate {
+    /// Parses `text` for `entity`, binding `$n` to `arguments[n - 1]`. Every
+    /// error is `.invalid`, says what and where (a 1-based column), and comes
+    /// before any work starts.
+    public static func parse(_ text: String, entity: Entity, arguments: [Value] = []) throws -> Predicate {
+        var parser = PredicateParser(text: text, entity: entity, arguments: arguments)
+        return try parser.parseAll()
+    }
+
+    /// Whether a record with these attribute values matches.
+    func matches(_ values: [Value]) -> Bool {
+        switch self {
+        case .always(let answer): return answer
+        case .comparison(let comparison): return comparison.matches(values[comparison.attribute])
+        case .not(let inner): return !inner.matches(values)
+        case .and(let parts): return parts.allSatisfy { $0.matches(values) }
+        case .or(let parts): return parts.contains { $0.matches(values) }
+        }
+    }
+
+    /// The parts of the predicate the connection can filter by, so that the
+    /// server's answer holds every matching record (and maybe more, which
+    /// `matches` then removes). `isExact`: the filters say all of it.
+    func serverFilters(_ entity: Entity, _ connection: any Connection) -> (filters: [Filter], isExact: Bool) {
+        let conjuncts: [Predicate]
+        switch self {
+        case .and(let parts): conjuncts = parts
+        case .always(true): return ([], true)
+        default: conjuncts = [self]
+        }
+        var filters: [Filter] = []
+        var isExact = true
+        for conjunct in conjuncts {
+            guard case .comparison(let comparison) = conjunct,
+                  let filter = comparison.filter(entity), connection.supports(filter) else {
+                isExact = false
+                continue
+            }
+            filters.append(filter)
+            // What a server filter says exactly is equality and order on numbers.
+            if !comparison.isExactOnServers(entity) { isExact = false }
+        }
+        return (filters, isExact)
+    }
+}
+
+// MARK: - matching in memory
+
+extension Comparison {
+    func matches(_ value: Value) -> Bool {
+        let isNull = value == .null || (value.isJSON && !isOnJSON)
+        if case .null = values.first { return (self.operator == .equal) == isNull }
+        if isNull { return self.operator == .notEqual }
+        switch self.operator {
+        case .equal: return order(value, values[0]) == 0
+        case .notEqual: return order(value, values[0]) != 0
+        case .less: return order(value, values[0]) < 0
+        case .lessOrEqual: return order(value, values[0]) <= 0
+        case .greater: return order(value, values[0]) > 0
+        case .greaterOrEqual: return order(value, values[0]) >= 0
+        case .oneOf: return values.contains { order(value, $0) == 0 }
+        case .between: return order(value, values[0]) >= 0 && order(value, values[1]) <= 0
+        case .beginsWith, .endsWith, .contains, .like:
+            guard case .text(let text) = value, case .text(let pattern) = values[0] else { return false }
+            return TextMatch.matches(self.operator, text, pattern, options)
+        }
+    }
+
+    /// Set by the parser: the attribute is of JSON type (only nil tests).
+    var isOnJSON: Bool { options.contains(.jsonAttribute) }
+
+    /// -1, 0, 1 as SQLite orders two values of the attribute's type.
+    private func order(_ a: Value, _ b: Value) -> Int {
+        switch (a, b) {
+        case let (.text(x), .text(y)):
+            let left = TextFolding.fold(x, options.folding), right = TextFolding.fold(y, options.folding)
+            return left == right ? 0 : left.lexicographicallyPrecedes(right) ? -1 : 1
+        case let (.integer(x), .integer(y)): return x == y ? 0 : x < y ? -1 : 1
+        case let (.boolean(x), .boolean(y)): return x == y ? 0 : !x ? -1 : 1
+        default:
+            guard let x = a.number, let y = b.number else { return 2 }  // not comparable: unequal, unordered
+            return x == y ? 0 : x < y ? -1 : 1
+        }
+    }
+}
+
+private extension Value {
+    var isJSON: Bool { if case .json = self { return true } else { return false } }
+
+    var number: Double? {
+        switch self {
+        case .integer(let i): return Double(i)
+        case .real(let d): return d
+        default: return nil
+        }
+    }
+}
+
+/// `[c]` and `[d]` as one function, used for values in memory and, through
+/// SQLite, for rows: the same folding both ways.
+enum TextFolding {
+    /// The text's scalars, lower-cased and/or without combining marks.
+    static func fold(_ text: String, _ options: Comparison.Options) -> [Unicode.Scalar] {
+        guard !options.isEmpty else { return Array(text.unicodeScalars) }
+        var folded = options.contains(.caseInsensitive) ? text.lowercased() : text
+        if options.contains(.diacriticInsensitive) {
+            folded = String(String.UnicodeScalarView(folded.canonicalDecomposition.filter {
+                $0.properties.canonicalCombiningClass == .notReordered
+            }))
+        }
+        return Array(folded.unicodeScalars)
+    }
+
+    static func folded(_ text: String, _ options: Comparison.Options) -> String {
+        String(String.UnicodeScalarView(fold(text, options)))
+    }
+}
+
+/// The text comparisons, the same function for memory and (through SQLite)
+/// the cache.
+enum TextMatch {
+    static func matches(_ operator: Comparison.Operator, _ text: String, _ pattern: String,
+                        _ options: Comparison.Options) -> Bool {
+        let subject = TextFolding.fold(text, options.folding), wanted = TextFolding.fold(pattern, options.folding)
+        switch `operator` {
+        case .beginsWith: return subject.starts(with: wanted)
+        case .endsWith: return subject.reversed().starts(with: wanted.reversed())
+        case .contains:
+            return wanted.isEmpty || subject.indices.contains { subject[$0...].starts(with: wanted) }
+        case .like: return LikePattern.matches(subject, wanted)
+        default: return false
+        }
+    }
+
+    /// The operators' numbers in SQL (`tether_text(column, op, pattern, options)`).
+    static let codes: [(Comparison.Operator, Int)] = [(.beginsWith, 1), (.endsWith, 2), (.contains, 3), (.like, 4)]
+}
+
+/// LIKE's `*` and `?` over scalars.
+enum LikePattern {
+    static func matches(_ subject: [Unicode.Scalar], _ pattern: [Unicode.Scalar]) -> Bool {
+        // Iterative, with one backtracking point: linear for most patterns, never recursive.
+        var s = 0, p = 0, starP = -1, starS = 0
+        while s < subject.count {
+            if p < pattern.count, pattern[p] == "?" || (pattern[p] != "*" && pattern[p] == subject[s]) {
+                s += 1
+                p += 1
+            } else if p < pattern.count, pattern[p] == "*" {
+                starP = p
+                starS = s
+                p += 1
+            } else if starP >= 0 {
+                p = starP + 1
+                starS += 1
+                s = starS
+            } else {
+                return false
+            }
+        }
+        while p < pattern.count, pattern[p] == "*" { p += 1 }
+        return p == pattern.count
+    }
+}
+
+// MARK: - the server's filters
+
+extension Comparison {
+    /// The same comparison as a server filter, or nil where a filter could
+    /// leave out a record that matches (the server's text order and case
+    /// folding are its own; only equality and numbers carry over).
+    func filter(_ entity: Entity) -> Filter? {
+        let attribute = entity.attributes[self.attribute]
+        guard options.isEmpty, !values.isEmpty, !values.contains(.null) else { return nil }
+        let json = values.map(\.json)
+        let isNumber = attribute.type == .integer || attribute.type == .real
+        switch self.operator {
+        case .equal: return Filter(field: attribute.name, .equal, json)
+        case .oneOf: return Filter(field: attribute.name, .oneOf, json)
+        case .less where isNumber: return Filter(field: attribute.name, .lessThan, json)
+        case .lessOrEqual where isNumber: return Filter(field: attribute.name, .atMost, json)
+        case .greater where isNumber: return Filter(field: attribute.name, .greaterThan, json)
+        case .greaterOrEqual where isNumber: return Filter(field: attribute.name, .atLeast, json)
+        default: return nil
+        }
+    }
+
+    /// Whether the server's filter selects exactly what `matches` would, so
+    /// a limit can be left to the server.
+    func isExactOnServers(_ entity: Entity) -> Bool {
+        let type = entity.attributes[attribute].type
+        return type == .integer || (type == .text && (self.operator == .equal || self.operator == .oneOf))
+    }
+}
+
+extension Value {
+    /// The value as JSON for a server filter.
+    var json: JSON {
+        switch self {
+        case .null: return .null
+        case .text(let s): return .string(s)
+        case .integer(let i): return .integer(i)
+        case .real(let d): return .real(d)
+        case .boolean(let b): return .bool(b)
+        case .json(let text): return (try? JSON.parse(text)) ?? .string(text)
+        }
+    }
+}
+
+// MARK: - SQL over the cache
+
+extension Predicate {
+    /// A WHERE clause over the entity's table, with its parameters: values
+    /// are always bound, never pasted.
+    func sql(_ entity: Entity) -> (text: String, parameters: [SQLValue]) {
+        var parameters: [SQLValue] = []
+        let text = sql(entity, &parameters)
+        return (text, parameters)
+    }
+
+    private func sql(_ entity: Entity, _ parameters: inout [SQLValue]) -> String {
+        switch self {
+        case .always(let answer): return answer ? "1" : "0"
+        // SQL's NULL is a third answer: NOT turns it into the two-valued one.
+        case .not(let inner): return "NOT IFNULL(\(inner.sql(entity, &parameters)), 0)"
+        case .and(let parts): return "(" + parts.map { $0.sql(entity, &parameters) }.joined(separator: " AND ") + ")"
+        case .or(let parts): return "(" + parts.map { $0.sql(entity, &parameters) }.joined(separator: " OR ") + ")"
+        case .comparison(let comparison): return comparison.sql(entity, &parameters)
+        }
+    }
+}
+
+extension Comparison {
+    fileprivate func sql(_ entity: Entity, _ parameters: inout [SQLValue]) -> String {
+        let attribute = entity.attributes[self.attribute]
+        let column = Identifier.column(code: attribute.code)
+        if case .null = values.first {
+            return column + (self.operator == .equal ? " IS NULL" : " IS NOT NULL")
+        }
+        // A folded comparison folds the row through the same Swift function.
+        let folding = options.folding
+        let subject = folding.isEmpty ? column : "tether_fold(\(column), \(folding.rawValue))"
+        func bind(_ value: Value) -> String {
+            if case .text(let text) = value, !folding.isEmpty {
+                parameters.append(.text(TextFolding.folded(text, folding)))
+            } else {
+                parameters.append(Store.sqlValue(value))
+            }
+            return "?"
+        }
+        switch self.operator {
+        // Null and misfit rows (NULL in the column) differ from any value.
+        case .notEqual: return "(\(subject) IS NOT \(bind(values[0])))"
+        case .equal: return "(\(subject) = \(bind(values[0])))"
+        case .less: return "(\(subject) < \(bind(values[0])))"
+        case .lessOrEqual: return "(\(subject) <= \(bind(values[0])))"
+        case .greater: return "(\(subject) > \(bind(values[0])))"
+        case .greaterOrEqual: return "(\(subject) >= \(bind(values[0])))"
+        case .oneOf: return "(\(subject) IN (\(values.map(bind).joined(separator: ", "))))"
+        case .between: return "(\(subject) BETWEEN \(bind(values[0])) AND \(bind(values[1])))"
+        case .beginsWith, .endsWith, .contains, .like:
+            // Memory's matcher, not SQLite's LIKE (ASCII-only case folding,
+            // % and _), so the cache never answers differently.
+            let code = TextMatch.codes.first { $0.0 == self.operator }!.1
+            parameters.append(Store.sqlValue(values[0]))
+            return "tether_text(\(column), \(code), ?, \(folding.rawValue))"
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import XCTest
+@testable import Tether
+
+// Foundation has a Predicate of its own.
+private typealias Predicate = Tether.Predicate
+
+/// The predicate language: parsing, and one meaning in memory and in SQL.
+final class PredicateTests: XCTestCase {
+    private let entity: Entity = {
+        let spec = Spec(name: "changes", route: "c", idField: "id", versionField: "v",
+                        fields: [FieldSpec(name: "User", type: .text), FieldSpec(name: "Change", type: .integer, code: 201),
+                                 FieldSpec(name: "Score", type: .real), FieldSpec(name: "Open", type: .boolean),
+                                 FieldSpec(name: "Tags", type: .json), FieldSpec(name: "two words", type: .text)],
+                        operations: .all)
+        return ModelBuilder.build(specs: [spec], previous: nil).entities[0]
+    }()
+
+    private func parse(_ text: String, _ arguments: [Value] = []) throws -> Predicate {
+        try Predicate.parse(text, entity: entity, arguments: arguments)
+    }
+
+    private func index(_ name: String) -> Int { entity.attributeIndex(named: name)! }
+
+    func testTheLanguage() throws {
+        XCTAssertEqual(try parse("Change == 5"), .comparison(Comparison(attribute: index("Change"), operator: .equal, options: [], values: [.integer(5)])))
+        XCTAssertEqual(try parse("#201 >= $1", [.integer(7)]),
+                       .comparison(Comparison(attribute: index("Change"), operator: .greaterOrEqual, options: [], values: [.integer(7)])))
+        XCTAssertEqual(try parse("`two words` BEGINSWITH[cd] 'x'"),
+                       .comparison(Comparison(attribute: index("two words"), operator: .beginsWith,
+                                              options: [.caseInsensitive, .diacriticInsensitive], values: [.text("x")])))
+        XCTAssertEqual(try parse("Score BETWEEN {1, 2.5}"),
+                       .comparison(Comparison(attribute: index("Score"), operator: .between, options: [], values: [.real(1), .real(2.5)])))
+        guard case .or(let parts) = try parse("NOT Open == YES OR (User == nil && Tags != NULL) || TRUEPREDICATE") else {
+            return XCTFail("an OR of three")
+        }
+        XCTAssertEqual(parts.count, 3)
+        XCTAssertNoThrow(try parse("user in {'a', \"b\\\"c\"} and change in {}".replacingOccurrences(of: "user", with: "User")
+                                     .replacingOccurrences(of: "change", with: "Change")))
+        XCTAssertNoThrow(try parse("User LIKE[c] 'a*b?' AND User ENDSWITH $1 AND User CONTAINS $2", [.text("x"), .text("y")]))
+    }
+
+    func testErrorsSayWhatAndWhere() {
+        let cases: [(String, [Value], String)] = [
+            ("Change ==", [], "expected a value at column 10"),
+            ("Nope == 1", [], "no attribute \"Nope\" at column 1"),
+            ("#999 == 1", [], "no attribute with code 999 at column 1"),
+            ("Change == 'five'", [], "Change is integer; text does not compare with it at column 11"),
+            ("Change == 1.5", [], "Change is integer; a real does not compare with it at column 11"),
+            ("Change BEGINSWITH '1'", [], "Change is integer, not text at column 8"),
+            ("Change ==[c] 1", [], "[c] and [d] compare text; Change is integer at column 8"),
+            ("Change < nil", [], "nil compares only with == and != at column 8"),
+            ("Tags == '[]'", [], "Tags holds JSON: only == nil and != nil test it at column 9"),
+            ("Tags < nil", [], "Tags holds JSON: only == nil and != nil test it at column 1"),
+            ("Change == $2", [.integer(1), .integer(2)], "argument $1 is given but not used"),
+            ("Change == $3", [.integer(1)], "$3 but 1 argument given at column 11"),
+            ("Change == 1 OR", [], "expected a key at column 15"),
+            ("(Change == 1", [], "expected ) at column 13"),
+            ("Change == 1 Change", [], "expected AND, OR or the end at column 13"),
+            ("User == 'abc", [], "unterminated text at column 9"),
+            ("Score BETWEEN {1}", [], "BETWEEN takes {low, high} at column 7"),
+            ("User ==[x] 'a'", [], "unknown option x (c or d) at column 9"),
+            (String(repeating: "(", count: 500) + "Change == 1" + String(repeating: ")", count: 500), [], "nested deeper than 200 levels"),
+            (String(repeating: "NOT ", count: 500) + "Change == 1", [], "nested deeper than 200 levels"),
+        ]
+        for (text, arguments, message) in cases {
+            XCTAssertThrowsError(try parse(text, arguments), text) { error in
+                XCTAssertEqual((error as? TetherError)?.kind, .invalid, text)
+                XCTAssertTrue((error as? TetherError)?.message.contains(message) ?? false,
+                              "\(text): \((error as? TetherError)?.message ?? "") does not say \(message)")
+            }
+        }
+    }
+
+    /// The same predicate over the same rows: SQL over the store and Swift in
+    /// memory must agree, row for row, for random predicates over awkward
+    /// values (nulls, misfits, case, marks, NUL, wildcards in text).
+    func testSQLAndMemoryAgree() throws {
+        let directory = NSTemporaryDirectory() + "tether-predicates-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try Store(path: directory + "/store.sqlite")
+        defer { store.close() }
+        let model = Model(entities: [entity], entityCodeHighWater: entity.code)
+        try store.adopt(model, identity: "test")
+
+        let texts: [JSON] = [.string("alice"), .string("Alice"), .string("ALÏCE"), .string("bob"), .string(""), .string("a*b?"),
+                             .string("x\u{0}y"), .string("e\u{301}"), .string("\u{E9}"), .string("%_"), .null, .integer(5)]
+        let numbers: [JSON] = [.integer(-1), .integer(0), .integer(5), .integer(1 << 60), .real(2.5), .real(-0.0), .null, .string("5")]
+        let booleans: [JSON] = [.bool(true), .bool(false), .null, .integer(1)]
+        var generator = SystemRandomNumberGenerator()
+        var records: [Record] = []
+        for row in 0..<300 {
+            let fields: RecordFields = [("id", .string("r\(row)")), ("v", .integer(Int64(row))),
+                                        ("User", texts.randomElement(using: &generator)!),
+                                        ("Change", numbers.randomElement(using: &generator)!),
+                                        ("Score", numbers.randomElement(using: &generator)!),
+                                        ("Open", booleans.randomElement(using: &generator)!),
+                                        ("Tags", row % 3 == 0 ? .null : .array([.integer(Int64(row))])),
+                                        ("two words", texts.randomElement(using: &generator)!)]
+            records.append(try Record(entity: entity, fields: fields))
+        }
+        try store.upsert(records, of: entity, fetchedAt: 1)
+
+        let textValues = ["'alice'", "'ALICE'", "'alïce'", "'a*'", "'*b?'", "'?'", "''", "'e\u{301}'", "'\u{E9}'", "'%_'", "'x\\0y'", "'b'"]
+        let numberValues = ["0", "5", "-1", "2.5", "1152921504606846976", "-0.0"]
+        func comparison() -> String {
+            let options = ["", "[c]", "[d]", "[cd]"].randomElement(using: &generator)!
+            switch Int.random(in: 0..<6, using: &generator) {
+            case 0:
+                let key = ["User", "`two words`"].randomElement(using: &generator)!
+                let op = ["==", "!=", "<", "<=", ">", ">=", "BEGINSWITH", "ENDSWITH", "CONTAINS", "LIKE"].randomElement(using: &generator)!
+                return "\(key) \(op)\(options) \(textValues.randomElement(using: &generator)!)"
+            case 1:
+                let key = ["Change", "Score", "#201"].randomElement(using: &generator)!
+                let op = ["==", "!=", "<", "<=", ">", ">="].randomElement(using: &generator)!
+                let value = key == "Score" ? numberValues.randomElement(using: &generator)! : ["0", "5", "-1", "1152921504606846976"].randomElement(using: &generator)!
+                return "\(key) \(op) \(value)"
+            case 2: return "Open == \(["true", "false", "nil"].randomElement(using: &generator)!)"
+            case 3: return "\(["User", "Change", "Score", "Open", "Tags"].randomElement(using: &generator)!) \(["==", "!="].randomElement(using: &generator)!) nil"
+            case 4: return "User IN\(options) {\(textValues.shuffled(using: &generator).prefix(3).joined(separator: ", "))}"
+            default: return "Score BETWEEN {\(numberValues.randomElement(using: &generator)!), \(numberValues.randomElement(using: &generator)!)}"
+            }
+        }
+        func predicate(_ depth: Int) -> String {
+            guard depth > 0 else { return comparison() }
+            switch Int.random(in: 0..<4, using: &generator) {
+            case 0: return "NOT (\(predicate(depth - 1)))"
+            case 1: return "(\(predicate(depth - 1)) AND \(predicate(depth - 1)))"
+            case 2: return "(\(predicate(depth - 1)) OR \(predicate(depth - 1)))"
+            default: return comparison()
+            }
+        }
+        for _ in 0..<400 {
+            let text = predicate(3)
+            let parsed = try parse(text)
+            let inSQL = Set(try store.query(entity, where: parsed, sort: [], limit: 0).map(\.record.id))
+            let inMemory = Set(records.filter { parsed.matches($0.values) }.map(\.id))
+            XCTAssertEqual(inSQL, inMemory, text)
+            if inSQL != inMemory { break }
+        }
+    }
+
+    func testServerFiltersNeverNarrowerAndExactOnlyWhenSo() throws {
+        let connection = MemoryConnection(MemoryServer(name: "m", specs: [entity.spec]))
+        let exact = try parse("Change == 5 AND User == 'a' AND Change IN {1, 2} AND Change > 0").serverFilters(entity, connection)
+        XCTAssertEqual(exact.filters.count, 4)
+        XCTAssertTrue(exact.isExact)
+        let partial = try parse("Change <= 5 AND User BEGINSWITH 'a' AND User ==[c] 'b' AND Score < 1").serverFilters(entity, connection)
+        XCTAssertEqual(partial.filters.map(\.operator), [.atMost, .lessThan])
+        XCTAssertFalse(partial.isExact, "text prefixes, folded text and reals are the core's to check")
+        XCTAssertEqual(try parse("Change == 1 OR Change == 2").serverFilters(entity, connection).filters, [])
+        XCTAssertEqual(try parse("User < 'b'").serverFilters(entity, connection).filters, [], "the server orders text its own way")
+    }
+}

@@ -1,0 +1,290 @@
+"""Faults beyond test_errors.py, injected by scripts/faultproxy.py in front of
+the real Kinto: a connection reset mid-body, huge pages, a trickling answer,
+a server that caps its connections, and Kinto's Backoff header.
+(429/503 with Retry-After are in test_errors.py.)"""
+
+import threading
+import uuid
+
+import pytest
+
+import tether
+
+SCHEMA = {"type": "object", "properties": {"Name": {"type": "string"},
+                                           "Size": {"type": "integer"}}}
+N = 60            # two pages (Kinto's paginate_by is 50)
+PAGE = 50
+PAD = 420_000     # huge mode: 50 records x 420 KB = a 21 MB page
+MANY = 300        # objects in the connection-cap burst
+PER_HOST = 6      # the library's documented cap on connections to one server
+
+
+def name(i):
+    return "file%d" % i
+
+
+@pytest.fixture(scope="module")
+def files(kinto, bucket):
+    kinto.create_collection(bucket, "files", SCHEMA)
+    kinto.put_records(bucket, "files", [("f%02d" % i, {"Name": name(i), "Size": i})
+                                        for i in range(N)])
+    return bucket
+
+
+def long_id(i):
+    # ~100-byte ids: the library puts up to 4000 bytes of ids in one in_id
+    # request, so a burst of MANY gets needs more requests than PER_HOST.
+    return "m%03d-%s" % (i, "x" * 95)
+
+
+@pytest.fixture(scope="module")
+def many(kinto, bucket):
+    kinto.create_collection(bucket, "many", SCHEMA)
+    kinto.put_records(bucket, "many", [(long_id(i), {"Name": "old%d" % i, "Size": i})
+                                       for i in range(MANY)])
+    return bucket
+
+
+def fill(open_ctx, url, bucket, store):
+    ctx = open_ctx(url, bucket, store)
+    _, objs = ctx.fetch_wait("files")
+    assert len(objs) == N
+    ctx.close()
+
+
+def assert_cache_is(ctx, names):
+    _, objs = ctx.fetch_wait("files", policy="cache_only", sort="Size")
+    assert [o.peek("Name") for o in objs] == names
+
+
+def first_page_requests(log):
+    return [line for line in log if "/records" in line and "_token=" not in line]
+
+
+# ------------------------------------------------------------------ reset mid-body
+
+def test_reset_mid_body_once_is_retried(files, tmp_path, open_ctx, faultproxy):
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
+    faultproxy.set("reset", match="/records", count=1, reset_log=True)
+    _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size")
+    assert [o.peek("Name") for o in objs] == [name(i) for i in range(N)]
+    assert [o.peek("Size") for o in objs] == list(range(N))
+    st = faultproxy.state()
+    assert st["faulted"] == 1
+    assert len(first_page_requests(st["log"])) == 2, "the reset page was asked again"
+
+
+def test_reset_every_time_fails_clearly_and_keeps_the_store(kinto, files, tmp_path, open_ctx,
+                                                           faultproxy):
+    store = tmp_path / "s.db"
+    fill(open_ctx, faultproxy.url, files, store)
+    ctx = open_ctx(faultproxy.url, files, store, timeout_ms=5000)
+    kinto.patch_record(files, "files", "f03", {"Name": "CHANGED"})
+    try:
+        faultproxy.set("reset", match="/records", reset_log=True)
+        with pytest.raises(tether.NetworkError) as raised:
+            ctx.fetch_wait("files", policy="server_only")
+        err = raised.value
+        assert err.status == tether.E_NETWORK and err.name == "TETHER_E_NETWORK"
+        # Says what happened, not only that something did.
+        assert "reset" in err.message.lower(), err.message
+        assert faultproxy.state()["faulted"] == 4, "the request and its three retries"
+        assert ctx.object("files", "f03").peek("Name") == "file3"
+        ctx.close()
+        faultproxy.stop()   # same URL, nobody listening: opens offline from the store
+        offline = open_ctx(faultproxy.url, files, store, timeout_ms=3000)
+        assert offline.online is False
+        assert_cache_is(offline, [name(i) for i in range(N)])
+    finally:
+        kinto.patch_record(files, "files", "f03", {"Name": "file3"})
+
+
+# ------------------------------------------------------------------ huge pages
+
+def _status_bytes(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no %s in /proc/self/status" % field)
+
+
+class PeakRSS:
+    """The process's peak RSS during a block: VmHWM after resetting it
+    (clear_refs 5), or, where that is refused, a 2 ms sampler."""
+
+    def __enter__(self):
+        self.base = _status_bytes("VmRSS")
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._sampler = None
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            self._sampler = threading.Thread(target=self._sample, daemon=True)
+            self._sampler.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _status_bytes("VmRSS"))
+
+    def __exit__(self, *exc):
+        if self._sampler is None:
+            self.peak = _status_bytes("VmHWM")
+        else:
+            self._stop.set()
+            self._sampler.join()
+        self.growth = self.peak - self.base
+
+
+def test_huge_pages(files, tmp_path, open_ctx, faultproxy):
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=30000)
+    faultproxy.set("huge", pad=PAD, match="/records", reset_log=True)
+    page = PAGE * PAD                           # the first page's pad alone: 21 MB
+    with PeakRSS() as rss:
+        _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size", timeout=60)
+    assert faultproxy.state()["faulted"] == 2, "both pages came inflated"
+    assert [o.peek("Name") for o in objs] == [name(i) for i in range(N)]
+    assert [o.peek("Size") for o in objs] == list(range(N))
+    # While a page is absorbed it may be in memory a few times at once (the
+    # body as received, with its buffer's growth; the decoded JSON; the rows
+    # SQLite writes), and the objects the results hold may keep their extra
+    # fields: the whole listing, 1.2 pages. 6 pages covers that with room for
+    # the allocator (this build: under 3); a copy per record, a page kept per
+    # page, or quadratic buffering goes well past it.
+    assert rss.growth < 6 * page, "RSS grew by %.0f MB for a %.0f MB page" % (
+        rss.growth / 1e6, page / 1e6)
+
+
+# ------------------------------------------------------------------ trickle
+
+def trickle_rate(seconds_per_page):
+    """Bytes per second so that a page of `files` takes about this long."""
+    return max(100, int(PAGE * 90 / seconds_per_page))   # a record is ~90 bytes of JSON
+
+
+def test_trickle_within_the_timeout_succeeds(files, tmp_path, open_ctx, faultproxy):
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=8000)
+    faultproxy.set("trickle", rate=trickle_rate(1.0), match="/records", reset_log=True)
+    _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size")
+    assert [o.peek("Name") for o in objs] == [name(i) for i in range(N)]
+    st = faultproxy.state()
+    assert st["faulted"] == 2, "each page asked once, none given up on: %r" % st["log"]
+
+
+def test_trickle_past_the_timeout_fails_and_loses_nothing(kinto, files, tmp_path, open_ctx,
+                                                          faultproxy):
+    store = tmp_path / "s.db"
+    fill(open_ctx, faultproxy.url, files, store)
+    ctx = open_ctx(faultproxy.url, files, store, timeout_ms=1000)
+    kinto.patch_record(files, "files", "f03", {"Name": "CHANGED"})
+    try:
+        # A page takes ~10 s, each attempt gives up after 1 s.
+        faultproxy.set("trickle", rate=trickle_rate(10.0), match="/records", reset_log=True)
+        with pytest.raises(tether.NetworkError) as raised:
+            ctx.fetch_wait("files", policy="server_only")
+        err = raised.value
+        assert err.status == tether.E_NETWORK
+        assert "timed out" in err.message.lower(), err.message
+        assert_cache_is(ctx, [name(i) for i in range(N)])
+        # Nothing lost: once the server is quick again the change comes in.
+        faultproxy.set("pass")
+        _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size")
+        assert objs[3].peek("Name") == "CHANGED"
+        assert [o.peek("Name") for o in objs if o.id != "f03"] == [
+            name(i) for i in range(N) if i != 3]
+    finally:
+        kinto.patch_record(files, "files", "f03", {"Name": "file3"})
+
+
+# ------------------------------------------------------------------ connection cap
+
+def told(calls):
+    """Object id -> statuses its observer heard (final cancellations aside)."""
+    out = {}
+    for obj, _key, status in calls:
+        if status != tether.E_CANCELLED:
+            out.setdefault(obj.id, []).append(status)
+    return out
+
+
+@pytest.mark.parametrize("cap", [4, None])
+def test_burst_of_gets_against_a_connection_cap(kinto, many, tmp_path, open_ctx, recorder,
+                                                faultproxy, cap):
+    ctx = open_ctx(faultproxy.url, many, tmp_path / "s.db", timeout_ms=10000)
+    _, objs = ctx.fetch_wait("many")
+    assert len(objs) == MANY
+    old = {o.id: o.peek("Name") for o in objs}
+    run = uuid.uuid4().hex[:8]
+    new = {o.id: "new-%s-%s" % (run, o.id[:4]) for o in objs}
+    kinto.patch_records(many, "many", [(rid, {"Name": v}) for rid, v in new.items()])
+
+    faultproxy.set("pass", max_connections=cap, reset_log=True)
+    rec = recorder()
+    for o in objs:
+        o.observe("Name", rec)
+    for o in objs:
+        assert o.get("Name") == old[o.id]      # the cached value, and a refresh
+    # Every refresh either changes the value (status 0) or fails (an error
+    # status): every observer must hear one or the other.
+    assert rec.wait(lambda calls: len(told(calls)) == MANY, timeout=30), (
+        "observers never told: %d of %d" % (MANY - len(told(rec.calls)), MANY))
+    st = faultproxy.state()
+    heard = told(rec.calls)
+    failed = [rid for rid, statuses in heard.items() if 0 not in statuses]
+    for o in objs:
+        statuses = heard[o.id]
+        # A refused connection is a server that did not answer: a network error.
+        assert all(s in (0, tether.E_NETWORK) for s in statuses), (o.id, statuses)
+        assert o.peek("Name") == (old[o.id] if o.id in failed else new[o.id]), (o.id, statuses)
+
+    # Refused connections never got to send a request the proxy logged.
+    requests = len([line for line in st["log"] if "/records" in line]) + st["refused"]
+    assert requests > PER_HOST, "the burst must need more requests than the library's " \
+                                "cap (it took %d); lengthen the ids" % requests
+    assert st["peak_connections"] <= PER_HOST, st["peak_connections"]
+    if cap is None:
+        assert st["refused"] == 0 and failed == []
+    else:
+        assert not failed or st["refused"], "refreshes failed, yet none was refused"
+        # Nothing lost: without the cap, the failed ones come in on the next get.
+        faultproxy.set("pass")
+        before = len(rec.calls)
+        for rid in failed:
+            ctx.object("many", rid).get("Name")
+        assert rec.wait(lambda calls: {c[0].id for c in calls[before:] if c[2] == 0}
+                        >= set(failed), timeout=30)
+        assert all(o.peek("Name") == new[o.id] for o in objs)
+
+
+# ------------------------------------------------------------------ Backoff
+
+def test_backoff_header_delays_the_next_request(kinto, files, tmp_path, open_ctx, recorder,
+                                                faultproxy):
+    """Kinto's `Backoff: N`: no new request to the server until N seconds
+    after the answer that carried it; the work still completes."""
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=10000)
+    rec = recorder()
+    try:
+        # Both pages' answers carry Backoff: 2.
+        faultproxy.set("pass", backoff=2, reset_log=True)
+        _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size")
+        faultproxy.set("pass")
+        assert [x.peek("Name") for x in objs] == [name(i) for i in range(N)]
+        # A refresh right after: held back by the second page's Backoff.
+        o = objs[5]
+        o.observe("Name", rec)
+        kinto.patch_record(files, "files", "f05", {"Name": "CHANGED"})
+        o.get("Name")
+        assert rec.wait(lambda calls: (o, "Name", 0) in calls, timeout=15)
+        assert o.peek("Name") == "CHANGED"
+    finally:
+        kinto.patch_record(files, "files", "f05", {"Name": name(5)})
+    st = faultproxy.state()
+    log, times = st["log"], st["times"]
+    assert len(log) == 3, log     # page 1, page 2, the refresh
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(g >= 1.8 for g in gaps), "gaps after Backoff: 2: %s (%s)" % (
+        ", ".join("%.2f s" % g for g in gaps), log)
