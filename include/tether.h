@@ -202,9 +202,12 @@ TETHER_API int tether_context_open(const tether_context_options *opts, tether_co
  * threads, and invalidates every handle that came from the context: objects,
  * results, entities, tasks, observers. A thread blocked in
  * tether_context_poll on this context returns. Safe from any thread at any
- * moment; calls racing it on other threads get TETHER_E_HANDLE. NULL is a
- * no-op that returns TETHER_OK. Returns TETHER_E_BUSY if called from inside
- * one of this context's callbacks (the context stays open). */
+ * moment; calls racing it on other threads get TETHER_E_HANDLE. Of closes
+ * racing each other one returns TETHER_OK; the others first wait until it is
+ * done (so no callback runs after any of them returns), then return
+ * TETHER_E_HANDLE, as a later close does. NULL is a no-op that returns
+ * TETHER_OK. Returns TETHER_E_BUSY if called from inside one of this
+ * context's callbacks (the context stays open). */
 TETHER_API int tether_context_close(tether_context *ctx);
 
 /* *out = 1 if the context reached the server when it opened, 0 if it opened
@@ -473,7 +476,10 @@ TETHER_API int tether_fetch_start(tether_context *ctx, const tether_fetch_option
  * abandoned. Outside any Tether callback it first waits for a callback of the
  * task in progress on another thread to return; from inside a callback it
  * does not wait (see tether_observer_remove). TETHER_E_HANDLE if the task
- * was already cancelled or has delivered its FINAL callback. */
+ * was already cancelled or its FINAL callback is under way: from the moment
+ * the library starts delivering it (which may be a little before your
+ * callback is entered) until it has returned, the task ends as that FINAL
+ * says. Either way exactly one FINAL callback comes. */
 TETHER_API int tether_task_cancel(tether_task *task);
 
 /* ---------------------------------------------------------------- results */

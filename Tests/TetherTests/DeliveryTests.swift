@@ -65,6 +65,43 @@ final class DeliveryTests: XCTestCase {
         XCTAssertEqual(final.withLock { $0 }, .some(.cancelled))
         XCTAssertThrowsError(try context.poll(timeoutMilliseconds: 0)) { XCTAssertEqual(($0 as? TetherError)?.kind, .closed) }
     }
+
+    /// Closes racing each other: the second returned at once while the first
+    /// was still delivering finals, so callbacks ran after it returned, and
+    /// the C boundary freed the observers' key strings under them (the C
+    /// stress test's find). Now one closes; the others wait, then fail.
+    func testClosesRacingEachOtherWaitForTheOne() throws {
+        for mode in [DeliveryMode.thread, .poll] {
+            let directory = NSTemporaryDirectory() + "tether-closes-\(UUID().uuidString)"
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let context = try MemoryBackend(directory: directory, latencyMilliseconds: 200).openCreatingDirectory(mode)
+            // Finals that take a while, so a close is long under way.
+            let lastCallback = ConditionLock<MonotonicTime?>(nil)
+            for _ in 0..<20 {
+                try context.makeFetch(FetchRequest(entity: "items")).start { result in
+                    guard result.phase == .final else { return }
+                    usleep(5_000)
+                    lastCallback.withLock { $0 = MonotonicTime.now() }
+                }
+            }
+            usleep(50_000)
+            let outcomes = ConditionLock<[(ok: Bool, kind: TetherError.Kind?, returned: MonotonicTime)]>([])
+            let threads = (0..<4).map { _ in
+                Thread {
+                    let outcome: (Bool, TetherError.Kind?)
+                    do { try context.close(); outcome = (true, nil) } catch { outcome = (false, (error as? TetherError)?.kind) }
+                    outcomes.withLock { $0.append((outcome.0, outcome.1, MonotonicTime.now())) }
+                }
+            }
+            threads.forEach { $0.start() }
+            let all = outcomes.withLock(when: { $0.count == 4 }, until: MonotonicTime.now().adding(milliseconds: 10_000)) { value, _ in value }
+            XCTAssertEqual(all.count, 4, "\(mode): every close returned")
+            XCTAssertEqual(all.filter(\.ok).count, 1, "\(mode): one close did the work")
+            XCTAssertEqual(all.filter { !$0.ok }.map(\.kind), [.closed, .closed, .closed], "\(mode)")
+            let last = try XCTUnwrap(lastCallback.withLock { $0 }, "\(mode): the finals came")
+            XCTAssertTrue(all.allSatisfy { last < $0.returned }, "\(mode): no callback after any close returned")
+        }
+    }
 }
 
 extension MemoryBackend {

@@ -34,6 +34,8 @@ public final class Context: Sendable {
     let delivery: Delivery
     let graph: Lock<Graph>
     private let closed = Atomic<Bool>(false)
+    /// Set once a close has finished, for closes that raced it to wait on.
+    private let closeDone = ConditionLock(false)
 
     struct Graph {
         var closed = false
@@ -156,7 +158,9 @@ public final class Context: Sendable {
     /// Cancels every task and observer, ends every request in flight,
     /// delivers the final callbacks, stops the threads, and closes the store
     /// and the descriptors. Not allowed from inside one of this context's
-    /// callbacks. A second close does nothing.
+    /// callbacks. Of closes racing on several threads one does the work; the
+    /// others wait for it to be done (so no callback runs after any of them
+    /// returns), then fail with `.closed`, as a later close does.
     public func close() throws {
         guard !delivery.isInsideCallback else {
             throw TetherError(.busy, "a context cannot be closed from inside its own callback")
@@ -166,7 +170,11 @@ public final class Context: Sendable {
             graph.closed = true
             return Array(graph.subscriptions.values)
         }
-        guard let cancels else { return }
+        guard let cancels else {
+            closeDone.withLock(when: { $0 }, until: nil) { _, _ in }
+            throw TetherError.contextClosed
+        }
+        defer { closeDone.withLock { $0 = true } }
         closed.store(true, ordering: .releasing)
         delivery.beginClose()
         for cancel in cancels { cancel() }
