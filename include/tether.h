@@ -444,7 +444,8 @@ typedef struct tether_fetch_options {
  *
  * tether_fetch_start returns TETHER_E_INVALID for bad syntax, an unknown
  * key, a value of the wrong type or an argument count that does not match;
- * tether_errmsg() says what, and the column. */
+ * tether_errmsg() says what, and the column where there is one (an argument
+ * given but not used has none: the message names it). */
 
 /* Fills `opts` with defaults for the given struct version. */
 TETHER_API int tether_fetch_options_init(tether_fetch_options *opts, unsigned int version);

@@ -284,9 +284,11 @@ public func tether_context_entity(_ ctx: OpaquePointer?, _ name: UnsafePointer<C
     call {
         let box = try contextBox(ctx).box
         let name = try text(name, "name")
-        guard let entity = box.context.model.entity(named: name), let handle = Handles.shared.existing(entity) else {
+        guard let entity = box.context.model.entity(named: name) else {
             throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
         }
+        // Gone from the registry: a close on another thread got there first.
+        guard let handle = Handles.shared.existing(entity) else { throw TetherError(.closed, "the context is closed") }
         try output(out, handle)
     }
 }

@@ -150,5 +150,14 @@ final class PredicateTests: XCTestCase {
         XCTAssertFalse(partial.isExact, "text prefixes, folded text and reals are the core's to check")
         XCTAssertEqual(try parse("Change == 1 OR Change == 2").serverFilters(entity, connection).filters, [])
         XCTAssertEqual(try parse("User < 'b'").serverFilters(entity, connection).filters, [], "the server orders text its own way")
+
+        // Kinto answers 400 to control characters in a query, and splits in_ at commas.
+        let kinto = try KintoConnection(KintoOptions(serverURL: "http://127.0.0.1:9/v1", bucket: "b"))
+        defer { kinto.shutdown() }
+        XCTAssertFalse(kinto.supports(Filter(field: "User", .equal, [.string("a\u{0}b")])))
+        XCTAssertFalse(kinto.supports(Filter(field: "User", .equal, [.string("line\n")])))
+        XCTAssertTrue(kinto.supports(Filter(field: "User", .equal, [.string("a,b")])))
+        XCTAssertFalse(kinto.supports(Filter(field: "User", .oneOf, [.string("a,b")])))
+        XCTAssertTrue(kinto.supports(Filter(field: "User", .oneOf, [.string("a"), .string("é😀")])))
     }
 }

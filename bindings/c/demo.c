@@ -2,8 +2,8 @@
  * demo.c — a tour of Tether from C, on the Perforce-like demo bucket that
  * scripts/seed-demo writes (collections users, clients, changes, jobs).
  *
- *   demo URL BUCKET STORE             server running: sections 1-4
- *   demo URL BUCKET STORE --offline   server stopped: sections 1 and 5
+ *   demo URL BUCKET STORE             server running: sections 1-5
+ *   demo URL BUCKET STORE --offline   server stopped: sections 1 and 6
  *
  * 1. connect and print the model built from the collections' schemas
  * 2. an asynchronous fetch answering twice (cache, then server), delivered on
@@ -13,8 +13,9 @@
  *    (libcurl PATCH); peek keeps the cached value, get returns it at once and
  *    refreshes, observers of "Description" and "DescriptionPeek" are told
  *    (THREAD mode: callbacks on the library's thread, a condvar to wait)
- * 4. a fetch cancelled in flight: exactly one callback, FINAL, cancelled
- * 5. offline: the context opens from its store; peek and a cache-only fetch
+ * 4. a fetch with a predicate, its values bound as $1, $2 (nothing to quote)
+ * 5. a fetch cancelled in flight: exactly one callback, FINAL, cancelled
+ * 6. offline: the context opens from its store; peek and a cache-only fetch
  *    work, a cache-then-server fetch ends in a network error
  *
  * Build with `make` in bindings/c; `make run-demo` runs it all on a
@@ -286,8 +287,11 @@ static void on_fetch(tether_task *task, tether_phase phase, int status, const ch
     failed(tether_results_release(results), "tether_results_release");
 }
 
-static int start_fetch(tether_context *ctx, fetch_state *f, const char *entity, const char *sort,
-                       int64_t limit, tether_cache_policy policy, tether_task **task)
+/* A fetch of the records matching `predicate` (NULL: all), with `count`
+ * values for $1, $2... */
+static int start_fetch_where(tether_context *ctx, fetch_state *f, const char *entity, const char *sort,
+                             int64_t limit, tether_cache_policy policy, const char *predicate,
+                             const tether_value *args, size_t count, tether_task **task)
 {
     tether_fetch_options o;
     int s = tether_fetch_options_init(&o, TETHER_FETCH_OPTIONS_VERSION);
@@ -297,9 +301,18 @@ static int start_fetch(tether_context *ctx, fetch_state *f, const char *entity, 
     o.sort = sort;
     o.limit = limit;
     o.policy = policy;
+    o.predicate = predicate;
+    o.arguments = args;      /* borrowed for the call only */
+    o.argument_count = count;
     s = tether_fetch_start(ctx, &o, on_fetch, f, task);
     failed(s, "tether_fetch_start");
     return s;
+}
+
+static int start_fetch(tether_context *ctx, fetch_state *f, const char *entity, const char *sort,
+                       int64_t limit, tether_cache_policy policy, tether_task **task)
+{
+    return start_fetch_where(ctx, f, entity, sort, limit, policy, NULL, NULL, 0, task);
 }
 
 /* THREAD mode: waits (at most WAIT_MS) for the FINAL callback. */
@@ -498,7 +511,42 @@ out:
     pthread_mutex_destroy(&os.mu);
 }
 
-/* ------------------------------------------------------------ 4. cancel */
+/* ------------------------------------------------------------ 4. predicate */
+
+static void section_predicate(tether_context *ctx)
+{
+    fetch_state f;
+    const char *predicate = "Status == $1 AND User BEGINSWITH[c] $2";
+    tether_value args[2] = {{TETHER_TYPE_TEXT, 0, 0.0, NULL, 0}, {TETHER_TYPE_TEXT, 0, 0.0, NULL, 0}};
+    char status[] = "pending", prefix[] = "C";
+    args[0].text = status;
+    args[0].length = strlen(status);
+    args[1].text = prefix;
+    args[1].length = strlen(prefix);
+
+    printf("\n== 4. A fetch with a predicate: %s\n", predicate);
+    printf("  $1 = \"%s\", $2 = \"%s\", sorted by -Change (the cache answers from what it holds):\n",
+           status, prefix);
+    fetch_state_init(&f);
+    if (start_fetch_where(ctx, &f, "changes", "-Change", 0, TETHER_POLICY_CACHE_THEN_SERVER, predicate, args, 2,
+                          NULL) == TETHER_OK &&
+        wait_final(&f))
+        failed(f.final_status, "fetch FINAL");
+    {
+        /* A bad predicate is refused at once (no callback); the message
+         * says what and the column. */
+        tether_fetch_options o;
+        int s;
+        tether_fetch_options_init(&o, TETHER_FETCH_OPTIONS_VERSION);
+        o.entity = "changes";
+        o.predicate = "Change == 'x'";
+        s = tether_fetch_start(ctx, &o, on_fetch, &f, NULL);
+        printf("  a bad one, %s: %s: %s\n", o.predicate, tether_errstr(s), tether_errmsg());
+    }
+    fetch_state_destroy(&f);
+}
+
+/* ------------------------------------------------------------ 5. cancel */
 
 static void section_cancel(tether_context *ctx)
 {
@@ -506,7 +554,7 @@ static void section_cancel(tether_context *ctx)
     tether_task *task = NULL;
     const char *entity = "changes"; /* the biggest seeded collection: 200 records */
 
-    printf("\n== 4. A fetch of %s (the biggest collection) cancelled in flight\n", entity);
+    printf("\n== 5. A fetch of %s (the biggest collection) cancelled in flight\n", entity);
     fetch_state_init(&f);
     if (start_fetch(ctx, &f, entity, NULL, 0, TETHER_POLICY_SERVER_ONLY, &task) != TETHER_OK)
         return;
@@ -526,7 +574,7 @@ static void section_cancel(tether_context *ctx)
     fetch_state_destroy(&f);
 }
 
-/* ------------------------------------------------------------ 5. offline */
+/* ------------------------------------------------------------ 6. offline */
 
 static void section_offline(tether_context *ctx)
 {
@@ -534,7 +582,7 @@ static void section_offline(tether_context *ctx)
     int online = -1;
     char id[64] = "";
 
-    printf("\n== 5. Offline: the server is stopped\n");
+    printf("\n== 6. Offline: the server is stopped\n");
     if (!failed(tether_context_is_online(ctx, &online), "is_online"))
         printf("  is_online = %d\n", online);
 
@@ -613,12 +661,13 @@ int main(int argc, char **argv)
         section_fetch_poll(ctx, first_id, sizeof first_id);
         failed(tether_context_close(ctx), "tether_context_close");
 
-        /* Sections 3-4 in THREAD mode: callbacks on the library's thread. */
+        /* Sections 3-5 in THREAD mode: callbacks on the library's thread. */
         ctx = open_context(TETHER_DELIVER_THREAD);
         if (!ctx)
             return 1;
         if (first_id[0])
             section_peek_get(ctx, first_id);
+        section_predicate(ctx);
         section_cancel(ctx);
         failed(tether_context_close(ctx), "tether_context_close");
     }

@@ -101,15 +101,27 @@ public final class KeyObserver: Sendable {
         let context = object.context
         try context.checkOpen()
         state.withLock { $0.callback = callback }
-        let id = try context.subscribe(
-            cancel: { [context] id in try? context.delivery.cancel(id) },
-            deliverCancellation: { [self] in fire(.cancelled) },
-            finished: { [self] in
-                object.state.withLock { $0.observers.removeAll { $0 === self } }
-                state.withLock { $0 = (nil, nil) }
-            })
-        state.withLock { $0.subscription = id }
+        // On the object's list before the subscription exists: a close racing
+        // this call may finish the subscription at once, and its removal must
+        // find the observer there (appended after, the observer and its
+        // object kept each other, and the context, alive for good).
         object.state.withLock { $0.observers.append(self) }
+        let id: Delivery.SubscriptionID
+        do {
+            id = try context.subscribe(
+                cancel: { [context] id in try? context.delivery.cancel(id) },
+                deliverCancellation: { [self] in fire(.cancelled) },
+                finished: { [self] in
+                    object.state.withLock { $0.observers.removeAll { $0 === self } }
+                    state.withLock { $0 = (nil, nil) }
+                })
+        } catch {
+            object.state.withLock { $0.observers.removeAll { $0 === self } }
+            state.withLock { $0 = (nil, nil) }
+            throw error
+        }
+        // Unless it has already finished (the callback is gone then).
+        state.withLock { if $0.callback != nil { $0.subscription = id } }
     }
 
     /// Removes the observer; fails with `.closed` if it was already removed.

@@ -5,6 +5,8 @@
         cached, final = ctx.fetch_wait("clients", sort="Client", limit=5)
         c = final[0]
         print(c.peek("Owner"), c.Owner)     # peek: cache only; attribute: get
+        _, mine = ctx.fetch_wait("changes", where="Status == $1 AND User == $2",
+                                 args=("pending", "alice"))   # a predicate
 
 An Object holds one reference to its record's handle while Python holds the
 Object; tether.live_counts() shows what the library holds, for leak checks.

@@ -84,7 +84,7 @@ POLICY_SERVER_ONLY = 2
 POLICY_CACHE_ELSE_SERVER = 3
 
 CONTEXT_OPTIONS_VERSION = 2
-FETCH_OPTIONS_VERSION = 1
+FETCH_OPTIONS_VERSION = 2   # 2 added predicate, arguments, argument_count
 
 # What tether_live_count counts, process-wide, by the names live_counts() uses.
 LIVE_CONTEXTS = 1
@@ -138,6 +138,10 @@ class tether_fetch_options(Structure):
         ("sort", c_char_p),
         ("limit", c_int64),
         ("policy", c_int),
+        # since version 2
+        ("predicate", c_char_p),
+        ("arguments", POINTER(tether_value)),   # borrowed for the call
+        ("argument_count", c_size_t),
     ]
 
 

@@ -97,6 +97,57 @@ def _convert(v):
     raise TetherError("value of unknown type %d" % t)
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _arguments(args):
+    """A fetch's predicate arguments -> (ctypes array of tether_value or None,
+    count, the buffers the array points into). The caller keeps the array and
+    the buffers alive until tether_fetch_start returns (the library borrows
+    them for the call only). Everything is checked here, before anything is
+    sent: TypeError for a value of another type (naming its $n), OverflowError
+    for an int beyond 64 bits."""
+    if args is None:
+        return None, 0, ()
+    if isinstance(args, (str, bytes, bytearray, memoryview, dict, set, frozenset)):
+        raise TypeError("args must be a sequence of values for $1, $2..., not %s"
+                        % type(args).__name__)
+    try:
+        values = tuple(args)
+    except TypeError:
+        raise TypeError("args must be a sequence of values for $1, $2..., not %s"
+                        % type(args).__name__) from None
+    if not values:
+        return None, 0, ()
+    array = (_lib.tether_value * len(values))()
+    buffers = []
+    for i, value in enumerate(values):
+        v, n = array[i], i + 1
+        if value is None:
+            v.type = _lib.TYPE_NULL
+        elif isinstance(value, bool):         # before int: bool is an int
+            v.type, v.integer = _lib.TYPE_BOOLEAN, int(value)
+        elif isinstance(value, int):
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise OverflowError("predicate argument $%d: %d does not fit in 64 bits" % (n, value))
+            v.type, v.integer = _lib.TYPE_INTEGER, int(value)
+        elif isinstance(value, float):
+            v.type, v.real = _lib.TYPE_REAL, float(value)
+        elif isinstance(value, str):
+            try:
+                b = value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError("predicate argument $%d is not encodable as UTF-8: %s" % (n, e)) from e
+            # By length, so NUL is just another character; NUL-terminated too.
+            buf = ctypes.create_string_buffer(b, len(b) + 1)
+            buffers.append(buf)
+            v.type, v.text, v.length = _lib.TYPE_TEXT, ctypes.addressof(buf), len(b)
+        else:
+            raise TypeError("predicate argument $%d must be str, int, float, bool or None, not %s"
+                            % (n, type(value).__name__))
+    return array, len(values), tuple(buffers)
+
+
 def _report(kind, callback):
     log.exception("exception in a tether %s callback %r (ignored)", kind, callback)
 
@@ -830,11 +881,23 @@ class Context:
     # -- fetch
 
     def fetch(self, entity, *, sort=None, limit=0, policy="cache_then_server", callback=None,
-              _on_done=None):
+              where=None, args=(), _on_done=None):
         """Starts a fetch; returns a Task. callback(phase, status, message,
         objects) runs once per phase: phase "cached" then "final" for the
         default policy. `sort` is "A,-B" or a list of names ("-" descending).
-        Validation errors (unknown entity, bad sort) raise here."""
+
+        `where` is a predicate (see "Predicates" in tether.h), e.g.
+        ``"Status == $1 AND User BEGINSWITH[c] $2"``, and `args` the values of
+        $1, $2...: str (TEXT; may hold NUL), int (INTEGER, 64 bits), float
+        (REAL), bool (BOOLEAN) or None (NULL). Arguments never need quoting.
+        The cache and the server answer it alike, and exactly.
+
+        Validation errors raise here, and then no callback runs: unknown
+        entity (NotFoundError), bad sort, or a bad predicate (InvalidError:
+        its syntax, an unknown key, a value of the wrong type, an argument
+        count that does not match; the message says what and the column).
+        An argument of another Python type raises TypeError, and one out of
+        64-bit range OverflowError, before anything reaches the library."""
         if isinstance(entity, Entity):
             entity = entity.name
         if policy in POLICIES:
@@ -849,12 +912,18 @@ class Context:
             raise TypeError("limit must be an int")
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
+        predicate = _cstr_opt(where, "where")
+        arguments, count, buffers = _arguments(args)
         opts = _lib.tether_fetch_options()
         _lib.tether_fetch_options_init(byref(opts), _lib.FETCH_OPTIONS_VERSION)
-        keep = (_cstr(entity, "entity"), _cstr_opt(sort, "sort"))
-        opts.entity, opts.sort = keep
+        # What opts points into, alive until tether_fetch_start returns.
+        keep = (_cstr(entity, "entity"), _cstr_opt(sort, "sort"), predicate, arguments, buffers)
+        opts.entity, opts.sort = keep[0], keep[1]
         opts.limit = limit
         opts.policy = pol
+        opts.predicate = predicate
+        opts.arguments = arguments   # None: a NULL pointer
+        opts.argument_count = count
         task = Task(self, entity if isinstance(entity, str) else _pystr(entity), callback, _on_done)
         task._register()   # before the call: in thread mode callbacks may come first
         out = c_void_p()
@@ -868,11 +937,13 @@ class Context:
         return task
 
     def fetch_wait(self, entity, *, sort=None, limit=0, policy="cache_then_server", timeout=30,
-                   callback=None):
+                   callback=None, where=None, args=()):
         """Fetches and waits: returns (cached objects or None, final objects),
         or raises the final error. Works in both delivery modes (in poll mode
-        it polls). On timeout the fetch is cancelled and TimeoutError raised."""
-        task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback)
+        it polls). On timeout the fetch is cancelled and TimeoutError raised.
+        `where` and `args`: a predicate and its arguments, as in fetch()."""
+        task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
+                          where=where, args=args)
         if not task.wait(timeout):
             task.cancel()
             task.wait(5)
@@ -946,9 +1017,10 @@ class Context:
                 self._loop_release()
 
     async def fetch_async(self, entity, *, sort=None, limit=0, policy="cache_then_server",
-                          callback=None):
+                          callback=None, where=None, args=()):
         """Fetches and returns the final objects; raises the final error (a
         tether CancelledError if the fetch was cancelled, e.g. by close()).
+        `where` and `args`: a predicate and its arguments, as in fetch().
         If the awaiting asyncio task is cancelled, the fetch is cancelled too
         and asyncio.CancelledError propagates.
 
@@ -971,7 +1043,7 @@ class Context:
             self._loop_acquire(loop)
         try:
             task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
-                              _on_done=done)
+                              where=where, args=args, _on_done=done)
         except BaseException:
             if poll_mode:
                 self._loop_release()

@@ -233,12 +233,15 @@ public final class KintoConnection: Connection {
     }
 
     /// Kinto says every one of these in its query language.
-    /// Scalars only; `in_` splits its values at commas, so no text holding one.
+    /// Scalars only; `in_` splits its values at commas, so no text holding
+    /// one; Kinto refuses control characters in a query (400), so none.
     public func supports(_ filter: Filter) -> Bool {
         filter.values.allSatisfy { value in
             switch value {
             case .array, .object: return false
-            case .string(let text): return filter.operator != .oneOf || !text.contains(",")
+            case .string(let text):
+                return !text.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
+                    && (filter.operator != .oneOf || !text.contains(","))
             default: return true
             }
         }
