@@ -598,35 +598,6 @@ static void shutdown_in_flight(void)
 
 /* ------------------------------------------------------------ main */
 
-static int seed_small(void)
-{
-    return tu_put_bucket(bucket) &&
-           tu_put_collection(bucket, "small",
-                             "{\"type\": \"object\", \"properties\": {"
-                             "\"n\": {\"type\": \"integer\"}, \"label\": {\"type\": \"string\"}}}") &&
-           tu_put_numbered(bucket, "small", "r%06d", "{\"n\": %d, \"label\": \"record %d\"}", NSMALL);
-}
-
-/* One open, fetch and close before any count is taken, so one-time process
- * setup (libcurl, SQLite, the library's globals) is not taken for a leak;
- * it also caches the small collection in the store. */
-static void warm_up(void)
-{
-    tu_fetch f;
-    tether_context *ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
-    tu_section("warm-up: fetch the small collection into the store");
-    if (!ctx)
-        return;
-    tu_fetch_init(&f);
-    CHECK_OK(tu_fetch_start(ctx, &f, "small", NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
-    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-    CHECK_CODE(f.final_status, TETHER_OK);
-    CHECK_INT(f.final_count, NSMALL);
-    CHECK_OK(tu_fetch_release(&f));
-    CHECK_INT(tether_context_close(ctx), TETHER_OK);
-    tu_fetch_destroy(&f);
-}
-
 int main(int argc, char **argv)
 {
     unsigned int seed;
@@ -634,12 +605,12 @@ int main(int argc, char **argv)
     tu_init(argv[0]);
     tu_unique(bucket, sizeof bucket, "c-lifetimes");
     tu_store_path(store, sizeof store, "lifetimes");
-    if (!CHECK(seed_small()))
+    if (!CHECK(tu_seed_numbered(bucket, "small", "r%06d", NSMALL)))
         return tu_finish();
     seed = getenv("TETHER_TEST_SEED") ? (unsigned int)strtoul(getenv("TETHER_TEST_SEED"), NULL, 10)
                                       : (unsigned int)time(NULL);
     printf("   random seed %u (set TETHER_TEST_SEED to repeat)\n", seed);
-    warm_up();
+    tu_warm_up(bucket, store, "small", NSMALL);
     fetch_storm(TETHER_DELIVER_THREAD, seed);
     fetch_storm(TETHER_DELIVER_POLL, seed + 1);
     open_close_cycles();

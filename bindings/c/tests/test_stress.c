@@ -2203,34 +2203,6 @@ static void observe_race(int cycles, const counts *base)
 
 /* ------------------------------------------------------------ main */
 
-static int seed_items(void)
-{
-    return tu_put_bucket(bucket) &&
-           tu_put_collection(bucket, "items",
-                             "{\"type\": \"object\", \"properties\": {"
-                             "\"n\": {\"type\": \"integer\"}, \"label\": {\"type\": \"string\"}}}") &&
-           tu_put_numbered(bucket, "items", "i%04d", "{\"n\": %d, \"label\": \"record %d\"}", NRECORDS);
-}
-
-/* One open, fetch and close before the baseline, so one-time setup is not
- * taken for a leak; it also caches the collection in the store. */
-static void warm_up(void)
-{
-    tu_fetch f;
-    tether_context *ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
-    tu_section("warm-up: fetch the collection into the store");
-    if (!ctx)
-        return;
-    tu_fetch_init(&f);
-    CHECK_OK(tu_fetch_start(ctx, &f, "items", NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
-    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-    CHECK_CODE(f.final_status, TETHER_OK);
-    CHECK_INT(f.final_count, NRECORDS);
-    CHECK_OK(tu_fetch_release(&f));
-    CHECK_INT(tether_context_close(ctx), TETHER_OK);
-    tu_fetch_destroy(&f);
-}
-
 static long env_long(const char *name, long dflt)
 {
     const char *v = getenv(name);
@@ -2264,9 +2236,9 @@ int main(int argc, char **argv)
            (unsigned long long)run_seed, rounds, first);
     tu_unique(bucket, sizeof bucket, "c-stress");
     tu_store_path(store, sizeof store, "stress");
-    if (!CHECK(seed_items()))
+    if (!CHECK(tu_seed_numbered(bucket, "items", "i%04d", NRECORDS)))
         return tu_finish();
-    warm_up();
+    tu_warm_up(bucket, store, "items", NRECORDS);
     t0 = tu_now_ms();
     /* the baseline: the main thread only, nothing of the library open */
     snapshot(&base);

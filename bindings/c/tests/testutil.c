@@ -1029,3 +1029,29 @@ void tu_proxy_stop(tu_proxy *p)
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
+
+int tu_seed_numbered(const char *bucket, const char *collection, const char *id_format, int count)
+{
+    return tu_put_bucket(bucket) &&
+           tu_put_collection(bucket, collection,
+                             "{\"type\": \"object\", \"properties\": {"
+                             "\"n\": {\"type\": \"integer\"}, \"label\": {\"type\": \"string\"}}}") &&
+           tu_put_numbered(bucket, collection, id_format, "{\"n\": %d, \"label\": \"record %d\"}", count);
+}
+
+void tu_warm_up(const char *bucket, const char *store, const char *collection, int count)
+{
+    tu_fetch f;
+    tether_context *ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    tu_section("warm-up: fetch the collection into the store");
+    if (!ctx)
+        return;
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, collection, NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_CODE(f.final_status, TETHER_OK);
+    CHECK_INT(f.final_count, count);
+    CHECK_OK(tu_fetch_release(&f));
+    CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    tu_fetch_destroy(&f);
+}

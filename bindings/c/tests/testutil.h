@@ -99,6 +99,14 @@ int tu_put_records(const char *bucket, const char *collection, const char *const
  * data data_format(i, i) (both printf formats taking ints). 1 on success. */
 int tu_put_numbered(const char *bucket, const char *collection, const char *id_format,
                     const char *data_format, int count);
+/* The bucket, and a collection of `count` records with an integer "n" and a
+ * string "label" ("record <n>"), ids from id_format. 1 on success. */
+int tu_seed_numbered(const char *bucket, const char *collection, const char *id_format, int count);
+/* One open, server fetch of `collection` (expecting `count` records) and
+ * close, before any live count or descriptor is taken as a baseline: so
+ * one-time process setup (libcurl, SQLite, the library's globals) is not
+ * taken for a leak. It also caches the collection in `store`. */
+void tu_warm_up(const char *bucket, const char *store, const char *collection, int count);
 
 /* ------------------------------------------------------------ context */
 
