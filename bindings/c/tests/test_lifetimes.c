@@ -9,7 +9,6 @@
 
 #include "testutil.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -24,18 +23,6 @@
 #define TOUCH_SLACK 16        /* objects beyond the cache that may be alive */
 #define RSS_SLACK (8 << 20)
 
-/* AddressSanitizer keeps freed memory in quarantine: resident memory then
- * says nothing about what the library keeps, so it is not compared. */
-#if defined(__SANITIZE_ADDRESS__)
-#define RSS_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RSS_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_MEANINGFUL
-#define RSS_MEANINGFUL 1
-#endif
 #define INFLIGHT 50
 
 static char bucket[128];
@@ -43,66 +30,23 @@ static char store[512];
 
 /* ------------------------------------------------------------ counting */
 
-static const char *const live_names[] = {"", "contexts", "objects", "object handles", "results",
-                                         "tasks", "observers", "library threads"};
-#define NLIVE 8
-
-typedef struct counts {
-    int64_t live[NLIVE]; /* by tether_live value, 1..7 */
-    int fds;             /* entries of /proc/self/fd */
-    int threads;         /* entries of /proc/self/task: the process's threads */
-} counts;
-
-static int count_entries(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    int n = 0;
-    if (!d)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void snapshot(counts *c)
-{
-    int i;
-    for (i = 1; i < NLIVE; i++)
-        c->live[i] = tu_live((tether_live)i);
-    /* The directory stream's own descriptor is counted every time alike. */
-    c->fds = count_entries("/proc/self/fd");
-    c->threads = count_entries("/proc/self/task");
-}
-
-static int same_counts(const counts *a, const counts *b)
-{
-    int i;
-    for (i = 1; i < NLIVE; i++)
-        if (a->live[i] != b->live[i])
-            return 0;
-    return a->fds == b->fds && a->threads == b->threads;
-}
-
 /* Checks every count is back at `base`. Waits a little first: a task is
  * freed just after its FINAL callback returns, a thread exits just after it
  * says so. */
-static void check_back(const counts *base, const char *when)
+static void check_back(const tu_counts *base, const char *when)
 {
-    counts now;
+    tu_counts now;
     char what[160], detail[128];
     int i;
     int64_t end = tu_now_ms() + 3000;
     do {
-        snapshot(&now);
-        if (same_counts(&now, base))
+        tu_snapshot(&now);
+        if (tu_same_counts(&now, base))
             break;
         tu_sleep_ms(20);
     } while (tu_now_ms() < end);
-    for (i = 1; i < NLIVE; i++) {
-        snprintf(what, sizeof what, "live %s back after %s", live_names[i], when);
+    for (i = 1; i < TU_NLIVE; i++) {
+        snprintf(what, sizeof what, "live %s back after %s", tu_live_names[i], when);
         snprintf(detail, sizeof detail, "%lld, started at %lld", (long long)now.live[i], (long long)base->live[i]);
         tu_check(now.live[i] == base->live[i], __FILE__, __LINE__, what, detail);
     }
@@ -112,19 +56,6 @@ static void check_back(const counts *base, const char *when)
     snprintf(what, sizeof what, "process threads back after %s", when);
     snprintf(detail, sizeof detail, "%d, started at %d", now.threads, base->threads);
     tu_check(now.threads == base->threads, __FILE__, __LINE__, what, detail);
-}
-
-/* Resident memory in bytes (/proc/self/statm, second field). */
-static long resident_bytes(void)
-{
-    FILE *fp = fopen("/proc/self/statm", "r");
-    long size = 0, resident = -1;
-    if (!fp)
-        return -1;
-    if (fscanf(fp, "%ld %ld", &size, &resident) != 2)
-        resident = -1;
-    fclose(fp);
-    return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
 }
 
 static tether_context *open_ctx(const char *url, const char *path, tether_delivery delivery,
@@ -243,7 +174,7 @@ static void fetch_storm(tether_delivery delivery, unsigned int seed)
     const int total = STORM_CACHE_ONLY + STORM_DEFAULT;
     const char *mode = delivery == TETHER_DELIVER_POLL ? "POLL" : "THREAD";
     storm st;
-    counts base, open_base;
+    tu_counts base, open_base;
     tether_context *ctx;
     int i, s, ndefault = 0, start_failures = 0, cancels = 0, cancel_bad = 0;
     int not_one_final = 0, bad = 0, cached_bad = 0, status_bad = 0, kept_bad = 0;
@@ -253,11 +184,11 @@ static void fetch_storm(tether_delivery delivery, unsigned int seed)
     snprintf(title, sizeof title, "(a) %d CACHE_ONLY + %d default fetches, %s delivery, some cancelled",
              STORM_CACHE_ONLY, STORM_DEFAULT, mode);
     tu_section(title);
-    snapshot(&base);
+    tu_snapshot(&base);
     ctx = open_ctx(tu_url(), store, delivery, 1024, &s);
     if (!CHECK(ctx != NULL))
         return;
-    snapshot(&open_base);
+    tu_snapshot(&open_base);
     memset(&st, 0, sizeof st);
     pthread_mutex_init(&st.mu, NULL);
     pthread_cond_init(&st.cv, NULL);
@@ -375,13 +306,13 @@ static void fetch_storm(tether_delivery delivery, unsigned int seed)
 
 static void open_close_cycles(void)
 {
-    counts base;
+    tu_counts base;
     int i, s, open_failures = 0, fetch_bad = 0, observer_bad = 0, release_bad = 0, other_bad = 0;
     int first_failure = 1;
     int64_t t0 = tu_now_ms();
 
     tu_section("(b) 1,000 open/close cycles, each with a fetch and an observer live at close");
-    snapshot(&base);
+    tu_snapshot(&base);
     for (i = 0; i < CYCLES; i++) {
         tether_delivery delivery = i % 2 ? TETHER_DELIVER_POLL : TETHER_DELIVER_THREAD;
         tether_context *ctx = open_ctx(tu_url(), store, delivery, 1024, &s);
@@ -447,7 +378,7 @@ static void open_close_cycles(void)
 
 static void touch_many(void)
 {
-    counts base;
+    tu_counts base;
     tether_context *ctx;
     int i, s, cached = 0, not_cached = 0, other = 0, release_bad = 0;
     int64_t objects_base, objects_max = 0, n;
@@ -455,7 +386,7 @@ static void touch_many(void)
     int64_t t0 = tu_now_ms();
 
     tu_section("(c) 200,000 distinct objects, one at a time: memory stays flat");
-    snapshot(&base);
+    tu_snapshot(&base);
     ctx = open_ctx(tu_url(), store, TETHER_DELIVER_THREAD, TOUCH_CACHE, &s);
     if (!CHECK(ctx != NULL))
         return;
@@ -486,9 +417,9 @@ static void touch_many(void)
                 objects_max = n;
         }
         if (i + 1 == TOUCHES / 10)
-            rss_early = resident_bytes();
+            rss_early = tu_resident_bytes();
     }
-    rss_late = resident_bytes();
+    rss_late = tu_resident_bytes();
     printf("   %d objects in %lld ms; resident %ld KiB after %d, %ld KiB after %d; at most %lld objects live\n",
            TOUCHES, (long long)(tu_now_ms() - t0), rss_early / 1024, TOUCHES / 10, rss_late / 1024, TOUCHES,
            (long long)objects_max);
@@ -497,7 +428,7 @@ static void touch_many(void)
     CHECK_INT(other, 0);
     CHECK_INT(release_bad, 0);
     CHECK(rss_early > 0 && rss_late > 0);
-    if (!RSS_MEANINGFUL) {
+    if (!TU_RSS_MEANINGFUL) {
         printf("   (AddressSanitizer build: resident memory not compared)\n");
     } else {
         char detail[128];
@@ -580,11 +511,11 @@ static void close_in_flight(const char *proxy_store, tu_proxy *px, tether_delive
 static void shutdown_in_flight(void)
 {
     char proxy_store[512];
-    counts base;
+    tu_counts base;
     tu_proxy *px;
     tu_store_path(proxy_store, sizeof proxy_store, "proxied");
     /* The proxy's own threads and descriptors are gone again by the check. */
-    snapshot(&base);
+    tu_snapshot(&base);
     px = tu_proxy_start();
     if (!CHECK(px != NULL))
         return;

@@ -71,16 +71,6 @@
 #define DEFAULT_BUDGET_MS 20000 /* per mode, unless TETHER_STRESS_ROUNDS is set */
 #define RSS_SLACK (24L << 20)
 
-#if defined(__SANITIZE_ADDRESS__)
-#define RSS_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RSS_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_MEANINGFUL
-#define RSS_MEANINGFUL 1
-#endif
 
 #define M(s) (1u << (unsigned)(-(s)))
 
@@ -112,32 +102,6 @@ static void sleep_us(long us)
     ts.tv_nsec = (us % 1000000) * 1000L;
     while (nanosleep(&ts, &ts) != 0) {
     }
-}
-
-static int count_entries(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    int n = 0;
-    if (!d)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
-static long resident_bytes(void)
-{
-    FILE *fp = fopen("/proc/self/statm", "r");
-    long size = 0, resident = -1;
-    if (!fp)
-        return -1;
-    if (fscanf(fp, "%ld %ld", &size, &resident) != 2)
-        resident = -1;
-    fclose(fp);
-    return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
 }
 
 /* Thread roles, to check on which thread callbacks run. */
@@ -1544,38 +1508,11 @@ static int setup_round(round *r, uint64_t *rng)
 
 /* ------------------------------------------------------------ counts */
 
-static const char *const live_names[] = {"", "contexts", "objects", "object handles", "results",
-                                         "tasks", "observers", "library threads"};
-#define NLIVE 8
-
-typedef struct counts {
-    int64_t live[NLIVE];
-    int fds, threads;
-} counts;
-
-static void snapshot(counts *c)
-{
-    int i;
-    for (i = 1; i < NLIVE; i++)
-        c->live[i] = tu_live((tether_live)i);
-    c->fds = count_entries("/proc/self/fd");
-    c->threads = count_entries("/proc/self/task");
-}
-
-static int same_counts(const counts *a, const counts *b)
-{
-    int i;
-    for (i = 1; i < NLIVE; i++)
-        if (a->live[i] != b->live[i])
-            return 0;
-    return a->fds == b->fds && a->threads == b->threads;
-}
-
 /* Checks the counts are back at *base (waiting a little: a thread exits,
  * a task is freed, just after it says so). If not, the round fails and
  * *base becomes what is left, when `carry`: a leak is reported by the round
  * it happens in, not again by every later one. */
-static int check_back_carry(counts *base, const char *when, int carry);
+static int check_back_carry(tu_counts *base, const char *when, int carry);
 
 /* What is open, for the report. */
 static void print_fds(void)
@@ -1597,26 +1534,26 @@ static void print_fds(void)
     if (d)
         closedir(d);
 }
-static int check_back(const counts *base, const char *when)
+static int check_back(const tu_counts *base, const char *when)
 {
-    counts copy = *base;
+    tu_counts copy = *base;
     return check_back_carry(&copy, when, 0);
 }
 
-static int check_back_carry(counts *base, const char *when, int carry)
+static int check_back_carry(tu_counts *base, const char *when, int carry)
 {
-    counts now;
+    tu_counts now;
     char what[200], detail[128];
     int i, ok = 1;
     int64_t end = tu_now_ms() + SETTLE_MS;
     do {
-        snapshot(&now);
-        if (same_counts(&now, base))
+        tu_snapshot(&now);
+        if (tu_same_counts(&now, base))
             break;
         tu_sleep_ms(10);
     } while (tu_now_ms() < end);
-    for (i = 1; i < NLIVE; i++) {
-        snprintf(what, sizeof what, "live %s back after %s", live_names[i], when);
+    for (i = 1; i < TU_NLIVE; i++) {
+        snprintf(what, sizeof what, "live %s back after %s", tu_live_names[i], when);
         snprintf(detail, sizeof detail, "%lld, baseline %lld", (long long)now.live[i], (long long)base->live[i]);
         ok &= tu_check(now.live[i] == base->live[i], __FILE__, __LINE__, what, detail);
     }
@@ -1684,7 +1621,7 @@ static void free_round(round *r)
 
 /* Runs round `index` in `mode`; returns the round (kept, retired, until the
  * next one is done, so a late callback finds its record) or NULL. */
-static round *run_round(int index, tether_delivery mode, counts *base, totals *t)
+static round *run_round(int index, tether_delivery mode, tu_counts *base, totals *t)
 {
     round *r = calloc(1, sizeof *r);
     uint64_t rng;
@@ -1884,7 +1821,7 @@ static round *run_round(int index, tether_delivery mode, counts *base, totals *t
     back = check_back_carry(base, title, 1);
     ok &= back;
     if (!back && getenv("TETHER_STRESS_STOP_ON_LEAK")) {
-        printf("   counts did not come back: stopping (TETHER_STRESS_STOP_ON_LEAK)\n");
+        printf("   tu_counts did not come back: stopping (TETHER_STRESS_STOP_ON_LEAK)\n");
         r->stop = 1;
     }
     if (!back) {
@@ -1965,7 +1902,7 @@ static void retire(round *r)
     pthread_mutex_unlock(&r->mu);
 }
 
-static void run_mode(tether_delivery mode, int first, int rounds, int64_t budget_ms, counts *base, round **prev)
+static void run_mode(tether_delivery mode, int first, int rounds, int64_t budget_ms, tu_counts *base, round **prev)
 {
     int64_t mode_start = tu_now_ms();
     totals t;
@@ -1989,7 +1926,7 @@ static void run_mode(tether_delivery mode, int first, int rounds, int64_t budget
         if (r->stop)
             break;
         if (i == early)
-            rss_early = resident_bytes();
+            rss_early = tu_resident_bytes();
         if ((i - first) % 10 == 9 || i == first + rounds - 1)
             printf("   ... %d rounds, %ld calls so far, %lld ms\n", i - first + 1, t.ops, (long long)t.ms);
         if (budget_ms > 0 && tu_now_ms() - mode_start > budget_ms && i + 1 < first + rounds) {
@@ -1999,7 +1936,7 @@ static void run_mode(tether_delivery mode, int first, int rounds, int64_t budget
             break;
         }
     }
-    rss_late = resident_bytes();
+    rss_late = tu_resident_bytes();
     printf("   %s: %ld rounds in %lld ms (%d failed); %ld library calls checked, %ld of them after the close;\n"
            "   %ld fetches started (%ld ended OK, %ld cancelled, %ld ended by the close), %ld cancels tried;\n"
            "   %ld observers (%ld removed, %ld ended by the close, %ld change callbacks); %ld callbacks in all;\n"
@@ -2013,7 +1950,7 @@ static void run_mode(tether_delivery mode, int first, int rounds, int64_t budget
     CHECK_INT(t.failed_rounds, 0);
     CHECK(t.rounds == rounds);
     if (rounds >= 8) {
-        if (!RSS_MEANINGFUL) {
+        if (!TU_RSS_MEANINGFUL) {
             printf("   (AddressSanitizer build: resident memory not compared)\n");
         } else {
             char detail[128];
@@ -2024,7 +1961,6 @@ static void run_mode(tether_delivery mode, int first, int rounds, int64_t budget
         }
     }
 }
-
 
 /* ------------------------------------------------------------ observers racing the close */
 
@@ -2105,7 +2041,7 @@ static void *orace_loop(void *arg)
     return NULL;
 }
 
-static void observe_race(int cycles, const counts *base)
+static void observe_race(int cycles, const tu_counts *base)
 {
     uint64_t rng = run_seed ^ 0x0B5E;
     int c, i, leaked_cycles = 0, bad_finals = 0, bad_status = 0, open_failures = 0, first_leak = -1;
@@ -2119,7 +2055,7 @@ static void observe_race(int cycles, const counts *base)
         orace_arg args[4];
         pthread_t t[4];
         int s;
-        counts now;
+        tu_counts now;
         alarm(300);
         memset(&o, 0, sizeof o);
         pthread_mutex_init(&o.mu, NULL);
@@ -2161,13 +2097,13 @@ static void observe_race(int cycles, const counts *base)
         {
             int64_t end = tu_now_ms() + 2000;
             do {
-                snapshot(&now);
-                if (same_counts(&now, base))
+                tu_snapshot(&now);
+                if (tu_same_counts(&now, base))
                     break;
                 tu_sleep_ms(10);
             } while (tu_now_ms() < end);
         }
-        if (!same_counts(&now, base)) {
+        if (!tu_same_counts(&now, base)) {
             leaked_cycles++;
             if (first_leak < 0) {
                 first_leak = c;
@@ -2181,7 +2117,7 @@ static void observe_race(int cycles, const counts *base)
             }
             /* the leak is for good: compare the next cycles with what is left */
             {
-                static counts carried;
+                static tu_counts carried;
                 carried = now;
                 base = &carried;
             }
@@ -2211,7 +2147,7 @@ static long env_long(const char *name, long dflt)
 
 int main(int argc, char **argv)
 {
-    counts base, round_base;
+    tu_counts base, round_base;
     round *prev = NULL;
     const char *mode = getenv("TETHER_STRESS_MODE");
     int rounds, first, i;
@@ -2241,7 +2177,7 @@ int main(int argc, char **argv)
     tu_warm_up(bucket, store, "items", NRECORDS);
     t0 = tu_now_ms();
     /* the baseline: the main thread only, nothing of the library open */
-    snapshot(&base);
+    tu_snapshot(&base);
     round_base = base;
     {
         uint64_t keep = run_seed;
@@ -2261,9 +2197,9 @@ int main(int argc, char **argv)
     {
         long cycles = env_long("TETHER_STRESS_OBSERVE_CYCLES", DEFAULT_OBSERVE_CYCLES);
         if (cycles > 0) {
-            counts obase;
+            tu_counts obase;
             /* its own baseline: a leak of the rounds above is reported there */
-            snapshot(&obase);
+            tu_snapshot(&obase);
             observe_race((int)cycles, &obase);
         }
     }

@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1054,4 +1055,52 @@ void tu_warm_up(const char *bucket, const char *store, const char *collection, i
     CHECK_OK(tu_fetch_release(&f));
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     tu_fetch_destroy(&f);
+}
+
+const char *const tu_live_names[TU_NLIVE] = {"", "contexts", "objects", "object handles", "results",
+                                             "tasks", "observers", "library threads"};
+
+int tu_count_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+void tu_snapshot(tu_counts *c)
+{
+    int i;
+    for (i = 1; i < TU_NLIVE; i++)
+        c->live[i] = tu_live((tether_live)i);
+    /* The directory stream's own descriptor is counted every time alike. */
+    c->fds = tu_count_entries("/proc/self/fd");
+    c->threads = tu_count_entries("/proc/self/task");
+}
+
+int tu_same_counts(const tu_counts *a, const tu_counts *b)
+{
+    int i;
+    for (i = 1; i < TU_NLIVE; i++)
+        if (a->live[i] != b->live[i])
+            return 0;
+    return a->fds == b->fds && a->threads == b->threads;
+}
+
+long tu_resident_bytes(void)
+{
+    FILE *fp = fopen("/proc/self/statm", "r");
+    long size = 0, resident = -1;
+    if (!fp)
+        return -1;
+    if (fscanf(fp, "%ld %ld", &size, &resident) != 2)
+        resident = -1;
+    fclose(fp);
+    return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
 }

@@ -108,6 +108,36 @@ int tu_seed_numbered(const char *bucket, const char *collection, const char *id_
  * taken for a leak. It also caches the collection in `store`. */
 void tu_warm_up(const char *bucket, const char *store, const char *collection, int count);
 
+/* ------------------------------------------------------------ counts */
+
+/* What must come back after a context closes: the library's live counts
+ * (by tether_live value, 1..7), the process's open descriptors and threads. */
+#define TU_NLIVE 8
+extern const char *const tu_live_names[TU_NLIVE];
+typedef struct tu_counts {
+    int64_t live[TU_NLIVE];
+    int fds;     /* entries of /proc/self/fd */
+    int threads; /* entries of /proc/self/task */
+} tu_counts;
+void tu_snapshot(tu_counts *c);
+int tu_same_counts(const tu_counts *a, const tu_counts *b);
+/* Entries of a directory (without . and ..); -1 if it cannot be read. */
+int tu_count_entries(const char *path);
+/* Resident memory in bytes (/proc/self/statm), -1 if unknown. */
+long tu_resident_bytes(void);
+/* AddressSanitizer keeps freed memory in quarantine: resident memory then
+ * says nothing about what the library keeps, so tests do not compare it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_RSS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_RSS_MEANINGFUL 0
+#endif
+#endif
+#ifndef TU_RSS_MEANINGFUL
+#define TU_RSS_MEANINGFUL 1
+#endif
+
 /* ------------------------------------------------------------ context */
 
 /* Opens a context on tu_url()/bucket as test:test. Returns NULL (after a
