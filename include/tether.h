@@ -403,9 +403,10 @@ typedef enum tether_cache_policy {
     TETHER_POLICY_CACHE_ELSE_SERVER = 3
 } tether_cache_policy;
 
-/* Version 2 added predicate, arguments and argument_count; a version 1
- * struct is still accepted (its fetches have no predicate). */
-#define TETHER_FETCH_OPTIONS_VERSION 2
+/* Version 2 added predicate, arguments and argument_count; version 3 offset
+ * and server_query. Older structs are still accepted (their later fields
+ * take the defaults). */
+#define TETHER_FETCH_OPTIONS_VERSION 3
 
 typedef struct tether_fetch_options {
     unsigned int version;        /* TETHER_FETCH_OPTIONS_VERSION */
@@ -420,6 +421,19 @@ typedef struct tether_fetch_options {
                                     call): TEXT (`text`, `length` bytes, may
                                     hold NUL), INTEGER, REAL, BOOLEAN or NULL */
     size_t argument_count;       /* exactly as many as the predicate uses */
+    /* Version 3: */
+    int64_t offset;              /* skip this many results (in sort order)
+                                    first; 0 to 2^31-1 */
+    const char *server_query;    /* NULL, or a query in the server's own
+                                    language, used as given for the server
+                                    phase instead of the predicate's filters
+                                    (Kinto: query parameters, e.g.
+                                    "in_Status=1,2&_since=42"), percent-
+                                    encoded printable ASCII. The FINAL answer
+                                    is then the server's as it gives it (with
+                                    sort, offset and limit); the predicate
+                                    still selects from the cache, for the
+                                    CACHED phase and cache-only fetches. */
 } tether_fetch_options;
 
 /* Predicates, in Core Data's format (in part):

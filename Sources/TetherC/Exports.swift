@@ -97,8 +97,11 @@ private func defaultContextOptions(version: UInt32) -> tether_context_options {
 
 /// The bytes of a context options struct of `version`.
 private func fetchOptionsSize(_ version: UInt32) -> Int {
-    version >= 2 ? MemoryLayout<tether_fetch_options>.size
-                 : MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.predicate)!
+    switch version {
+    case 1: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.predicate)!
+    case 2: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.offset)!
+    default: return MemoryLayout<tether_fetch_options>.size
+    }
 }
 
 /// A predicate argument from the host: text by length, so it may hold NUL.
@@ -547,6 +550,8 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
         default: throw TetherError(.invalid, "unknown cache policy \(raw.policy.rawValue)")
         }
         request.predicate = try optionalText(raw.predicate, "predicate")
+        request.offset = raw.offset
+        request.serverQuery = try optionalText(raw.server_query, "server_query")
         if raw.argument_count > 0 {
             guard let arguments = raw.arguments else { throw misuse("arguments is NULL but argument_count is \(raw.argument_count)") }
             request.arguments = try (0..<raw.argument_count).map { try argument(arguments[$0], number: $0 + 1) }

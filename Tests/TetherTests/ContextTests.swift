@@ -154,6 +154,32 @@ final class ContextTests: XCTestCase {
                        #"{"more\u0000":{"deep\u0000":1.5},"nul\u0000key":"with"}"#, "kept whole, outside the model")
     }
 
+    /// The host's own query for the server phase; the predicate for the cache.
+    func testAServerQueryAsksTheServerAndThePredicateTheCache() throws {
+        let context = try open()
+        defer { try? context.close() }
+        XCTAssertEqual(try fetch(context, FetchRequest(entity: "items")).last?.objects.count, 120)
+        var request = FetchRequest(entity: "items")
+        request.predicate = "Rank == 2"
+        request.serverQuery = "in_Rank=1,2,3"
+        request.sort = "-Rank"
+        request.policy = .serverOnly
+        func ranks(_ objects: [ManagedObject]) throws -> [Value] { try objects.map { try $0.peek("Rank") } }
+        let first = try fetch(context, request)
+        XCTAssertNil(first.last?.error)
+        XCTAssertEqual(try ranks(first.last!.objects), [.integer(3), .integer(2), .integer(1)], "the server's answer, in the sort asked")
+        request.policy = .cacheThenServer
+        let second = try fetch(context, request)
+        XCTAssertEqual(try ranks(second.first!.objects), [.integer(2)], "the cache answers the predicate")
+        var all = FetchRequest(entity: "items")
+        all.policy = .cacheOnly
+        XCTAssertEqual(try fetch(context, all).last?.objects.count, 120, "nothing removed from the cache")
+        for bad in ["", "a b", "x=1#frag", "caf\u{E9}=1"] {
+            request.serverQuery = bad
+            XCTAssertThrowsError(try context.makeFetch(request), bad) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
+        }
+    }
+
     func testUnknownBucketIsNotFoundAndLeavesTheStoreAlone() throws {
         XCTAssertThrowsError(try open(bucket: "no-such-bucket")) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .notFound)

@@ -40,9 +40,10 @@ enum GraphContract {
         defer { try? context.close() }
         try backend.setTitle("i5", "5")  // text that looks like a number stays text on the server too
         func ranks(_ predicate: String, _ arguments: [Value] = [], sort: String? = "Rank", limit: Int64 = 0,
-                   policy: CachePolicy = .serverOnly) throws -> [Int64] {
+                   offset: Int64 = 0, policy: CachePolicy = .serverOnly) throws -> [Int64] {
             var request = FetchRequest(entity: "items")
             request.predicate = predicate
+            request.offset = offset
             request.arguments = arguments
             request.sort = sort
             request.limit = limit
@@ -62,7 +63,14 @@ enum GraphContract {
             XCTAssertEqual(try ranks("NOT (Rank > 2)", sort: "-Rank", policy: policy), [2, 1, 0], "\(policy)")
             XCTAssertEqual(try ranks("Title == '5'", policy: policy), [5], "\(policy)")
             XCTAssertEqual(try ranks("Rank > 100 AND Rank < 104", limit: 2, policy: policy), [101, 102], "\(policy)")
+            XCTAssertEqual(try ranks("Rank < 10", limit: 4, offset: 3, policy: policy), [3, 4, 5, 6], "\(policy)")
+            XCTAssertEqual(try ranks("Rank < 5", offset: 3, policy: policy), [3, 4], "\(policy)")
+            XCTAssertEqual(try ranks("Title ENDSWITH '7'", limit: 2, offset: 1, policy: policy), [17, 27], "\(policy)")
+            XCTAssertEqual(try ranks("Rank < 5", offset: 9, policy: policy), [], "\(policy)")
         }
+        var negative = FetchRequest(entity: "items")
+        negative.offset = -1
+        XCTAssertThrowsError(try context.makeFetch(negative)) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
         var all = FetchRequest(entity: "items")
         all.policy = .cacheOnly
         XCTAssertEqual(try fetch(context, all).last?.objects.count, itemCount, "a filtered listing removes nothing from the cache")

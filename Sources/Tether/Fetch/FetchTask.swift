@@ -17,6 +17,13 @@ public struct FetchRequest: Sendable {
     public var predicate: String?
     /// The values of the predicate's `$1`, `$2`…
     public var arguments: [Value] = []
+    /// Skips this many results (in sort order) before the first one given.
+    public var offset: Int64 = 0
+    /// A query in the server's own language (for Kinto, query parameters
+    /// such as `has_Owner=true&_since=...`), used as given for the server
+    /// phase instead of the predicate's filters; its answer is the result as
+    /// the server gives it. The predicate still selects from the cache.
+    public var serverQuery: String?
 
     public init(entity: String) { self.entity = entity }
 }
@@ -79,6 +86,17 @@ public final class FetchTask: Sendable {
             throw TetherError(.notFound, "the model has no entity \(request.entity.debugDescription)")
         }
         guard request.limit >= 0 else { throw TetherError(.invalid, "limit cannot be negative") }
+        guard request.offset >= 0, request.offset <= Int64(Int32.max) else {
+            throw TetherError(.invalid, "offset must be between 0 and \(Int32.max)")
+        }
+        if let query = request.serverQuery {
+            // Goes into a URL as given: printable ASCII, no fragment, no space.
+            guard !query.isEmpty, query.utf8.count <= 8_000,
+                  query.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "#") }) else {
+                throw TetherError(.invalid, "the server query must be printable ASCII without spaces or #, "
+                                            + "percent-encoded, at most 8000 bytes")
+            }
+        }
         var sort: [(index: Int, descending: Bool)] = []
         let sortText = request.sort ?? ""
         for part in sortText.split(separator: ",", omittingEmptySubsequences: false) where !sortText.isEmpty {
@@ -93,7 +111,7 @@ public final class FetchTask: Sendable {
         if request.predicate == nil, !request.arguments.isEmpty {
             throw TetherError(.invalid, "arguments given without a predicate")
         }
-        server = predicate?.serverFilters(entity, context.connection) ?? ([], true)
+        server = request.serverQuery != nil ? ([], true) : predicate?.serverFilters(entity, context.connection) ?? ([], true)
         self.request = request
         self.entity = entity
         self.sort = sort
@@ -139,6 +157,13 @@ public final class FetchTask: Sendable {
             return nil
         }
         remote?.cancel()
+    }
+
+    /// Results to collect from the server before the offset is skipped; 0: all.
+    private var needed: Int64 {
+        guard request.limit > 0 else { return 0 }
+        let (sum, overflow) = request.limit.addingReportingOverflow(request.offset)
+        return overflow ? .max : sum
     }
 
     private var isRunning: Bool {
@@ -208,7 +233,8 @@ public final class FetchTask: Sendable {
     }
 
     private func readCache() throws -> [ManagedObject] {
-        context.adopt(try context.store.query(entity, where: predicate, sort: sort, limit: request.limit), of: entity)
+        context.adopt(try context.store.query(entity, where: predicate, sort: sort, limit: request.limit,
+                                              offset: request.offset), of: entity)
     }
 
     private func fetchFromServer() {
@@ -220,9 +246,11 @@ public final class FetchTask: Sendable {
         var page = PageRequest(spec: entity.spec)
         page.sort = sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
         page.filters = server.filters
-        // A limit is the server's only where its filters say the whole
-        // predicate; else pages are read until enough records match.
-        page.limit = server.isExact ? request.limit : 0
+        page.rawQuery = request.serverQuery
+        // A limit is the server's only where it says which records (its
+        // filters say the whole predicate, or the host's own query); else
+        // pages are read until enough records match. Offsets are skipped here.
+        page.limit = server.isExact ? needed : 0
         page.cursor = cursor
         let remote = context.connection.page(page) { [self] result in
             // On the network thread: with no limit to watch, the next page
@@ -239,7 +267,8 @@ public final class FetchTask: Sendable {
         guard isRunning else { return }
         do {
             let page = try result.get()
-            let objects = try context.absorb(page, of: entity, matching: predicate)
+            // The host's own server query says which records: not filtered here.
+            let objects = try context.absorb(page, of: entity, matching: request.serverQuery == nil ? predicate : nil)
             let received = machine.withLock { machine -> Int64 in
                 for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
                     machine.results.append(object)
@@ -249,14 +278,15 @@ public final class FetchTask: Sendable {
             }
             if let next = page.next {
                 if request.limit == 0 { return }  // already requested
-                if received < request.limit { return requestPage(next) }
+                if received < needed { return requestPage(next) }
             }
             let (results, startedAt) = machine.withLock { ($0.results, $0.startedAt) }
-            if request.limit == 0, predicate == nil {
+            if request.limit == 0, request.offset == 0, predicate == nil, request.serverQuery == nil {
                 // A complete listing: what it did not include is gone from the server.
                 context.markDeleted(try context.store.deleteRows(of: entity, fetchedBefore: startedAt), of: entity)
             }
-            finish(nil, request.limit > 0 ? Array(results.prefix(Int(request.limit))) : results)
+            let wanted = results.dropFirst(Int(request.offset))
+            finish(nil, request.limit > 0 ? Array(wanted.prefix(Int(request.limit))) : Array(wanted))
         } catch {
             let fallback = machine.withLock { $0.cached }
             finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? [])

@@ -195,9 +195,9 @@ final class Store: Sendable {
     }
 
     /// Rows matching `predicate`, in `sort` order (attribute index,
-    /// descending), at most `limit` (0: all).
+    /// descending), after the first `offset`, at most `limit` (0: all).
     func query(_ entity: Entity, where predicate: Predicate? = nil, sort: [(index: Int, descending: Bool)],
-               limit: Int64) throws -> [StoredRecord] {
+               limit: Int64, offset: Int64 = 0) throws -> [StoredRecord] {
         let select = sql(entity).select
         return try withDatabase { database in
             var sql = select
@@ -210,9 +210,9 @@ final class Store: Sendable {
             let order = sort.map { Identifier.column(code: entity.attributes[$0.index].code) + ($0.descending ? " DESC" : " ASC") }
                 + [Identifier.column(code: entity.attributes[entity.idIndex].code) + " ASC"]
             sql += " ORDER BY " + order.joined(separator: ", ")
-            if limit > 0 {
-                sql += " LIMIT ?"
-                parameters.append(.integer(limit))
+            if limit > 0 || offset > 0 {
+                sql += " LIMIT ? OFFSET ?"  // a negative limit is none
+                parameters += [.integer(limit > 0 ? limit : -1), .integer(offset)]
             }
             return try database.statement(sql).rows(parameters).map { Self.decode($0, entity) }
         }

@@ -198,6 +198,7 @@ public final class MemoryConnection: Connection {
         respond(done) { [server] in
             // The cursor is the offset of the next page in the listing as it stands.
             let offset = request.cursor.flatMap { Int($0.token) } ?? 0
+            if request.rawQuery != nil { throw TetherError(.invalid, "the memory server has no query language of its own") }
             let rows = try server.listing(request)
             let end = min(rows.count, offset + server.pageSize)
             let slice = offset < end ? Array(rows[offset..<end]) : []
