@@ -180,11 +180,11 @@ enum GraphContract {
         defer { try? context.close() }
         _ = try fetch(context, FetchRequest(entity: "items"))
         _ = try context.object(entity: "items", id: "i0").peek("Title")
-        let before = Database.prepareCount.load(ordering: .relaxed)
+        let before = context.store.prepareCount
         for rank in 1..<itemCount {
             XCTAssertEqual(try context.object(entity: "items", id: "i\(rank)").peek("Rank"), .integer(Int64(rank)))
         }
-        XCTAssertEqual(Database.prepareCount.load(ordering: .relaxed), before, "no statement prepared again")
+        XCTAssertEqual(context.store.prepareCount, before, "no statement prepared again on this store")
     }
 }
 

@@ -167,6 +167,9 @@ final class ModelTests: XCTestCase {
             + #""idField": "id", "versionField": "last_modified", "operations": 15, "codeHighWater": 2, "attributes": "#
             + #"[{"name": "id", "code": 1, "type": 1, "id": true, "version": true, "required": false}]}]}"#
         XCTAssertThrowsError(try ModelCoding.decode(twoInOne))
+        // Found by the fuzzer too: a code above its entity's high water, which
+        // a new attribute's code could then collide with.
+        XCTAssertThrowsError(try ModelCoding.decode(text.replacingOccurrences(of: #""codeHighWater":2"#, with: #""codeHighWater":1"#)))
         let spent = text.replacingOccurrences(of: #""entityCodeHighWater":1"#, with: #""entityCodeHighWater":2147483647"#)
             .replacingOccurrences(of: #""code":1,"route""#, with: #""code":2147483647,"route""#)
         let previous = try XCTUnwrap(try ModelCoding.decode(spent))

@@ -183,7 +183,7 @@ enum ModelCoding {
             let decoded: [Attribute] = try attributes.map { attribute in
                 guard let name = attribute["name"]?.stringValue,
                       Identifier.isUsableName(name),
-                      let code = attribute["code"]?.integerValue, (1...Int64(ModelBuilder.largestCode)).contains(code),
+                      let code = attribute["code"]?.integerValue, (1...highWater).contains(code),
                       let rawType = attribute["type"]?.integerValue,
                       let type = AttributeType(rawValue: Int(rawType)) else { throw corrupt() }
                 return Attribute(name: name, code: Int(code), type: type, isID: attribute["id"] == .bool(true),

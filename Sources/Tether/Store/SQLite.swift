@@ -1,5 +1,4 @@
 import CSQLite
-import Synchronization
 
 /// A value as SQLite holds it.
 enum SQLValue: Equatable, Sendable {
@@ -27,14 +26,14 @@ extension SQLValue {
 // @unchecked: a C pointer forces it. Not thread-safe: only the Store uses it,
 // inside its lock, and no statement outlives that scope.
 final class Database: @unchecked Sendable {
-    /// Statements prepared by every store, for tests and benchmarks that
-    /// check the statement cache does its job.
-    static let prepareCount = Atomic<Int>(0)
     /// Distinct statements a store keeps prepared; beyond this the cache is
     /// emptied and refilled (SQL built from sort keys can vary).
     static let statementCacheLimit = 128
 
     private(set) var handle: OpaquePointer?
+    /// Statements this connection has prepared, for tests and benchmarks
+    /// that check the statement cache does its job.
+    private(set) var prepareCount = 0
     private var statements: [String: Statement] = [:]
 
     init(path: String) throws {
@@ -99,7 +98,7 @@ final class Database: @unchecked Sendable {
         guard handle != nil else { throw TetherError(.closed, "the store is closed") }
         if statements.count >= Self.statementCacheLimit { statements = [:] }
         let statement = try Statement(database: self, sql: sql)
-        Self.prepareCount.add(1, ordering: .relaxed)
+        prepareCount += 1
         statements[sql] = statement
         return statement
     }

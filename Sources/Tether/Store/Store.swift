@@ -58,6 +58,9 @@ final class Store: Sendable {
         connection = Lock(database)
     }
 
+    /// Statements prepared on this store so far.
+    var prepareCount: Int { (try? withDatabase { $0.prepareCount }) ?? 0 }
+
     func close() {
         connection.withLock { database in
             database?.close()
