@@ -238,7 +238,7 @@ static void test_version_1(tether_context *ctx)
     CHECK(o.predicate == NULL && o.arguments == NULL);
     CHECK_INT(o.argument_count, 0);
     CHECK_STATUS(tether_fetch_options_init(&o, 0), TETHER_E_MISUSE);
-    CHECK_STATUS(tether_fetch_options_init(&o, 3), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_fetch_options_init(&o, TETHER_FETCH_OPTIONS_VERSION + 1), TETHER_E_MISUSE);
     CHECK_STATUS(tether_fetch_options_init(NULL, 1), TETHER_E_MISUSE);
 
     tu_section("a version 1 fetch has no predicate: the later fields are not read");
@@ -250,6 +250,8 @@ static void test_version_1(tether_context *ctx)
     o.predicate = "n == ((("; /* would be TETHER_E_INVALID */
     o.arguments = NULL;
     o.argument_count = 7;     /* would be TETHER_E_MISUSE */
+    o.offset = -1;            /* version 3: would be TETHER_E_INVALID */
+    o.server_query = "a b#";  /* version 3: would be TETHER_E_INVALID */
     o.version = 1;
     tu_fetch_init(&f);
     if (CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL)) == TETHER_OK) {

@@ -84,7 +84,7 @@ POLICY_SERVER_ONLY = 2
 POLICY_CACHE_ELSE_SERVER = 3
 
 CONTEXT_OPTIONS_VERSION = 2
-FETCH_OPTIONS_VERSION = 2   # 2 added predicate, arguments, argument_count
+FETCH_OPTIONS_VERSION = 3   # 2 added predicate, arguments, argument_count; 3 offset, server_query
 
 # What tether_live_count counts, process-wide, by the names live_counts() uses.
 LIVE_CONTEXTS = 1
@@ -142,6 +142,9 @@ class tether_fetch_options(Structure):
         ("predicate", c_char_p),
         ("arguments", POINTER(tether_value)),   # borrowed for the call
         ("argument_count", c_size_t),
+        # since version 3
+        ("offset", c_int64),                    # 0 to 2**31-1
+        ("server_query", c_char_p),             # NULL: the predicate's filters
     ]
 
 

@@ -881,7 +881,7 @@ class Context:
     # -- fetch
 
     def fetch(self, entity, *, sort=None, limit=0, policy="cache_then_server", callback=None,
-              where=None, args=(), _on_done=None):
+              where=None, args=(), offset=0, server_query=None, _on_done=None):
         """Starts a fetch; returns a Task. callback(phase, status, message,
         objects) runs once per phase: phase "cached" then "final" for the
         default policy. `sort` is "A,-B" or a list of names ("-" descending).
@@ -892,12 +892,26 @@ class Context:
         (REAL), bool (BOOLEAN) or None (NULL). Arguments never need quoting.
         The cache and the server answer it alike, and exactly.
 
+        `offset` skips that many results, in sort order, before `limit`
+        counts: on the cache and the server alike (0 to 2**31-1).
+
+        `server_query` (str or bytes) is a query in the server's own language,
+        Kinto's query parameters, e.g. ``"in_Status=1,2&_since=42"``: used as
+        given for the server phase instead of the predicate's filters. It must
+        be percent-encoded printable ASCII without space or '#' (at most 8000
+        bytes). The FINAL answer is then the server's, in `sort` and with
+        `offset` and `limit`; `where` still selects from the cache, for the
+        CACHED phase and the "cache_only" policy. Nothing else leaves the
+        cache.
+
         Validation errors raise here, and then no callback runs: unknown
-        entity (NotFoundError), bad sort, or a bad predicate (InvalidError:
-        its syntax, an unknown key, a value of the wrong type, an argument
-        count that does not match; the message says what and the column).
-        An argument of another Python type raises TypeError, and one out of
-        64-bit range OverflowError, before anything reaches the library."""
+        entity (NotFoundError), bad sort, a bad predicate (InvalidError: its
+        syntax, an unknown key, a value of the wrong type, an argument count
+        that does not match; the message says what and the column), an offset
+        out of range or a bad server query (InvalidError). An argument, offset
+        or server query of another Python type raises TypeError, and an
+        argument or offset out of 64-bit range OverflowError, before anything
+        reaches the library."""
         if isinstance(entity, Entity):
             entity = entity.name
         if policy in POLICIES:
@@ -910,20 +924,35 @@ class Context:
             sort = ",".join(sort)
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError("limit must be an int")
+        if not INT64_MIN <= limit <= INT64_MAX:
+            # ctypes would wrap it silently (2**64 becoming 0: no limit).
+            raise OverflowError("limit %d does not fit in 64 bits" % limit)
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError("offset must be an int, not %s" % type(offset).__name__)
+        if not INT64_MIN <= offset <= INT64_MAX:
+            # ctypes would wrap it silently; the library judges the rest.
+            raise OverflowError("offset %d does not fit in 64 bits" % offset)
+        if server_query is not None and not isinstance(server_query, (str, bytes)):
+            raise TypeError("server_query must be str, bytes or None, not %s"
+                            % type(server_query).__name__)
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
         predicate = _cstr_opt(where, "where")
+        query = _cstr_opt(server_query, "server_query")
         arguments, count, buffers = _arguments(args)
         opts = _lib.tether_fetch_options()
         _lib.tether_fetch_options_init(byref(opts), _lib.FETCH_OPTIONS_VERSION)
         # What opts points into, alive until tether_fetch_start returns.
-        keep = (_cstr(entity, "entity"), _cstr_opt(sort, "sort"), predicate, arguments, buffers)
+        keep = (_cstr(entity, "entity"), _cstr_opt(sort, "sort"), predicate, arguments, buffers,
+                query)
         opts.entity, opts.sort = keep[0], keep[1]
         opts.limit = limit
         opts.policy = pol
         opts.predicate = predicate
         opts.arguments = arguments   # None: a NULL pointer
         opts.argument_count = count
+        opts.offset = offset
+        opts.server_query = query    # None: a NULL pointer
         task = Task(self, entity if isinstance(entity, str) else _pystr(entity), callback, _on_done)
         task._register()   # before the call: in thread mode callbacks may come first
         out = c_void_p()
@@ -937,13 +966,14 @@ class Context:
         return task
 
     def fetch_wait(self, entity, *, sort=None, limit=0, policy="cache_then_server", timeout=30,
-                   callback=None, where=None, args=()):
+                   callback=None, where=None, args=(), offset=0, server_query=None):
         """Fetches and waits: returns (cached objects or None, final objects),
         or raises the final error. Works in both delivery modes (in poll mode
         it polls). On timeout the fetch is cancelled and TimeoutError raised.
-        `where` and `args`: a predicate and its arguments, as in fetch()."""
+        `where` and `args` (a predicate and its arguments), `offset` and
+        `server_query`: as in fetch()."""
         task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
-                          where=where, args=args)
+                          where=where, args=args, offset=offset, server_query=server_query)
         if not task.wait(timeout):
             task.cancel()
             task.wait(5)
@@ -1017,10 +1047,11 @@ class Context:
                 self._loop_release()
 
     async def fetch_async(self, entity, *, sort=None, limit=0, policy="cache_then_server",
-                          callback=None, where=None, args=()):
+                          callback=None, where=None, args=(), offset=0, server_query=None):
         """Fetches and returns the final objects; raises the final error (a
         tether CancelledError if the fetch was cancelled, e.g. by close()).
-        `where` and `args`: a predicate and its arguments, as in fetch().
+        `where` and `args` (a predicate and its arguments), `offset` and
+        `server_query`: as in fetch().
         If the awaiting asyncio task is cancelled, the fetch is cancelled too
         and asyncio.CancelledError propagates.
 
@@ -1043,7 +1074,8 @@ class Context:
             self._loop_acquire(loop)
         try:
             task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
-                              where=where, args=args, _on_done=done)
+                              where=where, args=args, offset=offset, server_query=server_query,
+                              _on_done=done)
         except BaseException:
             if poll_mode:
                 self._loop_release()
