@@ -227,6 +227,32 @@ def m3_cache_fetch(table, ctx, con):
               ratio(median(tt), median(ts)))
 
 
+def m3b_predicate_fetch(table, ctx, con):
+    """cache_only fetch with a predicate and a sort vs the same SELECT on
+    sqlite3 (no index on either side: both scan)."""
+    where = "Status == $1 AND Count >= $2 AND Owner BEGINSWITH[c] $3"
+    args = ["open", 500, "A"]
+    sql = ('SELECT * FROM items WHERE Status = ? AND Count >= ? AND lower(Owner) LIKE ? '
+           'ORDER BY Count DESC, id')
+    tt, ts = [], []
+    for run in range(RUNS + 1):
+        t0 = now()
+        _, objs = ctx.fetch_wait(COLLECTION, policy="cache_only", where=where, args=args, sort="-Count",
+                                 timeout=FETCH_TIMEOUT)
+        dt = now() - t0
+        if run:
+            tt.append(dt)
+        t0 = now()
+        rows = con.execute(sql, ("open", 500, "a%")).fetchall()
+        dt = now() - t0
+        if run:
+            ts.append(dt)
+        if len(objs) != len(rows) or [o.id for o in objs] != [r[0] for r in rows]:
+            raise RuntimeError("predicate fetch gave %d objects, sqlite3 %d rows" % (len(objs), len(rows)))
+    table.add("3b. predicate + sort, cache_only, %d of %d rec" % (len(rows), RECORDS), ms(median(tt)),
+              ms(median(ts)), ratio(median(tt), median(ts)))
+
+
 def wait_quiet(logpath, offset, quiet=0.5, limit=15.0):
     """Waits until the Kinto log has had no new request for `quiet` s."""
     deadline = time.monotonic() + limit
@@ -407,7 +433,8 @@ def main():
                 table.error("2./3. (populating the main store)", e)
                 main_ctx = None
             if main_ctx is not None:
-                for name, fn in (("2. peek", m2_peek), ("3. cache_only fetch", m3_cache_fetch)):
+                for name, fn in (("2. peek", m2_peek), ("3. cache_only fetch", m3_cache_fetch),
+                                 ("3b. predicate fetch", m3b_predicate_fetch)):
                     try:
                         fn(table, main_ctx, con)
                     except Exception as e:  # noqa: BLE001
