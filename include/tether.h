@@ -433,7 +433,8 @@ typedef struct tether_fetch_options {
                                     is then the server's as it gives it (with
                                     sort, offset and limit); the predicate
                                     still selects from the cache, for the
-                                    CACHED phase and cache-only fetches. */
+                                    CACHED phase, cache-only fetches and
+                                    CACHE_ELSE_SERVER's cache answer. */
 } tether_fetch_options;
 
 /* Predicates, in Core Data's format (in part):
