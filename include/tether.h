@@ -457,6 +457,10 @@ typedef struct tether_fetch_options {
  * fetched more broadly and filtered here, so results are always exact; a
  * filtered listing never removes other records from the cache.
  *
+ * NOT NOT cancels and nested ANDs (ORs) merge; what is still nested deeper
+ * than 16 levels of NOT, AND and OR is refused (SQLite's parser has a fixed
+ * stack).
+ *
  * tether_fetch_start returns TETHER_E_INVALID for bad syntax, an unknown
  * key, a value of the wrong type or an argument count that does not match;
  * tether_errmsg() says what, and the column where there is one (an argument

@@ -140,6 +140,28 @@ final class PredicateTests: XCTestCase {
         }
     }
 
+    /// SQLite's parser has a fixed stack: 22 NOTs in a row overflowed it (the
+    /// predicate fuzzer's find). NOT NOT cancels, nested ANDs and ORs merge,
+    /// and what is still deeper is refused before any work.
+    func testDeepLogicIsFlattenedOrRefusedNotASQLiteError() throws {
+        let store = try Store(path: ":memory:")
+        defer { store.close() }
+        try store.adopt(Model(entities: [entity], entityCodeHighWater: entity.code), identity: "test")
+        let nots = String(repeating: "!", count: 35) + " User CONTAINS[d] 'e'"
+        guard case .not = try parse(nots) else { return XCTFail("35 NOTs are one") }
+        XCTAssertNoThrow(try store.query(entity, where: try parse("Change IN {5, -1} || " + nots), sort: [], limit: 0))
+        let merged = String(repeating: "(Change == 1 AND ", count: 60) + "Change == 2" + String(repeating: ")", count: 60)
+        guard case .and(let parts) = try parse(merged) else { return XCTFail("nested ANDs are one AND") }
+        XCTAssertEqual(parts.count, 61)
+        func alternating(_ levels: Int) -> String {
+            String(repeating: "Change == 1 AND (Change == 2 OR (", count: levels) + "Change == 3" + String(repeating: "))", count: levels)
+        }
+        XCTAssertNoThrow(try store.query(entity, where: try parse(alternating(8)), sort: [], limit: 0))
+        XCTAssertThrowsError(try parse(alternating(9))) { error in
+            XCTAssertEqual((error as? TetherError)?.message, "predicate: nested deeper than 16 levels of NOT, AND and OR")
+        }
+    }
+
     func testServerFiltersNeverNarrowerAndExactOnlyWhenSo() throws {
         let connection = MemoryConnection(MemoryServer(name: "m", specs: [entity.spec]))
         let exact = try parse("Change == 5 AND User == 'a' AND Change IN {1, 2} AND Change > 0").serverFilters(entity, connection)

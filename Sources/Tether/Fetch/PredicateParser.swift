@@ -3,6 +3,10 @@
 /// so a hostile predicate cannot exhaust the stack.
 struct PredicateParser {
     static let maximumDepth = 200
+    /// Levels of NOT, AND and OR after double negations cancel and nested
+    /// ANDs (ORs) merge: SQLite's parser has a fixed stack, and 22 NOTs
+    /// already overflowed it (the predicate fuzzer's find).
+    static let maximumLogicalDepth = 16
 
     private let scalars: [Unicode.Scalar]
     private let entity: Entity
@@ -21,6 +25,9 @@ struct PredicateParser {
         let predicate = try parseOr()
         skipSpace()
         guard position == scalars.count else { throw failure("expected AND, OR or the end") }
+        guard Self.logicalDepth(predicate) <= Self.maximumLogicalDepth else {
+            throw TetherError(.invalid, "predicate: nested deeper than \(Self.maximumLogicalDepth) levels of NOT, AND and OR")
+        }
         if let unused = arguments.indices.first(where: { !usedArguments.contains($0) }) {
             throw TetherError(.invalid, "predicate: argument $\(unused + 1) is given but not used "
                                         + "(\(arguments.count) given, \(usedArguments.count) used)")
@@ -86,22 +93,39 @@ struct PredicateParser {
     }
 
     private mutating func parseOr() throws -> Predicate {
-        var parts = [try parseAnd()]
-        while accept(keyword: "OR") || accept("||") { parts.append(try parseAnd()) }
+        var parts: [Predicate] = []
+        repeat {
+            let part = try parseAnd()
+            if case .or(let inner) = part { parts += inner } else { parts.append(part) }
+        } while accept(keyword: "OR") || accept("||")
         return parts.count == 1 ? parts[0] : .or(parts)
     }
 
     private mutating func parseAnd() throws -> Predicate {
-        var parts = [try parseNot()]
-        while accept(keyword: "AND") || accept("&&") { parts.append(try parseNot()) }
+        var parts: [Predicate] = []
+        repeat {
+            let part = try parseNot()
+            if case .and(let inner) = part { parts += inner } else { parts.append(part) }
+        } while accept(keyword: "AND") || accept("&&")
         return parts.count == 1 ? parts[0] : .and(parts)
     }
 
     private mutating func parseNot() throws -> Predicate {
         if accept(keyword: "NOT") || (!accept("!=") && accept("!")) {
-            return .not(try nested { try $0.parseNot() })
+            // Two-valued logic: NOT NOT p is p.
+            let inner = try nested { try $0.parseNot() }
+            if case .not(let twice) = inner { return twice }
+            return .not(inner)
         }
         return try parsePrimary()
+    }
+
+    private static func logicalDepth(_ predicate: Predicate) -> Int {
+        switch predicate {
+        case .always, .comparison: return 0
+        case .not(let inner): return 1 + logicalDepth(inner)
+        case .and(let parts), .or(let parts): return 1 + (parts.map(logicalDepth).max() ?? 0)
+        }
     }
 
     private mutating func parsePrimary() throws -> Predicate {
