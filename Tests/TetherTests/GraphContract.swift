@@ -180,11 +180,14 @@ enum GraphContract {
         defer { try? context.close() }
         _ = try fetch(context, FetchRequest(entity: "items"))
         _ = try context.object(entity: "items", id: "i0").peek("Title")
-        let before = context.store.prepareCount
+        let items = try XCTUnwrap(context.model.entity(named: "items"))
+        let statement = try XCTUnwrap(context.store.loadStatement(items), "the first peek prepared it")
         for rank in 1..<itemCount {
             XCTAssertEqual(try context.object(entity: "items", id: "i\(rank)").peek("Rank"), .integer(Int64(rank)))
         }
-        XCTAssertEqual(context.store.prepareCount, before, "no statement prepared again on this store")
+        // The load statement itself: the store's whole prepare count also
+        // moved once with other work of the context under ThreadSanitizer.
+        XCTAssertTrue(context.store.loadStatement(items) === statement, "the load statement was not prepared again")
     }
 }
 

@@ -92,6 +92,9 @@ final class Database: @unchecked Sendable {
         handle = nil
     }
 
+    /// The statement kept for `sql`, if one is (nothing is prepared).
+    func cachedStatement(_ sql: String) -> Statement? { statements[sql] }
+
     /// The statement for `sql`, prepared once and kept.
     func statement(_ sql: String) throws -> Statement {
         if let cached = statements[sql] { return cached }

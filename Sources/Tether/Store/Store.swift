@@ -61,6 +61,13 @@ final class Store: Sendable {
     /// Statements prepared on this store so far.
     var prepareCount: Int { (try? withDatabase { $0.prepareCount }) ?? 0 }
 
+    /// The prepared statement that loads one record of `entity`, if it is
+    /// kept: the same object across reads means it was prepared once.
+    func loadStatement(_ entity: Entity) -> AnyObject? {
+        let text = sql(entity).load
+        return try? withDatabase { $0.cachedStatement(text) }
+    }
+
     func close() {
         connection.withLock { database in
             database?.close()
