@@ -31,7 +31,7 @@ private let records: [Record] = {
 private let store: Store = {
     let store = try! Store(path: ":memory:")
     try! store.adopt(Model(entities: [entity], entityCodeHighWater: entity.code), identity: "fuzz")
-    try! store.upsert(records, of: entity, fetchedAt: 1)
+    try! store.write(records, of: entity, fetchedAt: 1)
     return store
 }()
 

@@ -64,7 +64,7 @@ public func fuzzRecords(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         latest[ExactString(record.id)] = record
     }
     do {
-        try store.upsert(records, of: entity, fetchedAt: 1)
+        try store.write(records, of: entity, fetchedAt: 1)
     } catch {
         fatalError("the store refused records: \(error)")
     }

@@ -454,8 +454,7 @@ typedef struct tether_fetch_options {
  * null); text compares by Unicode scalar values; a value the server sent
  * with another type than the attribute's counts as null; JSON attributes
  * test only == nil and != nil. What the server cannot filter exactly is
- * fetched more broadly and filtered here, so results are always exact; a
- * filtered listing never removes other records from the cache.
+ * fetched more broadly and filtered here, so results are always exact.
  *
  * NOT NOT cancels and nested ANDs (ORs) merge; what is still nested deeper
  * than 16 levels of NOT, AND and OR is refused (SQLite's parser has a fixed
@@ -483,7 +482,25 @@ typedef void (*tether_fetch_cb)(tether_task *task, tether_phase phase, int statu
 
 /* Starts a fetch. Records from the server are written to the store, one
  * transaction per page, before the FINAL callback; pages are followed until
- * the end or the limit. On success *out (may be NULL) is the task: it is
+ * the end or the limit.
+ *
+ * Sync: the first fetch of an entity that asks for all of it (no predicate,
+ * limit, offset or server query) lists every record, removes from the store
+ * those the server no longer has, and from then on the store keeps that
+ * entity in sync: the server phase of every later fetch of it, whatever its
+ * predicate, sort, limit or offset, asks only for what changed since
+ * (changed and deleted records; nothing at all when nothing changed), and
+ * the FINAL answer is the store's, brought up to date. The sync state is
+ * kept in the store, so it outlives the context; if the server no longer
+ * has the history since (or the entity's table had to change with its
+ * spec) the fetch lists everything again. Before an entity is synced, a
+ * fetch with a predicate, limit or offset gets its answer from the server,
+ * filtered there where the server can; when that answer is complete (no
+ * limit), records the store still holds as matching but the server did not
+ * name are asked for by id, so that one changed or deleted there leaves the
+ * store's answers too. A server query always asks the server exactly that.
+ *
+ * On success *out (may be NULL) is the task: it is
  * owned by the library, stays valid until its FINAL callback returns, and
  * then the library drops it, its callback and every reference to userdata.
  * Validation errors (unknown entity, bad sort key) are returned here, and

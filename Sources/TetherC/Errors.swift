@@ -41,7 +41,7 @@ func status(of kind: TetherError.Kind) -> Int32 {
     case .invalid: return TETHER_E_INVALID
     case .network: return TETHER_E_NETWORK
     case .auth: return TETHER_E_AUTH
-    case .server: return TETHER_E_SERVER
+    case .server, .expired: return TETHER_E_SERVER
     case .protocol: return TETHER_E_PROTOCOL
     case .store: return TETHER_E_STORE
     case .cancelled: return TETHER_E_CANCELLED

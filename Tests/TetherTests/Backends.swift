@@ -9,15 +9,20 @@ protocol Backend: AnyObject {
     func connection() throws -> any Connection
     /// A change made on the server by someone else.
     func setTitle(_ id: String, _ title: String) throws
+    func setRank(_ id: String, _ rank: Int64) throws
     func deleteItem(_ id: String) throws
+    /// The server no longer has the history `context` synced from (a
+    /// purge of old deletions, or a restore from an older backup).
+    func loseHistory(syncedBy context: Context) throws
 }
 
 extension Backend {
-    func open(_ mode: DeliveryMode = .thread, cacheSize: Int = 1024) throws -> Context {
+    func open(_ mode: DeliveryMode = .thread, cacheSize: Int = 1024,
+              wrapping wrap: (any Connection) -> any Connection = { $0 }) throws -> Context {
         var options = ContextOptions(storePath: storePath)
         options.delivery = mode
         options.objectCacheSize = cacheSize
-        return try Context.open(options, connection: connection())
+        return try Context.open(options, connection: wrap(connection()))
     }
 }
 
@@ -75,6 +80,18 @@ final class KintoBackend: Backend {
     func deleteItem(_ id: String) throws {
         try send("DELETE", "/buckets/\(bucket)/collections/items/records/\(id)")
     }
+
+    func setRank(_ id: String, _ rank: Int64) throws {
+        try send("PATCH", "/buckets/\(bucket)/collections/items/records/\(id)", #"{"data": {"Rank": \#(rank)}}"#)
+    }
+
+    /// Kinto cannot be made to forget its tombstones from here: the store is
+    /// made to hold a version far beyond the server's, as after a restore.
+    func loseHistory(syncedBy context: Context) throws {
+        let items = try XCTUnwrap(context.model.entity(named: "items"))
+        let version = try XCTUnwrap(context.store.syncVersion(items), "the store has synced items")
+        try context.store.setSyncVersion(items, version + 10_000_000)
+    }
 }
 
 final class MemoryBackend: Backend {
@@ -103,6 +120,13 @@ final class MemoryBackend: Backend {
     }
 
     func deleteItem(_ id: String) throws { server.remove("items", id: id) }
+
+    func setRank(_ id: String, _ rank: Int64) throws {
+        let current = try XCTUnwrap(server.recordForTest("items", id: id))
+        server.put("items", id: id, current.filter { $0.key != "Rank" && $0.key != "last_modified" } + [("Rank", .integer(rank))])
+    }
+
+    func loseHistory(syncedBy context: Context) throws { server.purgeHistory("items") }
 }
 
 extension MemoryServer {
@@ -112,7 +136,7 @@ extension MemoryServer {
         defer { connection.shutdown() }
         _ = connection.records(MemoryBackend.itemsSpec, ids: [id], cursor: nil) { result in done.withLock { $0 = result } }
         let page = done.withLock(when: { $0 != nil }, until: nil) { value, _ in value! }
-        return (try? page.get().decode())?.first
+        return (try? page.get().decode())?.records.first
     }
 }
 

@@ -28,7 +28,7 @@ enum ConnectionContract {
         var pages = 0
         repeat {
             let page = try answer { connection.page(request, $0) }.get()
-            ranks += try page.decode().compactMap { field($0, "Rank")?.integerValue }
+            ranks += try page.decode().records.compactMap { field($0, "Rank")?.integerValue }
             request.cursor = page.next
             pages += 1
         } while request.cursor != nil
@@ -43,7 +43,7 @@ enum ConnectionContract {
             var found: [Int64] = []
             repeat {
                 let page = try answer { connection.page(filtered, $0) }.get()
-                found += try page.decode().compactMap { field($0, "Rank")?.integerValue }
+                found += try page.decode().records.compactMap { field($0, "Rank")?.integerValue }
                 filtered.cursor = page.next
             } while filtered.cursor != nil
             return found
@@ -59,7 +59,7 @@ enum ConnectionContract {
         XCTAssertEqual(try filteredRanks([Filter(field: "Rank", .notEqual, [.integer(0)])]).count, itemCount - 1)
 
         // By id: missing ids are just absent; batches fit requests.
-        let byID = try answer { connection.records(spec, ids: ["i1", "nope", "i2"], cursor: nil, $0) }.get().decode()
+        let byID = try answer { connection.records(spec, ids: ["i1", "nope", "i2"], cursor: nil, $0) }.get().decode().records
         XCTAssertEqual(Set(byID.compactMap { field($0, "id")?.stringValue }), ["i1", "i2"])
         let many = (0..<3000).map { "record-with-a-long-id-\($0)" }
         let batches = connection.idBatches(many)
@@ -141,11 +141,27 @@ final class MemoryConnectionTests: XCTestCase {
     }
 }
 
-/// Fault injection: a connection that answers like the one it wraps, but
-/// names every record of a page twice, as a broken or hostile server might.
-final class DuplicatingConnection: Connection {
+/// A connection that answers like the one it wraps, its pages passed
+/// through `onPage` (with the listing's request; nil for records by id):
+/// for fault injection and for watching what the core asks.
+final class ForwardingConnection: Connection {
     let inner: any Connection
-    init(_ inner: any Connection) { self.inner = inner }
+    private let onPage: @Sendable (PageRequest?, Page) -> Page
+    init(_ inner: any Connection, onPage: @escaping @Sendable (PageRequest?, Page) -> Page) {
+        self.inner = inner
+        self.onPage = onPage
+    }
+
+    /// Names every record of a page twice, as a broken or hostile server might.
+    static func duplicating(_ inner: any Connection) -> ForwardingConnection {
+        ForwardingConnection(inner) { _, page in
+            Page(next: page.next, version: page.version) {
+                var content = try page.decode()
+                content.records += content.records.reversed()
+                return content
+            }
+        }
+    }
 
     var identity: String { inner.identity }
     func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
@@ -153,11 +169,11 @@ final class DuplicatingConnection: Connection {
     }
     func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable { inner.specs(done) }
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
-        inner.page(request) { done($0.map(Self.doubled)) }
+        inner.page(request) { [onPage] in done($0.map { onPage(request, $0) }) }
     }
     func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
                  _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
-        inner.records(spec, ids: ids, cursor: cursor) { done($0.map(Self.doubled)) }
+        inner.records(spec, ids: ids, cursor: cursor) { [onPage] in done($0.map { onPage(nil, $0) }) }
     }
     func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
     func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
@@ -174,10 +190,6 @@ final class DuplicatingConnection: Connection {
         inner.delete(spec, id: id, ifVersion: ifVersion, done)
     }
     func shutdown() { inner.shutdown() }
-
-    private static func doubled(_ page: Page) -> Page {
-        Page(next: page.next) { let records = try page.decode(); return records + records.reversed() }
-    }
 }
 
 final class HostileServerTests: XCTestCase {
@@ -188,7 +200,7 @@ final class HostileServerTests: XCTestCase {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let backend = MemoryBackend(directory: directory)
         let context = try Context.open(ContextOptions(storePath: backend.storePath),
-                                       connection: DuplicatingConnection(backend.connection()))
+                                       connection: ForwardingConnection.duplicating(backend.connection()))
         defer { try? context.close() }
         var request = FetchRequest(entity: "items")
         request.sort = "Rank"

@@ -99,7 +99,7 @@ final class PredicateTests: XCTestCase {
                                         ("two words", texts.randomElement(using: &generator)!)]
             records.append(try Record(entity: entity, fields: fields))
         }
-        try store.upsert(records, of: entity, fetchedAt: 1)
+        try store.write(records, of: entity, fetchedAt: 1)
 
         let textValues = ["'alice'", "'ALICE'", "'alïce'", "'a*'", "'*b?'", "'?'", "''", "'e\u{301}'", "'\u{E9}'", "'%_'", "'x\\0y'", "'b'"]
         let numberValues = ["0", "5", "-1", "2.5", "1152921504606846976", "-0.0"]

@@ -25,7 +25,7 @@ final class StoreTests: XCTestCase {
         try store.adopt(model, identity: "test")
         let users = model.entity(named: "users")!
         let json = try JSON.parse(#"{"id": "u1", "last_modified": 5, "Name": 42, "Age": 7, "Tags": ["a"], "Other": {"x": 1}}"#)
-        try store.upsert([Record(entity: users, fields: json.objectValue!)], of: users, fetchedAt: 10)
+        try store.write([Record(entity: users, fields: json.objectValue!)], of: users, fetchedAt: 10)
         let row = try XCTUnwrap(store.load(users, id: "u1"))
         func value(_ name: String) -> Value { row.record.values[users.attributeIndex(named: name)!] }
         XCTAssertEqual(value("Name"), .json("42"), "a value of another type than the spec's is kept as JSON")
@@ -36,12 +36,35 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(row.fetchedAt, 10)
     }
 
+    /// Pages of two listings can land in either order: an older version
+    /// never replaces a newer one's values, but still counts as seen by the
+    /// listing (so reconciling keeps the row); after lost history it does.
+    func testOlderVersionsDoNotReplaceNewerOnes() throws {
+        let store = try Store(path: directory + "/versions.sqlite")
+        let model = try model(#"{"Name": {"type": "string"}}"#)
+        try store.adopt(model, identity: "test")
+        let users = model.entity(named: "users")!
+        func record(_ version: Int64, _ name: String) throws -> Record {
+            try Record(entity: users, fields: [("id", .string("u1")), ("last_modified", .integer(version)), ("Name", .string(name))])
+        }
+        func name() throws -> Value { try XCTUnwrap(store.load(users, id: "u1")).record.values[users.attributeIndex(named: "Name")!] }
+        try store.write([record(5, "new")], of: users, fetchedAt: 1)
+        let listing = try store.nextWrite()
+        try store.write([record(3, "old")], of: users, fetchedAt: 2)
+        XCTAssertEqual(try name(), .text("new"))
+        XCTAssertEqual(try store.deleteRows(of: users, writtenBefore: listing), [], "the listing saw it")
+        try store.write([record(5, "same version, sent again")], of: users, fetchedAt: 3)
+        XCTAssertEqual(try name(), .text("same version, sent again"))
+        try store.write([record(2, "restored")], of: users, fetchedAt: 4, acceptingOlder: true)
+        XCTAssertEqual(try name(), .text("restored"))
+    }
+
     func testAnyFieldNameIsStoredAndReadBack() throws {
         let store = try Store(path: directory + "/names.sqlite")
         let model = try model(#"{"Robert\"); DROP TABLE users;--": {"type": "string"}, "Name": {"type": "string"}, "name": {"type": "integer"}}"#)
         try store.adopt(model, identity: "test")
         let users = model.entity(named: "users")!
-        try store.upsert([Record(entity: users, fields: [("id", .string("u1")), ("Robert\"); DROP TABLE users;--", .string("x")),
+        try store.write([Record(entity: users, fields: [("id", .string("u1")), ("Robert\"); DROP TABLE users;--", .string("x")),
                                                          ("Name", .string("N")), ("name", .integer(3))])],
                          of: users, fetchedAt: 1)
         let row = try XCTUnwrap(store.load(users, id: "u1"))
@@ -59,7 +82,7 @@ final class StoreTests: XCTestCase {
         do {
             let store = try Store(path: path)
             try store.adopt(model, identity: "test")
-            try store.upsert([Record(entity: users, fields: [("id", .string("u\u{0}1")), ("Name", .string("a\u{0}b"))])],
+            try store.write([Record(entity: users, fields: [("id", .string("u\u{0}1")), ("Name", .string("a\u{0}b"))])],
                              of: users, fetchedAt: 1)
             store.close()
         }
@@ -75,7 +98,7 @@ final class StoreTests: XCTestCase {
         let first = try model(#"{"Name": {"type": "string"}, "Gone": {"type": "string"}}"#)
         try store.adopt(first, identity: "test")
         let users1 = first.entity(named: "users")!
-        try store.upsert([Record(entity: users1, fields: JSON.parse(#"{"id": "u1", "Name": "Ann", "Gone": "x"}"#).objectValue!)],
+        try store.write([Record(entity: users1, fields: JSON.parse(#"{"id": "u1", "Name": "Ann", "Gone": "x"}"#).objectValue!)],
                          of: users1, fetchedAt: 10)
         let second = try model(#"{"Name": {"type": "string"}, "New": {"type": "integer"}}"#, previous: first)
         try store.adopt(second, identity: "test")

@@ -68,9 +68,22 @@ public final class FetchTask: Sendable {
         var results: [ManagedObject] = []
         var inResults = Set<ObjectIdentifier>()
         var received: Int64 = 0
-        var startedAt: Int64 = 0
+        var plan = ServerPlan.query
+        /// The collection's version when the listing's first page was answered.
+        var version: Int64?
+        var firstPage = true
         /// The cache's answer, for a final error of CACHE_THEN_SERVER.
         var cached: [ManagedObject]?
+
+        /// The server phase starts (again) with `plan`.
+        mutating func begin(_ plan: ServerPlan) {
+            self.plan = plan
+            results = []
+            inResults = []
+            received = 0
+            version = nil
+            firstPage = true
+        }
 
         /// The fetch has ended: it holds no objects any longer.
         mutating func end() {
@@ -237,60 +250,182 @@ public final class FetchTask: Sendable {
                                               offset: request.offset), of: entity)
     }
 
-    private func fetchFromServer() {
-        machine.withLock { $0.startedAt = wallClockMilliseconds() }
-        requestPage(nil)
+    /// A plain listing of the whole entity: no predicate, limit, offset or query.
+    private var isWholeListing: Bool {
+        request.limit == 0 && request.offset == 0 && predicate == nil && request.serverQuery == nil
     }
 
-    private func requestPage(_ cursor: PageCursor?) {
+    private func fetchFromServer() {
+        do {
+            let plan: ServerPlan
+            if request.serverQuery != nil {
+                plan = .query
+            } else if let since = try context.store.syncVersion(entity) {
+                plan = .sync(since: since)
+            } else if isWholeListing {
+                plan = .wholeListing(firstWrite: try context.store.nextWrite(), afterLostHistory: false)
+            } else {
+                plan = .query
+            }
+            start(plan)
+        } catch {
+            fail(error)
+        }
+    }
+
+    private func start(_ plan: ServerPlan) {
+        machine.withLock { $0.begin(plan) }
+        requestPage(nil, plan)
+    }
+
+    private func requestPage(_ cursor: PageCursor?, _ plan: ServerPlan) {
         var page = PageRequest(spec: entity.spec)
-        page.sort = sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
-        page.filters = server.filters
-        page.rawQuery = request.serverQuery
-        // A limit is the server's only where it says which records (its
-        // filters say the whole predicate, or the host's own query); else
-        // pages are read until enough records match. Offsets are skipped here.
-        page.limit = server.isExact ? needed : 0
         page.cursor = cursor
+        switch plan {
+        case .sync(let since):
+            page.since = since  // everything that changed, in any order: the cache answers
+        case .wholeListing:
+            page.sort = serverSort
+        case .query:
+            page.sort = serverSort
+            page.filters = server.filters
+            page.rawQuery = request.serverQuery
+            // A limit is the server's only where it says which records (its
+            // filters say the whole predicate, or the host's own query); else
+            // pages are read until enough records match. Offsets are skipped here.
+            page.limit = server.isExact ? needed : 0
+        }
+        let readsToTheEnd = plan.readsToTheEnd || request.limit == 0
         let remote = context.connection.page(page) { [self] result in
             // On the network thread: with no limit to watch, the next page
             // leaves now, while this one is decoded and stored on the worker.
-            if case .success(let answer) = result, let next = answer.next, request.limit == 0, isRunning {
-                requestPage(next)
+            if case .success(let answer) = result, let next = answer.next, readsToTheEnd, isRunning {
+                requestPage(next, plan)
             }
-            context.worker.async { [self] in receive(result) }
+            context.worker.async { [self] in receive(result, plan) }
         }
         sent(remote)
     }
 
-    private func receive(_ result: Result<Page, TetherError>) {
-        guard isRunning else { return }
+    private var serverSort: [SortKey] {
+        sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
+    }
+
+    private func receive(_ result: Result<Page, TetherError>, _ plan: ServerPlan) {
+        guard isRunning, machine.withLock({ $0.plan == plan }) else { return }  // or a page of a plan given up
         do {
+            if case .failure(let error) = result, error.kind == .expired {
+                // The server lost the history since our version: list it all again.
+                try context.store.clearSyncVersion(entity)
+                return start(.wholeListing(firstWrite: try context.store.nextWrite(), afterLostHistory: true))
+            }
             let page = try result.get()
             // The host's own server query says which records: not filtered here.
-            let objects = try context.absorb(page, of: entity, matching: request.serverQuery == nil ? predicate : nil)
+            var acceptingOlder = false
+            if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
+            let objects = try context.absorb(page, of: entity, matching: request.serverQuery == nil ? predicate : nil,
+                                             acceptingOlder: acceptingOlder)
             let received = machine.withLock { machine -> Int64 in
+                if machine.firstPage { machine.version = page.version }
+                machine.firstPage = false
+                guard case .query = plan else { return 0 }  // the cache answers, or every object does
                 for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
                     machine.results.append(object)
                 }
                 machine.received += Int64(objects.count)
                 return machine.received
             }
+            if case .wholeListing(_, false) = plan {
+                machine.withLock { machine in
+                    for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
+                        machine.results.append(object)
+                    }
+                }
+            }
             if let next = page.next {
-                if request.limit == 0 { return }  // already requested
-                if received < needed { return requestPage(next) }
+                if plan.readsToTheEnd || request.limit == 0 { return }  // already requested
+                if received < needed { return requestPage(next, plan) }
             }
-            let (results, startedAt) = machine.withLock { ($0.results, $0.startedAt) }
-            if request.limit == 0, request.offset == 0, predicate == nil, request.serverQuery == nil {
-                // A complete listing: what it did not include is gone from the server.
-                context.markDeleted(try context.store.deleteRows(of: entity, fetchedBefore: startedAt), of: entity)
+            if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
+                // The whole filtered answer is in: rows the cache still thinks
+                // match, but the server did not name, changed or went.
+                let named = Set(machine.withLock { $0.results }.map { ExactString($0.id) })
+                let stale = try context.store.ids(entity, where: predicate).filter { !named.contains(ExactString($0)) }
+                if !stale.isEmpty { return verify(context.connection.idBatches(stale), cursor: nil, seen: []) }
             }
-            let wanted = results.dropFirst(Int(request.offset))
-            finish(nil, request.limit > 0 ? Array(wanted.prefix(Int(request.limit))) : Array(wanted))
+            finish(nil, try listingEnded(plan))
         } catch {
-            let fallback = machine.withLock { $0.cached }
-            finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? [])
+            fail(error)
         }
+    }
+
+    /// The listing's last page is in: settles the table, returns the results.
+    private func listingEnded(_ plan: ServerPlan) throws -> [ManagedObject] {
+        let (results, version) = machine.withLock { ($0.results, $0.version) }
+        switch plan {
+        case .sync:
+            if let version { try context.store.setSyncVersion(entity, version) }
+            return try readCache()
+        case .wholeListing(let firstWrite, let afterLostHistory):
+            // What a whole listing did not include is gone from the server.
+            context.markDeleted(try context.store.deleteRows(of: entity, writtenBefore: firstWrite), of: entity)
+            if let version { try context.store.setSyncVersion(entity, version) }
+            // After lost history the request may be any: the cache answers it.
+            return afterLostHistory ? try readCache() : results
+        case .query:
+            let wanted = results.dropFirst(Int(request.offset))
+            return request.limit > 0 ? Array(wanted.prefix(Int(request.limit))) : Array(wanted)
+        }
+    }
+
+    /// Asks the server for records by id, batch after batch; stores what
+    /// it has, removes what it has not, then ends the fetch.
+    private func verify(_ batches: [[String]], cursor: PageCursor?, seen: Set<ExactString>) {
+        guard let batch = batches.first else { return }
+        let remote = context.connection.records(entity.spec, ids: batch, cursor: cursor) { [self] result in
+            context.worker.async { [self] in
+                guard isRunning else { return }
+                do {
+                    let page = try result.get()
+                    var seen = seen
+                    seen.formUnion(try context.absorb(page, of: entity).map { ExactString($0.id) })
+                    if let next = page.next { return verify(batches, cursor: next, seen: seen) }
+                    let gone = batch.filter { !seen.contains(ExactString($0)) }
+                    try context.store.delete(ids: gone, of: entity)
+                    context.markDeleted(gone, of: entity)
+                    if batches.count > 1 { return verify(Array(batches.dropFirst()), cursor: nil, seen: []) }
+                    finish(nil, try listingEnded(.query))
+                } catch {
+                    fail(error)
+                }
+            }
+        }
+        sent(remote)
+    }
+
+    private func fail(_ error: any Error) {
+        let fallback = machine.withLock { $0.cached }
+        finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? [])
+    }
+}
+
+/// How a fetch's server phase goes.
+enum ServerPlan: Equatable {
+    /// Only what changed since the entity's sync version; the cache, then
+    /// up to date, answers.
+    case sync(since: Int64)
+    /// Every record: rows written before `firstWrite` and not sent again are
+    /// gone; the entity's sync starts at the listing's version. After the
+    /// server lost the history a sync needed, the server's versions are
+    /// taken even where older than the store's.
+    case wholeListing(firstWrite: Int64, afterLostHistory: Bool)
+    /// The records the request asks for, as the server gives them.
+    case query
+
+    /// Every page is read, whatever the request's limit.
+    var readsToTheEnd: Bool {
+        if case .query = self { return false }
+        return true
     }
 }
 

@@ -276,26 +276,34 @@ public final class Context: Sendable {
     // MARK: merging server answers
 
     /// A page from the server: decoded, written to the store in one
-    /// transaction, merged into the graph. Returns its objects, in page order.
-    /// The page's objects, or those matching `predicate`; every record is
-    /// stored and merged either way.
-    func absorb(_ page: Page, of entity: Entity, matching predicate: Predicate? = nil) throws -> [ManagedObject] {
-        let records = try page.decode().map { try Record(entity: entity, fields: $0) }
+    /// transaction (its deletions too), merged into the graph. Returns the
+    /// page's objects in page order, or those matching `predicate`; every
+    /// record is stored and merged either way.
+    /// Older versions than those held are not taken, unless `acceptingOlder`.
+    func absorb(_ page: Page, of entity: Entity, matching predicate: Predicate? = nil,
+                acceptingOlder: Bool = false) throws -> [ManagedObject] {
+        let content = try page.decode()
+        let records = try content.records.map { try Record(entity: entity, fields: $0) }
         let now = wallClockMilliseconds()
-        try store.upsert(records, of: entity, fetchedAt: now)
-        let objects = merge(records, of: entity, fetchedAt: now)
+        try store.write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+        markDeleted(content.deletedIDs, of: entity)
+        let objects = merge(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         guard let predicate else { return objects }
         return zip(objects, records).filter { predicate.matches($0.1.values) }.map(\.0)
     }
 
     /// Puts records the server sent (already in the store) into their objects
     /// and tells observers of values that changed. Returns the objects.
-    func merge(_ records: [Record], of entity: Entity, fetchedAt: Int64) -> [ManagedObject] {
+    func merge(_ records: [Record], of entity: Entity, fetchedAt: Int64, acceptingOlder: Bool = false) -> [ManagedObject] {
         let objects = uniqueObjects(entity, records.map(\.id))
         var changed: [KeyObserver] = []
+        let versionIndex = entity.versionIndex
         for (object, record) in zip(objects, records) {
             object.state.withLock { state in
                 let old = state.record
+                // As in the store: an older version than the one held is not taken.
+                if !acceptingOlder, case .integer(let held)? = old?.values[versionIndex],
+                   case .integer(let sent) = record.values[versionIndex], sent < held { return }
                 state.record = record
                 state.loaded = true
                 state.fetchedAt = fetchedAt

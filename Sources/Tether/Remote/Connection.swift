@@ -18,7 +18,9 @@ public protocol Connection: AnyObject, Sendable {
     func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable
 
     /// One page of a listing: the first for `request.cursor == nil`, else the
-    /// one the cursor names.
+    /// one the cursor names. With `request.since`, the listing holds what
+    /// changed after that version, deletions as `deletedIDs`; if the history
+    /// that far back is gone, it fails with `.expired`.
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
         -> any Cancellable
 
@@ -104,8 +106,11 @@ public struct PageRequest: Sendable {
     public var sort: [SortKey] = []
     /// At most this many records in all; 0: no limit.
     public var limit: Int64 = 0
-    /// A query in the server's own language, used as given (issue: raw queries).
+    /// A query in the server's own language, used as given.
     public var rawQuery: String?
+    /// Only what changed after this version of the collection (a `Page`'s
+    /// `version`), deletions included; nil: the records as they stand.
+    public var since: Int64?
     public var cursor: PageCursor?
 
     public init(spec: Spec) { self.spec = spec }
@@ -115,14 +120,33 @@ public struct PageRequest: Sendable {
 /// calls off the network thread, so decoding a page overlaps fetching the next.
 public struct Page: Sendable {
     public let next: PageCursor?
-    private let decoder: @Sendable () throws -> [RecordFields]
+    /// The collection's version when the server answered, if it tells: every
+    /// change up to it is in this listing (a later `since` starts there).
+    public let version: Int64?
+    private let decoder: @Sendable () throws -> PageContent
 
-    public init(next: PageCursor?, decode: @escaping @Sendable () throws -> [RecordFields]) {
+    public init(next: PageCursor?, version: Int64? = nil, decode: @escaping @Sendable () throws -> PageContent) {
         self.next = next
+        self.version = version
         decoder = decode
     }
 
-    public func decode() throws -> [RecordFields] { try decoder() }
+    public init(next: PageCursor?, version: Int64? = nil, records: @escaping @Sendable () throws -> [RecordFields]) {
+        self.init(next: next, version: version) { PageContent(records: try records()) }
+    }
+
+    public func decode() throws -> PageContent { try decoder() }
+}
+
+public struct PageContent: Sendable {
+    public var records: [RecordFields]
+    /// Records deleted on the server (in a listing with `since`).
+    public var deletedIDs: [String]
+
+    public init(records: [RecordFields], deletedIDs: [String] = []) {
+        self.records = records
+        self.deletedIDs = deletedIDs
+    }
 }
 
 extension Connection {

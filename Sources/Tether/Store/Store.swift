@@ -2,9 +2,11 @@ import Synchronization
 
 /// The SQLite file behind a context: the saved model, and one table per
 /// entity (`e<entity code>`) with a typed column per attribute (`a<code>`)
-/// plus the fields outside the spec and the time each row was fetched. Names
-/// from the server never become SQL identifiers. Every statement is prepared
-/// once and kept.
+/// plus the fields outside the spec, the time each row was fetched (for its
+/// age) and the write that stored it (for reconciling, which needs no clock).
+/// Each entity's sync version says up to which version of the server's
+/// collection the table holds every change. Names from the server never
+/// become SQL identifiers. Every statement is prepared once and kept.
 final class Store: Sendable {
     /// nil once closed.
     private let connection: Lock<Database?>
@@ -18,22 +20,35 @@ final class Store: Sendable {
         let load: String
         let upsert: String
         let deleteByID: String
-        let idsFetchedBefore: String
-        let deleteFetchedBefore: String
+        let idsWrittenBefore: String
+        let deleteWrittenBefore: String
 
         init(_ entity: Entity) {
             self.entity = entity
             let table = Store.table(entity)
             let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
-            let fetched = Identifier.quoted(Store.fetchedColumn)
+            let written = Identifier.quoted(Store.writeColumn)
             let columns = Store.columnList(entity)
             select = "SELECT \(columns) FROM \(table)"
             load = "\(select) WHERE \(idColumn) = ?"
-            let placeholders = Array(repeating: "?", count: entity.attributes.count + 2).joined(separator: ", ")
-            upsert = "INSERT OR REPLACE INTO \(table) (\(columns)) VALUES (\(placeholders))"
+            let placeholders = Array(repeating: "?", count: entity.attributes.count + 3).joined(separator: ", ")
+            // A row's values never go back to an older version (pages of two
+            // listings can arrive in either order) unless the last parameter
+            // says to (the server lost its history: its versions are the
+            // truth). The write serial is taken either way: the server has it.
+            let version = Identifier.column(code: entity.attributes[entity.versionIndex].code)
+            let count = entity.attributes.count + 3
+            let newer = "(?\(count + 1) OR excluded.\(version) IS NULL OR \(table).\(version) IS NULL "
+                + "OR excluded.\(version) >= \(table).\(version))"
+            let assignments = (entity.attributes.map { Identifier.column(code: $0.code) }
+                + [Identifier.quoted(Store.extraColumn), Identifier.quoted(Store.fetchedColumn)])
+                .map { "\($0) = CASE WHEN \(newer) THEN excluded.\($0) ELSE \(table).\($0) END" }
+                + ["\(written) = excluded.\(written)"]
+            upsert = "INSERT INTO \(table) (\(columns)) VALUES (\(placeholders)) ON CONFLICT (\(idColumn)) DO UPDATE SET "
+                + assignments.joined(separator: ", ")
             deleteByID = "DELETE FROM \(table) WHERE \(idColumn) = ?"
-            idsFetchedBefore = "SELECT \(idColumn) FROM \(table) WHERE \(fetched) < ?"
-            deleteFetchedBefore = "DELETE FROM \(table) WHERE \(fetched) < ?"
+            idsWrittenBefore = "SELECT \(idColumn) FROM \(table) WHERE \(written) < ?"
+            deleteWrittenBefore = "DELETE FROM \(table) WHERE \(written) < ?"
         }
     }
 
@@ -48,12 +63,16 @@ final class Store: Sendable {
     }
     private static let extraColumn = "tether_extra"
     private static let fetchedColumn = "tether_fetched_at"
+    /// The store's write serial when the server last sent the row.
+    private static let writeColumn = "tether_write"
+    private static let bookkeepingColumns: Set<String> = [extraColumn, fetchedColumn, writeColumn]
 
     init(path: String) throws {
         let database = try Database(path: path)
         try database.execute("PRAGMA journal_mode=WAL")
         try database.execute("PRAGMA synchronous=NORMAL")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+        try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
         try Self.definePredicateFunctions(database)
         connection = Lock(database)
     }
@@ -88,11 +107,11 @@ final class Store: Sendable {
     /// A store saved for another server is an error, not a silent reset.
     func savedModel(identity: String) throws -> Model? {
         try withDatabase { database in
-            guard let saved = try meta("identity", database) else { return nil }
+            guard let saved = try Self.meta("identity", database) else { return nil }
             guard saved == identity else {
                 throw TetherError(.store, "the store belongs to \(saved), not \(identity)")
             }
-            return try meta("model", database).flatMap(ModelCoding.decode)
+            return try Self.meta("model", database).flatMap(ModelCoding.decode)
         }
     }
 
@@ -105,30 +124,41 @@ final class Store: Sendable {
                 // Every table but the meta table is an entity's: any the model
                 // has no entity for (or a 0.1 store's "records:<name>") goes.
                 let existing = Set(try database.statement(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name <> 'tether_meta' AND name NOT LIKE 'sqlite%'")
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('tether_meta', 'tether_sync') AND name NOT LIKE 'sqlite%'")
                     .rows().compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } })
                 let wanted = Set(model.entities.map { "e\($0.code)" })
                 for table in existing.subtracting(wanted) {
                     try database.execute("DROP TABLE \(Identifier.quoted(table))")
                 }
-                for entity in model.entities {
-                    try migrateTable(of: entity, exists: existing.contains("e\(entity.code)"), database)
+                // A table made or changed lacks what earlier syncs brought: its
+                // entity syncs from scratch. So does any entity no longer there.
+                var synced: [Int] = []
+                for entity in model.entities
+                    where try !migrateTable(of: entity, exists: existing.contains("e\(entity.code)"), database) {
+                    synced.append(entity.code)
                 }
-                try setMeta("identity", identity, database)
-                try setMeta("model", ModelCoding.encode(model), database)
+                let recorded = try database.statement("SELECT entity FROM tether_sync").rows()
+                    .compactMap { row -> Int64? in if case .integer(let code) = row[0] { return code } else { return nil } }
+                for code in recorded where !synced.contains(Int(truncatingIfNeeded: code)) {
+                    try database.statement("DELETE FROM tether_sync WHERE entity = ?").run([.integer(code)])
+                }
+                try Self.setMeta("identity", identity, database)
+                try Self.setMeta("model", ModelCoding.encode(model), database)
             }
         }
     }
 
-    private func migrateTable(of entity: Entity, exists: Bool, _ database: Database) throws {
+    /// Creates or alters the entity's table; true if it did either.
+    private func migrateTable(of entity: Entity, exists: Bool, _ database: Database) throws -> Bool {
         let table = Identifier.table(code: entity.code)
         guard exists else {
             let columns = entity.attributes.map { attribute in
                 Identifier.column(code: attribute.code) + " " + Self.declaredType(attribute.type)
                     + (attribute.isID ? " PRIMARY KEY NOT NULL" : "")
-            } + ["\(Identifier.quoted(Self.extraColumn)) TEXT", "\(Identifier.quoted(Self.fetchedColumn)) INTEGER NOT NULL"]
+            } + ["\(Identifier.quoted(Self.extraColumn)) TEXT", "\(Identifier.quoted(Self.fetchedColumn)) INTEGER NOT NULL",
+                 "\(Identifier.quoted(Self.writeColumn)) INTEGER NOT NULL DEFAULT 0"]
             try database.execute("CREATE TABLE \(table) (\(columns.joined(separator: ", ")))")
-            return
+            return true
         }
         let current = try database.statement("SELECT name, type FROM pragma_table_info(?)")
             .rows([.text("e\(entity.code)")])
@@ -136,7 +166,10 @@ final class Store: Sendable {
                 if case .text(let name) = row[0], case .text(let type) = row[1] { result[name] = type }
             }
         var changed = false
-        for (name, type) in current where name != Self.extraColumn && name != Self.fetchedColumn {
+        if current[Self.writeColumn] == nil {  // a store from before reconciling by write
+            try database.execute("ALTER TABLE \(table) ADD COLUMN \(Identifier.quoted(Self.writeColumn)) INTEGER NOT NULL DEFAULT 0")
+        }
+        for (name, type) in current where !Self.bookkeepingColumns.contains(name) {
             let attribute = Int(name.dropFirst()).flatMap(entity.attributeIndex(code:)).map { entity.attributes[$0] }
             if attribute == nil || (!attribute!.isID && Self.declaredType(attribute!.type) != type) {
                 try database.execute("ALTER TABLE \(table) DROP COLUMN \(Identifier.quoted(name))")
@@ -152,16 +185,22 @@ final class Store: Sendable {
             // Rows lack the new columns' values until fetched again: mark them stale.
             try database.execute("UPDATE \(table) SET \(Identifier.quoted(Self.fetchedColumn)) = 0")
         }
+        return changed
     }
 
     // MARK: records
 
-    /// Inserts or replaces `records` in one transaction.
-    func upsert(_ records: [Record], of entity: Entity, fetchedAt: Int64) throws {
-        guard !records.isEmpty else { return }
+    /// Writes what the server sent in one transaction: inserts or replaces
+    /// `records` (not by older versions unless `acceptingOlder`), deletes the
+    /// rows of `deletedIDs`.
+    func write(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
+               acceptingOlder: Bool = false) throws {
+        guard !records.isEmpty || !deletedIDs.isEmpty else { return }
         let sql = sql(entity)
         try withDatabase { database in
             try database.transaction {
+                // Counted in the file, so contexts sharing it agree.
+                let serial = try Self.lastWrite(database) + 1
                 let insert = try database.statement(sql.upsert)
                 for record in records {
                     var parameters = zip(record.values, entity.attributes).map { value, attribute in
@@ -169,9 +208,51 @@ final class Store: Sendable {
                     }
                     parameters.append(record.extra.isEmpty ? .null : .text(JSON.object(record.extra).serialized()))
                     parameters.append(.integer(fetchedAt))
+                    parameters.append(.integer(serial))
+                    parameters.append(.integer(acceptingOlder ? 1 : 0))
                     try insert.run(parameters)
                 }
+                let delete = try database.statement(sql.deleteByID)
+                for id in deletedIDs { try delete.run([.text(id)]) }
+                try Self.setMeta("write", String(serial), database)
             }
+        }
+    }
+
+    /// The serial the next write will take: rows written from now on have
+    /// it or a later one.
+    func nextWrite() throws -> Int64 { try withDatabase { try Self.lastWrite($0) + 1 } }
+
+    /// The serial of the newest write of server records (meta "write").
+    private static func lastWrite(_ database: Database) throws -> Int64 {
+        try meta("write", database).flatMap { Int64($0) } ?? 0
+    }
+
+    /// Up to which version of the server's collection every change of
+    /// `entity` is in its table; nil: never synced (or the table changed).
+    func syncVersion(_ entity: Entity) throws -> Int64? {
+        try withDatabase { database in
+            let row = try database.statement("SELECT version FROM tether_sync WHERE entity = ?").rows([.integer(Int64(entity.code))]).first
+            if case .integer(let version)? = row?.first { return version }
+            return nil
+        }
+    }
+
+    /// Records that the table holds every change up to `version`; an older
+    /// version than the one recorded leaves it (both syncs completed).
+    func setSyncVersion(_ entity: Entity, _ version: Int64) throws {
+        try withDatabase { database in
+            try database.statement("""
+                INSERT INTO tether_sync (entity, version) VALUES (?, ?)
+                ON CONFLICT (entity) DO UPDATE SET version = max(version, excluded.version)
+                """).run([.integer(Int64(entity.code)), .integer(version)])
+        }
+    }
+
+    /// Forgets the entity's sync: its next fetch lists everything again.
+    func clearSyncVersion(_ entity: Entity) throws {
+        try withDatabase { database in
+            try database.statement("DELETE FROM tether_sync WHERE entity = ?").run([.integer(Int64(entity.code))])
         }
     }
 
@@ -228,6 +309,22 @@ final class Store: Sendable {
         }
     }
 
+    /// The ids of the rows matching `predicate`.
+    func ids(_ entity: Entity, where predicate: Predicate?) throws -> [String] {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        var sql = "SELECT \(idColumn) FROM \(Self.table(entity))"
+        var parameters: [SQLValue] = []
+        if let predicate {
+            let clause = predicate.sql(entity)
+            sql += " WHERE " + clause.text
+            parameters = clause.parameters
+        }
+        return try withDatabase { database in
+            try database.statement(sql).rows(parameters)
+                .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
+        }
+    }
+
     func delete(ids: [String], of entity: Entity) throws {
         guard !ids.isEmpty else { return }
         let sql = sql(entity)
@@ -239,16 +336,17 @@ final class Store: Sendable {
         }
     }
 
-    /// Deletes the rows not fetched since `time` (a complete listing did not
-    /// include them, so the server no longer has them) and returns their ids.
-    func deleteRows(of entity: Entity, fetchedBefore time: Int64) throws -> [String] {
+    /// Deletes the rows not written since write `serial` (a complete
+    /// listing that began then did not include them, so the server no longer
+    /// has them) and returns their ids.
+    func deleteRows(of entity: Entity, writtenBefore serial: Int64) throws -> [String] {
         let sql = sql(entity)
         return try withDatabase { database in
             try database.transaction {
-                let ids = try database.statement(sql.idsFetchedBefore)
-                    .rows([.integer(time)])
+                let ids = try database.statement(sql.idsWrittenBefore)
+                    .rows([.integer(serial)])
                     .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
-                try database.statement(sql.deleteFetchedBefore).run([.integer(time)])
+                try database.statement(sql.deleteWrittenBefore).run([.integer(serial)])
                 return ids
             }
         }
@@ -256,20 +354,21 @@ final class Store: Sendable {
 
     // MARK: helpers
 
-    private func meta(_ key: String, _ database: Database) throws -> String? {
+    private static func meta(_ key: String, _ database: Database) throws -> String? {
         let row = try database.statement("SELECT value FROM tether_meta WHERE key = ?").rows([.text(key)]).first
         if case .text(let value)? = row?.first { return value }
         return nil
     }
 
-    private func setMeta(_ key: String, _ value: String, _ database: Database) throws {
+    private static func setMeta(_ key: String, _ value: String, _ database: Database) throws {
         try database.statement("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)").run([.text(key), .text(value)])
     }
 
     private static func table(_ entity: Entity) -> String { Identifier.table(code: entity.code) }
 
     private static func columnList(_ entity: Entity) -> String {
-        (entity.attributes.map { Identifier.column(code: $0.code) } + [Identifier.quoted(extraColumn), Identifier.quoted(fetchedColumn)])
+        (entity.attributes.map { Identifier.column(code: $0.code) }
+            + [Identifier.quoted(extraColumn), Identifier.quoted(fetchedColumn), Identifier.quoted(writeColumn)])
             .joined(separator: ", ")
     }
 

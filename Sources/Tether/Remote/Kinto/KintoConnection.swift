@@ -211,8 +211,9 @@ public final class KintoConnection: Connection {
     public func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
         -> any Cancellable {
         let url: String
+        var headers: [String] = []
         if let cursor = request.cursor {
-            url = cursor.token
+            url = cursor.token  // carries the first page's query, _since included
         } else {
             var query: [String] = request.filters.map(Self.queryParameter)
             if !request.sort.isEmpty {
@@ -220,16 +221,22 @@ public final class KintoConnection: Connection {
                     .joined(separator: ","))
             }
             if request.limit > 0 { query.append("_limit=\(request.limit)") }
+            if let since = request.since {
+                // Changes and tombstones after `since`; nothing at all (304)
+                // while the collection is still at that version.
+                query.append("_since=\(since)")
+                headers.append("If-None-Match: \"\(since)\"")
+            }
             if let raw = request.rawQuery, !raw.isEmpty { query.append(raw) }
             url = root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
         }
-        return listing(url, what: request.spec.route, done)
+        return listing(HTTPRequest(url: url, headers: headers), since: request.since, what: request.spec.route, done)
     }
 
     public func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
                         _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         let url = cursor?.token ?? root + spec.route + "?in_id=" + ids.map(Self.escape).joined(separator: ",")
-        return listing(url, what: spec.route, done)
+        return listing(HTTPRequest(url: url), since: nil, what: spec.route, done)
     }
 
     /// Kinto says every one of these in its query language.
@@ -286,24 +293,53 @@ public final class KintoConnection: Connection {
 
     /// One page: the cursor comes from the Next-Page header, so the next
     /// request can leave before this body is decoded (by the caller, later).
-    private func listing(_ url: String, what: String, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
-        -> any Cancellable {
+    private func listing(_ request: HTTPRequest, since: Int64?, what: String,
+                         _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         let exchange = Exchange(engine, backoff)
-        exchange.send(HTTPRequest(url: url)) { [self] result in
+        exchange.send(request) { [self] result in
             done(.tether {
+                if let since, case .success(let answer) = result {
+                    if answer.status == 304 { return Page(next: nil, version: since) { PageContent(records: []) } }
+                    // Kinto refuses a _since beyond what it knows of the collection.
+                    if answer.status == 400, String(decoding: answer.body, as: UTF8.self).contains("_since") {
+                        throw TetherError(.expired, "the server does not know version \(since) of \(what)")
+                    }
+                }
                 let response = try Self.checked(result, what: what)
+                let version = Self.version(of: response)
+                if let since, let version, version < since {
+                    // Older than what we hold: the collection was flushed or restored.
+                    throw TetherError(.expired, "\(what) is at version \(version), older than \(since)")
+                }
                 let next = try nextPage(response).map(PageCursor.init)
-                return Page(next: next) {
-                    try Self.records(in: response, what: what).map { record in
+                return Page(next: next, version: version) {
+                    var content = PageContent(records: [])
+                    for record in try Self.records(in: response, what: what) {
                         guard let fields = record.objectValue else {
                             throw TetherError(.protocol, "a record in \(what) is not an object")
                         }
-                        return fields
+                        if record["deleted"] == .bool(true) {
+                            guard let id = record[Self.idField]?.stringValue else {
+                                throw TetherError(.protocol, "a deleted record in \(what) has no text id")
+                            }
+                            content.deletedIDs.append(id)
+                        } else {
+                            content.records.append(fields)
+                        }
                     }
+                    return content
                 }
             })
         }
         return exchange
+    }
+
+    /// A listing's ETag: the collection's timestamp, quoted.
+    private static func version(of response: HTTPResponse) -> Int64? {
+        guard var tag = response.header("ETag") else { return nil }
+        if tag.hasPrefix("W/") { tag.removeFirst(2) }
+        guard tag.count >= 2, tag.hasPrefix("\""), tag.hasSuffix("\"") else { return nil }
+        return Int64(tag.dropFirst().dropLast())
     }
 
     public func insert(_ spec: Spec, _ fields: RecordFields,

@@ -15,6 +15,24 @@ public final class MemoryServer: Sendable {
 
     fileprivate struct Table {
         var records: [String: (fields: RecordFields, version: Int64)] = [:]
+        /// Deleted records' versions, for listings `since` a version.
+        var tombstones: [String: Int64] = [:]
+        /// The newest change, deletions included.
+        var version: Int64 = 0
+        /// Changes at or before this have no tombstones any longer.
+        var historyStart: Int64 = 0
+
+        mutating func set(_ id: String, _ fields: RecordFields, version: Int64) {
+            records[id] = (fields, version)
+            tombstones[id] = nil
+            self.version = version
+        }
+
+        mutating func remove(_ id: String, version: Int64) {
+            guard records.removeValue(forKey: id) != nil else { return }
+            tombstones[id] = version
+            self.version = version
+        }
     }
 
     fileprivate struct State {
@@ -47,13 +65,27 @@ public final class MemoryServer: Sendable {
     public func put(_ entity: String, id: String, _ fields: RecordFields) -> Int64 {
         state.withLock { state in
             state.clock += 1
-            state.tables[entity, default: Table()].records[id] = (fields.filter { $0.key != "id" }, state.clock)
+            state.tables[entity, default: Table()].set(id, fields.filter { $0.key != "id" }, version: state.clock)
             return state.clock
         }
     }
 
     public func remove(_ entity: String, id: String) {
-        _ = state.withLock { $0.tables[entity]?.records.removeValue(forKey: id) }
+        state.withLock { state in
+            state.clock += 1
+            state.tables[entity]?.remove(id, version: state.clock)
+        }
+    }
+
+    /// Forgets the tombstones of `entity`: a listing since an earlier
+    /// version then fails with `.expired`, as a server's expired history does.
+    public func purgeHistory(_ entity: String) {
+        state.withLock { state in
+            guard var table = state.tables[entity] else { return }
+            table.tombstones = [:]
+            table.historyStart = table.version
+            state.tables[entity] = table
+        }
     }
 
     // MARK: answers, for MemoryConnection
@@ -76,11 +108,22 @@ public final class MemoryServer: Sendable {
         return spec
     }
 
-    /// The whole listing in order, as the records stand now.
-    fileprivate func listing(_ request: PageRequest) throws -> [RecordFields] {
+    /// The whole listing in order, as the records stand now (with `since`,
+    /// the changes after it), the deletions since, and the table's version.
+    fileprivate func listing(_ request: PageRequest) throws -> (rows: [RecordFields], deleted: [String], version: Int64) {
         try answer { state in
             let spec = try spec(request.spec.name, in: state)
-            var rows = (state.tables[spec.name]?.records ?? [:]).map { id, row in Self.render(spec, id, row) }
+            let table = state.tables[spec.name] ?? Table()
+            var deleted: [String] = []
+            var records = table.records
+            if let since = request.since {
+                guard since >= table.historyStart, since <= table.version else {
+                    throw TetherError(.expired, "the memory server has no history of \(spec.name) since \(since)")
+                }
+                records = records.filter { $0.value.version > since }
+                deleted = table.tombstones.filter { $0.value > since }.keys.sorted()
+            }
+            var rows = records.map { id, row in Self.render(spec, id, row) }
                 .filter { record in request.filters.allSatisfy { Self.holds($0, in: record) } }
             let keys = request.sort + [SortKey(field: spec.idField, descending: false)]
             rows.sort { left, right in
@@ -92,7 +135,7 @@ public final class MemoryServer: Sendable {
                 }
                 return false
             }
-            return request.limit > 0 ? Array(rows.prefix(Int(request.limit))) : rows
+            return (request.limit > 0 ? Array(rows.prefix(Int(request.limit))) : rows, deleted, table.version)
         }
     }
 
@@ -115,8 +158,9 @@ public final class MemoryServer: Sendable {
                 throw TetherError(.conflict, "\(spec.name)/\(id) changed on the server")
             default: break
             }
+            state.clock += 1
             guard let change else {
-                state.tables[spec.name]?.records[id] = nil
+                state.tables[spec.name]?.remove(id, version: state.clock)
                 return nil
             }
             var fields = current?.fields ?? []
@@ -124,8 +168,7 @@ public final class MemoryServer: Sendable {
                 if let index = fields.firstIndex(where: { $0.key == key }) { fields[index].value = value }
                 else { fields.append((key, value)) }
             }
-            state.clock += 1
-            state.tables[spec.name, default: Table()].records[id] = (fields, state.clock)
+            state.tables[spec.name, default: Table()].set(id, fields, version: state.clock)
             return Self.render(spec, id, (fields, state.clock))
         }
     }
@@ -199,10 +242,12 @@ public final class MemoryConnection: Connection {
             // The cursor is the offset of the next page in the listing as it stands.
             let offset = request.cursor.flatMap { Int($0.token) } ?? 0
             if request.rawQuery != nil { throw TetherError(.invalid, "the memory server has no query language of its own") }
-            let rows = try server.listing(request)
+            let (rows, deleted, version) = try server.listing(request)
             let end = min(rows.count, offset + server.pageSize)
             let slice = offset < end ? Array(rows[offset..<end]) : []
-            return Page(next: end < rows.count ? PageCursor(String(end)) : nil) { slice }
+            // Deletions come with the first page.
+            let content = PageContent(records: slice, deletedIDs: offset == 0 ? deleted : [])
+            return Page(next: end < rows.count ? PageCursor(String(end)) : nil, version: version) { content }
         }
     }
 
@@ -210,7 +255,7 @@ public final class MemoryConnection: Connection {
                         _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         respond(done) { [server] in
             let rows = try server.records(spec, ids: ids)
-            return Page(next: nil) { rows }
+            return Page(next: nil) { PageContent(records: rows) }
         }
     }
 

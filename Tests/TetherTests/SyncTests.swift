@@ -1,0 +1,207 @@
+import XCTest
+@testable import Tether
+
+/// What the core asked the server for, page by page, and what came back.
+final class ListingRecorder: @unchecked Sendable {
+    struct Listing {
+        let since: Int64?
+        let filtered: Bool
+        let records: [String]
+        let deleted: [String]
+    }
+    private let listings = Lock<[Listing]>([])
+
+    var all: [Listing] { listings.withLock { $0 } }
+    func reset() { listings.withLock { $0 = [] } }
+
+    func wrap(_ connection: any Connection) -> any Connection {
+        ForwardingConnection(connection) { [self] request, page in
+            guard let request else { return page }
+            return Page(next: page.next, version: page.version) { [self] in
+                let content = try page.decode()
+                let ids = content.records.compactMap { record in record.first { $0.key == "id" }?.value.stringValue }
+                listings.withLock {
+                    $0.append(Listing(since: request.since, filtered: !request.filters.isEmpty, records: ids,
+                                      deleted: content.deletedIDs))
+                }
+                return content
+            }
+        }
+    }
+}
+
+/// Incremental sync, against Kinto and the memory server alike: after one
+/// whole listing, fetches ask only for what changed.
+enum SyncContract {
+    static func ids(_ result: [FetchResult]) -> Set<String> { Set(result.last?.objects.map(\.id) ?? []) }
+
+    static func secondFetchAsksOnlyForChanges(_ backend: Backend) throws {
+        let recorder = ListingRecorder()
+        let context = try backend.open(wrapping: recorder.wrap)
+        defer { try? context.close() }
+        let first = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertEqual(first.last?.objects.count, itemCount)
+        XCTAssertTrue(recorder.all.allSatisfy { $0.since == nil }, "the first fetch lists everything")
+        XCTAssertEqual(recorder.all.reduce(0) { $0 + $1.records.count }, itemCount)
+
+        try backend.setTitle("i3", "changed")
+        try backend.deleteItem("i4")
+        recorder.reset()
+        var request = FetchRequest(entity: "items")
+        request.sort = "Rank"
+        let second = try fetch(context, request)
+        let listings = recorder.all
+        XCTAssertEqual(listings.count, 1)
+        XCTAssertNotNil(listings.first?.since, "the second fetch asks for changes only")
+        XCTAssertEqual(listings.first?.records, ["i3"])
+        XCTAssertEqual(listings.first?.deleted, ["i4"])
+        XCTAssertEqual(second.last?.error?.kind, nil)
+        XCTAssertEqual(second.last?.objects.map(\.id), (0..<itemCount).filter { $0 != 4 }.map { "i\($0)" },
+                       "the answer is the synced cache's, in the request's order")
+        XCTAssertEqual(try context.object(entity: "items", id: "i3").peek("Title"), .text("changed"))
+        XCTAssertThrowsError(try context.object(entity: "items", id: "i4").peek("Title")) {
+            XCTAssertEqual(($0 as? TetherError)?.kind, .notFound)
+        }
+
+        recorder.reset()
+        let third = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertEqual(third.last?.objects.count, itemCount - 1)
+        XCTAssertEqual(recorder.all.map(\.records.count), [0], "nothing changed: nothing comes")
+        XCTAssertEqual(recorder.all.map(\.deleted.count), [0])
+    }
+
+    /// A record changed so that it no longer matches a filter leaves that
+    /// filter's results, though a filtered listing would not name it.
+    static func recordLeavingAFilterLeavesItsResults(_ backend: Backend) throws {
+        let recorder = ListingRecorder()
+        let context = try backend.open(wrapping: recorder.wrap)
+        defer { try? context.close() }
+        var low = FetchRequest(entity: "items")
+        low.predicate = "Rank < 5"
+        // Before any whole listing: the server filters.
+        XCTAssertEqual(ids(try fetch(context, low)), ["i0", "i1", "i2", "i3", "i4"])
+        XCTAssertTrue(recorder.all.allSatisfy { $0.filtered && $0.since == nil })
+        try backend.setRank("i2", 500)
+        XCTAssertEqual(ids(try fetch(context, low)), ["i0", "i1", "i3", "i4"])
+        var cacheOnly = low
+        cacheOnly.policy = .cacheOnly
+        XCTAssertEqual(ids(try fetch(context, cacheOnly)), ["i0", "i1", "i3", "i4"],
+                       "the cache knows i2 left, though the filtered listing did not name it")
+
+        // Synced: the changes since, then the cache answers.
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        try backend.setRank("i3", 600)
+        try backend.setRank("i50", 1)
+        recorder.reset()
+        let synced = try fetch(context, low)
+        XCTAssertEqual(synced.first?.phase, .cached)
+        XCTAssertEqual(ids([synced[0]]), ["i0", "i1", "i3", "i4"], "the cached phase: as last known")
+        XCTAssertEqual(ids(synced), ["i0", "i1", "i4", "i50"])
+        XCTAssertEqual(recorder.all.count, 1)
+        XCTAssertEqual(recorder.all.first?.filtered, false, "a sync is the whole collection's")
+        XCTAssertEqual(Set(recorder.all.first?.records ?? []), ["i3", "i50"])
+    }
+
+    /// The server has lost the history since the store's version: the next
+    /// fetch lists everything, and removes what the server no longer has.
+    static func lostHistoryListsEverythingAgain(_ backend: Backend) throws {
+        let recorder = ListingRecorder()
+        let context = try backend.open(wrapping: recorder.wrap)
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        try backend.deleteItem("i5")
+        try backend.setTitle("i6", "after")
+        try backend.loseHistory(syncedBy: context)
+        recorder.reset()
+        var request = FetchRequest(entity: "items")
+        request.predicate = "Rank < 10"
+        let result = try fetch(context, request)
+        XCTAssertNil(result.last?.error)
+        XCTAssertEqual(ids(result), Set((0..<10).filter { $0 != 5 }.map { "i\($0)" }))
+        XCTAssertThrowsError(try context.object(entity: "items", id: "i5").peek("Title")) {
+            XCTAssertEqual(($0 as? TetherError)?.kind, .notFound)
+        }
+        XCTAssertEqual(try context.object(entity: "items", id: "i6").peek("Title"), .text("after"))
+        XCTAssertEqual(recorder.all.reduce(0) { $0 + $1.records.count }, itemCount - 1, "everything, once")
+        XCTAssertTrue(recorder.all.allSatisfy { $0.since == nil })
+
+        recorder.reset()
+        _ = try fetch(context, request)
+        XCTAssertEqual(recorder.all.map(\.records.count), [0], "synced again from the new listing")
+        XCTAssertNotNil(recorder.all.first?.since)
+    }
+
+    /// Sync state lives in the store: a context opened later goes on from it.
+    static func syncOutlivesTheContext(_ backend: Backend) throws {
+        let first = try backend.open()
+        _ = try fetch(first, FetchRequest(entity: "items"))
+        try first.close()
+        try backend.deleteItem("i9")
+        let recorder = ListingRecorder()
+        let context = try backend.open(wrapping: recorder.wrap)
+        defer { try? context.close() }
+        let result = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertEqual(result.last?.objects.count, itemCount - 1)
+        XCTAssertEqual(recorder.all.map(\.deleted), [["i9"]])
+        XCTAssertEqual(recorder.all.map(\.records.count), [0])
+    }
+}
+
+final class KintoSyncTests: XCTestCase {
+    private var directory: String!
+    private var backend: KintoBackend!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-kinto-sync-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        backend = try KintoBackend(directory: directory)
+    }
+
+    override func tearDownWithError() throws {
+        backend = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    func testSecondFetchAsksOnlyForChanges() throws { try SyncContract.secondFetchAsksOnlyForChanges(backend) }
+    func testRecordLeavingAFilterLeavesItsResults() throws { try SyncContract.recordLeavingAFilterLeavesItsResults(backend) }
+    func testLostHistoryListsEverythingAgain() throws { try SyncContract.lostHistoryListsEverythingAgain(backend) }
+    func testSyncOutlivesTheContext() throws { try SyncContract.syncOutlivesTheContext(backend) }
+}
+
+final class MemorySyncTests: XCTestCase {
+    private var directory: String!
+    private var backend: MemoryBackend!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-memory-sync-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        backend = MemoryBackend(directory: directory)
+    }
+
+    override func tearDownWithError() throws {
+        backend = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    func testSecondFetchAsksOnlyForChanges() throws { try SyncContract.secondFetchAsksOnlyForChanges(backend) }
+    func testRecordLeavingAFilterLeavesItsResults() throws { try SyncContract.recordLeavingAFilterLeavesItsResults(backend) }
+    func testLostHistoryListsEverythingAgain() throws { try SyncContract.lostHistoryListsEverythingAgain(backend) }
+    func testSyncOutlivesTheContext() throws { try SyncContract.syncOutlivesTheContext(backend) }
+
+    /// A new field in the spec: rows lack its values, so the entity syncs
+    /// from scratch.
+    func testSchemaChangeStartsTheSyncAgain() throws {
+        let first = try backend.open()
+        _ = try fetch(first, FetchRequest(entity: "items"))
+        try first.close()
+        var spec = MemoryBackend.itemsSpec
+        spec.fields.append(FieldSpec(name: "Owner", type: .text))
+        backend.server.setSpecs([spec])
+        let recorder = ListingRecorder()
+        let context = try backend.open(wrapping: recorder.wrap)
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertTrue(recorder.all.allSatisfy { $0.since == nil })
+        XCTAssertEqual(recorder.all.reduce(0) { $0 + $1.records.count }, itemCount)
+    }
+}
