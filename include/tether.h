@@ -403,10 +403,36 @@ typedef enum tether_cache_policy {
     TETHER_POLICY_CACHE_ELSE_SERVER = 3
 } tether_cache_policy;
 
+/* What a fetch answers (tether_fetch_options.result_type). */
+typedef enum tether_result_type {
+    TETHER_RESULT_OBJECTS = 0,  /* objects, with their values */
+    TETHER_RESULT_IDS = 1,      /* ids only: no values are read; an object is
+                                   made when tether_results_object_at asks */
+    TETHER_RESULT_COUNT = 2,    /* how many match (after offset, at most
+                                   limit): tether_results_count; no rows. The
+                                   server counts without sending records
+                                   (Kinto: HEAD, Total-Records) where it can
+                                   filter the whole predicate; the cache
+                                   with COUNT(*) */
+    TETHER_RESULT_VALUES = 3    /* the values of chosen attributes
+                                   (`properties`), read with
+                                   tether_results_value_at; no objects are
+                                   made unless asked for */
+} tether_result_type;
+
+/* Called as records arrive from the server, at most every 100 ms, on the
+ * thread that gets the fetch's callbacks, with the fetch's userdata:
+ * `received` counts every record the server sent in this fetch (matching
+ * or not, deletions included), `total` is how many the listing holds if
+ * the server said, else -1. Never after the FINAL callback. Cancelling the
+ * task from inside it works as from any callback. */
+typedef void (*tether_progress_cb)(tether_task *task, int64_t received, int64_t total, void *userdata);
+
 /* Version 2 added predicate, arguments and argument_count; version 3 offset
- * and server_query. Older structs are still accepted (their later fields
- * take the defaults). */
-#define TETHER_FETCH_OPTIONS_VERSION 3
+ * and server_query; version 4 result_type, properties, batch_size and
+ * progress. Older structs are still accepted (their later fields take the
+ * defaults). */
+#define TETHER_FETCH_OPTIONS_VERSION 4
 
 typedef struct tether_fetch_options {
     unsigned int version;        /* TETHER_FETCH_OPTIONS_VERSION */
@@ -435,6 +461,18 @@ typedef struct tether_fetch_options {
                                     still selects from the cache, for the
                                     CACHED phase, cache-only fetches and
                                     CACHE_ELSE_SERVER's cache answer. */
+    /* Version 4: */
+    tether_result_type result_type;  /* default TETHER_RESULT_OBJECTS */
+    const char *properties;      /* TETHER_RESULT_VALUES: attribute names,
+                                    comma-separated; NULL: every attribute.
+                                    Must be NULL for other result types. */
+    size_t batch_size;           /* 0: the results hold their objects. n: they
+                                    hold ids, and make objects n at a time as
+                                    rows are read (one store query per
+                                    batch), keeping only the batch of the
+                                    last row read: iterating a very large
+                                    answer keeps memory flat. */
+    tether_progress_cb progress; /* NULL: none */
 } tether_fetch_options;
 
 /* Predicates, in Core Data's format (in part):
@@ -521,13 +559,33 @@ TETHER_API int tether_task_cancel(tether_task *task);
 
 /* ---------------------------------------------------------------- results */
 
-/* The number of objects in `results`. */
+/* What `results` answers: the fetch's result type. */
+TETHER_API int tether_results_type(tether_results *results, tether_result_type *out);
+
+/* The number of rows in `results`; for TETHER_RESULT_COUNT, the count. */
 TETHER_API int tether_results_count(tether_results *results, size_t *out);
 
-/* The object at `index` (0 ≤ index < count), in result order. Borrowed:
- * valid while `results` is; tether_object_retain it to keep it longer.
- * TETHER_E_NOT_FOUND past the end. */
+/* Borrowed pointers from the functions below stay valid while `results`
+ * does; with a batch size, only until a row of another batch is read
+ * (tether_object_retain an object, or copy an id, to keep it longer).
+ * Each gives TETHER_E_NOT_FOUND past the end, TETHER_E_MISUSE for a
+ * TETHER_RESULT_COUNT answer (it has no rows). */
+
+/* The object of the row at `index` (0 ≤ index < count), in result order,
+ * for every result type but COUNT: made now for IDS and VALUES answers and
+ * batches (the context still keeps one object per record). Borrowed. */
 TETHER_API int tether_results_object_at(tether_results *results, size_t index, tether_object **out);
+
+/* The id of the row at `index`: borrowed, NUL-terminated (an id holding
+ * U+0000 reads cut short here; its object's tether_object_id does too). */
+TETHER_API int tether_results_id_at(tether_results *results, size_t index, const char **out);
+
+/* The value of attribute `key` (its name) in the row at `index` of
+ * a TETHER_RESULT_VALUES answer, as fetched; owned by the caller: clear it
+ * with tether_value_clear. TETHER_E_NOT_FOUND for an attribute the fetch did
+ * not ask for; TETHER_E_MISUSE for other result types (read an object's
+ * values with tether_object_peek). */
+TETHER_API int tether_results_value_at(tether_results *results, size_t index, const char *key, tether_value *out);
 
 /* Releases `results` and its references to its objects. NULL is a no-op
  * (TETHER_OK); a dead handle gives TETHER_E_HANDLE. */

@@ -2,6 +2,7 @@
 // arguments, converts types, and forwards to the core.
 import CTetherABI
 import Glibc
+import Synchronization
 import Tether
 
 private let versionText = strdup(TETHER_VERSION)!
@@ -100,6 +101,7 @@ private func fetchOptionsSize(_ version: UInt32) -> Int {
     switch version {
     case 1: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.predicate)!
     case 2: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.offset)!
+    case 3: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.result_type)!
     default: return MemoryLayout<tether_fetch_options>.size
     }
 }
@@ -556,14 +558,31 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
             guard let arguments = raw.arguments else { throw misuse("arguments is NULL but argument_count is \(raw.argument_count)") }
             request.arguments = try (0..<raw.argument_count).map { try argument(arguments[$0], number: $0 + 1) }
         }
+        switch raw.result_type {
+        case TETHER_RESULT_OBJECTS: request.resultType = .objects
+        case TETHER_RESULT_IDS: request.resultType = .ids
+        case TETHER_RESULT_COUNT: request.resultType = .count
+        case TETHER_RESULT_VALUES: request.resultType = .values
+        default: throw TetherError(.invalid, "unknown result type \(raw.result_type.rawValue)")
+        }
+        if let properties = try optionalText(raw.properties, "properties") {
+            request.properties = properties.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+        }
+        request.batchSize = Int(clamping: raw.batch_size)
         let task = try box.context.makeFetch(request)
         let handle = try Handles.shared.register(task, kind: .task, owner: token).handle
         let host = HostCall(callback, userdata, handle: handle)
+        let progress = raw.progress.map { function in
+            let progressHost = HostCall(function, userdata, handle: handle)
+            return { @Sendable (told: FetchProgress) in
+                progressHost.function(progressHost.handle, told.received, told.total ?? -1, progressHost.userdata)
+            }
+        }
         do {
-            try task.start { result in
-                // Owned by the callee: each of its objects' handles gets one reference.
-                // Finals come before close removes the context's handles, so these succeed.
-                let results = ResultsBox(result.objects.compactMap { try? objectHandle($0, owner: token) })
+            try task.start(progress: progress) { result in
+                // Owned by the callee. Finals come before close removes the
+                // context's handles, so this succeeds.
+                let results = ResultsBox(result.results, owner: token)
                 guard let resultsHandle = try? Handles.shared.register(results, kind: .results, owner: token).handle else {
                     return
                 }
@@ -589,25 +608,141 @@ public func tether_task_cancel(_ task: OpaquePointer?) -> Int32 {
 
 // MARK: results
 
-/// A fetch's answer as the host holds it: a reference to each object's handle.
-final class ResultsBox {
-    let objects: [OpaquePointer]
-    init(_ objects: [OpaquePointer]) { self.objects = objects }
+/// A fetch's answer as the host holds it, and what it has lent out: object
+/// handles (one reference each) and id strings, made as rows are read. With
+/// a batch size only the last batch's are kept, so lending stays bounded.
+final class ResultsBox: @unchecked Sendable {
+    let results: FetchedResults
+    private let owner: UInt
+    private struct Loans {
+        var batch = 0
+        var objects: [Int: OpaquePointer] = [:]
+        var ids: [Int: UnsafeMutablePointer<CChar>] = [:]
+    }
+    private let lent = Mutex(Loans())
+
+    init(_ results: FetchedResults, owner: UInt) {
+        self.results = results
+        self.owner = owner
+    }
+
+    func object(at index: Int) throws -> OpaquePointer {
+        let object = try results.object(at: index)
+        var dropped: [OpaquePointer] = []
+        let handle = try lent.withLock { lent -> OpaquePointer in
+            dropped = enter(index, &lent)
+            if let held = lent.objects[index] { return held }
+            let handle = try objectHandle(object, owner: owner)
+            lent.objects[index] = handle
+            return handle
+        }
+        for handle in dropped { _ = try? Handles.shared.release(handle, .object) }
+        return handle
+    }
+
+    func id(at index: Int) throws -> UnsafePointer<CChar> {
+        let id = try results.id(at: index)
+        var dropped: [OpaquePointer] = []
+        let text = lent.withLock { lent -> UnsafeMutablePointer<CChar> in
+            dropped = enter(index, &lent)
+            if let held = lent.ids[index] { return held }
+            let text = strdup(id)!
+            lent.ids[index] = text
+            return text
+        }
+        for handle in dropped { _ = try? Handles.shared.release(handle, .object) }
+        return UnsafePointer(text)
+    }
+
+    /// Reading a row of another batch lets the previous batch's loans go;
+    /// returns the object handles to release (outside the lock).
+    private func enter(_ index: Int, _ lent: inout Loans) -> [OpaquePointer] {
+        guard results.batchSize > 0 else { return [] }
+        let batch = index / results.batchSize
+        guard batch != lent.batch else { return [] }
+        lent.batch = batch
+        lent.ids.values.forEach { free($0) }
+        lent.ids = [:]
+        defer { lent.objects = [:] }
+        return Array(lent.objects.values)
+    }
+
+    /// Gives back every loan: the handle is released.
+    func releaseLoans() {
+        let (objects, ids) = lent.withLock { lent in
+            defer { lent = Loans() }
+            return (Array(lent.objects.values), Array(lent.ids.values))
+        }
+        ids.forEach { free($0) }
+        for handle in objects { _ = try? Handles.shared.release(handle, .object) }
+    }
+}
+
+private func resultsBox(_ results: OpaquePointer?) throws -> ResultsBox {
+    try Handles.shared.resolve(results, .results, as: ResultsBox.self).object
+}
+
+@_cdecl("tether_results_type")
+public func tether_results_type(_ results: OpaquePointer?, _ out: UnsafeMutablePointer<tether_result_type>?) -> Int32 {
+    call {
+        let type: tether_result_type
+        switch try resultsBox(results).results.type {
+        case .objects: type = TETHER_RESULT_OBJECTS
+        case .ids: type = TETHER_RESULT_IDS
+        case .count: type = TETHER_RESULT_COUNT
+        case .values: type = TETHER_RESULT_VALUES
+        }
+        try output(out, type)
+    }
 }
 
 @_cdecl("tether_results_count")
 public func tether_results_count(_ results: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
-    call { try output(out, try Handles.shared.resolve(results, .results, as: ResultsBox.self).object.objects.count) }
+    call { try output(out, try resultsBox(results).results.count) }
 }
 
 @_cdecl("tether_results_object_at")
 public func tether_results_object_at(_ results: OpaquePointer?, _ index: Int,
                                      _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
-        let objects = try Handles.shared.resolve(results, .results, as: ResultsBox.self).object.objects
-        guard index >= 0, index < objects.count else { throw TetherError(.notFound, "no object at index \(index)") }
-        try output(out, objects[index])
+        let box = try resultsBox(results)
+        guard out != nil else { throw misuse("out is NULL") }
+        try output(out, try box.object(at: try rowIndex(index, box)))
     }
+}
+
+@_cdecl("tether_results_id_at")
+public func tether_results_id_at(_ results: OpaquePointer?, _ index: Int,
+                                 _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call {
+        let box = try resultsBox(results)
+        guard out != nil else { throw misuse("out is NULL") }
+        try output(out, try box.id(at: try rowIndex(index, box)))
+    }
+}
+
+@_cdecl("tether_results_value_at")
+public func tether_results_value_at(_ results: OpaquePointer?, _ index: Int, _ key: UnsafePointer<CChar>?,
+                                    _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
+    call {
+        let fetched = try resultsBox(results).results
+        let key = try text(key, "key")
+        guard fetched.type == .values else {
+            throw misuse("only a TETHER_RESULT_VALUES answer has values: read an object's with tether_object_peek")
+        }
+        let row = try rowIndex(index, try resultsBox(results))
+        guard let column = fetched.column(named: key) else {
+            throw TetherError(.notFound, "the fetch did not ask for \(key.debugDescription)")
+        }
+        try fill(out, try fetched.value(at: row, column: column))
+    }
+}
+
+/// A row index checked against the answer: a count has none.
+private func rowIndex(_ index: Int, _ box: ResultsBox) throws -> Int {
+    guard box.results.type != .count else { throw misuse("a count has no rows: read it with tether_results_count") }
+    guard index >= 0, index < box.results.count else { throw TetherError(.notFound, "no row at index \(index)") }
+    return index
 }
 
 @_cdecl("tether_results_release")
@@ -615,7 +750,7 @@ public func tether_results_release(_ results: OpaquePointer?) -> Int32 {
     call {
         guard let results else { return }
         guard let box = try Handles.shared.release(results, .results) as? ResultsBox else { return }
-        for object in box.objects { _ = try? Handles.shared.release(object, .object) }
+        box.releaseLoans()
     }
 }
 

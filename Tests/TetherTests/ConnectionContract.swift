@@ -171,6 +171,9 @@ final class ForwardingConnection: Connection {
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         inner.page(request) { [onPage] in done($0.map { onPage(request, $0) }) }
     }
+    func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
+        inner.count(request, done)
+    }
     func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
                  _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         inner.records(spec, ids: ids, cursor: cursor) { [onPage] in done($0.map { onPage(nil, $0) }) }

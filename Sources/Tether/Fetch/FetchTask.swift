@@ -24,15 +24,32 @@ public struct FetchRequest: Sendable {
     /// phase instead of the predicate's filters; its answer is the result as
     /// the server gives it. The predicate still selects from the cache.
     public var serverQuery: String?
+    /// Objects, ids, values or a count.
+    public var resultType = ResultType.objects
+    /// For `.values`: attribute names; empty: every attribute.
+    public var properties: [String] = []
+    /// 0: the answer holds its objects. n > 0: it holds ids and makes
+    /// objects n at a time as they are read, so a large answer stays small.
+    public var batchSize = 0
 
     public init(entity: String) { self.entity = entity }
 }
 
-/// One callback of a fetch. On a final error, `objects` are the cache's.
+/// One callback of a fetch. On a final error, `results` are the cache's.
 public struct FetchResult: Sendable {
     public let phase: FetchPhase
     public let error: TetherError?
-    public let objects: [ManagedObject]
+    public let results: FetchedResults
+
+    /// Every object of the results.
+    public var objects: [ManagedObject] { results.objects }
+}
+
+/// How far the server phase has come: records received (every record the
+/// server sent, matching or not) of `total`, when the server tells it.
+public struct FetchProgress: Sendable, Equatable {
+    public let received: Int64
+    public let total: Int64?
 }
 
 /// An asynchronous fetch: answers from the cache, then from the server, and
@@ -49,6 +66,8 @@ public final class FetchTask: Sendable {
     private let predicate: Predicate?
     /// The predicate as the server can filter; `isExact`: all of it.
     private let server: (filters: [Filter], isExact: Bool)
+    /// The attributes of a values fetch.
+    private let properties: [Int]
     private let context: Context
     private let machine = Lock(Machine())
 
@@ -63,6 +82,11 @@ public final class FetchTask: Sendable {
         var state = State.idle
         var subscription: Delivery.SubscriptionID?
         var callback: (@Sendable (FetchResult) -> Void)?
+        var progress: (@Sendable (FetchProgress) -> Void)?
+        /// Records the server sent so far, and when progress was last told.
+        var sentByServer: Int64 = 0
+        var total: Int64?
+        var progressToldAt: MonotonicTime?
         /// The server phase so far, each object once: a listing can name a
         /// record twice (a hostile server, or a record moving between pages).
         var results: [ManagedObject] = []
@@ -73,7 +97,7 @@ public final class FetchTask: Sendable {
         var version: Int64?
         var firstPage = true
         /// The cache's answer, for a final error of CACHE_THEN_SERVER.
-        var cached: [ManagedObject]?
+        var cached: FetchedResults?
 
         /// The server phase starts (again) with `plan`.
         mutating func begin(_ plan: ServerPlan) {
@@ -83,6 +107,8 @@ public final class FetchTask: Sendable {
             received = 0
             version = nil
             firstPage = true
+            sentByServer = 0
+            total = nil
         }
 
         /// The fetch has ended: it holds no objects any longer.
@@ -91,6 +117,7 @@ public final class FetchTask: Sendable {
             results = []
             inResults = []
             cached = nil
+            progress = nil
         }
     }
 
@@ -125,6 +152,17 @@ public final class FetchTask: Sendable {
             throw TetherError(.invalid, "arguments given without a predicate")
         }
         server = request.serverQuery != nil ? ([], true) : predicate?.serverFilters(entity, context.connection) ?? ([], true)
+        guard request.batchSize >= 0 else { throw TetherError(.invalid, "batch size cannot be negative") }
+        if request.resultType != .values, !request.properties.isEmpty {
+            throw TetherError(.invalid, "properties are for a values fetch")
+        }
+        properties = try (request.resultType == .values && request.properties.isEmpty
+            ? Array(entity.attributes.indices) : request.properties.map { name in
+                guard let index = entity.attributeIndex(named: name) else {
+                    throw TetherError(.invalid, "\(entity.name) has no attribute \(name.debugDescription) to fetch")
+                }
+                return index
+            })
         self.request = request
         self.entity = entity
         self.sort = sort
@@ -134,16 +172,19 @@ public final class FetchTask: Sendable {
 
     deinit { Live.tasks.subtract(1, ordering: .relaxed) }
 
-    /// Starts the fetch; `callback` runs once per phase.
-    public func start(_ callback: @escaping @Sendable (FetchResult) -> Void) throws {
+    /// Starts the fetch; `callback` runs once per phase, `progress` (if
+    /// any) as server pages arrive, at most every `progressIntervalMilliseconds`.
+    public func start(progress: (@Sendable (FetchProgress) -> Void)? = nil,
+                      _ callback: @escaping @Sendable (FetchResult) -> Void) throws {
         try machine.withLock { machine in
             guard case .idle = machine.state else { throw TetherError(.misuse, "the fetch has already started") }
             machine.callback = callback
+            machine.progress = progress
         }
         let id = try context.subscribe(
             cancel: { [self] id in try? cancel(id) },
-            deliverCancellation: { [self] in deliver(FetchResult(phase: .final, error: .cancelled, objects: [])) },
-            finished: { [self] in machine.withLock { $0.callback = nil } })
+            deliverCancellation: { [self] in deliver(FetchResult(phase: .final, error: .cancelled, results: .empty)) },
+            finished: { [self] in machine.withLock { $0.callback = nil; $0.progress = nil } })
         let started = machine.withLock { machine -> Bool in
             machine.subscription = id
             guard case .idle = machine.state else { return false }
@@ -188,14 +229,35 @@ public final class FetchTask: Sendable {
         callback?(result)
     }
 
-    private func post(_ phase: FetchPhase, _ error: TetherError?, _ objects: [ManagedObject]) {
+    private func post(_ phase: FetchPhase, _ error: TetherError?, _ results: FetchedResults) {
         guard let id = machine.withLock({ $0.subscription }) else { return }
         let kind: Delivery.Kind = phase == .final ? .final : .update
-        context.delivery.post(kind, to: id) { [self] in deliver(FetchResult(phase: phase, error: error, objects: objects)) }
+        context.delivery.post(kind, to: id) { [self] in deliver(FetchResult(phase: phase, error: error, results: results)) }
+    }
+
+    /// Progress is told at most this often (and not after the final).
+    static let progressIntervalMilliseconds: Int64 = 100
+
+    /// Event: `count` more records came from the server.
+    private func received(_ count: Int, total: Int64?) {
+        let told = machine.withLock { machine -> FetchProgress? in
+            machine.sentByServer += Int64(count)
+            if machine.total == nil { machine.total = total }
+            guard machine.progress != nil, case .running = machine.state else { return nil }
+            let now = MonotonicTime.now()
+            if let last = machine.progressToldAt, now.milliseconds(since: last) < Self.progressIntervalMilliseconds { return nil }
+            machine.progressToldAt = now
+            return FetchProgress(received: machine.sentByServer, total: machine.total)
+        }
+        guard let told, let id = machine.withLock({ $0.subscription }) else { return }
+        context.delivery.post(.update, to: id) { [self] in
+            let progress = machine.withLock { $0.progress }
+            progress?(told)
+        }
     }
 
     /// Event: the fetch ends with `error` (nil: success). Only the first end counts.
-    private func finish(_ error: TetherError?, _ objects: [ManagedObject]) {
+    private func finish(_ error: TetherError?, _ results: FetchedResults) {
         let first = machine.withLock { machine -> Bool in
             switch machine.state {
             case .running:
@@ -208,7 +270,7 @@ public final class FetchTask: Sendable {
                 return false
             }
         }
-        if first { post(.final, error, objects) }
+        if first { post(.final, error, results) }
     }
 
     /// Event: a server request left; remember it for cancel.
@@ -238,16 +300,49 @@ public final class FetchTask: Sendable {
                 fetchFromServer()
             case .cacheElseServer:
                 let cached = try readCache()
-                if cached.isEmpty { fetchFromServer() } else { finish(nil, cached) }
+                if cached.count == 0 { fetchFromServer() } else { finish(nil, cached) }
             }
         } catch {
-            finish(TetherError.wrap(error), [])
+            finish(TetherError.wrap(error), FetchedResults.empty)
         }
     }
 
-    private func readCache() throws -> [ManagedObject] {
-        context.adopt(try context.store.query(entity, where: predicate, sort: sort, limit: request.limit,
-                                              offset: request.offset), of: entity)
+    /// The cache's answer, reading only what the result type needs.
+    private func readCache() throws -> FetchedResults {
+        let store = context.store
+        switch request.resultType {
+        case .count:
+            return .counted(Int(try store.count(entity, where: predicate, limit: request.limit, offset: request.offset)))
+        case .objects where request.batchSize > 0, .ids:
+            let ids = try store.ids(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
+            return .ids(ids, type: request.resultType, context: context, entity: entity, batchSize: request.batchSize)
+        case .values:
+            let rows = try store.query(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
+            return .values(rows.map(\.record.id), rows.map { row in properties.map { row.record.values[$0] } },
+                           properties: properties, context: context, entity: entity)
+        case .objects:
+            return .objects(context.adopt(try store.query(entity, where: predicate, sort: sort, limit: request.limit,
+                                                          offset: request.offset), of: entity))
+        }
+    }
+
+    /// The server's answer, as the result type wants it.
+    private func answer(_ objects: [ManagedObject]) -> FetchedResults {
+        switch request.resultType {
+        case .count:
+            return .counted(objects.count)
+        case .objects where request.batchSize > 0, .ids:
+            return .ids(objects.map(\.id), type: request.resultType, context: context, entity: entity,
+                        batchSize: request.batchSize)
+        case .values:
+            let values = objects.map { object in
+                let record = object.state.withLock { $0.record }
+                return properties.map { record?.values[$0] ?? .null }
+            }
+            return .values(objects.map(\.id), values, properties: properties, context: context, entity: entity)
+        case .objects:
+            return .objects(objects)
+        }
     }
 
     /// A plain listing of the whole entity: no predicate, limit, offset or query.
@@ -258,7 +353,9 @@ public final class FetchTask: Sendable {
     private func fetchFromServer() {
         do {
             let plan: ServerPlan
-            if request.serverQuery != nil {
+            if request.resultType == .count, server.isExact, try context.store.syncVersion(entity) == nil || request.serverQuery != nil {
+                return countOnServer()
+            } else if request.serverQuery != nil {
                 plan = .query
             } else if let since = try context.store.syncVersion(entity) {
                 plan = .sync(since: since)
@@ -271,6 +368,25 @@ public final class FetchTask: Sendable {
         } catch {
             fail(error)
         }
+    }
+
+    /// The server counts what it filters: nothing is listed or stored.
+    private func countOnServer() {
+        var page = PageRequest(spec: entity.spec)
+        page.filters = server.filters
+        page.rawQuery = request.serverQuery
+        let remote = context.connection.count(page) { [self] result in
+            context.worker.async { [self] in
+                guard isRunning else { return }
+                do {
+                    let matching = max(0, try result.get() - request.offset)
+                    finish(nil, .counted(Int(request.limit > 0 ? min(matching, request.limit) : matching)))
+                } catch {
+                    fail(error)
+                }
+            }
+        }
+        sent(remote)
     }
 
     private func start(_ plan: ServerPlan) {
@@ -323,7 +439,9 @@ public final class FetchTask: Sendable {
             // The host's own server query says which records: not filtered here.
             var acceptingOlder = false
             if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
-            let objects = try context.absorb(page, of: entity, matching: request.serverQuery == nil ? predicate : nil,
+            let content = try page.decode()
+            received(content.records.count + content.deletedIDs.count, total: page.total)
+            let objects = try context.absorb(content, of: entity, matching: request.serverQuery == nil ? predicate : nil,
                                              acceptingOlder: acceptingOlder)
             let received = machine.withLock { machine -> Int64 in
                 if machine.firstPage { machine.version = page.version }
@@ -360,7 +478,7 @@ public final class FetchTask: Sendable {
     }
 
     /// The listing's last page is in: settles the table, returns the results.
-    private func listingEnded(_ plan: ServerPlan) throws -> [ManagedObject] {
+    private func listingEnded(_ plan: ServerPlan) throws -> FetchedResults {
         let (results, version) = machine.withLock { ($0.results, $0.version) }
         switch plan {
         case .sync:
@@ -371,10 +489,10 @@ public final class FetchTask: Sendable {
             context.markDeleted(try context.store.deleteRows(of: entity, writtenBefore: firstWrite), of: entity)
             if let version { try context.store.setSyncVersion(entity, version) }
             // After lost history the request may be any: the cache answers it.
-            return afterLostHistory ? try readCache() : results
+            return afterLostHistory ? try readCache() : answer(results)
         case .query:
             let wanted = results.dropFirst(Int(request.offset))
-            return request.limit > 0 ? Array(wanted.prefix(Int(request.limit))) : Array(wanted)
+            return answer(request.limit > 0 ? Array(wanted.prefix(Int(request.limit))) : Array(wanted))
         }
     }
 
@@ -388,7 +506,7 @@ public final class FetchTask: Sendable {
                 do {
                     let page = try result.get()
                     var seen = seen
-                    seen.formUnion(try context.absorb(page, of: entity).map { ExactString($0.id) })
+                    seen.formUnion(try context.absorb(page.decode(), of: entity).map { ExactString($0.id) })
                     if let next = page.next { return verify(batches, cursor: next, seen: seen) }
                     let gone = batch.filter { !seen.contains(ExactString($0)) }
                     try context.store.delete(ids: gone, of: entity)
@@ -405,7 +523,7 @@ public final class FetchTask: Sendable {
 
     private func fail(_ error: any Error) {
         let fallback = machine.withLock { $0.cached }
-        finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? [])
+        finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? FetchedResults.empty)
     }
 }
 

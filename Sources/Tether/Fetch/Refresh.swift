@@ -75,7 +75,7 @@ extension Context {
         var seen = seen
         do {
             let page = try result.get()
-            seen.formUnion(try absorb(page, of: entity).map { ExactString($0.id) })
+            seen.formUnion(try absorb(page.decode(), of: entity).map { ExactString($0.id) })
             if let next = page.next { return refresh(objects, of: entity, cursor: next, seen: seen) }
             let gone = objects.map(\.id).filter { !seen.contains(ExactString($0)) }
             try store.delete(ids: gone, of: entity)

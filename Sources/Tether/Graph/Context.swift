@@ -275,14 +275,13 @@ public final class Context: Sendable {
 
     // MARK: merging server answers
 
-    /// A page from the server: decoded, written to the store in one
+    /// A page from the server, decoded: written to the store in one
     /// transaction (its deletions too), merged into the graph. Returns the
     /// page's objects in page order, or those matching `predicate`; every
     /// record is stored and merged either way.
     /// Older versions than those held are not taken, unless `acceptingOlder`.
-    func absorb(_ page: Page, of entity: Entity, matching predicate: Predicate? = nil,
+    func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
                 acceptingOlder: Bool = false) throws -> [ManagedObject] {
-        let content = try page.decode()
         let records = try content.records.map { try Record(entity: entity, fields: $0) }
         let now = wallClockMilliseconds()
         try store.write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)

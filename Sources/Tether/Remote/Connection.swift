@@ -24,6 +24,11 @@ public protocol Connection: AnyObject, Sendable {
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
         -> any Cancellable
 
+    /// How many records the listing `request` would give in all (its
+    /// cursor and limit aside), without sending them.
+    func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void)
+        -> any Cancellable
+
     /// The records of `spec` with these ids, one page at a time as `page`
     /// pages. Ids the server does not have are simply absent. `ids` fits one
     /// request: split longer lists with `idBatches`.
@@ -123,16 +128,16 @@ public struct Page: Sendable {
     /// The collection's version when the server answered, if it tells: every
     /// change up to it is in this listing (a later `since` starts there).
     public let version: Int64?
+    /// How many records the whole listing holds, if the server tells.
+    public let total: Int64?
     private let decoder: @Sendable () throws -> PageContent
 
-    public init(next: PageCursor?, version: Int64? = nil, decode: @escaping @Sendable () throws -> PageContent) {
+    public init(next: PageCursor?, version: Int64? = nil, total: Int64? = nil,
+                decode: @escaping @Sendable () throws -> PageContent) {
         self.next = next
         self.version = version
+        self.total = total
         decoder = decode
-    }
-
-    public init(next: PageCursor?, version: Int64? = nil, records: @escaping @Sendable () throws -> [RecordFields]) {
-        self.init(next: next, version: version) { PageContent(records: try records()) }
     }
 
     public func decode() throws -> PageContent { try decoder() }

@@ -289,40 +289,78 @@ final class Store: Sendable {
     /// descending), after the first `offset`, at most `limit` (0: all).
     func query(_ entity: Entity, where predicate: Predicate? = nil, sort: [(index: Int, descending: Bool)],
                limit: Int64, offset: Int64 = 0) throws -> [StoredRecord] {
-        let select = sql(entity).select
+        let (sql, parameters) = Self.select(sql(entity).select, entity, predicate, sort: sort, limit: limit, offset: offset)
+        return try withDatabase { database in try database.statement(sql).rows(parameters).map { Self.decode($0, entity) } }
+    }
+
+    /// The ids of the rows `query` would give, reading nothing else.
+    func ids(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)]? = nil,
+             limit: Int64 = 0, offset: Int64 = 0) throws -> [String] {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        let (sql, parameters) = Self.select("SELECT \(idColumn) FROM \(Self.table(entity))", entity, predicate,
+                                            sort: sort, limit: limit, offset: offset)
         return try withDatabase { database in
-            var sql = select
-            var parameters: [SQLValue] = []
-            if let predicate {
-                let clause = predicate.sql(entity)
-                sql += " WHERE " + clause.text
-                parameters = clause.parameters
-            }
-            let order = sort.map { Identifier.column(code: entity.attributes[$0.index].code) + ($0.descending ? " DESC" : " ASC") }
-                + [Identifier.column(code: entity.attributes[entity.idIndex].code) + " ASC"]
-            sql += " ORDER BY " + order.joined(separator: ", ")
-            if limit > 0 || offset > 0 {
-                sql += " LIMIT ? OFFSET ?"  // a negative limit is none
-                parameters += [.integer(limit > 0 ? limit : -1), .integer(offset)]
-            }
-            return try database.statement(sql).rows(parameters).map { Self.decode($0, entity) }
+            try database.statement(sql).rows(parameters)
+                .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
         }
     }
 
-    /// The ids of the rows matching `predicate`.
-    func ids(_ entity: Entity, where predicate: Predicate?) throws -> [String] {
+    /// How many rows `query` would give.
+    func count(_ entity: Entity, where predicate: Predicate?, limit: Int64 = 0, offset: Int64 = 0) throws -> Int64 {
+        let (inner, parameters) = Self.select("SELECT 1 FROM \(Self.table(entity))", entity, predicate,
+                                              sort: nil, limit: limit, offset: offset)
+        return try withDatabase { database in
+            let row = try database.statement("SELECT count(*) FROM (\(inner))").rows(parameters).first
+            if case .integer(let count)? = row?.first { return count }
+            return 0
+        }
+    }
+
+    /// The rows of these ids, in no particular order; those not stored are absent.
+    func rows(_ entity: Entity, ids: [String]) throws -> [StoredRecord] {
+        let select = sql(entity).select
         let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
-        var sql = "SELECT \(idColumn) FROM \(Self.table(entity))"
+        return try withDatabase { database in
+            var found: [StoredRecord] = []
+            // Lists of one fixed size, so two statements serve every batch.
+            for start in stride(from: 0, to: ids.count, by: Self.idsPerStatement) {
+                let chunk = ids[start..<min(ids.count, start + Self.idsPerStatement)]
+                let size = chunk.count == Self.idsPerStatement ? chunk.count : 1
+                let statement = try database.statement(select + " WHERE \(idColumn) IN ("
+                    + Array(repeating: "?", count: size).joined(separator: ", ") + ")")
+                if size == chunk.count {
+                    found += try statement.rows(chunk.map { .text($0) }).map { Self.decode($0, entity) }
+                } else {
+                    for id in chunk { found += try statement.rows([.text(id)]).map { Self.decode($0, entity) } }
+                }
+            }
+            return found
+        }
+    }
+
+    private static let idsPerStatement = 100
+
+    /// `base` with the predicate's WHERE, the order (`sort`, ties by id; nil:
+    /// none) and the window of `limit` (0: none) after `offset`.
+    private static func select(_ base: String, _ entity: Entity, _ predicate: Predicate?,
+                               sort: [(index: Int, descending: Bool)]?, limit: Int64, offset: Int64) -> (String, [SQLValue]) {
+        var sql = base
         var parameters: [SQLValue] = []
         if let predicate {
             let clause = predicate.sql(entity)
             sql += " WHERE " + clause.text
             parameters = clause.parameters
         }
-        return try withDatabase { database in
-            try database.statement(sql).rows(parameters)
-                .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
+        if let sort {
+            let order = sort.map { Identifier.column(code: entity.attributes[$0.index].code) + ($0.descending ? " DESC" : " ASC") }
+                + [Identifier.column(code: entity.attributes[entity.idIndex].code) + " ASC"]
+            sql += " ORDER BY " + order.joined(separator: ", ")
         }
+        if limit > 0 || offset > 0 {
+            sql += " LIMIT ? OFFSET ?"  // a negative limit is none
+            parameters += [.integer(limit > 0 ? limit : -1), .integer(offset)]
+        }
+        return (sql, parameters)
     }
 
     func delete(ids: [String], of entity: Entity) throws {

@@ -17,26 +17,6 @@
 
 static char bucket[128];
 
-/* items q000..q119: n = i, label "item i". */
-static int seed(void)
-{
-    static char idbuf[NITEMS][16], databuf[NITEMS][64];
-    const char *ids[NITEMS], *datas[NITEMS];
-    int i;
-    if (!tu_put_bucket(bucket) ||
-        !tu_put_collection(bucket, "items",
-                           "{\"type\": \"object\", \"properties\": {"
-                           "\"n\": {\"type\": \"integer\"}, \"label\": {\"type\": \"string\"}}}"))
-        return 0;
-    for (i = 0; i < NITEMS; i++) {
-        snprintf(idbuf[i], sizeof idbuf[i], "q%03d", i);
-        snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"label\": \"item %d\"}", i, i);
-        ids[i] = idbuf[i];
-        datas[i] = databuf[i];
-    }
-    return tu_put_records(bucket, "items", ids, datas, NITEMS);
-}
-
 typedef struct query {
     const char *predicate;
     const char *sort;
@@ -522,7 +502,8 @@ int main(int argc, char **argv)
     tu_unique(bucket, sizeof bucket, "c-fopt");
     tu_store_path(store, sizeof store, "fopt");
     tu_store_path(store2, sizeof store2, "fopt-keep");
-    if (!CHECK(seed()))
+    /* items q000..q119: n = i, label "item i". */
+    if (!CHECK(tu_seed_numbered(bucket, "items", "q%03d", "item", NULL, NULL, NITEMS)))
         return tu_finish();
     ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
     if (ctx) {

@@ -536,7 +536,7 @@ int main(int argc, char **argv)
     tu_init(argv[0]);
     tu_unique(bucket, sizeof bucket, "c-lifetimes");
     tu_store_path(store, sizeof store, "lifetimes");
-    if (!CHECK(tu_seed_numbered(bucket, "small", "r%06d", NSMALL)))
+    if (!CHECK(tu_seed_numbered(bucket, "small", "r%06d", "record", NULL, NULL, NSMALL)))
         return tu_finish();
     seed = getenv("TETHER_TEST_SEED") ? (unsigned int)strtoul(getenv("TETHER_TEST_SEED"), NULL, 10)
                                       : (unsigned int)time(NULL);

@@ -15,27 +15,14 @@
 
 static char bucket[128];
 
-/* items p000..p119: n = i, label "item i"; and three more:
- * pnul (n 1001, label "a\0b"), pquote (n 1002, label it's "q"),
- * pfive (n 1003, label "5"). */
+/* items p000..p119: n = i, label "item i", score i.5 (a "tags" array column
+ * too, never set); and three more: pnul (n 1001, label "a\0b"), pquote
+ * (n 1002, label it's "q"), pfive (n 1003, label "5"). */
 static int seed(void)
 {
-    static char idbuf[NITEMS][16], databuf[NITEMS][96];
-    const char *ids[NITEMS], *datas[NITEMS];
-    int i;
-    if (!tu_put_bucket(bucket) ||
-        !tu_put_collection(bucket, "items",
-                           "{\"type\": \"object\", \"properties\": {"
-                           "\"n\": {\"type\": \"integer\"}, \"label\": {\"type\": \"string\"}, "
-                           "\"score\": {\"type\": \"number\"}, \"tags\": {\"type\": \"array\"}}}"))
-        return 0;
-    for (i = 0; i < NITEMS; i++) {
-        snprintf(idbuf[i], sizeof idbuf[i], "p%03d", i);
-        snprintf(databuf[i], sizeof databuf[i], "{\"n\": %d, \"label\": \"item %d\", \"score\": %d.5}", i, i, i);
-        ids[i] = idbuf[i];
-        datas[i] = databuf[i];
-    }
-    return tu_put_records(bucket, "items", ids, datas, NITEMS) &&
+    return tu_seed_numbered(bucket, "items", "p%03d", "item",
+                            "\"score\": {\"type\": \"number\"}, \"tags\": {\"type\": \"array\"}",
+                            "\"score\": %d.5", NITEMS) &&
            tu_put_record(bucket, "items", "pnul", "{\"n\": 1001, \"label\": \"a\\u0000b\"}") &&
            tu_put_record(bucket, "items", "pquote", "{\"n\": 1002, \"label\": \"it's \\\"q\\\"\"}") &&
            tu_put_record(bucket, "items", "pfive", "{\"n\": 1003, \"label\": \"5\"}");

@@ -2172,7 +2172,7 @@ int main(int argc, char **argv)
            (unsigned long long)run_seed, rounds, first);
     tu_unique(bucket, sizeof bucket, "c-stress");
     tu_store_path(store, sizeof store, "stress");
-    if (!CHECK(tu_seed_numbered(bucket, "items", "i%04d", NRECORDS)))
+    if (!CHECK(tu_seed_numbered(bucket, "items", "i%04d", "record", NULL, NULL, NRECORDS)))
         return tu_finish();
     tu_warm_up(bucket, store, "items", NRECORDS);
     t0 = tu_now_ms();

@@ -347,19 +347,24 @@ int tu_delete_record(const char *bucket, const char *collection, const char *id)
     return tu_record("DELETE", bucket, collection, id, NULL);
 }
 
-int tu_put_numbered(const char *bucket, const char *collection, const char *id_format,
-                    const char *data_format, int count)
+#define TU_ID_SIZE 64
+#define TU_DATA_SIZE 512
+/* Writes record i's id (TU_ID_SIZE bytes) and data (TU_DATA_SIZE bytes). */
+typedef void tu_make_record(int i, char *id, char *data, const void *arg);
+
+/* PUTs `count` records made by `make`: the one loop behind tu_put_numbered
+ * and tu_seed_numbered. */
+static int tu_put_made(const char *bucket, const char *collection, int count, tu_make_record *make,
+                       const void *arg)
 {
     char **ids = calloc((size_t)count, sizeof *ids), **datas = calloc((size_t)count, sizeof *datas);
     int i, ok = ids && datas;
     for (i = 0; ok && i < count; i++) {
-        ids[i] = malloc(64);
-        datas[i] = malloc(512);
+        ids[i] = malloc(TU_ID_SIZE);
+        datas[i] = malloc(TU_DATA_SIZE);
         ok = ids[i] && datas[i];
-        if (ok) {
-            snprintf(ids[i], 64, id_format, i);
-            snprintf(datas[i], 512, data_format, i, i);
-        }
+        if (ok)
+            make(i, ids[i], datas[i], arg);
     }
     if (ok)
         ok = tu_put_records(bucket, collection, (const char *const *)ids, (const char *const *)datas, (size_t)count);
@@ -370,6 +375,53 @@ int tu_put_numbered(const char *bucket, const char *collection, const char *id_f
     free(ids);
     free(datas);
     return ok;
+}
+
+typedef struct tu_numbered {
+    const char *id_format, *data_format;
+} tu_numbered;
+
+static void tu_make_numbered(int i, char *id, char *data, const void *arg)
+{
+    const tu_numbered *f = arg;
+    snprintf(id, TU_ID_SIZE, f->id_format, i);
+    snprintf(data, TU_DATA_SIZE, f->data_format, i, i);
+}
+
+int tu_put_numbered(const char *bucket, const char *collection, const char *id_format,
+                    const char *data_format, int count)
+{
+    tu_numbered f = {id_format, data_format};
+    return tu_put_made(bucket, collection, count, tu_make_numbered, &f);
+}
+
+typedef struct tu_seeded {
+    const char *id_format, *label, *more_fields;
+} tu_seeded;
+
+static void tu_make_seeded(int i, char *id, char *data, const void *arg)
+{
+    const tu_seeded *f = arg;
+    char more[256] = "";
+    if (f->more_fields)
+        snprintf(more, sizeof more, f->more_fields, i);
+    snprintf(id, TU_ID_SIZE, f->id_format, i);
+    snprintf(data, TU_DATA_SIZE, "{\"n\": %d, \"label\": \"%s %d\"%s%s}", i, f->label, i,
+             f->more_fields ? ", " : "", more);
+}
+
+int tu_seed_numbered(const char *bucket, const char *collection, const char *id_format,
+                     const char *label, const char *more_properties, const char *more_fields,
+                     int count)
+{
+    char schema[1024];
+    tu_seeded f = {id_format, label, more_fields};
+    snprintf(schema, sizeof schema,
+             "{\"type\": \"object\", \"properties\": {"
+             "\"n\": {\"type\": \"integer\"}, \"label\": {\"type\": \"string\"}%s%s}}",
+             more_properties ? ", " : "", more_properties ? more_properties : "");
+    return tu_put_bucket(bucket) && tu_put_collection(bucket, collection, schema) &&
+           tu_put_made(bucket, collection, count, tu_make_seeded, &f);
 }
 
 int tu_put_records(const char *bucket, const char *collection, const char *const *ids,
@@ -1029,15 +1081,6 @@ void tu_proxy_stop(tu_proxy *p)
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_destroy(&p->mu);
     free(p);
-}
-
-int tu_seed_numbered(const char *bucket, const char *collection, const char *id_format, int count)
-{
-    return tu_put_bucket(bucket) &&
-           tu_put_collection(bucket, collection,
-                             "{\"type\": \"object\", \"properties\": {"
-                             "\"n\": {\"type\": \"integer\"}, \"label\": {\"type\": \"string\"}}}") &&
-           tu_put_numbered(bucket, collection, id_format, "{\"n\": %d, \"label\": \"record %d\"}", count);
 }
 
 void tu_warm_up(const char *bucket, const char *store, const char *collection, int count)

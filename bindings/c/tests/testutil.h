@@ -99,9 +99,16 @@ int tu_put_records(const char *bucket, const char *collection, const char *const
  * data data_format(i, i) (both printf formats taking ints). 1 on success. */
 int tu_put_numbered(const char *bucket, const char *collection, const char *id_format,
                     const char *data_format, int count);
-/* The bucket, and a collection of `count` records with an integer "n" and a
- * string "label" ("record <n>"), ids from id_format. 1 on success. */
-int tu_seed_numbered(const char *bucket, const char *collection, const char *id_format, int count);
+/* The bucket, and a collection of `count` records: record i has the id
+ * id_format(i), an integer "n" (i) and a string "label" ("<label> <i>";
+ * label needs no JSON escaping). For a test that needs more columns:
+ * `more_properties` (NULL: none) is appended to the schema's properties,
+ * e.g. "\"score\": {\"type\": \"number\"}", and `more_fields` (NULL: none),
+ * a printf format taking i, to every record, e.g. "\"score\": %d.5".
+ * 1 on success. */
+int tu_seed_numbered(const char *bucket, const char *collection, const char *id_format,
+                     const char *label, const char *more_properties, const char *more_fields,
+                     int count);
 /* One open, server fetch of `collection` (expecting `count` records) and
  * close, before any live count or descriptor is taken as a baseline: so
  * one-time process setup (libcurl, SQLite, the library's globals) is not

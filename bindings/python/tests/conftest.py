@@ -12,6 +12,13 @@ Fixtures:
   bucket       a fresh bucket (uuid name) per test module
   faultproxy   a scripts/faultproxy.py in front of Kinto, per test
   wait_for     polls a condition until true or a timeout
+  open_ctx     opens contexts, closed after the test
+  recorder     the Recorder class (a callback that records its calls)
+  ctx, warm    a context on the module's seeded "items" collection (the
+               module defines `items` and `items_total`); warm's cache
+               holds every record
+
+Helpers to import: wait_until, ranks.
 """
 
 import base64
@@ -305,3 +312,25 @@ class Recorder:
 @pytest.fixture
 def recorder():
     return Recorder
+
+
+# ------------------------------------------------------------------ seeded "items"
+# For modules whose tests fetch a seeded collection "items": each defines a
+# module-scoped `items` (seeds it, returns the bucket) and `items_total` (how
+# many records that leaves on the server), since their records differ.
+
+@pytest.fixture
+def ctx(kinto_url, items, tmp_path, open_ctx):
+    return open_ctx(kinto_url, items, tmp_path / "s.db")
+
+
+@pytest.fixture
+def warm(ctx, items_total):
+    """A context whose cache holds every record."""
+    cached, final = ctx.fetch_wait("items")
+    assert cached == [] and len(final) == items_total
+    return ctx
+
+
+def ranks(objs):
+    return None if objs is None else [o.peek("Rank") for o in objs]

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import tether
-from conftest import wait_until
+from conftest import ranks, wait_until
 
 N = 130   # items i000..i129, Rank i, Title "item i": more than two pages of 50
 
@@ -39,21 +39,9 @@ def items(kinto, bucket):
     return bucket
 
 
-@pytest.fixture
-def ctx(kinto_url, items, tmp_path, open_ctx):
-    return open_ctx(kinto_url, items, tmp_path / "s.db")
-
-
-@pytest.fixture
-def warm(ctx):
-    """A context whose cache holds every record."""
-    cached, final = ctx.fetch_wait("items")
-    assert cached == [] and len(final) == N
-    return ctx
-
-
-def ranks(objs):
-    return None if objs is None else [o.peek("Rank") for o in objs]
+@pytest.fixture(scope="module")
+def items_total():
+    return N
 
 
 def every_policy(ctx, expected_cached, expected_final, **kw):

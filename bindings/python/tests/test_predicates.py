@@ -13,6 +13,7 @@ import time
 import pytest
 
 import tether
+from conftest import ranks
 
 N = 130   # items i000..i129, Rank i: more than two pages of the server's 50
 
@@ -59,21 +60,9 @@ def items(kinto, bucket):
     return bucket
 
 
-@pytest.fixture
-def ctx(kinto_url, items, tmp_path, open_ctx):
-    return open_ctx(kinto_url, items, tmp_path / "s.db")
-
-
-@pytest.fixture
-def warm(ctx):
-    """A context whose cache holds every record."""
-    cached, final = ctx.fetch_wait("items")
-    assert cached == [] and len(final) == TOTAL
-    return ctx
-
-
-def ranks(objs):
-    return None if objs is None else [o.peek("Rank") for o in objs]
+@pytest.fixture(scope="module")
+def items_total():
+    return TOTAL
 
 
 def both_phases(ctx, where, args=(), sort="Rank", limit=0):
@@ -308,28 +297,53 @@ def test_arguments_other_than_the_exact_types(warm):
 # ------------------------------------------------------------------ the cache
 
 def test_filtered_fetch_keeps_other_records(kinto, bucket, kinto_url, tmp_path, open_ctx):
-    """A filtered listing is not the whole collection: the records it does not
-    answer stay cached, even one the server no longer has."""
+    """Before a whole listing, a filtered listing is not the whole collection:
+    records it does not answer stay cached, even one the server no longer
+    has, until a listing they would match is complete without them."""
     kinto.create_collection(bucket, "keep", {"type": "object",
                                              "properties": {"N": {"type": "integer"}}})
     kinto.put_records(bucket, "keep", [("k%d" % i, {"N": i}) for i in range(10)])
     ctx = open_ctx(kinto_url, bucket, tmp_path / "keep.db")
-    _, every = ctx.fetch_wait("keep", sort="N")
-    assert len(every) == 10
+    _, low = ctx.fetch_wait("keep", where="N < $1", args=(5,), sort="N")
+    _, high = ctx.fetch_wait("keep", where="N >= $1", args=(5,), sort="N")
+    assert len(low) + len(high) == 10
     kinto.delete_record(bucket, "keep", "k9")
 
     cached, final = ctx.fetch_wait("keep", where="N < $1", args=(3,), sort="N")
     assert [o.id for o in cached] == ["k0", "k1", "k2"] and [o.id for o in final] == ["k0", "k1", "k2"]
     _, final = ctx.fetch_wait("keep", where="N == $1 OR N == $2", args=(4, 6), policy="server_only")
     assert sorted(o.id for o in final) == ["k4", "k6"]
-
     _, cached_all = ctx.fetch_wait("keep", sort="N", policy="cache_only")
     assert [o.id for o in cached_all] == ["k%d" % i for i in range(10)]
-    assert ctx.object("keep", "k5").peek("N") == 5
     assert ctx.object("keep", "k9").peek("N") == 9
-    # The server's answer to a predicate k9 would match leaves it out.
+
+    # A complete answer to a predicate k9 would match leaves it out: the
+    # store asks for k9 by id, learns it is gone, and drops it.
     _, final = ctx.fetch_wait("keep", where="N >= $1", args=(5,), sort="N", policy="server_only")
     assert [o.id for o in final] == ["k5", "k6", "k7", "k8"]
+    _, cached_all = ctx.fetch_wait("keep", sort="N", policy="cache_only")
+    assert [o.id for o in cached_all] == ["k%d" % i for i in range(9)]
+    with pytest.raises(tether.NotFoundError):
+        ctx.object("keep", "k9").peek("N")
+
+
+def test_after_a_whole_listing_every_fetch_syncs(kinto, bucket, kinto_url, tmp_path, open_ctx):
+    """Once the store holds the whole collection, any fetch asks for what
+    changed since, deletions included, and answers from the synced store."""
+    kinto.create_collection(bucket, "sync", {"type": "object",
+                                             "properties": {"N": {"type": "integer"}}})
+    kinto.put_records(bucket, "sync", [("s%d" % i, {"N": i}) for i in range(10)])
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "sync.db")
+    _, every = ctx.fetch_wait("sync", sort="N")
+    assert len(every) == 10
+    kinto.delete_record(bucket, "sync", "s9")
+    kinto.put_record(bucket, "sync", "s3", {"N": 30})
+
+    cached, final = ctx.fetch_wait("sync", where="N < $1", args=(4,), sort="N")
+    assert [o.id for o in cached] == ["s0", "s1", "s2", "s3"]
+    assert [o.id for o in final] == ["s0", "s1", "s2"]
+    _, cached_all = ctx.fetch_wait("sync", sort="N", policy="cache_only")
+    assert [o.id for o in cached_all] == ["s%d" % i for i in range(9) if i != 3] + ["s3"]
 
 
 def test_filtered_fetch_keeps_the_big_cache(warm):

@@ -320,7 +320,11 @@ private final class Transfer {
         try check(tether_curl_set_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(timeoutMilliseconds, 10_000))))
         try check(tether_curl_set_string(easy, CURLOPT_ACCEPT_ENCODING, ""))
         try check(tether_curl_set_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer))
-        try check(tether_curl_set_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
+        if request.method == "HEAD" {
+            try check(tether_curl_set_long(easy, CURLOPT_NOBODY, 1))  // else curl waits for a body that never comes
+        } else {
+            try check(tether_curl_set_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
+        }
         try check(tether_curl_set_write_function(easy, CURLOPT_WRITEFUNCTION, receiveBody))
         try check(tether_curl_set_pointer(easy, CURLOPT_WRITEDATA, this))
         try check(tether_curl_set_write_function(easy, CURLOPT_HEADERFUNCTION, receiveHeader))

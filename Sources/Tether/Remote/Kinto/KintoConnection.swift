@@ -210,27 +210,44 @@ public final class KintoConnection: Connection {
 
     public func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
         -> any Cancellable {
-        let url: String
         var headers: [String] = []
-        if let cursor = request.cursor {
-            url = cursor.token  // carries the first page's query, _since included
-        } else {
-            var query: [String] = request.filters.map(Self.queryParameter)
-            if !request.sort.isEmpty {
-                query.append("_sort=" + request.sort.map { ($0.descending ? "-" : "") + Self.escape($0.field) }
-                    .joined(separator: ","))
-            }
-            if request.limit > 0 { query.append("_limit=\(request.limit)") }
-            if let since = request.since {
-                // Changes and tombstones after `since`; nothing at all (304)
-                // while the collection is still at that version.
-                query.append("_since=\(since)")
-                headers.append("If-None-Match: \"\(since)\"")
-            }
-            if let raw = request.rawQuery, !raw.isEmpty { query.append(raw) }
-            url = root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
+        if request.cursor == nil, let since = request.since {
+            // Nothing at all (304) while the collection is still at that version.
+            headers.append("If-None-Match: \"\(since)\"")
         }
+        // A cursor carries the first page's query, _since included.
+        let url = request.cursor?.token ?? listingURL(request, sorted: true)
         return listing(HTTPRequest(url: url, headers: headers), since: request.since, what: request.spec.route, done)
+    }
+
+    /// Kinto answers a HEAD of a listing with its size in Total-Records.
+    public func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void)
+        -> any Cancellable {
+        let exchange = Exchange(engine, backoff)
+        let what = request.spec.route
+        exchange.send(HTTPRequest(method: "HEAD", url: listingURL(request, sorted: false))) { result in
+            done(.tether {
+                let response = try Self.checked(result, what: what)
+                guard let total = response.header("Total-Records").flatMap({ Int64($0) }), total >= 0 else {
+                    throw TetherError(.protocol, "the server did not say how many records \(what) holds")
+                }
+                return total
+            })
+        }
+        return exchange
+    }
+
+    /// The first page's URL: filters, sort, limit, `_since`, then the raw query.
+    private func listingURL(_ request: PageRequest, sorted: Bool) -> String {
+        var query: [String] = request.filters.map(Self.queryParameter)
+        if sorted, !request.sort.isEmpty {
+            query.append("_sort=" + request.sort.map { ($0.descending ? "-" : "") + Self.escape($0.field) }
+                .joined(separator: ","))
+        }
+        if sorted, request.limit > 0 { query.append("_limit=\(request.limit)") }
+        if let since = request.since { query.append("_since=\(since)") }  // changes and tombstones after it
+        if let raw = request.rawQuery, !raw.isEmpty { query.append(raw) }
+        return root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
     }
 
     public func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
@@ -312,7 +329,8 @@ public final class KintoConnection: Connection {
                     throw TetherError(.expired, "\(what) is at version \(version), older than \(since)")
                 }
                 let next = try nextPage(response).map(PageCursor.init)
-                return Page(next: next, version: version) {
+                let total = response.header("Total-Records").flatMap { Int64($0) }  // older Kintos send it
+                return Page(next: next, version: version, total: total) {
                     var content = PageContent(records: [])
                     for record in try Self.records(in: response, what: what) {
                         guard let fields = record.objectValue else {

@@ -247,7 +247,18 @@ public final class MemoryConnection: Connection {
             let slice = offset < end ? Array(rows[offset..<end]) : []
             // Deletions come with the first page.
             let content = PageContent(records: slice, deletedIDs: offset == 0 ? deleted : [])
-            return Page(next: end < rows.count ? PageCursor(String(end)) : nil, version: version) { content }
+            return Page(next: end < rows.count ? PageCursor(String(end)) : nil, version: version,
+                        total: Int64(rows.count)) { content }
+        }
+    }
+
+    public func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void)
+        -> any Cancellable {
+        respond(done) { [server] in
+            if request.rawQuery != nil { throw TetherError(.invalid, "the memory server has no query language of its own") }
+            var whole = request
+            whole.limit = 0
+            return Int64(try server.listing(whole).rows.count)
         }
     }
 

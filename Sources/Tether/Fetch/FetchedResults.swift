@@ -1,0 +1,137 @@
+/// What a fetch answers: objects, ids, chosen values, or a count.
+public enum ResultType: Sendable, Equatable {
+    /// Objects, each with its values.
+    case objects
+    /// Ids only: no values are read; an object is made when asked for.
+    case ids
+    /// How many records match (after offset, at most limit); no rows.
+    case count
+    /// The request's `properties` of each record, without making objects.
+    case values
+}
+
+/// One phase's answer, in result order. Rows are counted by `count`; each
+/// row has an id, and an object on demand (made from its id, so the context
+/// keeps one object per record). With a batch size, objects are read from the
+/// store a batch at a time around the row asked for, and only that batch is
+/// held, so iterating a large answer keeps memory flat.
+public final class FetchedResults: Sendable {
+    public let type: ResultType
+    /// Rows; for `.count`, the count.
+    public let count: Int
+    /// Attribute indexes of `values`' columns.
+    public let properties: [Int]
+    /// 0, or how many objects are made (and held) at a time.
+    public let batchSize: Int
+    private let rows: Rows
+    private let context: Context?
+    private let entity: Entity?
+    private let window = Lock<(start: Int, objects: [ManagedObject])>((0, []))
+
+    private enum Rows {
+        case none
+        case objects([ManagedObject])
+        case ids([String])
+        case values(ids: [String], values: [[Value]])
+    }
+
+    private init(type: ResultType, count: Int, rows: Rows, context: Context?, entity: Entity?, properties: [Int] = [],
+                 batchSize: Int = 0) {
+        self.type = type
+        self.count = count
+        self.rows = rows
+        self.context = context
+        self.entity = entity
+        self.properties = properties
+        self.batchSize = batchSize
+    }
+
+    static let empty = FetchedResults(type: .objects, count: 0, rows: .none, context: nil, entity: nil)
+
+    static func counted(_ count: Int) -> FetchedResults {
+        FetchedResults(type: .count, count: count, rows: .none, context: nil, entity: nil)
+    }
+
+    static func objects(_ objects: [ManagedObject]) -> FetchedResults {
+        FetchedResults(type: .objects, count: objects.count, rows: .objects(objects), context: nil, entity: nil)
+    }
+
+    /// Ids whose objects are made when asked for, `batchSize` at a time (0: one at a time).
+    static func ids(_ ids: [String], type: ResultType, context: Context, entity: Entity, batchSize: Int) -> FetchedResults {
+        FetchedResults(type: type, count: ids.count, rows: .ids(ids), context: context, entity: entity, batchSize: batchSize)
+    }
+
+    static func values(_ ids: [String], _ values: [[Value]], properties: [Int], context: Context, entity: Entity)
+        -> FetchedResults {
+        FetchedResults(type: .values, count: ids.count, rows: .values(ids: ids, values: values), context: context,
+                       entity: entity, properties: properties)
+    }
+
+    public func id(at index: Int) throws -> String {
+        try checkIndex(index)
+        switch rows {
+        case .none: throw TetherError(.misuse, "a count has no rows")
+        case .objects(let objects): return objects[index].id
+        case .ids(let ids), .values(let ids, _): return ids[index]
+        }
+    }
+
+    /// The row's object. With a batch size, reading a row outside the held
+    /// batch reads the next batch and lets the previous one go.
+    public func object(at index: Int) throws -> ManagedObject {
+        try checkIndex(index)
+        switch rows {
+        case .none: throw TetherError(.misuse, "a count has no objects")
+        case .objects(let objects): return objects[index]
+        case .values(let ids, _): return try made([ids[index]])[0]
+        case .ids(let ids):
+            guard batchSize > 0 else { return try made([ids[index]])[0] }
+            if let held = window.withLock({ window in
+                index >= window.start && index < window.start + window.objects.count ? window.objects[index - window.start] : nil
+            }) { return held }
+            let start = index - index % batchSize
+            let batch = try made(Array(ids[start..<min(ids.count, start + batchSize)]), reading: true)
+            window.withLock { $0 = (start, batch) }
+            return batch[index - start]
+        }
+    }
+
+    /// A `.values` row's value of the `column`th property.
+    public func value(at index: Int, column: Int) throws -> Value {
+        try checkIndex(index)
+        guard case .values(_, let values) = rows else {
+            throw TetherError(.misuse, "only a values fetch has values: read an object's with peek")
+        }
+        guard column >= 0, column < properties.count else { throw TetherError(.notFound, "no property \(column) in these values") }
+        return values[index][column]
+    }
+
+    /// The column of `values` holding the attribute of that name.
+    public func column(named name: String) -> Int? {
+        guard let entity, let index = entity.attributeIndex(named: name) else { return nil }
+        return properties.firstIndex(of: index)
+    }
+
+    /// Every object, made now: for small answers and tests.
+    public var objects: [ManagedObject] {
+        if case .objects(let objects) = rows { return objects }
+        return (0..<(type == .count ? 0 : count)).compactMap { try? object(at: $0) }
+    }
+
+    private func checkIndex(_ index: Int) throws {
+        guard index >= 0, index < count, type != .count else { throw TetherError(.notFound, "no row at index \(index)") }
+    }
+
+    /// The objects of `ids`; with `reading`, their rows are read from the
+    /// store in one query, so the batch's peeks need none.
+    private func made(_ ids: [String], reading: Bool = false) throws -> [ManagedObject] {
+        guard let context, let entity else { throw TetherError(.internal, "results without a context") }
+        try context.checkOpen()
+        guard reading else { return context.uniqueObjects(entity, ids) }
+        let stored = Dictionary(try context.store.rows(entity, ids: ids).map { (ExactString($0.record.id), $0) },
+                                uniquingKeysWith: { first, _ in first })
+        let objects = context.uniqueObjects(entity, ids)
+        _ = context.adopt(objects.compactMap { stored[ExactString($0.id)] }, of: entity)
+        return objects
+    }
+}

@@ -1,0 +1,173 @@
+import XCTest
+@testable import Tether
+
+/// Result types, batches and progress, against Kinto and the memory server.
+enum ResultTypeContract {
+    static func request(_ type: ResultType, _ policy: CachePolicy, where predicate: String? = nil,
+                        _ arguments: [Value] = []) -> FetchRequest {
+        var request = FetchRequest(entity: "items")
+        request.resultType = type
+        request.policy = policy
+        request.predicate = predicate
+        request.arguments = arguments
+        request.sort = "Rank"
+        return request
+    }
+
+    static func counted(_ results: [FetchResult]) -> Int? {
+        guard let last = results.last, last.error == nil, last.results.type == .count else { return nil }
+        return last.results.count
+    }
+
+    /// A count the server can filter is asked of it without listing a
+    /// record; one it cannot is listed and counted here; both exact.
+    static func countsAreExactAndCheap(_ backend: Backend) throws {
+        let recorder = ListingRecorder()
+        let context = try backend.open(wrapping: recorder.wrap)
+        defer { try? context.close() }
+        XCTAssertEqual(counted(try fetch(context, request(.count, .serverOnly, where: "Rank < $1", [.integer(30)]))), 30)
+        XCTAssertTrue(recorder.all.isEmpty, "the server counted: nothing was listed")
+        var window = request(.count, .serverOnly, where: "Rank < $1", [.integer(30)])
+        window.offset = 25
+        XCTAssertEqual(counted(try fetch(context, window)), 5)
+        window.offset = 0
+        window.limit = 10
+        XCTAssertEqual(counted(try fetch(context, window)), 10)
+        XCTAssertEqual(counted(try fetch(context, request(.count, .serverOnly))), itemCount)
+        XCTAssertEqual(try context.store.count(try XCTUnwrap(context.model.entity(named: "items")), where: nil), 0,
+                       "counting stored nothing")
+
+        // "1" in the title: ranks 1, 10-19, 21, 31, ... 91, 100-119.
+        let withOne = (0..<itemCount).filter { String($0).contains("1") }.count
+        let contains = request(.count, .serverOnly, where: "Title CONTAINS $1", [.text("1")])
+        XCTAssertEqual(counted(try fetch(context, contains)), withOne)
+        XCTAssertFalse(recorder.all.isEmpty, "what the server cannot filter is listed")
+
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let cached = try fetch(context, request(.count, .cacheThenServer, where: "Rank >= $1", [.integer(100)]))
+        XCTAssertEqual(cached.map { $0.results.count }, [20, 20], "the cache's count, then the synced one")
+        try backend.deleteItem("i110")
+        XCTAssertEqual(counted(try fetch(context, request(.count, .serverOnly, where: "Rank >= $1", [.integer(100)]))), 19)
+    }
+
+    static func idsAndValuesMatchTheObjects(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        for policy in [CachePolicy.serverOnly, .cacheOnly] {
+            let objects = try fetch(context, request(.objects, policy, where: "Rank < $1", [.integer(12)]))
+            let ids = try XCTUnwrap(fetch(context, request(.ids, policy, where: "Rank < $1", [.integer(12)])).last?.results)
+            XCTAssertEqual(ids.type, .ids)
+            XCTAssertEqual(try (0..<ids.count).map { try ids.id(at: $0) }, objects.last?.objects.map(\.id), "\(policy)")
+            XCTAssertTrue(try ids.object(at: 3) === objects.last?.objects[3], "one object per record")
+
+            var valuesRequest = request(.values, policy, where: "Rank < $1", [.integer(12)])
+            valuesRequest.properties = ["Rank", "Title"]
+            let values = try XCTUnwrap(fetch(context, valuesRequest).last?.results)
+            XCTAssertEqual(values.count, 12)
+            XCTAssertEqual(try values.value(at: 4, column: 0), .integer(4))
+            XCTAssertEqual(try values.value(at: 4, column: 1), .text("item 4"))
+            XCTAssertEqual(values.column(named: "Title"), 1)
+            XCTAssertNil(values.column(named: "id"))
+            XCTAssertThrowsError(try ids.value(at: 0, column: 0)) { XCTAssertEqual(($0 as? TetherError)?.kind, .misuse) }
+        }
+        var bad = request(.values, .cacheOnly)
+        bad.properties = ["Nope"]
+        XCTAssertThrowsError(try context.makeFetch(bad)) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
+        var misplaced = request(.ids, .cacheOnly)
+        misplaced.properties = ["Rank"]
+        XCTAssertThrowsError(try context.makeFetch(misplaced)) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
+    }
+
+    /// Iterating a batched answer holds one batch of objects at a time.
+    static func batchesKeepMemoryFlat(_ backend: Backend) throws {
+        let context = try backend.open(cacheSize: 0)
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertTrue(eventually { Live.count(.objects) < 10 }, "the fetch's objects are gone")
+        let baseline = Live.count(.objects)
+        var batched = request(.objects, .cacheOnly)
+        batched.batchSize = 10
+        let results = try XCTUnwrap(fetch(context, batched).last?.results)
+        XCTAssertEqual(results.count, itemCount)
+        var peak = 0
+        for index in 0..<results.count {
+            XCTAssertEqual(try results.object(at: index).peek("Rank"), .integer(Int64(index)))
+            peak = max(peak, Live.count(.objects) - baseline)
+        }
+        XCTAssertLessThanOrEqual(peak, 12, "about one batch of objects alive at a time")
+        XCTAssertGreaterThanOrEqual(peak, 10, "the batch is held while read")
+    }
+
+    /// Progress comes as pages arrive, before the final; cancel from inside works.
+    static func progressIsToldAndCanCancel(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        let told = ConditionLock<[FetchProgress]>([])
+        let finalSeen = ConditionLock(false)
+        let lateProgress = ConditionLock(false)
+        let task = try context.makeFetch(request(.objects, .serverOnly))
+        try task.start(progress: { progress in
+            if finalSeen.withLock({ $0 }) { lateProgress.withLock { $0 = true } }
+            told.withLock { $0.append(progress) }
+        }) { result in if result.phase == .final { finalSeen.withLock { $0 = true } } }
+        XCTAssertTrue(finalSeen.withLock(when: { $0 }, until: MonotonicTime.now().adding(milliseconds: 15_000)) { v, _ in v })
+        usleep(200_000)
+        let progress = told.withLock { $0 }
+        XCTAssertFalse(progress.isEmpty, "progress was told")
+        XCTAssertEqual(progress.map(\.received), progress.map(\.received).sorted())
+        XCTAssertTrue(progress.allSatisfy { $0.received > 0 && $0.received <= Int64(itemCount) })
+        XCTAssertFalse(lateProgress.withLock { $0 }, "no progress after the final")
+
+        let finals = ConditionLock<[TetherError.Kind?]>([])
+        let cancelling = try context.makeFetch(request(.objects, .serverOnly))
+        try cancelling.start(progress: { _ in try? cancelling.cancel() }) { result in
+            if result.phase == .final { finals.withLock { $0.append(result.error?.kind) } }
+        }
+        let seen = finals.withLock(when: { !$0.isEmpty }, until: MonotonicTime.now().adding(milliseconds: 15_000)) { v, _ in v }
+        usleep(200_000)
+        XCTAssertEqual(seen, [.cancelled])
+        XCTAssertEqual(finals.withLock { $0 }.count, 1, "exactly one final")
+    }
+}
+
+final class KintoResultTypeTests: XCTestCase {
+    private var directory: String!
+    private var backend: KintoBackend!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-kinto-results-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        backend = try KintoBackend(directory: directory)
+    }
+
+    override func tearDownWithError() throws {
+        backend = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    func testCountsAreExactAndCheap() throws { try ResultTypeContract.countsAreExactAndCheap(backend) }
+    func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
+    func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
+    func testProgressIsToldAndCanCancel() throws { try ResultTypeContract.progressIsToldAndCanCancel(backend) }
+}
+
+final class MemoryResultTypeTests: XCTestCase {
+    private var directory: String!
+    private var backend: MemoryBackend!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-memory-results-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        backend = MemoryBackend(directory: directory)
+    }
+
+    override func tearDownWithError() throws {
+        backend = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    func testCountsAreExactAndCheap() throws { try ResultTypeContract.countsAreExactAndCheap(backend) }
+    func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
+    func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
+    func testProgressIsToldAndCanCancel() throws { try ResultTypeContract.progressIsToldAndCanCancel(backend) }
+}
