@@ -387,7 +387,14 @@ TETHER_API int tether_observer_remove(tether_observer *observer);
 
 typedef enum tether_phase {
     TETHER_PHASE_CACHED = 1,  /* what the cache holds; more will follow */
-    TETHER_PHASE_FINAL = 2    /* the last callback of the fetch */
+    TETHER_PHASE_FINAL = 2,   /* the last callback of the fetch */
+    TETHER_PHASE_LIVE = 3     /* a live fetch's answer: the server's first
+                                 (status as a FINAL's would be, with the
+                                 cache's answer on an error), then again each
+                                 time it changes, with what moved
+                                 (tether_results_change_count). A live fetch
+                                 ends only when cancelled (or its context
+                                 closes): its FINAL is TETHER_E_CANCELLED. */
 } tether_phase;
 
 typedef enum tether_cache_policy {
@@ -473,6 +480,14 @@ typedef struct tether_fetch_options {
                                     last row read: iterating a very large
                                     answer keeps memory flat. */
     tether_progress_cb progress; /* NULL: none */
+    int live;                    /* nonzero: keep the fetch live. After its
+                                    answer it answers again (PHASE_LIVE)
+                                    whenever records it matches are inserted,
+                                    changed or deleted in the context - by a
+                                    sync, another fetch, a get's refresh -
+                                    coalesced: at most one answer waits to be
+                                    delivered, and it covers every change
+                                    since the one before. */
 } tether_fetch_options;
 
 /* Predicates, in Core Data's format (in part):
@@ -586,6 +601,27 @@ TETHER_API int tether_results_id_at(tether_results *results, size_t index, const
  * not ask for; TETHER_E_MISUSE for other result types (read an object's
  * values with tether_object_peek). */
 TETHER_API int tether_results_value_at(tether_results *results, size_t index, const char *key, tether_value *out);
+
+/* How a live fetch's answer moved since its previous one (none for its
+ * first answer or other phases), as NSFetchedResultsController tells it. */
+typedef enum tether_change {
+    TETHER_CHANGE_DELETE = 1,  /* a row of the previous answer left: old index */
+    TETHER_CHANGE_INSERT = 2,  /* a row came: new index */
+    TETHER_CHANGE_MOVE = 3,    /* a row moved: old and new index */
+    TETHER_CHANGE_UPDATE = 4   /* a row's values changed, not its place among
+                                  the rows that stayed: old and new index */
+} tether_change;
+
+/* How many changes of `kind` `results` carries. */
+TETHER_API int tether_results_change_count(tether_results *results, tether_change kind, size_t *out);
+
+/* The `i`th change of `kind` (0 ≤ i < its count), in index order: the row's
+ * index in the previous answer (*out_old; SIZE_MAX for INSERT) and in this
+ * one (*out_new; SIZE_MAX for DELETE). Either out may be NULL. Applying the
+ * deletions (descending), then the insertions (ascending), with moves as a
+ * deletion plus an insertion, turns the previous answer into this one. */
+TETHER_API int tether_results_change_at(tether_results *results, tether_change kind, size_t i,
+                                        size_t *out_old, size_t *out_new);
 
 /* Releases `results` and its references to its objects. NULL is a no-op
  * (TETHER_OK); a dead handle gives TETHER_E_HANDLE. */

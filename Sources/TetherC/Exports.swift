@@ -569,6 +569,7 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
             request.properties = properties.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
         }
         request.batchSize = Int(clamping: raw.batch_size)
+        request.live = raw.live != 0
         let task = try box.context.makeFetch(request)
         let handle = try Handles.shared.register(task, kind: .task, owner: token).handle
         let host = HostCall(callback, userdata, handle: handle)
@@ -586,7 +587,12 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
                 guard let resultsHandle = try? Handles.shared.register(results, kind: .results, owner: token).handle else {
                     return
                 }
-                let phase = result.phase == .cached ? TETHER_PHASE_CACHED : TETHER_PHASE_FINAL
+                let phase: tether_phase
+                switch result.phase {
+                case .cached: phase = TETHER_PHASE_CACHED
+                case .live: phase = TETHER_PHASE_LIVE
+                case .final: phase = TETHER_PHASE_FINAL
+                }
                 let code = result.error.map { status(of: $0.kind) } ?? TETHER_OK
                 (result.error?.message ?? "").withCString { message in
                     host.function(host.handle, phase, code, message, resultsHandle, host.userdata)
@@ -743,6 +749,36 @@ private func rowIndex(_ index: Int, _ box: ResultsBox) throws -> Int {
     guard box.results.type != .count else { throw misuse("a count has no rows: read it with tether_results_count") }
     guard index >= 0, index < box.results.count else { throw TetherError(.notFound, "no row at index \(index)") }
     return index
+}
+
+@_cdecl("tether_results_change_count")
+public func tether_results_change_count(_ results: OpaquePointer?, _ kind: tether_change,
+                                        _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try changes(of: kind, in: results).count) }
+}
+
+@_cdecl("tether_results_change_at")
+public func tether_results_change_at(_ results: OpaquePointer?, _ kind: tether_change, _ index: Int,
+                                     _ outOld: UnsafeMutablePointer<Int>?, _ outNew: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let list = try changes(of: kind, in: results)
+        guard index >= 0, index < list.count else { throw TetherError(.notFound, "no change at index \(index)") }
+        // SIZE_MAX: no such index (the row was not in that answer).
+        outOld?.pointee = list[index].from ?? -1
+        outNew?.pointee = list[index].to ?? -1
+    }
+}
+
+/// The changes of one kind, as (old index, new index) pairs.
+private func changes(of kind: tether_change, in results: OpaquePointer?) throws -> [(from: Int?, to: Int?)] {
+    let changes = try resultsBox(results).results.changes ?? ResultChanges()
+    switch kind {
+    case TETHER_CHANGE_DELETE: return changes.deleted.map { (from: $0, to: nil) }
+    case TETHER_CHANGE_INSERT: return changes.inserted.map { (from: nil, to: $0) }
+    case TETHER_CHANGE_MOVE: return changes.moved.map { ($0.from, $0.to) }
+    case TETHER_CHANGE_UPDATE: return changes.updated.map { ($0.from, $0.to) }
+    default: throw TetherError(.invalid, "unknown change kind \(kind.rawValue)")
+    }
 }
 
 @_cdecl("tether_results_release")

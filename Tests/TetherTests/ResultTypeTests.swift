@@ -118,8 +118,18 @@ enum ResultTypeContract {
         XCTAssertTrue(progress.allSatisfy { $0.received > 0 && $0.received <= Int64(itemCount) })
         XCTAssertFalse(lateProgress.withLock { $0 }, "no progress after the final")
 
+        // Pages slowed down, so the fetch is still running when progress is told.
+        let slow = try backend.open(wrapping: { connection in
+            ForwardingConnection(connection) { _, page in
+                usleep(150_000)
+                return page
+            }
+        })
+        defer { try? slow.close() }
+        // Unsynced, so the fetch lists every page (not one page of changes).
+        try slow.store.clearSyncVersion(try XCTUnwrap(slow.model.entity(named: "items")))
         let finals = ConditionLock<[TetherError.Kind?]>([])
-        let cancelling = try context.makeFetch(request(.objects, .serverOnly))
+        let cancelling = try slow.makeFetch(request(.objects, .serverOnly))
         try cancelling.start(progress: { _ in try? cancelling.cancel() }) { result in
             if result.phase == .final { finals.withLock { $0.append(result.error?.kind) } }
         }

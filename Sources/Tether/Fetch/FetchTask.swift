@@ -4,7 +4,9 @@ public enum CachePolicy: Sendable {
     case cacheThenServer, cacheOnly, serverOnly, cacheElseServer
 }
 
-public enum FetchPhase: Sendable { case cached, final }
+/// `live`: a live fetch's answer, first the server's, then each time it
+/// changes; its `final` comes only when it is cancelled.
+public enum FetchPhase: Sendable { case cached, live, final }
 
 public struct FetchRequest: Sendable {
     public var entity: String
@@ -31,6 +33,10 @@ public struct FetchRequest: Sendable {
     /// 0: the answer holds its objects. n > 0: it holds ids and makes
     /// objects n at a time as they are read, so a large answer stays small.
     public var batchSize = 0
+    /// Kept live: after its answer, it answers again (phase `.live`, with
+    /// the changes) whenever matching records are inserted, changed or
+    /// deleted in the context, until cancelled.
+    public var live = false
 
     public init(entity: String) { self.entity = entity }
 }
@@ -76,6 +82,8 @@ public final class FetchTask: Sendable {
             case idle
             /// Working; `remote` is the server request on the wire, if any.
             case running(remote: (any Cancellable)?)
+            /// A live fetch that has answered: watching its entity's changes.
+            case watching
             /// The final callback is posted (or the cancellation is).
             case done
         }
@@ -87,6 +95,14 @@ public final class FetchTask: Sendable {
         var sentByServer: Int64 = 0
         var total: Int64?
         var progressToldAt: MonotonicTime?
+        /// Watching: the answer last posted, the ids changed since, whether
+        /// a look is scheduled, and whether a posted answer is still being
+        /// delivered (then the next waits for it: one in the queue at most).
+        var lastRows: [ResultChanges.Row] = []
+        var lastCount = 0
+        var changedIDs = Set<ExactString>()
+        var lookScheduled = false
+        var answerInFlight = false
         /// The server phase so far, each object once: a listing can name a
         /// record twice (a hostile server, or a record moving between pages).
         var results: [ManagedObject] = []
@@ -118,6 +134,8 @@ public final class FetchTask: Sendable {
             inResults = []
             cached = nil
             progress = nil
+            lastRows = []
+            changedIDs = []
         }
     }
 
@@ -205,12 +223,16 @@ public final class FetchTask: Sendable {
 
     private func cancel(_ id: Delivery.SubscriptionID) throws {
         try context.delivery.cancel(id)
-        let remote = machine.withLock { machine -> (any Cancellable)? in
+        let (remote, wasWatching) = machine.withLock { machine -> ((any Cancellable)?, Bool) in
             defer { machine.end() }
-            if case .running(let remote) = machine.state { return remote }
-            return nil
+            switch machine.state {
+            case .running(let remote): return (remote, false)
+            case .watching: return (nil, true)
+            default: return (nil, false)
+            }
         }
         remote?.cancel()
+        if wasWatching { context.unwatch(self, entity) }
     }
 
     /// Results to collect from the server before the offset is skipped; 0: all.
@@ -258,12 +280,13 @@ public final class FetchTask: Sendable {
 
     /// Event: the fetch ends with `error` (nil: success). Only the first end counts.
     private func finish(_ error: TetherError?, _ results: FetchedResults) {
+        if request.live { return settle(error, results) }
         let first = machine.withLock { machine -> Bool in
             switch machine.state {
             case .running:
                 machine.end()
                 return true
-            case .done:
+            case .done, .watching:
                 return false  // cancelled meanwhile: the cancellation is the final
             case .idle:
                 assertionFailure("a fetch finished before it started")
@@ -271,6 +294,108 @@ public final class FetchTask: Sendable {
             }
         }
         if first { post(.final, error, results) }
+    }
+
+    // MARK: live
+
+    /// Event: a live fetch has its answer (or its server phase failed: the
+    /// error is told, and it watches the cache all the same).
+    private func settle(_ error: TetherError?, _ results: FetchedResults) {
+        // The versions of the rows the host is given, to tell updates later.
+        let ids = results.allIDs
+        let stored = (try? context.store.rows(entity, ids: ids.map(\.string))) ?? []
+        var versions: [ExactString: Int64] = [:]
+        for row in stored {
+            if case .integer(let version) = row.record.values[entity.versionIndex] { versions[ExactString(row.record.id)] = version }
+        }
+        let first = machine.withLock { machine -> Bool in
+            guard case .running = machine.state else { return false }
+            machine.state = .watching
+            machine.results = []
+            machine.inResults = []
+            machine.cached = nil
+            machine.lastRows = ids.map { ResultChanges.Row(id: $0, version: versions[$0]) }
+            machine.lastCount = results.count
+            machine.answerInFlight = true
+            return true
+        }
+        guard first else { return }
+        context.watch(self, entity)
+        postLive(error, results)
+    }
+
+    private func postLive(_ error: TetherError?, _ results: FetchedResults) {
+        guard let id = machine.withLock({ $0.subscription }) else { return }
+        context.delivery.post(.update, to: id) { [self] in
+            deliver(FetchResult(phase: .live, error: error, results: results))
+            answerDelivered()
+        }
+    }
+
+    /// Event: records of the entity were written or deleted in the context.
+    func noteChanged(_ ids: [String]) {
+        let schedule = machine.withLock { machine -> Bool in
+            guard case .watching = machine.state else { return false }
+            machine.changedIDs.formUnion(ids.map(ExactString.init))
+            guard !machine.lookScheduled, !machine.answerInFlight else { return false }
+            machine.lookScheduled = true
+            return true
+        }
+        if schedule { scheduleLook() }
+    }
+
+    private func answerDelivered() {
+        let schedule = machine.withLock { machine -> Bool in
+            machine.answerInFlight = false
+            guard case .watching = machine.state, !machine.changedIDs.isEmpty, !machine.lookScheduled else { return false }
+            machine.lookScheduled = true
+            return true
+        }
+        if schedule { scheduleLook() }
+    }
+
+    /// Changes come in bursts (a listing's pages): they are gathered this long.
+    static let liveGatherMilliseconds: Int64 = 10
+
+    private func scheduleLook() {
+        context.worker.async(afterMilliseconds: Self.liveGatherMilliseconds) { [self] in look() }
+    }
+
+    /// On the worker: reads the answer again; posts it if it moved.
+    private func look() {
+        guard let (lastRows, lastCount) = machine.withLock({ machine -> ([ResultChanges.Row], Int)? in
+            machine.lookScheduled = false
+            guard case .watching = machine.state else { return nil }
+            machine.changedIDs = []
+            machine.answerInFlight = true
+            return (machine.lastRows, machine.lastCount)
+        }) else { return }
+        let rows: [ResultChanges.Row]
+        let count: Int
+        do {
+            if request.resultType == .count {
+                rows = []
+                count = Int(try context.store.count(entity, where: predicate, limit: request.limit, offset: request.offset))
+            } else {
+                rows = try context.store.versions(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
+                    .map { ResultChanges.Row(id: ExactString($0.id), version: $0.version) }
+                count = rows.count
+            }
+        } catch {
+            machine.withLock { $0.answerInFlight = false }
+            return  // the context is closing: its cancel ends the fetch
+        }
+        guard rows != lastRows || count != lastCount else { return answerDelivered() }
+        let changes = ResultChanges.between(lastRows, rows)
+        let results: FetchedResults
+        do { results = try readCache() } catch { return answerDelivered() }
+        let moved = machine.withLock { machine -> Bool in
+            guard case .watching = machine.state else { return false }
+            machine.lastRows = rows
+            machine.lastCount = count
+            return true
+        }
+        if moved { postLive(nil, results.with(changes)) } else { answerDelivered() }
     }
 
     /// Event: a server request left; remember it for cancel.

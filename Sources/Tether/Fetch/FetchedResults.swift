@@ -23,6 +23,8 @@ public final class FetchedResults: Sendable {
     public let properties: [Int]
     /// 0, or how many objects are made (and held) at a time.
     public let batchSize: Int
+    /// For a live fetch's answers after its first: how it moved.
+    public let changes: ResultChanges?
     private let rows: Rows
     private let context: Context?
     private let entity: Entity?
@@ -36,7 +38,8 @@ public final class FetchedResults: Sendable {
     }
 
     private init(type: ResultType, count: Int, rows: Rows, context: Context?, entity: Entity?, properties: [Int] = [],
-                 batchSize: Int = 0) {
+                 batchSize: Int = 0, changes: ResultChanges? = nil) {
+        self.changes = changes
         self.type = type
         self.count = count
         self.rows = rows
@@ -65,6 +68,21 @@ public final class FetchedResults: Sendable {
         -> FetchedResults {
         FetchedResults(type: .values, count: ids.count, rows: .values(ids: ids, values: values), context: context,
                        entity: entity, properties: properties)
+    }
+
+    /// The same answer, telling how it moved.
+    func with(_ changes: ResultChanges) -> FetchedResults {
+        FetchedResults(type: type, count: count, rows: rows, context: context, entity: entity, properties: properties,
+                       batchSize: batchSize, changes: changes)
+    }
+
+    /// Every row's id, in order (none for a count).
+    var allIDs: [ExactString] {
+        switch rows {
+        case .none: return []
+        case .objects(let objects): return objects.map { ExactString($0.id) }
+        case .ids(let ids), .values(let ids, _): return ids.map(ExactString.init)
+        }
     }
 
     public func id(at index: Int) throws -> String {

@@ -50,6 +50,8 @@ public final class Context: Sendable {
         /// How to cancel each live task and observer, for close.
         var subscriptions: [Delivery.SubscriptionID: @Sendable () -> Void] = [:]
         var pendingRefreshes: [Int: [ManagedObject]] = [:]
+        /// Live fetches watching each entity (by entity index).
+        var liveFetches: [Int: [ObjectIdentifier: FetchTask]] = [:]
         var refreshScheduled = false
         var refreshGatherStart = MonotonicTime.now()
         var lastRefreshRequest = MonotonicTime.now()
@@ -283,6 +285,7 @@ public final class Context: Sendable {
     func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
                 acceptingOlder: Bool = false) throws -> [ManagedObject] {
         let records = try content.records.map { try Record(entity: entity, fields: $0) }
+        defer { tellLiveFetches(entity, records.map(\.id)) }
         let now = wallClockMilliseconds()
         try store.write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         markDeleted(content.deletedIDs, of: entity)
@@ -336,6 +339,7 @@ public final class Context: Sendable {
     /// Records the server no longer has (already removed from the store).
     func markDeleted(_ ids: [String], of entity: Entity) {
         guard !ids.isEmpty else { return }
+        defer { tellLiveFetches(entity, ids) }
         var changed: [KeyObserver] = []
         for object in objectsInMemory(entity, ids) {
             object.state.withLock { state in
@@ -346,6 +350,23 @@ public final class Context: Sendable {
             }
         }
         for observer in changed { observer.notify() }
+    }
+
+    // MARK: live fetches
+
+    func watch(_ task: FetchTask, _ entity: Entity) {
+        graph.withLock { $0.liveFetches[entity.index, default: [:]][ObjectIdentifier(task)] = task }
+    }
+
+    func unwatch(_ task: FetchTask, _ entity: Entity) {
+        _ = graph.withLock { $0.liveFetches[entity.index]?.removeValue(forKey: ObjectIdentifier(task)) }
+    }
+
+    /// Records of `entity` were written or deleted: live fetches look again.
+    private func tellLiveFetches(_ entity: Entity, _ ids: [String]) {
+        guard !ids.isEmpty else { return }
+        let tasks = graph.withLock { $0.liveFetches[entity.index].map { Array($0.values) } ?? [] }
+        for task in tasks { task.noteChanged(ids) }
     }
 
     // MARK: host-thread delivery

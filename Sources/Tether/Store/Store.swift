@@ -305,6 +305,22 @@ final class Store: Sendable {
         }
     }
 
+    /// The ids and versions of the rows `query` would give.
+    func versions(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)],
+                  limit: Int64, offset: Int64) throws -> [(id: String, version: Int64?)] {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        let versionColumn = Identifier.column(code: entity.attributes[entity.versionIndex].code)
+        let (sql, parameters) = Self.select("SELECT \(idColumn), \(versionColumn) FROM \(Self.table(entity))", entity,
+                                            predicate, sort: sort, limit: limit, offset: offset)
+        return try withDatabase { database in
+            try database.statement(sql).rows(parameters).compactMap { row in
+                guard case .text(let id) = row[0] else { return nil }
+                if case .integer(let version) = row[1] { return (id, version) }
+                return (id, nil)
+            }
+        }
+    }
+
     /// How many rows `query` would give.
     func count(_ entity: Entity, where predicate: Predicate?, limit: Int64 = 0, offset: Int64 = 0) throws -> Int64 {
         let (inner, parameters) = Self.select("SELECT 1 FROM \(Self.table(entity))", entity, predicate,
