@@ -445,7 +445,16 @@ typedef struct tether_fetch_options {
     unsigned int version;        /* TETHER_FETCH_OPTIONS_VERSION */
     const char *entity;          /* entity name (required) */
     const char *sort;            /* attribute names, comma-separated, "-" for
-                                    descending, e.g. "-Date,Change"; NULL: none */
+                                    descending, e.g. "-Date,Change"; NULL: none.
+                                    Per key, ascending: null first (also a
+                                    value of another type than the
+                                    attribute's, or none), then numbers and
+                                    booleans by value, then text by Unicode
+                                    scalar values; ties by id. The cache's
+                                    answers and the server's alike (a server's
+                                    page is put in this order; with a limit,
+                                    which records make the cut is the
+                                    server's order where they differ). */
     int64_t limit;               /* at most this many objects; 0: no limit */
     tether_cache_policy policy;  /* default TETHER_POLICY_CACHE_THEN_SERVER */
     /* Version 2: */

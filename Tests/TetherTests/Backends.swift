@@ -10,6 +10,9 @@ protocol Backend: AnyObject {
     /// A change made on the server by someone else.
     func setTitle(_ id: String, _ title: String) throws
     func setRank(_ id: String, _ rank: Int64) throws
+    /// Creates or replaces a record with these fields (JSON object text);
+    /// throws if the server refuses it.
+    func putItem(_ id: String, _ fields: String) throws
     func deleteItem(_ id: String) throws
     /// The server no longer has the history `context` synced from (a
     /// purge of old deletions, or a restore from an older backup).
@@ -81,6 +84,14 @@ final class KintoBackend: Backend {
         try send("DELETE", "/buckets/\(bucket)/collections/items/records/\(id)")
     }
 
+    /// Throws if Kinto refuses the record (its schema says what it accepts).
+    func putItem(_ id: String, _ fields: String) throws {
+        let body = Array(#"{"data": \#(fields)}"#.utf8)
+        let response = try admin.send(HTTPRequest(method: "PUT", url: server + "/buckets/\(bucket)/collections/items/records/\(id)",
+                                                  body: body)).get()
+        guard (200..<300).contains(response.status) else { throw TetherError(.server, "HTTP \(response.status)") }
+    }
+
     func setRank(_ id: String, _ rank: Int64) throws {
         try send("PATCH", "/buckets/\(bucket)/collections/items/records/\(id)", #"{"data": {"Rank": \#(rank)}}"#)
     }
@@ -127,6 +138,10 @@ final class MemoryBackend: Backend {
     }
 
     func loseHistory(syncedBy context: Context) throws { server.purgeHistory("items") }
+
+    func putItem(_ id: String, _ fields: String) throws {
+        server.put("items", id: id, try XCTUnwrap(JSON.parse(fields).objectValue))
+    }
 }
 
 extension MemoryServer {

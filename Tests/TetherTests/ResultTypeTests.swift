@@ -98,6 +98,36 @@ enum ResultTypeContract {
         XCTAssertGreaterThanOrEqual(peak, 10, "the batch is held while read")
     }
 
+    /// Servers order nulls, missing fields and values of another type their
+    /// own way; the answer is in the cache's order all the same.
+    static func serverAndCacheAgreeOnOrder(_ backend: Backend) throws {
+        // Kinto's schema refuses a null or text Rank; the memory server takes them.
+        let nulls = [("x1", #"{"Title": "null rank", "Rank": null}"#), ("x2", #"{"Title": "no rank"}"#),
+                     ("x3", #"{"Title": "text rank", "Rank": "seven"}"#)]
+            .filter { (try? backend.putItem($0.0, $0.1)) != nil }.map(\.0)
+        XCTAssertTrue(nulls.contains("x2"))
+        try backend.putItem("x4", #"{"Title": "Zed", "Rank": 7}"#)
+        try backend.putItem("x5", #"{"Title": "élan", "Rank": 7}"#)
+        let context = try backend.open()
+        defer { try? context.close() }
+        for sort in ["Rank", "-Rank", "Title", "-Title,Rank", "Rank,-Title"] {
+            var request = FetchRequest(entity: "items")
+            request.sort = sort
+            request.predicate = "Rank == nil OR Rank == $1 OR Title BEGINSWITH $2"
+            request.arguments = [.integer(7), .text("item 1")]
+            request.policy = .serverOnly
+            let server = try fetch(context, request).last?.objects.map(\.id) ?? []
+            request.policy = .cacheOnly
+            let cache = try fetch(context, request).last?.objects.map(\.id) ?? []
+            XCTAssertEqual(server.count, nulls.count + 2 + 1 + 31, sort)  // nulls, x4 and x5, i7, "item 1…"
+            XCTAssertEqual(server, cache, "sorted by \(sort)")
+        }
+        var request = FetchRequest(entity: "items")
+        request.sort = "Rank"
+        request.predicate = "Rank == nil"
+        XCTAssertEqual(try fetch(context, request).last?.objects.map(\.id), nulls, "null first, then by id")
+    }
+
     /// Progress comes as pages arrive, before the final; cancel from inside works.
     static func progressIsToldAndCanCancel(_ backend: Backend) throws {
         let context = try backend.open()
@@ -159,6 +189,7 @@ final class KintoResultTypeTests: XCTestCase {
     func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
     func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
     func testProgressIsToldAndCanCancel() throws { try ResultTypeContract.progressIsToldAndCanCancel(backend) }
+    func testServerAndCacheAgreeOnOrder() throws { try ResultTypeContract.serverAndCacheAgreeOnOrder(backend) }
 }
 
 final class MemoryResultTypeTests: XCTestCase {
@@ -180,4 +211,5 @@ final class MemoryResultTypeTests: XCTestCase {
     func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
     func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
     func testProgressIsToldAndCanCancel() throws { try ResultTypeContract.progressIsToldAndCanCancel(backend) }
+    func testServerAndCacheAgreeOnOrder() throws { try ResultTypeContract.serverAndCacheAgreeOnOrder(backend) }
 }

@@ -614,9 +614,12 @@ public final class FetchTask: Sendable {
             context.markDeleted(try context.store.deleteRows(of: entity, writtenBefore: firstWrite), of: entity)
             if let version { try context.store.setSyncVersion(entity, version) }
             // After lost history the request may be any: the cache answers it.
-            return afterLostHistory ? try readCache() : answer(results)
+            return afterLostHistory ? try readCache() : answer(SortOrder(entity: entity, keys: sort).sorted(results))
         case .query:
-            let wanted = results.dropFirst(Int(request.offset))
+            // In the cache's order, so both phases agree; a host's own server
+            // query is answered as the server orders it.
+            let ordered = request.serverQuery == nil ? SortOrder(entity: entity, keys: sort).sorted(results) : results
+            let wanted = ordered.dropFirst(Int(request.offset))
             return answer(request.limit > 0 ? Array(wanted.prefix(Int(request.limit))) : Array(wanted))
         }
     }

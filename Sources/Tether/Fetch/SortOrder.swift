@@ -1,0 +1,59 @@
+/// The one order of a fetch's answers, as the cache's SQL gives it, so that
+/// a server's answer is put in the same order: per key, null first (also a
+/// value of another type than the attribute's, which the cache holds as
+/// null), then numbers and booleans by value, then text by its bytes (its
+/// Unicode scalar values); descending reverses a key; ties go by id bytes.
+struct SortOrder {
+    let entity: Entity
+    let keys: [(index: Int, descending: Bool)]
+
+    func sorted(_ objects: [ManagedObject]) -> [ManagedObject] {
+        let rows = objects.map { object in (object, object.state.withLock { $0.record?.values }) }
+        return rows.sorted { left, right in
+            for key in keys {
+                let type = entity.attributes[key.index].type
+                let order = Self.compare(left.1?[key.index] ?? .null, right.1?[key.index] ?? .null, type)
+                if order != 0 { return key.descending ? order > 0 : order < 0 }
+            }
+            return Array(left.0.id.utf8).lexicographicallyPrecedes(right.0.id.utf8)
+        }.map(\.0)
+    }
+
+    /// -1, 0 or 1, as SQLite orders the stored values.
+    static func compare(_ a: Value, _ b: Value, _ type: AttributeType) -> Int {
+        let (x, y) = (stored(a, type), stored(b, type))
+        switch (x, y) {
+        case (.null, .null): return 0
+        case (.null, _): return -1
+        case (_, .null): return 1
+        case let (.integer(i), .integer(j)): return i < j ? -1 : (i > j ? 1 : 0)
+        case let (.text(s), .text(t)):
+            if s.utf8.elementsEqual(t.utf8) { return 0 }
+            return Array(s.utf8).lexicographicallyPrecedes(t.utf8) ? -1 : 1
+        case (.text, _): return 1
+        case (_, .text): return -1
+        default:
+            let (d, e) = (number(x), number(y))
+            return d < e ? -1 : (d > e ? 1 : 0)
+        }
+    }
+
+    /// The value as its column holds it: misfits are null, booleans 0 or 1,
+    /// JSON its text.
+    private static func stored(_ value: Value, _ type: AttributeType) -> Value {
+        if Record.isMisfit(value, type) { return .null }
+        switch value {
+        case .boolean(let b): return .integer(b ? 1 : 0)
+        case .json(let text): return .text(text)
+        default: return value
+        }
+    }
+
+    private static func number(_ value: Value) -> Double {
+        switch value {
+        case .integer(let i): return Double(i)
+        case .real(let d): return d
+        default: return 0
+        }
+    }
+}
