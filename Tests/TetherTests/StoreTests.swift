@@ -59,6 +59,32 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try name(), .text("restored"))
     }
 
+    /// Fetches index what they filter and sort by; a migration that drops an
+    /// indexed column drops its index first (SQLite refuses otherwise).
+    func testIndexesAreMadeOnDemandAndSurviveMigrations() throws {
+        let path = directory + "/indexes.sqlite"
+        let store = try Store(path: path)
+        let first = try model(#"{"Name": {"type": "string"}, "Age": {"type": "integer"}, "City": {"type": "string"}}"#)
+        try store.adopt(first, identity: "test")
+        let users = first.entity(named: "users")!
+        let age = users.attributeIndex(named: "Age")!
+        let predicate = try Predicate.parse("Age > 30 AND Name BEGINSWITH[c] 'a' AND (City == 'x' OR City == 'y')", entity: users)
+        XCTAssertEqual(predicate.indexableAttributes, [age], "only a plain comparison that must hold")
+        try store.ensureIndexes(users, on: predicate.indexableAttributes)
+        let database = try Database(path: path)
+        defer { database.close() }
+        let plan = try database.statement("EXPLAIN QUERY PLAN SELECT * FROM e\(users.code) WHERE a\(users.attributes[age].code) > 30")
+            .rows().map { row in row.compactMap { if case .text(let s) = $0 { return s } else { return nil } }.joined() }.joined()
+        XCTAssertTrue(plan.contains("USING INDEX"), plan)
+
+        // Age becomes text: its column (and index) go, a new one comes.
+        let second = try model(#"{"Name": {"type": "string"}, "Age": {"type": "string"}, "City": {"type": "string"}}"#, previous: first)
+        XCTAssertNoThrow(try store.adopt(second, identity: "test"))
+        let indexes = try database.statement("SELECT name FROM pragma_index_list(?)").rows([.text("e\(users.code)")])
+        XCTAssertFalse(indexes.contains { $0.first == .text("x\(users.code)_\(users.attributes[age].code)") })
+        store.close()
+    }
+
     func testAnyFieldNameIsStoredAndReadBack() throws {
         let store = try Store(path: directory + "/names.sqlite")
         let model = try model(#"{"Robert\"); DROP TABLE users;--": {"type": "string"}, "Name": {"type": "string"}, "name": {"type": "integer"}}"#)

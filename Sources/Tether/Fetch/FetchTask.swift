@@ -435,6 +435,8 @@ public final class FetchTask: Sendable {
     /// The cache's answer, reading only what the result type needs.
     private func readCache() throws -> FetchedResults {
         let store = context.store
+        let keys = (predicate?.indexableAttributes ?? []) + sort.prefix(1).map(\.index)
+        try store.ensureIndexes(entity, on: keys.filter { $0 != entity.idIndex })  // the id has its own
         switch request.resultType {
         case .count:
             return .counted(Int(try store.count(entity, where: predicate, limit: request.limit, offset: request.offset)))

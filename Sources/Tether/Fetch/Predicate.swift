@@ -295,6 +295,24 @@ extension Predicate {
     }
 }
 
+extension Predicate {
+    /// Attributes an index on their column would help find rows by: those
+    /// compared plainly (no folding, no text matching) in a comparison that
+    /// must hold, alone or as a part of an AND.
+    var indexableAttributes: [Int] {
+        switch self {
+        case .comparison(let comparison):
+            guard comparison.options.folding.isEmpty else { return [] }
+            switch comparison.operator {
+            case .equal, .less, .lessOrEqual, .greater, .greaterOrEqual, .oneOf, .between: return [comparison.attribute]
+            case .notEqual, .beginsWith, .endsWith, .contains, .like: return []
+            }
+        case .and(let parts): return parts.flatMap(\.indexableAttributes)
+        case .always, .not, .or: return []
+        }
+    }
+}
+
 extension Comparison {
     fileprivate func sql(_ entity: Entity, _ parameters: inout [SQLValue]) -> String {
         let attribute = entity.attributes[self.attribute]

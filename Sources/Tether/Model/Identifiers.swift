@@ -4,6 +4,8 @@
 enum Identifier {
     static func table(code: Int) -> String { quoted("e\(code)") }
     static func column(code: Int) -> String { quoted("a\(code)") }
+    /// The index the store makes on one attribute's column.
+    static func index(entity: Int, attribute: Int) -> String { quoted("x\(entity)_\(attribute)") }
 
     /// `"name"`, with embedded quotes doubled.
     static func quoted(_ name: String) -> String {

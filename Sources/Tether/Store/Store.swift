@@ -61,6 +61,10 @@ final class Store: Sendable {
             return made
         }
     }
+    /// The indexes made so far, by table: made on demand, at most
+    /// `indexesPerTable` each, as every one slows writes.
+    private let indexes = Lock<[Int: Set<Int>]>([:])
+    static let indexesPerTable = 8
     private static let extraColumn = "tether_extra"
     private static let fetchedColumn = "tether_fetched_at"
     /// The store's write serial when the server last sent the row.
@@ -117,6 +121,7 @@ final class Store: Sendable {
 
     /// Migrates the tables to `model` and saves it, in one transaction.
     func adopt(_ model: Model, identity: String) throws {
+        indexes.withLock { $0 = [:] }
         try withDatabase { database in
             database.clearStatements()
             defer { database.clearStatements() }
@@ -149,6 +154,30 @@ final class Store: Sendable {
     }
 
     /// Creates or alters the entity's table; true if it did either.
+    /// Indexes the columns of these attributes (once each, up to the limit):
+    /// the first fetch that filters or sorts by an attribute builds it.
+    func ensureIndexes(_ entity: Entity, on attributes: [Int]) throws {
+        let codes = attributes.map { entity.attributes[$0].code }
+        guard let wanted = indexes.withLock({ known -> [Int]? in
+            let made = known[entity.code] ?? []
+            let missing = Array(Set(codes).subtracting(made)).sorted()
+            return missing.isEmpty || made.count >= Self.indexesPerTable ? nil : missing
+        }) else { return }
+        try withDatabase { database in
+            var made = Set(try database.statement("SELECT name FROM pragma_index_list(?)").rows([.text("e\(entity.code)")])
+                .compactMap { row -> Int? in
+                    guard case .text(let name) = row[0], name.hasPrefix("x\(entity.code)_") else { return nil }
+                    return Int(name.dropFirst("x\(entity.code)_".count))
+                })
+            for code in wanted where !made.contains(code) && made.count < Self.indexesPerTable {
+                try database.execute("CREATE INDEX IF NOT EXISTS \(Identifier.index(entity: entity.code, attribute: code)) "
+                                     + "ON \(Identifier.table(code: entity.code)) (\(Identifier.column(code: code)))")
+                made.insert(code)
+            }
+            indexes.withLock { $0[entity.code] = made }
+        }
+    }
+
     private func migrateTable(of entity: Entity, exists: Bool, _ database: Database) throws -> Bool {
         let table = Identifier.table(code: entity.code)
         guard exists else {
@@ -172,6 +201,10 @@ final class Store: Sendable {
         for (name, type) in current where !Self.bookkeepingColumns.contains(name) {
             let attribute = Int(name.dropFirst()).flatMap(entity.attributeIndex(code:)).map { entity.attributes[$0] }
             if attribute == nil || (!attribute!.isID && Self.declaredType(attribute!.type) != type) {
+                // SQLite will not drop an indexed column.
+                if let code = Int(name.dropFirst()) {
+                    try database.execute("DROP INDEX IF EXISTS \(Identifier.index(entity: entity.code, attribute: code))")
+                }
                 try database.execute("ALTER TABLE \(table) DROP COLUMN \(Identifier.quoted(name))")
                 changed = true
             }
