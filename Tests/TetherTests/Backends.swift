@@ -181,3 +181,37 @@ func fetch(_ context: Context, _ request: FetchRequest) throws -> [FetchResult] 
         return value
     }
 }
+
+/// A test case with a new Kinto bucket (or memory server) and a folder for
+/// its store, made before each test and removed after.
+class KintoTestCase: XCTestCase {
+    var directory: String!
+    var backend: KintoBackend!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-kinto-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        backend = try KintoBackend(directory: directory)
+    }
+
+    override func tearDownWithError() throws {
+        backend = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+}
+
+class MemoryTestCase: XCTestCase {
+    var directory: String!
+    var backend: MemoryBackend!
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "tether-memory-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        backend = MemoryBackend(directory: directory)
+    }
+
+    override func tearDownWithError() throws {
+        backend = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+}

@@ -195,21 +195,7 @@ enum GraphContract {
     }
 }
 
-final class KintoGraphTests: XCTestCase {
-    private var directory: String!
-    private var backend: KintoBackend!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-kinto-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        backend = try KintoBackend(directory: directory)
-    }
-
-    override func tearDownWithError() throws {
-        backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
+final class KintoGraphTests: KintoTestCase {
     func testFetchPagingAndUniquing() throws { try GraphContract.fetchPagingAndUniquing(backend) }
     func testPredicates() throws { try GraphContract.predicatesAnswerAlikeFromServerAndCache(backend) }
     func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }
@@ -241,21 +227,7 @@ extension GraphContract {
     }
 }
 
-final class MemoryGraphTests: XCTestCase {
-    private var directory: String!
-    private var backend: MemoryBackend!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-memory-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        backend = MemoryBackend(directory: directory)
-    }
-
-    override func tearDownWithError() throws {
-        backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
+final class MemoryGraphTests: MemoryTestCase {
     func testFetchPagingAndUniquing() throws { try GraphContract.fetchPagingAndUniquing(backend) }
     func testPredicates() throws { try GraphContract.predicatesAnswerAlikeFromServerAndCache(backend) }
     func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }

@@ -119,40 +119,12 @@ enum LiveFetchContract {
     }
 }
 
-final class KintoLiveFetchTests: XCTestCase {
-    private var directory: String!
-    private var backend: KintoBackend!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-kinto-live-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        backend = try KintoBackend(directory: directory)
-    }
-
-    override func tearDownWithError() throws {
-        backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
+final class KintoLiveFetchTests: KintoTestCase {
     func testFollowsChangesUntilCancelled() throws { try LiveFetchContract.followsChangesUntilCancelled(backend) }
     func testLiveCountEndsWithTheContext() throws { try LiveFetchContract.liveCountEndsWithTheContext(backend) }
 }
 
-final class MemoryLiveFetchTests: XCTestCase {
-    private var directory: String!
-    private var backend: MemoryBackend!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-memory-live-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        backend = MemoryBackend(directory: directory)
-    }
-
-    override func tearDownWithError() throws {
-        backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
+final class MemoryLiveFetchTests: MemoryTestCase {
     func testFollowsChangesUntilCancelled() throws { try LiveFetchContract.followsChangesUntilCancelled(backend) }
     func testLiveCountEndsWithTheContext() throws { try LiveFetchContract.liveCountEndsWithTheContext(backend) }
     func testDiffsCompose() throws { try LiveFetchContract.diffsComposeFromRandomMoves(backend) }

@@ -170,21 +170,7 @@ enum ResultTypeContract {
     }
 }
 
-final class KintoResultTypeTests: XCTestCase {
-    private var directory: String!
-    private var backend: KintoBackend!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-kinto-results-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        backend = try KintoBackend(directory: directory)
-    }
-
-    override func tearDownWithError() throws {
-        backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
+final class KintoResultTypeTests: KintoTestCase {
     func testCountsAreExactAndCheap() throws { try ResultTypeContract.countsAreExactAndCheap(backend) }
     func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
     func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
@@ -192,21 +178,7 @@ final class KintoResultTypeTests: XCTestCase {
     func testServerAndCacheAgreeOnOrder() throws { try ResultTypeContract.serverAndCacheAgreeOnOrder(backend) }
 }
 
-final class MemoryResultTypeTests: XCTestCase {
-    private var directory: String!
-    private var backend: MemoryBackend!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-memory-results-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        backend = MemoryBackend(directory: directory)
-    }
-
-    override func tearDownWithError() throws {
-        backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
+final class MemoryResultTypeTests: MemoryTestCase {
     func testCountsAreExactAndCheap() throws { try ResultTypeContract.countsAreExactAndCheap(backend) }
     func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
     func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }

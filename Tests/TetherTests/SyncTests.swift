@@ -147,42 +147,14 @@ enum SyncContract {
     }
 }
 
-final class KintoSyncTests: XCTestCase {
-    private var directory: String!
-    private var backend: KintoBackend!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-kinto-sync-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        backend = try KintoBackend(directory: directory)
-    }
-
-    override func tearDownWithError() throws {
-        backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
+final class KintoSyncTests: KintoTestCase {
     func testSecondFetchAsksOnlyForChanges() throws { try SyncContract.secondFetchAsksOnlyForChanges(backend) }
     func testRecordLeavingAFilterLeavesItsResults() throws { try SyncContract.recordLeavingAFilterLeavesItsResults(backend) }
     func testLostHistoryListsEverythingAgain() throws { try SyncContract.lostHistoryListsEverythingAgain(backend) }
     func testSyncOutlivesTheContext() throws { try SyncContract.syncOutlivesTheContext(backend) }
 }
 
-final class MemorySyncTests: XCTestCase {
-    private var directory: String!
-    private var backend: MemoryBackend!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-memory-sync-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        backend = MemoryBackend(directory: directory)
-    }
-
-    override func tearDownWithError() throws {
-        backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
+final class MemorySyncTests: MemoryTestCase {
     func testSecondFetchAsksOnlyForChanges() throws { try SyncContract.secondFetchAsksOnlyForChanges(backend) }
     func testRecordLeavingAFilterLeavesItsResults() throws { try SyncContract.recordLeavingAFilterLeavesItsResults(backend) }
     func testLostHistoryListsEverythingAgain() throws { try SyncContract.lostHistoryListsEverythingAgain(backend) }
