@@ -128,7 +128,10 @@ public final class KintoConnection: Connection {
     /// from Kinto's permissions endpoint; nil when the server does not offer it.
     /// It lists only grants that name the user's principals, not inherited ones.
     private func permissions(_ exchange: Exchange, _ done: @escaping @Sendable (Result<[String: Set<String>]?, TetherError>) -> Void) {
-        listAll(exchange, root + "/permissions?bucket_id=" + Self.escape(bucket), what: "permissions") { entries in
+        // Only the bucket's and collections' grants: unfiltered, Kinto lists
+        // every record's too, page by page, and opening grew with the bucket.
+        let url = root + "/permissions?bucket_id=" + Self.escape(bucket) + "&in_resource_name=bucket,collection"
+        listAll(exchange, url, what: "permissions") { entries in
             switch entries {
             case .failure(let error) where error.kind == .notFound || error.kind == .auth:
                 done(.success(nil))
