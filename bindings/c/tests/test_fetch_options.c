@@ -5,8 +5,9 @@
  * phases and with every policy, offsets at or past the end, the errors
  * (TETHER_E_INVALID before any callback: a negative or too large offset, a
  * bad server query), a server query leaving the other cached records alone,
- * and the version 2 struct: init writes nothing past it, and garbage where
- * version 3 has its fields is never read. */
+ * and the older structs: init writes nothing past a version 2 or 3 struct,
+ * and garbage where a later version has its fields is never read. Version
+ * 4's init defaults are here too; its fields are in test_result_types.c. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "testutil.h"
@@ -343,7 +344,7 @@ static void test_version_2(tether_context *ctx)
     CHECK_INT(o.offset, 0);
     CHECK(o.server_query == NULL && o.predicate == NULL && o.arguments == NULL);
     CHECK_INT(o.argument_count, 0);
-    CHECK_STATUS(tether_fetch_options_init(&o, 4), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_fetch_options_init(&o, TETHER_FETCH_OPTIONS_VERSION + 1), TETHER_E_MISUSE);
     CHECK_STATUS(tether_fetch_options_init(&o, 0), TETHER_E_MISUSE);
 
     tu_section("a version 2 fetch ignores garbage where version 3 has offset and server_query");
@@ -409,6 +410,158 @@ static void test_version_2(tether_context *ctx)
         }
         tu_fetch_destroy(&f);
         free(v2);
+    }
+}
+
+/* The version 3 struct: everything up to server_query. */
+typedef struct fetch_options_v3 {
+    unsigned int version;
+    const char *entity;
+    const char *sort;
+    int64_t limit;
+    tether_cache_policy policy;
+    const char *predicate;
+    const tether_value *arguments;
+    size_t argument_count;
+    int64_t offset;
+    const char *server_query;
+} fetch_options_v3;
+
+typedef char v3_layout_matches[(offsetof(fetch_options_v3, predicate) == offsetof(tether_fetch_options, predicate) &&
+                                offsetof(fetch_options_v3, argument_count) ==
+                                    offsetof(tether_fetch_options, argument_count) &&
+                                offsetof(fetch_options_v3, offset) == offsetof(tether_fetch_options, offset) &&
+                                offsetof(fetch_options_v3, server_query) ==
+                                    offsetof(tether_fetch_options, server_query) &&
+                                sizeof(fetch_options_v3) <= offsetof(tether_fetch_options, result_type))
+                                   ? 1
+                                   : -1];
+
+static pthread_mutex_t progress_mu = PTHREAD_MUTEX_INITIALIZER;
+static int progress_calls;
+
+static void count_progress(tether_task *task, int64_t received, int64_t total, void *userdata)
+{
+    (void)task;
+    (void)received;
+    (void)total;
+    (void)userdata;
+    pthread_mutex_lock(&progress_mu);
+    progress_calls++;
+    pthread_mutex_unlock(&progress_mu);
+}
+
+static int progress_count(void)
+{
+    int n;
+    pthread_mutex_lock(&progress_mu);
+    n = progress_calls;
+    progress_calls = 0;
+    pthread_mutex_unlock(&progress_mu);
+    return n;
+}
+
+static void test_version_3(tether_context *ctx)
+{
+    tether_fetch_options o;
+    unsigned char *bytes = (unsigned char *)&o;
+    size_t i, v3_end = sizeof(fetch_options_v3), untouched = 0;
+    tu_fetch f;
+    tether_result_type type;
+    char got[256];
+
+    tu_section("tether_fetch_options_init(&o, 3) fills the version 3 fields only");
+    memset(&o, 0xAB, sizeof o);
+    CHECK_OK(tether_fetch_options_init(&o, 3));
+    CHECK_INT(o.version, 3);
+    CHECK_INT(o.offset, 0);
+    CHECK(o.server_query == NULL);
+    for (i = v3_end; i < sizeof o; i++)
+        untouched += bytes[i] == 0xAB;
+    CHECK_INT(untouched, sizeof o - v3_end);
+
+    tu_section("tether_fetch_options_init(&o, 4) fills the version 4 defaults");
+    memset(&o, 0xAB, sizeof o);
+    CHECK_OK(tether_fetch_options_init(&o, 4));
+    CHECK_INT(o.version, 4);
+    CHECK(o.entity == NULL && o.sort == NULL && o.predicate == NULL && o.arguments == NULL);
+    CHECK(o.server_query == NULL && o.properties == NULL && o.progress == NULL);
+    CHECK_INT(o.limit, 0);
+    CHECK_INT(o.offset, 0);
+    CHECK_INT(o.argument_count, 0);
+    CHECK_INT(o.policy, TETHER_POLICY_CACHE_THEN_SERVER);
+    CHECK_INT(o.result_type, TETHER_RESULT_OBJECTS);
+    CHECK_INT(o.batch_size, 0);
+
+    /* A server query always goes to the server, so a progress callback that
+     * were read would be called: the version 4 control shows it is. */
+    tu_section("version 4 with progress: called for a server query (the control)");
+    CHECK_OK(tether_fetch_options_init(&o, 4));
+    o.entity = "items";
+    o.sort = "-n";
+    o.limit = 3;
+    o.policy = TETHER_POLICY_SERVER_ONLY;
+    o.server_query = "lt_n=100";
+    o.progress = count_progress;
+    progress_count();
+    tu_fetch_init(&f);
+    if (CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL)) == TETHER_OK) {
+        CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+        CHECK_CODE(f.final_status, TETHER_OK);
+        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "99,98,97");
+    }
+    tu_fetch_destroy(&f);
+    CHECK(progress_count() >= 1);
+
+    tu_section("a version 3 fetch ignores garbage where version 4 has its fields");
+    o.result_type = TETHER_RESULT_COUNT; /* would answer a count */
+    o.properties = "nope";               /* would be TETHER_E_INVALID */
+    o.batch_size = 7;
+    o.progress = count_progress;         /* would be called */
+    o.version = 3;
+    tu_fetch_init(&f);
+    if (CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL)) == TETHER_OK) {
+        CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+        CHECK_CODE(f.final_status, TETHER_OK);
+        CHECK_INT(f.results_errors, 0);
+        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "99,98,97");
+        type = (tether_result_type)99;
+        CHECK_OK(tether_results_type(f.final_results, &type));
+        CHECK_INT(type, TETHER_RESULT_OBJECTS);
+    }
+    tu_fetch_destroy(&f);
+    tu_sleep_ms(150);
+    CHECK_INT(progress_count(), 0);
+
+    tu_section("a struct exactly as long as version 3, on the heap");
+    {
+        fetch_options_v3 *v3 = malloc(sizeof *v3);
+        tether_value arg = {TETHER_TYPE_INTEGER, 10, 0.0, NULL, 0};
+        memset(v3, 0xAB, sizeof *v3);
+        CHECK_OK(tether_fetch_options_init((tether_fetch_options *)v3, 3));
+        CHECK_INT(v3->version, 3);
+        v3->entity = "items";
+        v3->sort = "-n";
+        v3->limit = 3;
+        v3->offset = 2;
+        v3->policy = TETHER_POLICY_CACHE_THEN_SERVER;
+        v3->predicate = "n < $1";
+        v3->arguments = &arg;
+        v3->argument_count = 1;
+        tu_fetch_init(&f);
+        if (CHECK_OK(tether_fetch_start(ctx, (const tether_fetch_options *)v3, tu_fetch_cb, &f, NULL)) ==
+            TETHER_OK) {
+            CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+            CHECK_CODE(f.final_status, TETHER_OK);
+            CHECK_INT(f.results_errors, 0);
+            CHECK_STR(ns(f.cached_objs, f.cached_count, got, sizeof got), "7,6,5");
+            CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "7,6,5");
+            type = (tether_result_type)99;
+            CHECK_OK(tether_results_type(f.final_results, &type));
+            CHECK_INT(type, TETHER_RESULT_OBJECTS);
+        }
+        tu_fetch_destroy(&f);
+        free(v3);
     }
 }
 
@@ -512,6 +665,7 @@ int main(int argc, char **argv)
         test_server_query(ctx);
         test_errors(ctx);
         test_version_2(ctx);
+        test_version_3(ctx);
         CHECK_INT(tether_context_close(ctx), TETHER_OK);
     }
     test_cache_kept(store2);
