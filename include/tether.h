@@ -388,13 +388,16 @@ TETHER_API int tether_observer_remove(tether_observer *observer);
 typedef enum tether_phase {
     TETHER_PHASE_CACHED = 1,  /* what the cache holds; more will follow */
     TETHER_PHASE_FINAL = 2,   /* the last callback of the fetch */
-    TETHER_PHASE_LIVE = 3     /* a live fetch's answer: the server's first
-                                 (status as a FINAL's would be, with the
-                                 cache's answer on an error), then again each
-                                 time it changes, with what moved
-                                 (tether_results_change_count). A live fetch
-                                 ends only when cancelled (or its context
-                                 closes): its FINAL is TETHER_E_CANCELLED. */
+    TETHER_PHASE_LIVE = 3     /* a live fetch's answer: after the CACHED one
+                                 its policy gives, the answer a FINAL would
+                                 be (status and all: on an error, the
+                                 cache's), then again each time it changes,
+                                 with what moved (tether_results_change_count;
+                                 a row changed when its version did, so a
+                                 record written again unchanged tells
+                                 nothing). A live fetch ends only when
+                                 cancelled (or its context closes): its
+                                 FINAL is TETHER_E_CANCELLED. */
 } tether_phase;
 
 typedef enum tether_cache_policy {
@@ -410,7 +413,8 @@ typedef enum tether_cache_policy {
     TETHER_POLICY_CACHE_ELSE_SERVER = 3
 } tether_cache_policy;
 
-/* What a fetch answers (tether_fetch_options.result_type). */
+/* What a fetch answers (tether_fetch_options.result_type); another value
+ * is refused with TETHER_E_INVALID. */
 typedef enum tether_result_type {
     TETHER_RESULT_OBJECTS = 0,  /* objects, with their values */
     TETHER_RESULT_IDS = 1,      /* ids only: no values are read; an object is
@@ -427,8 +431,10 @@ typedef enum tether_result_type {
                                    made unless asked for */
 } tether_result_type;
 
-/* Called as records arrive from the server, at most every 100 ms, on the
- * thread that gets the fetch's callbacks, with the fetch's userdata:
+/* Called as records arrive from the server, at most every 100 ms and
+ * always for the listing's last page (a fetch stopped at its limit may end
+ * without it), on the thread that gets the fetch's callbacks, with the
+ * fetch's userdata:
  * `received` counts every record the server sent in this fetch (matching
  * or not, deletions included), `total` is how many the listing holds if
  * the server said, else -1. Never after the FINAL callback. Cancelling the

@@ -147,6 +147,7 @@ enum ResultTypeContract {
         XCTAssertEqual(progress.map(\.received), progress.map(\.received).sorted())
         XCTAssertTrue(progress.allSatisfy { $0.received > 0 && $0.received <= Int64(itemCount) })
         XCTAssertFalse(lateProgress.withLock { $0 }, "no progress after the final")
+        XCTAssertEqual(progress.last?.received, Int64(itemCount), "the last page is always told")
 
         // Pages slowed down, so the fetch is still running when progress is told.
         let slow = try backend.open(wrapping: { connection in

@@ -191,7 +191,8 @@ public final class FetchTask: Sendable {
     deinit { Live.tasks.subtract(1, ordering: .relaxed) }
 
     /// Starts the fetch; `callback` runs once per phase, `progress` (if
-    /// any) as server pages arrive, at most every `progressIntervalMilliseconds`.
+    /// any) as server pages arrive, at most every `progressIntervalMilliseconds`
+    /// but always for a listing's last page.
     public func start(progress: (@Sendable (FetchProgress) -> Void)? = nil,
                       _ callback: @escaping @Sendable (FetchResult) -> Void) throws {
         try machine.withLock { machine in
@@ -260,14 +261,17 @@ public final class FetchTask: Sendable {
     /// Progress is told at most this often (and not after the final).
     static let progressIntervalMilliseconds: Int64 = 100
 
-    /// Event: `count` more records came from the server.
-    private func received(_ count: Int, total: Int64?) {
+    /// Event: `count` more records came from the server; `last`: the
+    /// listing's last page, whose count is told whatever the interval.
+    private func received(_ count: Int, total: Int64?, last: Bool) {
         let told = machine.withLock { machine -> FetchProgress? in
             machine.sentByServer += Int64(count)
             if machine.total == nil { machine.total = total }
             guard machine.progress != nil, case .running = machine.state else { return nil }
             let now = MonotonicTime.now()
-            if let last = machine.progressToldAt, now.milliseconds(since: last) < Self.progressIntervalMilliseconds { return nil }
+            if !last, let told = machine.progressToldAt, now.milliseconds(since: told) < Self.progressIntervalMilliseconds {
+                return nil
+            }
             machine.progressToldAt = now
             return FetchProgress(received: machine.sentByServer, total: machine.total)
         }
@@ -567,7 +571,7 @@ public final class FetchTask: Sendable {
             var acceptingOlder = false
             if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
             let content = try page.decode()
-            received(content.records.count + content.deletedIDs.count, total: page.total)
+            received(content.records.count + content.deletedIDs.count, total: page.total, last: page.next == nil)
             let objects = try context.absorb(content, of: entity, matching: request.serverQuery == nil ? predicate : nil,
                                              acceptingOlder: acceptingOlder)
             let received = machine.withLock { machine -> Int64 in
