@@ -138,6 +138,18 @@ final class PredicateTests: XCTestCase {
             XCTAssertEqual(inSQL, inMemory, text)
             if inSQL != inMemory { break }
         }
+
+        // And one order: a server's answer is sorted in memory as SQL sorts the cache.
+        let sortable = ["User", "Change", "Score", "Open", "two words", "v"].map { entity.attributeIndex(named: $0)! }
+        for _ in 0..<100 {
+            let keys = sortable.shuffled(using: &generator).prefix(Int.random(in: 1...3, using: &generator))
+                .map { (index: $0, descending: Bool.random(using: &generator)) }
+            let order = SortOrder(entity: entity, keys: keys)
+            let inSQL = try store.query(entity, sort: keys, limit: 0).map(\.record.id)
+            let inMemory = records.sorted { order.precedes(($0.id, $0.values), ($1.id, $1.values)) }.map(\.id)
+            XCTAssertEqual(inSQL, inMemory, "\(keys)")
+            if inSQL != inMemory { break }
+        }
     }
 
     /// SQLite's parser has a fixed stack: 22 NOTs in a row overflowed it (the

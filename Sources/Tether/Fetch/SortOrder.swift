@@ -9,14 +9,17 @@ struct SortOrder {
 
     func sorted(_ objects: [ManagedObject]) -> [ManagedObject] {
         let rows = objects.map { object in (object, object.state.withLock { $0.record?.values }) }
-        return rows.sorted { left, right in
-            for key in keys {
-                let type = entity.attributes[key.index].type
-                let order = Self.compare(left.1?[key.index] ?? .null, right.1?[key.index] ?? .null, type)
-                if order != 0 { return key.descending ? order > 0 : order < 0 }
-            }
-            return Array(left.0.id.utf8).lexicographicallyPrecedes(right.0.id.utf8)
-        }.map(\.0)
+        return rows.sorted { precedes(($0.0.id, $0.1), ($1.0.id, $1.1)) }.map(\.0)
+    }
+
+    /// Whether row `a` (its id and values; nil: not known, all null) comes before `b`.
+    func precedes(_ a: (id: String, values: [Value]?), _ b: (id: String, values: [Value]?)) -> Bool {
+        for key in keys {
+            let type = entity.attributes[key.index].type
+            let order = Self.compare(a.values?[key.index] ?? .null, b.values?[key.index] ?? .null, type)
+            if order != 0 { return key.descending ? order > 0 : order < 0 }
+        }
+        return Array(a.id.utf8).lexicographicallyPrecedes(b.id.utf8)
     }
 
     /// -1, 0 or 1, as SQLite orders the stored values.
