@@ -49,11 +49,14 @@ test-swift test-c test-python: build
 fuzz: deps
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz
 
-bench: build $(BUILD_DIR)/first_peek
+bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/big_cache
 	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
 	scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 $(BUILD_DIR)/first_peek: bench/first_peek.c include/tether.h $(LIB)
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
+
+$(BUILD_DIR)/big_cache: bench/big_cache.c include/tether.h $(LIB)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
 clean:

@@ -36,6 +36,12 @@ PEEKS = 20000
 REFRESH_GETS = 500
 MEM_RUNS = 3
 FETCH_TIMEOUT = 60
+# Rows 7 and 8: caches multiplied in SQLite by build/big_cache (see its header).
+PREDICATE_ROWS = int(os.environ.get("BENCH_PREDICATE_ROWS") or 100000)
+ITERATE_ROWS = int(os.environ.get("BENCH_ITERATE_ROWS") or 1000000)
+BATCH_SIZE = 1000
+ITERATE_RUNS = 3        # each run is its own process, so VmHWM is that run's alone
+MEMORY_LIMIT_KB = 4 * 1024 * 1024   # a run over this is stopped and reported, not waited for
 
 
 def now():
@@ -378,6 +384,102 @@ def m6_first_peek(table, url, tmp):
                        % result["objects_in_memory"])
 
 
+def big_cache(url, store, *args, limit_kb=None, timeout=600):
+    """Runs build/big_cache on `store` and returns its JSON line. With
+    limit_kb, stops it (and returns None) once its RSS passes that."""
+    program = os.path.join(ROOT, "build", "big_cache")
+    cmd = [program, url, BUCKET, COLLECTION, store, USER, PASSWORD] + [str(a) for a in args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, LD_LIBRARY_PATH=os.path.join(ROOT, "build")))
+    deadline = time.monotonic() + timeout
+    while limit_kb and proc.poll() is None:
+        rss = 0
+        try:
+            with open("/proc/%d/status" % proc.pid) as f:
+                rss = next((int(l.split()[1]) for l in f if l.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+        if rss > limit_kb or time.monotonic() > deadline:
+            proc.kill()
+            proc.communicate()
+            if rss > limit_kb:
+                return None
+            raise RuntimeError("big_cache %s took over %d s" % (" ".join(map(str, args)), timeout))
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+    if proc.returncode != 0:
+        raise RuntimeError("big_cache %s failed (%d): %s" % (" ".join(map(str, args)), proc.returncode,
+                                                             err.decode(errors="replace").strip()[-800:]))
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def mb(kb):
+    return "%.1f MB" % (kb / 1024)
+
+
+def m7_big_predicate(table, url, tmp):
+    """Predicate + sort over a large cache from C vs the same prepared SELECT."""
+    store = os.path.join(tmp, "big-%d.db" % PREDICATE_ROWS)
+    made = big_cache(url, store, "make", PREDICATE_ROWS)
+    r = big_cache(url, store, "predicate", RUNS)
+    table.add("7. predicate + sort from C, cache only, %d of %d rows" % (r["matches"], r["rows"]),
+              ms(r["tether_s"]), ms(r["sqlite_s"]) + " (prepared SELECT)", ratio(r["tether_s"], r["sqlite_s"]))
+    table.notes.append("7: store of %d rows (%d fetched, multiplied in SQLite in %.1f s); ids equal in order"
+                       % (made["rows"], made["fetched"], made["seconds"]))
+    return store
+
+
+def m8_big_iterate(table, url, tmp, small_store):
+    """Every row's Name over a very large cache: tether with batch_size (and
+    without) vs sqlite3 stepping the same SELECT; time and peak RSS growth."""
+    store = os.path.join(tmp, "big-%d.db" % ITERATE_ROWS)
+    made = big_cache(url, store, "make", ITERATE_ROWS)
+    runs = {"tether": [], "sqlite": []}
+    for _ in range(ITERATE_RUNS):
+        for side in ("tether", "sqlite"):
+            r = big_cache(url, store, "iterate", side, BATCH_SIZE if side == "tether" else 0,
+                          limit_kb=MEMORY_LIMIT_KB)
+            if r is None:
+                raise RuntimeError("iterate %s passed %s of RSS; stopped" % (side, mb(MEMORY_LIMIT_KB)))
+            runs[side].append(r)
+    for r in runs["tether"] + runs["sqlite"]:
+        if r["rows"] != ITERATE_ROWS or r["checksum"] != runs["sqlite"][0]["checksum"]:
+            raise RuntimeError("iterate %s read %d rows (checksum %d), sqlite3 %d rows (checksum %d)" % (
+                r["side"], r["rows"], r["checksum"], ITERATE_ROWS, runs["sqlite"][0]["checksum"]))
+    t = median([r["seconds"] for r in runs["tether"]])
+    s = median([r["seconds"] for r in runs["sqlite"]])
+    tg = median([r["growth_kb"] for r in runs["tether"]])
+    sg = median([r["growth_kb"] for r in runs["sqlite"]])
+    name = "8. iterate %d rows from C, batch_size %d, peek Name" % (ITERATE_ROWS, BATCH_SIZE)
+    table.add(name + ", time", "%.2f s" % t, "%.2f s (step)" % s, ratio(t, s))
+    table.add(name + ", peak RSS growth", mb(tg), mb(sg), ratio(tg, sg))
+    fetch_kb = median([r["fetch_growth_kb"] for r in runs["tether"]])
+    note = ("8: store of %d rows (%d fetched, multiplied in SQLite in %.1f s). With batch_size, %s of the %s "
+            "peak is reached when the answer arrives, before any row is read; %d objects in memory at the end"
+            % (made["rows"], made["fetched"], made["seconds"], mb(fetch_kb), mb(tg),
+               runs["tether"][0]["objects_in_memory"]))
+    if small_store:   # the same pass over row 7's smaller store: does the growth follow the row count?
+        small = big_cache(url, small_store, "iterate", "tether", BATCH_SIZE)
+        per_row = (tg - small["growth_kb"]) * 1024.0 / (ITERATE_ROWS - small["rows"])
+        note += ". At %d rows the growth is %s: about %.0f bytes per further row" % (
+            small["rows"], mb(small["growth_kb"]), per_row)
+    table.notes.append(note)
+
+    # Once each, stopped past MEMORY_LIMIT_KB: results that hold every object,
+    # and a values answer (batch_size given, but values are held, not batched).
+    for label, side, batch in (("8b. the same without batch_size", "tether", 0),
+                               ("8c. RESULT_VALUES of Name, batch_size %d" % BATCH_SIZE, "values", BATCH_SIZE)):
+        r = big_cache(url, store, "iterate", side, batch, limit_kb=MEMORY_LIMIT_KB)
+        if r is None:
+            table.add(label + ", peak RSS growth", "> %s (stopped)" % mb(MEMORY_LIMIT_KB), mb(sg), "n/a")
+            continue
+        if r["rows"] != ITERATE_ROWS or r["checksum"] != runs["sqlite"][0]["checksum"]:
+            raise RuntimeError("%s: read %d rows (checksum %d)" % (label, r["rows"], r["checksum"]))
+        table.add(label + ", peak RSS growth", mb(r["growth_kb"]), mb(sg), ratio(r["growth_kb"], sg))
+        table.notes.append("%s: %.2f s (%.1fx sqlite3's step); %s of it when the answer arrived"
+                           % (label.split(".")[0], r["seconds"], r["seconds"] / s, mb(r["fetch_growth_kb"])))
+
+
 def main():
     started = time.monotonic()
     common.setup_paths()
@@ -452,6 +554,15 @@ def main():
                 m6_first_peek(table, url, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error("6. first peek from C", e)
+            small_store = None
+            try:
+                small_store = m7_big_predicate(table, url, tmp)
+            except Exception as e:  # noqa: BLE001
+                table.error("7. predicate + sort from C", e)
+            try:
+                m8_big_iterate(table, url, tmp, small_store)
+            except Exception as e:  # noqa: BLE001
+                table.error("8. iterate from C", e)
         con.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

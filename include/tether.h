@@ -443,9 +443,9 @@ typedef void (*tether_progress_cb)(tether_task *task, int64_t received, int64_t 
 
 /* Version 2 added predicate, arguments and argument_count; version 3 offset
  * and server_query; version 4 result_type, properties, batch_size and
- * progress. Older structs are still accepted (their later fields take the
- * defaults). */
-#define TETHER_FETCH_OPTIONS_VERSION 4
+ * progress; version 5 live. Older structs are still accepted (their later
+ * fields take the defaults). */
+#define TETHER_FETCH_OPTIONS_VERSION 5
 
 typedef struct tether_fetch_options {
     unsigned int version;        /* TETHER_FETCH_OPTIONS_VERSION */
@@ -495,6 +495,7 @@ typedef struct tether_fetch_options {
                                     last row read: iterating a very large
                                     answer keeps memory flat. */
     tether_progress_cb progress; /* NULL: none */
+    /* Version 5: */
     int live;                    /* nonzero: keep the fetch live. After its
                                     answer it answers again (PHASE_LIVE)
                                     whenever records it matches are inserted,

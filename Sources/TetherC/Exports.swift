@@ -102,6 +102,7 @@ private func fetchOptionsSize(_ version: UInt32) -> Int {
     case 1: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.predicate)!
     case 2: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.offset)!
     case 3: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.result_type)!
+    case 4: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.live)!
     default: return MemoryLayout<tether_fetch_options>.size
     }
 }

@@ -202,7 +202,7 @@ public final class FetchTask: Sendable {
         }
         let id = try context.subscribe(
             cancel: { [self] id in try? cancel(id) },
-            deliverCancellation: { [self] in deliver(FetchResult(phase: .final, error: .cancelled, results: .empty)) },
+            deliverCancellation: { [self] in deliver(FetchResult(phase: .final, error: .cancelled, results: .empty(request.resultType))) },
             finished: { [self] in machine.withLock { $0.callback = nil; $0.progress = nil } })
         let started = machine.withLock { machine -> Bool in
             machine.subscription = id
@@ -432,7 +432,7 @@ public final class FetchTask: Sendable {
                 if cached.count == 0 { fetchFromServer() } else { finish(nil, cached) }
             }
         } catch {
-            finish(TetherError.wrap(error), FetchedResults.empty)
+            finish(TetherError.wrap(error), FetchedResults.empty(request.resultType))
         }
     }
 
@@ -657,7 +657,7 @@ public final class FetchTask: Sendable {
 
     private func fail(_ error: any Error) {
         let fallback = machine.withLock { $0.cached }
-        finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? FetchedResults.empty)
+        finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? FetchedResults.empty(request.resultType))
     }
 }
 

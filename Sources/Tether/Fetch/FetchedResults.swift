@@ -49,7 +49,10 @@ public final class FetchedResults: Sendable {
         self.batchSize = batchSize
     }
 
-    static let empty = FetchedResults(type: .objects, count: 0, rows: .none, context: nil, entity: nil)
+    /// No rows (a count of 0), of `type`: a cancelled or failed fetch's answer.
+    static func empty(_ type: ResultType) -> FetchedResults {
+        FetchedResults(type: type, count: 0, rows: .none, context: nil, entity: nil)
+    }
 
     static func counted(_ count: Int) -> FetchedResults {
         FetchedResults(type: .count, count: count, rows: .none, context: nil, entity: nil)

@@ -7,9 +7,12 @@
         print(c.peek("Owner"), c.Owner)     # peek: cache only; attribute: get
         _, mine = ctx.fetch_wait("changes", where="Status == $1 AND User == $2",
                                  args=("pending", "alice"))   # a predicate
+        _, n = ctx.fetch_wait("changes", result="count", where="Status == 'pending'")
 
 An Object holds one reference to its record's handle while Python holds the
-Object; tether.live_counts() shows what the library holds, for leak checks.
+Object; a Results (a batched fetch's answer, batch=n) holds its results
+handle until closed or collected; tether.live_counts() shows what the library
+holds, for leak checks.
 
 Set TETHER_LIBRARY to choose the libtether.so to load.
 """
@@ -23,12 +26,14 @@ from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeM
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT)
-from .context import Attribute, Context, Diagnostic, Entity, Object, Observer, Task, POLICIES
+from .context import (Attribute, Context, Diagnostic, Entity, Object, Observer, Results, Task,
+                      POLICIES, RESULT_TYPES)
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "Context", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Task", "POLICIES",
+    "Context", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Results", "Task",
+    "POLICIES", "RESULT_TYPES",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
     "CancelledError", "NotCachedError", "BusyError", "ConflictError", "error_class",

@@ -84,7 +84,17 @@ POLICY_SERVER_ONLY = 2
 POLICY_CACHE_ELSE_SERVER = 3
 
 CONTEXT_OPTIONS_VERSION = 2
-FETCH_OPTIONS_VERSION = 3   # 2 added predicate, arguments, argument_count; 3 offset, server_query
+# 2 added predicate, arguments, argument_count; 3 offset, server_query;
+# 4 result_type, properties, batch_size, progress.
+FETCH_OPTIONS_VERSION = 4
+
+# What a fetch answers (tether_result_type).
+RESULT_OBJECTS = 0
+RESULT_IDS = 1
+RESULT_COUNT = 2
+RESULT_VALUES = 3
+RESULT_NAMES = {RESULT_OBJECTS: "objects", RESULT_IDS: "ids", RESULT_COUNT: "count",
+                RESULT_VALUES: "values"}
 
 # What tether_live_count counts, process-wide, by the names live_counts() uses.
 LIVE_CONTEXTS = 1
@@ -131,6 +141,12 @@ class tether_context_options(Structure):
     ]
 
 
+# void (*)(tether_task *, int64_t received, int64_t total, void *userdata):
+# total is -1 when the server did not say. Declared before the options struct,
+# which holds one.
+PROGRESS_CB = CFUNCTYPE(None, c_void_p, c_int64, c_int64, c_void_p)
+
+
 class tether_fetch_options(Structure):
     _fields_ = [
         ("version", c_uint),
@@ -145,6 +161,11 @@ class tether_fetch_options(Structure):
         # since version 3
         ("offset", c_int64),                    # 0 to 2**31-1
         ("server_query", c_char_p),             # NULL: the predicate's filters
+        # since version 4
+        ("result_type", c_int),                 # RESULT_*
+        ("properties", c_char_p),               # RESULT_VALUES: names, comma-separated
+        ("batch_size", c_size_t),               # 0: the results hold their objects
+        ("progress", PROGRESS_CB),              # NULL: none
     ]
 
 
@@ -259,9 +280,14 @@ tether_fetch_start = _declare(
 tether_task_cancel = _declare("tether_task_cancel", c_int, [c_void_p])
 
 # Results.
+tether_results_type = _declare("tether_results_type", c_int, [c_void_p, POINTER(c_int)])
 tether_results_count = _declare("tether_results_count", c_int, [c_void_p, POINTER(c_size_t)])
 tether_results_object_at = _declare(
     "tether_results_object_at", c_int, [c_void_p, c_size_t, POINTER(c_void_p)])
+tether_results_id_at = _declare(
+    "tether_results_id_at", c_int, [c_void_p, c_size_t, POINTER(c_char_p)])
+tether_results_value_at = _declare(
+    "tether_results_value_at", c_int, [c_void_p, c_size_t, c_char_p, POINTER(tether_value)])
 tether_results_release = _declare("tether_results_release", c_int, [c_void_p])
 
 # Diagnostics.

@@ -16,16 +16,20 @@ CFUNCTYPE thunk is ever freed while C could still jump into it.
 Ownership: an Object owns one reference to its object handle and releases it
 when Python drops the Object; the context keeps its Objects only weakly, for
 uniquing. A fetch callback's results handle is the binding's: it is turned
-into Objects (each taking its own reference) and released at once, whatever
-happens.
+into Objects, ids, a count or values (each Object taking its own reference)
+and released at once, whatever happens. The one exception is a batched
+objects fetch (batch > 0): its handle goes to a Results, which owns it and
+releases it on close() or when garbage-collected.
 """
 
 import asyncio
 import atexit
+import collections.abc
 import ctypes
 import itertools
 import json
 import logging
+import operator
 import os
 import sys
 import threading
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 
 from . import _lib
 from .errors import (BusyError, HandleError, NotFoundError, TetherError, make_error, E_BUSY,
-                     E_CANCELLED)
+                     E_CANCELLED, E_HANDLE)
 
 log = logging.getLogger("tether")
 
@@ -50,6 +54,15 @@ POLICIES = {
 }
 
 DELIVERIES = {"thread": _lib.DELIVER_THREAD, "poll": _lib.DELIVER_POLL}
+
+RESULT_TYPES = {
+    "objects": _lib.RESULT_OBJECTS,
+    "ids": _lib.RESULT_IDS,
+    "count": _lib.RESULT_COUNT,
+    "values": _lib.RESULT_VALUES,
+}
+
+SIZE_MAX = (1 << (8 * ctypes.sizeof(c_size_t))) - 1
 
 OPERATIONS = (("fetch", _lib.OP_FETCH), ("insert", _lib.OP_INSERT),
               ("update", _lib.OP_UPDATE), ("delete", _lib.OP_DELETE))
@@ -148,6 +161,40 @@ def _arguments(args):
     return array, len(values), tuple(buffers)
 
 
+def _result_options(result, properties):
+    """`result` and `properties` of a fetch -> (RESULT_* code, the properties
+    as the library reads them (bytes or None), their names (list or None)).
+    Only Python types and what the library cannot express are judged here;
+    the library judges the rest (an unknown name, properties for another
+    result type: InvalidError)."""
+    if not isinstance(result, str):
+        raise TypeError("result must be a str (%s), not %s"
+                        % (", ".join(RESULT_TYPES), type(result).__name__))
+    if result not in RESULT_TYPES:
+        raise ValueError("result must be one of %s, not %r" % (", ".join(RESULT_TYPES), result))
+    if properties is None:
+        return RESULT_TYPES[result], None, None
+    # A str would iterate as characters: refuse it rather than ask for "R", "a"...
+    if isinstance(properties, (str, bytes, bytearray, memoryview, dict)):
+        raise TypeError("properties must be a list of attribute names, not %s"
+                        % type(properties).__name__)
+    try:
+        names = list(properties)
+    except TypeError:
+        raise TypeError("properties must be a list of attribute names, not %s"
+                        % type(properties).__name__) from None
+    if not names:
+        # The library has no way to ask for none: NULL means every attribute.
+        raise ValueError("properties must name at least one attribute (None: every attribute)")
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError("properties must be attribute names (str), not %s"
+                            % type(name).__name__)
+        if "," in name:
+            raise ValueError("property %r: the library reads ',' as a separator" % name)
+    return RESULT_TYPES[result], _cstr(",".join(names), "properties"), names
+
+
 def _report(kind, callback):
     log.exception("exception in a tether %s callback %r (ignored)", kind, callback)
 
@@ -228,6 +275,21 @@ def _observer_trampoline(obj, key, status, userdata):
         entry._deliver(obj, key, status)
     except BaseException:
         _report("observer", None)
+
+
+@_lib.PROGRESS_CB
+def _progress_trampoline(task, received, total, userdata):
+    try:
+        entry = _registry.get(userdata)
+        if entry is None:
+            # The library promises none after the FINAL callback (which
+            # unregisters the task): say so rather than drop it quietly.
+            log.warning("tether: progress callback for unknown or finished request %r "
+                        "(received %d)", userdata, received)
+            return
+        entry._progress(task, received, total)
+    except BaseException:
+        _report("progress", None)
 
 
 # ------------------------------------------------------------------ exit
@@ -546,24 +608,166 @@ class Observer:
                                                  " removed" if self.removed else "")
 
 
+# ------------------------------------------------------------------ results
+
+class _Shape:
+    """What a fetch asked for, to read each phase's results handle by:
+    `type` (a RESULT_* code), `names` (a values fetch's attribute names, in
+    the order asked), `lazy` (a batched objects fetch: rows read on demand)."""
+
+    __slots__ = ("type", "names", "keys", "lazy")
+
+    def __init__(self, type, names=(), lazy=False):
+        self.type = type
+        self.names = tuple(names)
+        self.keys = tuple(n.encode("utf-8") for n in self.names)
+        self.lazy = lazy
+
+    def empty(self):
+        return 0 if self.type == _lib.RESULT_COUNT else []
+
+
+class _ResultsReference:
+    """The results handle a Results owns, released at close() or when this
+    goes away. Apart from the Results, as _ObjectReference is: made first, it
+    releases the handle even if the rest of Results.__init__ fails, and its
+    __del__ keeps what it needs through interpreter shutdown."""
+
+    __slots__ = ("handle", "ctx")
+
+    def __init__(self, ctx, handle):
+        self.ctx = ctx
+        self.handle = handle
+
+    def release(self, _release=_lib.tether_results_release, _HandleError=HandleError):
+        handle, self.handle = self.handle, None
+        if not handle or self.ctx._closed:
+            return  # closing the context released it with every other handle
+        try:
+            _release(handle)
+        except _HandleError:
+            pass  # the context closed meanwhile
+
+    def __del__(self, _finalizing=sys.is_finalizing):
+        handle = self.handle
+        try:
+            self.release()
+        except Exception:
+            # As _ObjectReference: at shutdown the module may be torn down.
+            if not _finalizing():
+                try:
+                    log.exception("tether: releasing results handle %#x failed", handle or 0)
+                except Exception:
+                    pass
+
+
+class Results(collections.abc.Sequence):
+    """The objects of one phase of a batched fetch (``batch > 0``), read on
+    demand: a read-only sequence (``len``, ``results[i]`` with negative
+    indexes, slices, iteration) over the library's results handle.
+
+    Ownership: a Results owns the phase's results handle (tether_results) and
+    releases it at ``close()``, at the end of a ``with`` block, or when it is
+    garbage-collected, whichever comes first. Reading a row asks the library
+    for its object (tether_results_object_at); the library makes objects a
+    batch at a time and holds only the batch of the last row read, so
+    iterating a large answer holds about one batch of objects, plus the
+    Objects you keep. Each Object it gives owns its own reference and
+    outlives the Results.
+
+    After ``close()``, or once the context has closed (which releases every
+    handle of the context), reading a row raises HandleError and nothing is
+    asked of the library with the dead handle; ``len()`` still answers.
+    Readable from any thread.
+    """
+
+    def __init__(self, ctx, handle):
+        """Takes over `handle`: it is released even if this fails."""
+        self._ref = _ResultsReference(ctx, handle)  # first: owns the handle from here
+        self._ctx = ctx
+        # Serializes row reads against close(): a row's object handle is
+        # borrowed from the results until _wrap has retained it.
+        self._lock = threading.Lock()
+        n = c_size_t()
+        _lib.tether_results_count(handle, byref(n))
+        self._len = n.value
+
+    @property
+    def closed(self):
+        """True once released (close(), or the context has closed)."""
+        return self._ref.handle is None or self._ctx._closed
+
+    def close(self):
+        """Releases the results handle (idempotent). Objects already read
+        stay valid."""
+        with self._lock:
+            self._ref.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __len__(self):
+        return self._len
+
+    def _object(self, i):
+        with self._lock:
+            handle = self._ref.handle
+            if handle is None:
+                raise HandleError("tether: these results are closed", status=E_HANDLE)
+            if self._ctx._closed:
+                raise HandleError("tether: the context of these results is closed", status=E_HANDLE)
+            oh = c_void_p()
+            _lib.tether_results_object_at(handle, i, byref(oh))
+            return self._ctx._wrap(oh.value, owned=False)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._object(i) for i in range(*index.indices(self._len))]
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError("results indices must be integers or slices, not %s"
+                            % type(index).__name__) from None
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError("results index out of range")
+        return self._object(i)
+
+    def __iter__(self):
+        # Reads row by row: nothing but the current row's Object is kept here.
+        for i in range(self._len):
+            yield self._object(i)
+
+    def __repr__(self):
+        return "<tether.Results %d rows%s>" % (self._len, " closed" if self.closed else "")
+
+
 # ------------------------------------------------------------------ tasks
 
 class Task:
     """An asynchronous fetch.
 
-    Attributes, filled as the callbacks arrive: ``cached`` (objects of the
-    cached phase, or None if there was none), ``done`` (True after the final
-    callback), ``status`` (final status, 0 ok), ``message``, ``result`` (final
-    objects when it succeeded, else None), ``error`` (the final error as a
-    TetherError, else None) and ``objects`` (the final callback's objects,
-    also on error: what the cache held).
+    Attributes, filled as the callbacks arrive: ``cached`` (the cached
+    phase's answer, or None if there was none), ``done`` (True after the final
+    callback), ``status`` (final status, 0 ok), ``message``, ``result`` (the
+    final answer when it succeeded, else None), ``error`` (the final error as a
+    TetherError, else None) and ``objects`` (the final callback's answer, also
+    on error: what the cache held). An answer is what the fetch's ``result``
+    type gives (see Context.fetch): a list of Objects, a list of ids, an int,
+    a list of dicts, or a Results for a batched objects fetch.
     """
 
-    def __init__(self, ctx, entity, callback, on_done=None):
+    def __init__(self, ctx, entity, callback, on_done=None, shape=None, progress=None):
         self._ctx = ctx
         self.entity = entity
         self.callback = callback
         self._on_done = on_done
+        self._shape = shape if shape is not None else _Shape(_lib.RESULT_OBJECTS)
+        self._progress_cb = progress
         self._h = None
         self._event = threading.Event()
         self.cached = None
@@ -586,12 +790,12 @@ class Task:
     def _deliver(self, task_h, phase, status, message, results):
         # First, so that nothing below can keep the results from being released.
         try:
-            objs = self._ctx._take_results(results)
+            objs = self._ctx._take(results, self._shape, status)
             error = None
         except BaseException as e:
-            # Could not wrap the objects (should not happen): report, go on.
-            _report("fetch (wrapping objects)", self.callback)
-            objs, error = [], e
+            # Could not read the results (should not happen): report, go on.
+            _report("fetch (reading results)", self.callback)
+            objs, error = self._shape.empty(), e
         if self._h is None and task_h:
             self._h = task_h
         final = phase == _lib.PHASE_FINAL
@@ -630,7 +834,21 @@ class Task:
                         _report("fetch (internal done hook)", self._on_done)
                 # As the library drops userdata: a callback that refers to its
                 # own task forms no cycle past the end.
-                self.callback = self._on_done = None
+                self.callback = self._on_done = self._progress_cb = None
+
+    def _progress(self, task_h, received, total):
+        if self._h is None and task_h:
+            self._h = task_h   # so that cancel() works from the first progress call on
+        progress = self._progress_cb
+        if progress is None or self.done:
+            return
+        prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
+        try:
+            progress(received, None if total < 0 else total)
+        except BaseException:
+            _report("progress", progress)
+        finally:
+            self._ctx._cb_thread = prev
 
     def cancel(self):
         """Cancels the fetch: its callback runs once more, FINAL with
@@ -853,18 +1071,55 @@ class Context:
             # its Object; dropping ours releases our reference.
             return self._objects.setdefault(addr, made)
 
-    def _take_results(self, results):
-        """The Objects of a fetch callback's results handle, in result order.
-        Releases the handle, also when wrapping fails."""
+    def _take(self, results, shape, status):
+        """One phase's answer, as `shape` asks: Objects, ids, a count, values
+        (dicts), or a Results (which then owns the handle). Otherwise the
+        handle is released here, also when reading fails."""
+        if not results:
+            return shape.empty()
+        if shape.lazy:
+            return Results(self, results)  # owns the handle, also if this raises
         try:
+            if status == 0:
+                # The library tells what it answered: a different type would
+                # be read wrongly below, so say so rather than guess. An
+                # error's or cancel's results have no rows: read as asked.
+                got = c_int()
+                _lib.tether_results_type(results, byref(got))
+                if got.value != shape.type:
+                    raise TetherError("tether: asked for %s, the library answered %s"
+                                      % (_lib.RESULT_NAMES.get(shape.type),
+                                         _lib.RESULT_NAMES.get(got.value, got.value)))
             n = c_size_t()
             _lib.tether_results_count(results, byref(n))
-            objs = []
-            oh = c_void_p()
+            if shape.type == _lib.RESULT_COUNT:
+                return n.value
+            if shape.type == _lib.RESULT_OBJECTS:
+                objs = []
+                oh = c_void_p()
+                for i in range(n.value):
+                    _lib.tether_results_object_at(results, i, byref(oh))
+                    objs.append(self._wrap(oh.value, owned=False))
+                return objs
+            if shape.type == _lib.RESULT_IDS:
+                out = c_char_p()
+                ids = []
+                for i in range(n.value):
+                    _lib.tether_results_id_at(results, i, byref(out))
+                    ids.append(_pystr(out.value))
+                return ids
+            rows = []
+            v = _lib.tether_value()
             for i in range(n.value):
-                _lib.tether_results_object_at(results, i, byref(oh))
-                objs.append(self._wrap(oh.value, owned=False))
-            return objs
+                row = {}
+                for name, key in zip(shape.names, shape.keys):
+                    try:
+                        _lib.tether_results_value_at(results, i, key, byref(v))
+                        row[name] = _convert(v)
+                    finally:
+                        _lib.tether_value_clear(byref(v))
+                rows.append(row)
+            return rows
         finally:
             _release_results(results)
 
@@ -881,10 +1136,39 @@ class Context:
     # -- fetch
 
     def fetch(self, entity, *, sort=None, limit=0, policy="cache_then_server", callback=None,
-              where=None, args=(), offset=0, server_query=None, _on_done=None):
+              where=None, args=(), offset=0, server_query=None, result="objects",
+              properties=None, batch=0, progress=None, _on_done=None):
         """Starts a fetch; returns a Task. callback(phase, status, message,
-        objects) runs once per phase: phase "cached" then "final" for the
+        answer) runs once per phase: phase "cached" then "final" for the
         default policy. `sort` is "A,-B" or a list of names ("-" descending).
+
+        `result` says what each phase answers:
+          "objects" (default): a list of Objects, in result order;
+          "ids": a list of record ids (str); no values are read;
+          "count": an int, how many match (after `offset`, at most `limit`);
+            the server counts without sending records where it can filter
+            the whole predicate;
+          "values": a list of dicts {name: value}, one per record, with the
+            attributes named in `properties` (a list of names, in that
+            order; None: every attribute, in the entity's order); no Objects
+            are made.
+        `properties` is for "values" only: with another result type the
+        library refuses it (InvalidError), as it does an unknown name.
+
+        `batch` (0: off) makes an "objects" fetch answer with a Results per
+        phase instead of a list: a lazy sequence that owns the library's
+        results handle and makes objects `batch` at a time as rows are read,
+        so iterating a huge answer holds about one batch. Close it (or use
+        ``with``) to release the handle at once; otherwise garbage collection
+        does. With other result types `batch` changes nothing visible.
+
+        `progress(received, total)` is called as records arrive from the
+        server, at most every 100 ms, on the thread that gets the fetch's
+        callbacks: `received` counts every record the server sent in this
+        fetch (matching or not, deletions included), `total` is the
+        listing's size if the server said, else None. Never after the final
+        callback; cancelling the task from inside it works as from the
+        callback. Exceptions it raises are logged, as a callback's are.
 
         `where` is a predicate (see "Predicates" in tether.h), e.g.
         ``"Status == $1 AND User BEGINSWITH[c] $2"``, and `args` the values of
@@ -911,7 +1195,11 @@ class Context:
         out of range or a bad server query (InvalidError). An argument, offset
         or server query of another Python type raises TypeError, and an
         argument or offset out of 64-bit range OverflowError, before anything
-        reaches the library."""
+        reaches the library; so do `result` (TypeError if not a str,
+        ValueError if not one of the four), `properties` (TypeError if not a
+        list of str; ValueError if empty or a name holds ',', which the
+        library reads as a separator), `batch` (TypeError if not an int,
+        ValueError if negative) and `progress` (TypeError if not callable)."""
         if isinstance(entity, Entity):
             entity = entity.name
         if policy in POLICIES:
@@ -937,6 +1225,19 @@ class Context:
                             % type(server_query).__name__)
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
+        rtype, props, names = _result_options(result, properties)
+        if isinstance(batch, bool) or not isinstance(batch, int):
+            raise TypeError("batch must be an int, not %s" % type(batch).__name__)
+        if batch < 0:   # size_t would wrap it into a huge batch
+            raise ValueError("batch must not be negative")
+        if batch > SIZE_MAX:
+            raise OverflowError("batch %d does not fit in a size_t" % batch)
+        if progress is not None and not callable(progress):
+            raise TypeError("progress must be callable or None, not %s" % type(progress).__name__)
+        if rtype == _lib.RESULT_VALUES and names is None:
+            # Every attribute, in the entity's order (what NULL asks of the library).
+            names = [a.name for a in self.entity(entity).attributes]
+        shape = _Shape(rtype, names or (), lazy=rtype == _lib.RESULT_OBJECTS and batch > 0)
         predicate = _cstr_opt(where, "where")
         query = _cstr_opt(server_query, "server_query")
         arguments, count, buffers = _arguments(args)
@@ -953,7 +1254,13 @@ class Context:
         opts.argument_count = count
         opts.offset = offset
         opts.server_query = query    # None: a NULL pointer
-        task = Task(self, entity if isinstance(entity, str) else _pystr(entity), callback, _on_done)
+        opts.result_type = rtype
+        opts.properties = props      # None: a NULL pointer (bytes kept alive by `props`)
+        opts.batch_size = batch
+        if progress is not None:
+            opts.progress = _progress_trampoline   # module-level: never freed
+        task = Task(self, entity if isinstance(entity, str) else _pystr(entity), callback, _on_done,
+                    shape=shape, progress=progress)
         task._register()   # before the call: in thread mode callbacks may come first
         out = c_void_p()
         try:
@@ -966,14 +1273,17 @@ class Context:
         return task
 
     def fetch_wait(self, entity, *, sort=None, limit=0, policy="cache_then_server", timeout=30,
-                   callback=None, where=None, args=(), offset=0, server_query=None):
-        """Fetches and waits: returns (cached objects or None, final objects),
+                   callback=None, where=None, args=(), offset=0, server_query=None,
+                   result="objects", properties=None, batch=0, progress=None):
+        """Fetches and waits: returns (cached answer or None, final answer),
         or raises the final error. Works in both delivery modes (in poll mode
         it polls). On timeout the fetch is cancelled and TimeoutError raised.
-        `where` and `args` (a predicate and its arguments), `offset` and
-        `server_query`: as in fetch()."""
+        `where` and `args` (a predicate and its arguments), `offset`,
+        `server_query`, `result`, `properties`, `batch` and `progress`: as in
+        fetch(). With `batch`, both answers are Results: close them."""
         task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
-                          where=where, args=args, offset=offset, server_query=server_query)
+                          where=where, args=args, offset=offset, server_query=server_query,
+                          result=result, properties=properties, batch=batch, progress=progress)
         if not task.wait(timeout):
             task.cancel()
             task.wait(5)
@@ -1047,11 +1357,13 @@ class Context:
                 self._loop_release()
 
     async def fetch_async(self, entity, *, sort=None, limit=0, policy="cache_then_server",
-                          callback=None, where=None, args=(), offset=0, server_query=None):
-        """Fetches and returns the final objects; raises the final error (a
+                          callback=None, where=None, args=(), offset=0, server_query=None,
+                          result="objects", properties=None, batch=0, progress=None):
+        """Fetches and returns the final answer; raises the final error (a
         tether CancelledError if the fetch was cancelled, e.g. by close()).
-        `where` and `args` (a predicate and its arguments), `offset` and
-        `server_query`: as in fetch().
+        `where` and `args` (a predicate and its arguments), `offset`,
+        `server_query`, `result`, `properties`, `batch` and `progress`: as in
+        fetch() (`progress` runs where the callbacks do).
         If the awaiting asyncio task is cancelled, the fetch is cancelled too
         and asyncio.CancelledError propagates.
 
@@ -1075,7 +1387,8 @@ class Context:
         try:
             task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
                               where=where, args=args, offset=offset, server_query=server_query,
-                              _on_done=done)
+                              result=result, properties=properties, batch=batch,
+                              progress=progress, _on_done=done)
         except BaseException:
             if poll_mode:
                 self._loop_release()
