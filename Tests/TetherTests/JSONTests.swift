@@ -104,4 +104,16 @@ final class JSONTests: XCTestCase {
         XCTAssertGreaterThan(backoff.remainingMilliseconds(), ServerBackoff.longestMilliseconds - 1_000)
         XCTAssertLessThanOrEqual(backoff.remainingMilliseconds(), ServerBackoff.longestMilliseconds)
     }
+
+    /// The compact id list of batched answers keeps ids byte for byte.
+    func testIDListKeepsIdsExactly() throws {
+        let ids = ["", "a", "e\u{301}", "\u{E9}", "x\u{0}y", String(repeating: "long-", count: 40), "日本"]
+        var list = IDList()
+        for id in ids { try list.append(Array(id.utf8)) }
+        list.compact()
+        XCTAssertEqual(list.count, ids.count)
+        for (index, id) in ids.enumerated() { XCTAssertTrue(list[index].utf8.elementsEqual(id.utf8), id.debugDescription) }
+        XCTAssertEqual(list.slice(1..<3).map { Array($0.utf8) }, [Array("a".utf8), Array("e\u{301}".utf8)])
+        XCTAssertEqual(IDList(ids).count, ids.count)
+    }
 }

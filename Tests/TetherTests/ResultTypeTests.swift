@@ -96,6 +96,25 @@ enum ResultTypeContract {
         }
         XCTAssertLessThanOrEqual(peak, 12, "about one batch of objects alive at a time")
         XCTAssertGreaterThanOrEqual(peak, 10, "the batch is held while read")
+
+        // Values a batch at a time: the same as unbatched; a row deleted since reads as not found.
+        var values = request(.values, .cacheOnly)
+        values.properties = ["Title", "Rank"]
+        let whole = try XCTUnwrap(fetch(context, values).last?.results)
+        values.batchSize = 7
+        let batchedValues = try XCTUnwrap(fetch(context, values).last?.results)
+        XCTAssertEqual(batchedValues.count, whole.count)
+        for index in 0..<whole.count {
+            XCTAssertEqual(try batchedValues.id(at: index), try whole.id(at: index))
+            for column in 0..<2 { XCTAssertEqual(try batchedValues.value(at: index, column: column), try whole.value(at: index, column: column)) }
+        }
+        try backend.deleteItem("i50")
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let fresh = try XCTUnwrap(fetch(context, values).last?.results)
+        XCTAssertEqual(fresh.count, itemCount - 1)
+        XCTAssertEqual(try batchedValues.id(at: 50), "i50", "the answer is as it was")
+        XCTAssertThrowsError(try batchedValues.value(at: 50, column: 0)) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        XCTAssertEqual(try batchedValues.value(at: 51, column: 1), Value.integer(51))
     }
 
     /// Servers order nulls, missing fields and values of another type their

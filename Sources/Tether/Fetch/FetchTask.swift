@@ -445,8 +445,11 @@ public final class FetchTask: Sendable {
         case .count:
             return .counted(Int(try store.count(entity, where: predicate, limit: request.limit, offset: request.offset)))
         case .objects where request.batchSize > 0, .ids:
-            let ids = try store.ids(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
+            let ids = try store.idList(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
             return .ids(ids, type: request.resultType, context: context, entity: entity, batchSize: request.batchSize)
+        case .values where request.batchSize > 0:
+            let ids = try store.idList(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
+            return .batchedValues(ids, properties: properties, context: context, entity: entity, batchSize: request.batchSize)
         case .values:
             let rows = try store.query(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
             return .values(rows.map(\.record.id), rows.map { row in properties.map { row.record.values[$0] } },
@@ -463,7 +466,7 @@ public final class FetchTask: Sendable {
         case .count:
             return .counted(objects.count)
         case .objects where request.batchSize > 0, .ids:
-            return .ids(objects.map(\.id), type: request.resultType, context: context, entity: entity,
+            return .ids(IDList(objects.map(\.id)), type: request.resultType, context: context, entity: entity,
                         batchSize: request.batchSize)
         case .values:
             let values = objects.map { object in

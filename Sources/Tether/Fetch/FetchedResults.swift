@@ -12,29 +12,40 @@ public enum ResultType: Sendable, Equatable {
 
 /// One phase's answer, in result order. Rows are counted by `count`; each
 /// row has an id, and an object on demand (made from its id, so the context
-/// keeps one object per record). With a batch size, objects are read from the
-/// store a batch at a time around the row asked for, and only that batch is
-/// held, so iterating a large answer keeps memory flat.
+/// keeps one object per record). With a batch size, an answer holds only its
+/// ids (compactly); objects or values are read from the store a batch at a
+/// time around the row asked for, and only that batch is held, so iterating
+/// a large answer keeps memory flat.
 public final class FetchedResults: Sendable {
     public let type: ResultType
     /// Rows; for `.count`, the count.
     public let count: Int
     /// Attribute indexes of `values`' columns.
     public let properties: [Int]
-    /// 0, or how many objects are made (and held) at a time.
+    /// 0, or how many objects or values rows are read (and held) at a time.
     public let batchSize: Int
     /// For a live fetch's answers after its first: how it moved.
     public let changes: ResultChanges?
     private let rows: Rows
     private let context: Context?
     private let entity: Entity?
-    private let window = Lock<(start: Int, objects: [ManagedObject])>((0, []))
+    private let window = Lock(Window())
 
-    private enum Rows {
+    private enum Rows: Sendable {
         case none
         case objects([ManagedObject])
-        case ids([String])
+        /// Objects made when asked for (a batch at a time with a batch size).
+        case ids(IDList)
         case values(ids: [String], values: [[Value]])
+        /// Values read a batch at a time.
+        case batchedValues(IDList)
+    }
+
+    /// The batch held: from row `start`, its objects or values rows.
+    private struct Window {
+        var start = 0
+        var objects: [ManagedObject] = []
+        var values: [[Value]?] = []
     }
 
     private init(type: ResultType, count: Int, rows: Rows, context: Context?, entity: Entity?, properties: [Int] = [],
@@ -63,7 +74,7 @@ public final class FetchedResults: Sendable {
     }
 
     /// Ids whose objects are made when asked for, `batchSize` at a time (0: one at a time).
-    static func ids(_ ids: [String], type: ResultType, context: Context, entity: Entity, batchSize: Int) -> FetchedResults {
+    static func ids(_ ids: IDList, type: ResultType, context: Context, entity: Entity, batchSize: Int) -> FetchedResults {
         FetchedResults(type: type, count: ids.count, rows: .ids(ids), context: context, entity: entity, batchSize: batchSize)
     }
 
@@ -71,6 +82,13 @@ public final class FetchedResults: Sendable {
         -> FetchedResults {
         FetchedResults(type: .values, count: ids.count, rows: .values(ids: ids, values: values), context: context,
                        entity: entity, properties: properties)
+    }
+
+    /// Values read from the store `batchSize` rows at a time.
+    static func batchedValues(_ ids: IDList, properties: [Int], context: Context, entity: Entity, batchSize: Int)
+        -> FetchedResults {
+        FetchedResults(type: .values, count: ids.count, rows: .batchedValues(ids), context: context, entity: entity,
+                       properties: properties, batchSize: batchSize)
     }
 
     /// The same answer, telling how it moved.
@@ -84,7 +102,8 @@ public final class FetchedResults: Sendable {
         switch rows {
         case .none: return []
         case .objects(let objects): return objects.map { ExactString($0.id) }
-        case .ids(let ids), .values(let ids, _): return ids.map(ExactString.init)
+        case .ids(let ids), .batchedValues(let ids): return (0..<ids.count).map { ExactString(ids[$0]) }
+        case .values(let ids, _): return ids.map(ExactString.init)
         }
     }
 
@@ -93,38 +112,66 @@ public final class FetchedResults: Sendable {
         switch rows {
         case .none: throw TetherError(.misuse, "a count has no rows")
         case .objects(let objects): return objects[index].id
-        case .ids(let ids), .values(let ids, _): return ids[index]
+        case .ids(let ids), .batchedValues(let ids): return ids[index]
+        case .values(let ids, _): return ids[index]
         }
     }
 
     /// The row's object. With a batch size, reading a row outside the held
-    /// batch reads the next batch and lets the previous one go.
+    /// batch reads its batch and lets the previous one go.
     public func object(at index: Int) throws -> ManagedObject {
         try checkIndex(index)
         switch rows {
         case .none: throw TetherError(.misuse, "a count has no objects")
         case .objects(let objects): return objects[index]
         case .values(let ids, _): return try made([ids[index]])[0]
+        case .batchedValues(let ids): return try made([ids[index]])[0]
         case .ids(let ids):
             guard batchSize > 0 else { return try made([ids[index]])[0] }
             if let held = window.withLock({ window in
                 index >= window.start && index < window.start + window.objects.count ? window.objects[index - window.start] : nil
             }) { return held }
-            let start = index - index % batchSize
-            let batch = try made(Array(ids[start..<min(ids.count, start + batchSize)]), reading: true)
-            window.withLock { $0 = (start, batch) }
-            return batch[index - start]
+            let range = batch(around: index)
+            let objects = try made(ids.slice(range), reading: true)
+            window.withLock { $0 = Window(start: range.lowerBound, objects: objects) }
+            return objects[index - range.lowerBound]
         }
     }
 
-    /// A `.values` row's value of the `column`th property.
+    /// A `.values` row's value of the `column`th property. With a batch
+    /// size, TetherError `.notFound` for a row deleted since the fetch.
     public func value(at index: Int, column: Int) throws -> Value {
         try checkIndex(index)
-        guard case .values(_, let values) = rows else {
+        guard type == .values else {
             throw TetherError(.misuse, "only a values fetch has values: read an object's with peek")
         }
-        guard column >= 0, column < properties.count else { throw TetherError(.notFound, "no property \(column) in these values") }
-        return values[index][column]
+        guard column >= 0, column < properties.count else {
+            throw TetherError(.notFound, "no property \(column) in these values")
+        }
+        switch rows {
+        case .values(_, let values): return values[index][column]
+        case .batchedValues(let ids):
+            // Outer nil: not in the held batch; inner nil: the row is gone.
+            let held = window.withLock { window -> [Value]?? in
+                guard index >= window.start, index < window.start + window.values.count else { return .none }
+                return .some(window.values[index - window.start])
+            }
+            let row: [Value]?
+            if let held {
+                row = held
+            } else {
+                let range = batch(around: index)
+                let batchIDs = ids.slice(range)
+                let rows = try storedRows(batchIDs)
+                let values = batchIDs.map { id in rows[ExactString(id)].map { stored in properties.map { stored.values[$0] } } }
+                window.withLock { $0 = Window(start: range.lowerBound, values: values) }
+                row = values[index - range.lowerBound]
+            }
+            guard let row else { throw TetherError(.notFound, "row \(index) was deleted since the fetch") }
+            return row[column]
+        default:
+            throw TetherError(.misuse, "only a values fetch has values: read an object's with peek")
+        }
     }
 
     /// The column of `values` holding the attribute of that name.
@@ -141,6 +188,18 @@ public final class FetchedResults: Sendable {
 
     private func checkIndex(_ index: Int) throws {
         guard index >= 0, index < count, type != .count else { throw TetherError(.notFound, "no row at index \(index)") }
+    }
+
+    private func batch(around index: Int) -> Range<Int> {
+        let start = index - index % batchSize
+        return start..<min(count, start + batchSize)
+    }
+
+    private func storedRows(_ ids: [String]) throws -> [ExactString: Record] {
+        guard let context, let entity else { throw TetherError(.internal, "results without a context") }
+        try context.checkOpen()
+        return Dictionary(try context.store.rows(entity, ids: ids).map { (ExactString($0.record.id), $0.record) },
+                          uniquingKeysWith: { first, _ in first })
     }
 
     /// The objects of `ids`; with `reading`, their rows are read from the

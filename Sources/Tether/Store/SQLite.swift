@@ -206,6 +206,20 @@ final class Statement {
         return rows
     }
 
+    /// Each row's first column as raw bytes (empty for a non-text value),
+    /// without building rows: for reading very many ids.
+    func eachText(_ values: [SQLValue] = [], _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        defer { finish() }
+        try bind(values)
+        while try step() {
+            guard sqlite3_column_type(statement, 0) == SQLITE_TEXT else {
+                try body(UnsafeRawBufferPointer(start: nil, count: 0))
+                continue
+            }
+            try body(UnsafeRawBufferPointer(start: sqlite3_column_text(statement, 0), count: Int(sqlite3_column_bytes(statement, 0))))
+        }
+    }
+
     private func column(_ index: Int) -> SQLValue {
         let i = Int32(index)
         switch sqlite3_column_type(statement, i) {

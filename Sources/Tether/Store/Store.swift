@@ -354,6 +354,20 @@ final class Store: Sendable {
         }
     }
 
+    /// The ids `ids` would give, read straight into a compact list.
+    func idList(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)],
+                limit: Int64, offset: Int64) throws -> IDList {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        let (sql, parameters) = Self.select("SELECT \(idColumn) FROM \(Self.table(entity))", entity, predicate,
+                                            sort: sort, limit: limit, offset: offset)
+        return try withDatabase { database in
+            var list = IDList()
+            try database.statement(sql).eachText(parameters) { try list.append($0) }
+            list.compact()
+            return list
+        }
+    }
+
     /// How many rows `query` would give.
     func count(_ entity: Entity, where predicate: Predicate?, limit: Int64 = 0, offset: Int64 = 0) throws -> Int64 {
         let (inner, parameters) = Self.select("SELECT 1 FROM \(Self.table(entity))", entity, predicate,
