@@ -167,6 +167,8 @@ enum ResultTypeContract {
         XCTAssertTrue(progress.allSatisfy { $0.received > 0 && $0.received <= Int64(itemCount) })
         XCTAssertFalse(lateProgress.withLock { $0 }, "no progress after the final")
         XCTAssertEqual(progress.last?.received, Int64(itemCount), "the last page is always told")
+        XCTAssertTrue(progress.allSatisfy { $0.total == nil || $0.total == Int64(itemCount) }, "\(progress)")
+        XCTAssertNotNil(progress.last?.total, "the total came (from the pages, or a count asked alongside)")
 
         // Pages slowed down, so the fetch is still running when progress is told.
         let slow = try backend.open(wrapping: { connection in

@@ -94,6 +94,8 @@ public final class FetchTask: Sendable {
         /// Records the server sent so far, and when progress was last told.
         var sentByServer: Int64 = 0
         var total: Int64?
+        /// The count asked for progress's total, while in flight.
+        var totalRequest: (any Cancellable)?
         var progressToldAt: MonotonicTime?
         /// Watching: the answer last posted, the ids changed since, whether
         /// a look is scheduled, and whether a posted answer is still being
@@ -129,6 +131,8 @@ public final class FetchTask: Sendable {
 
         /// The fetch has ended: it holds no objects any longer.
         mutating func end() {
+            totalRequest?.cancel()
+            totalRequest = nil
             state = .done
             results = []
             inResults = []
@@ -264,22 +268,22 @@ public final class FetchTask: Sendable {
     /// Event: `count` more records came from the server; `last`: the
     /// listing's last page, whose count is told whatever the interval.
     private func received(_ count: Int, total: Int64?, last: Bool) {
-        let told = machine.withLock { machine -> FetchProgress? in
+        // The callback is taken now: by delivery time the fetch may have
+        // ended (its final is queued behind this) and let it go.
+        let told = machine.withLock { machine -> (FetchProgress, @Sendable (FetchProgress) -> Void)? in
             machine.sentByServer += Int64(count)
             if machine.total == nil { machine.total = total }
-            guard machine.progress != nil, case .running = machine.state else { return nil }
+            guard case .running = machine.state else { return nil }
             let now = MonotonicTime.now()
             if !last, let told = machine.progressToldAt, now.milliseconds(since: told) < Self.progressIntervalMilliseconds {
                 return nil
             }
             machine.progressToldAt = now
-            return FetchProgress(received: machine.sentByServer, total: machine.total)
+            guard let progress = machine.progress else { return nil }
+            return (FetchProgress(received: machine.sentByServer, total: machine.total), progress)
         }
-        guard let told, let id = machine.withLock({ $0.subscription }) else { return }
-        context.delivery.post(.update, to: id) { [self] in
-            let progress = machine.withLock { $0.progress }
-            progress?(told)
-        }
+        guard let (progress, callback) = told, let id = machine.withLock({ $0.subscription }) else { return }
+        context.delivery.post(.update, to: id) { callback(progress) }
     }
 
     /// Event: the fetch ends with `error` (nil: success). Only the first end counts.
@@ -524,8 +528,43 @@ public final class FetchTask: Sendable {
     }
 
     private func start(_ plan: ServerPlan) {
-        machine.withLock { $0.begin(plan) }
+        let wantsTotal = machine.withLock { machine -> Bool in
+            machine.begin(plan)
+            return machine.progress != nil
+        }
+        // Not for a sync: a count leaves deletions out, which a sync sends.
+        switch plan {
+        case .wholeListing: if wantsTotal { askTotal(plan) }
+        case .query: if wantsTotal, server.isExact { askTotal(plan) }
+        case .sync: break
+        }
         requestPage(nil, plan)
+    }
+
+    /// For progress: how many records the listing holds, when the server
+    /// does not say with its pages (Kinto's only on HEAD). Holds the task
+    /// weakly, so it keeps nothing alive, and is cancelled when the fetch ends.
+    private func askTotal(_ plan: ServerPlan) {
+        var page = PageRequest(spec: entity.spec)
+        if case .query = plan {
+            page.filters = server.filters
+            page.rawQuery = request.serverQuery
+        }
+        // A cancel's answer may come at once, from inside `end()`: it must
+        // not take the machine's lock, and it does not (only a count does).
+        let remote = context.connection.count(page) { [weak self] result in
+            guard let self, case .success(let count) = result else { return }
+            let total = needed > 0 ? min(count, needed) : count  // the listing stops at the limit
+            machine.withLock { machine in
+                if machine.plan == plan, machine.total == nil { machine.total = total }
+            }
+        }
+        let ended = machine.withLock { machine -> Bool in
+            guard case .running = machine.state else { return true }
+            machine.totalRequest = remote
+            return false
+        }
+        if ended { remote.cancel() }
     }
 
     private func requestPage(_ cursor: PageCursor?, _ plan: ServerPlan) {
