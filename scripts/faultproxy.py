@@ -13,12 +13,13 @@ the proxy.  HTTP/1.1 with keep-alive; every answer carries Content-Length.
 Control endpoint (never forwarded):
 
   POST /__fault__   {"mode": "pass"|"malformed"|"truncate"|"status"|"delay"|"drop"
-                             |"reset"|"huge"|"trickle",
+                             |"reset"|"huge"|"trickle"|"headers",
                      "status": 500, "delay": 2.0, "match": "substring" or null,
                      "count": N or null, "forward": bool, "retry_after": S,
                      "pad": BYTES, "rate": BYTES_PER_S, "max_connections": N or null,
                      "backoff": S or null, "rewrite": [["from", "to"], ...],
-                     "rewrite_hex": [["66726f6d", "746f"], ...], "reset_log": bool}
+                     "rewrite_hex": [["66726f6d", "746f"], ...], "reset_log": bool,
+                     "message": "text", "skip": N, "headers": {"Name": "value"}}
       Replaces the fault settings (fields left out take their defaults) and
       answers with the state (as GET).
         pass       forward and relay unchanged.
@@ -33,7 +34,8 @@ Control endpoint (never forwarded):
         status     answer `status` with a Kinto-like JSON error body
                    {"code", "errno", "error", "message"}; not forwarded unless
                    "forward": true (then the server did apply the request).
-                   "retry_after" adds a Retry-After header.
+                   "retry_after" adds a Retry-After header; "message" replaces
+                   the body's message (default "Injected by faultproxy").
         delay      sleep `delay` seconds, then forward.
         drop       close the connection without answering; not forwarded
                    unless "forward": true.
@@ -45,9 +47,14 @@ Control endpoint (never forwarded):
         trickle    forward, then send the whole answer (status line, headers,
                    body) at `rate` bytes per second (default 1000), in small
                    writes every 50 ms.
+        headers    forward, then relay the answer with each header of
+                   `headers` (an object, name -> value) set: replacing those
+                   of that name (case-insensitive), else added.  Default {}.
       match: only requests whose target ("path?query") contains this
-      substring get the fault; others pass.  count: after this many faulted
-      requests the mode reverts to "pass".  reset_log: clear log and counters.
+      substring get the fault; others pass.  skip: the first N requests that
+      match pass too (default 0), so a fault can hit e.g. the 3rd page.
+      count: after this many faulted requests the mode reverts to "pass".
+      reset_log: clear log and counters.
       backoff (independent of mode and match): while set, the answer to every
       request that arrives meanwhile (relayed, injected by "status", or the
       proxy's 502) carries Kinto's "Backoff: S" header.
@@ -73,11 +80,22 @@ Control endpoint (never forwarded):
       request are never counted nor refused.
   GET /__fault__    {"mode", "status", "delay", "match", "count", "forward",
                      "pad", "rate", "max_connections", "backoff", "rewrite",
-                     "rewrite_hex",
+                     "rewrite_hex", "message", "skip" (matching requests still
+                         to let pass), "headers",
                      "requests": N (requests seen, control ones excluded),
                      "forwarded": N (requests sent to the upstream),
                      "faulted": N, "log": ["METHOD path?query", ...] (last 1000),
                      "times": [arrival of each log entry, monotonic seconds],
+                     "entries": [one per log entry, in the same order:
+                         {"method", "target", "time" (as in times),
+                         "if_none_match": the request's If-None-Match or null,
+                         "status": the status the proxy began to answer with
+                         (relayed or injected; also when the body was then
+                         cut), null while none (dropped, or not yet),
+                         "items": how many records the relayed body's
+                         {"data": [...]} listing holds; null for other bodies,
+                         bodies cut short, and bodies over 1 MB (not parsed)},
+                         ...],
                      "active_connections": N (client connections open now),
                      "peak_connections": N (most open at once since the last
                          reset; a refused one counts as open when it arrives),
@@ -104,7 +122,9 @@ import threading
 import time
 import urllib.parse
 
-MODES = ("pass", "malformed", "truncate", "status", "delay", "drop", "reset", "huge", "trickle")
+MODES = ("pass", "malformed", "truncate", "status", "delay", "drop", "reset", "huge", "trickle",
+         "headers")
+DEFAULT_MESSAGE = "Injected by faultproxy"
 PAD_FIELD = "faultproxy_pad"
 RESET_PAUSE = 0.2      # lets the client read the half body before the reset
 TRICKLE_TICK = 0.05    # seconds between two writes of a trickled answer
@@ -117,6 +137,7 @@ ERRNO = {400: 107, 401: 104, 403: 121, 404: 111, 405: 115, 406: 107, 409: 122,
          410: 202, 411: 112, 412: 114, 413: 113, 415: 107, 429: 117, 500: 999,
          502: 201, 503: 201, 504: 201}
 LOG_MAX = 1000
+ITEMS_MAX = 1 << 20    # bodies parsed to count a listing's items in the log
 
 
 class State:
@@ -127,6 +148,7 @@ class State:
         self.faulted = 0
         self.log = collections.deque(maxlen=LOG_MAX)
         self.times = collections.deque(maxlen=LOG_MAX)
+        self.entries = collections.deque(maxlen=LOG_MAX)
         self.active = set()     # sockets of the client connections counted now
         self.peak = 0
         self.refused = 0
@@ -164,6 +186,20 @@ class State:
         rewrite = self._pairs(cfg.get("rewrite", []), "rewrite",
                               lambda t: t.encode("utf-8", "surrogatepass"))
         rewrite_hex = self._pairs(cfg.get("rewrite_hex", []), "rewrite_hex", bytes.fromhex)
+        message = cfg.get("message", DEFAULT_MESSAGE)
+        if not isinstance(message, str):
+            raise ValueError("message must be a string")
+        skip = cfg.get("skip", 0)
+        if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
+            raise ValueError("skip must be a non-negative integer")
+        headers = cfg.get("headers", {})
+        if headers is None:
+            headers = {}
+        if not isinstance(headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and k
+                and not any(c in k for c in ":\r\n") and not any(c in v for c in "\r\n")
+                for k, v in headers.items()):
+            raise ValueError("headers must be an object of header names to string values")
         self.mode = mode
         self.status = status
         self.delay = float(cfg.get("delay", 1.0))
@@ -177,6 +213,9 @@ class State:
         self.backoff = backoff
         self.rewrite = rewrite
         self.rewrite_hex = rewrite_hex
+        self.message = message
+        self.skip = skip
+        self.headers = dict(headers)
         if cfg.get("reset_log"):
             self.reset_counters()
         if self.count == 0:
@@ -217,6 +256,7 @@ class State:
         self.requests = self.forwarded = self.faulted = 0
         self.log.clear()
         self.times.clear()
+        self.entries.clear()
         self.prune()
         self.peak = len(self.active)
         self.refused = 0
@@ -233,7 +273,9 @@ class State:
                 "requests": self.requests, "forwarded": self.forwarded,
                 "faulted": self.faulted, "log": list(self.log), "times": list(self.times),
                 "active_connections": len(self.active), "peak_connections": self.peak,
-                "refused": self.refused, "rewritten": self.rewritten}
+                "refused": self.refused, "rewritten": self.rewritten,
+                "message": self.message, "skip": self.skip, "headers": dict(self.headers),
+                "entries": [dict(e) for e in self.entries]}
 
     # -- connection cap (call with the lock held) ---------------------------
 
@@ -267,26 +309,43 @@ class State:
         with self.lock:
             self.active.discard(sock)
 
-    def decide(self, method, target):
+    def decide(self, method, target, if_none_match=None):
         """Record the request; return (the fault settings to apply to it or
-        None, the Backoff header value or None)."""
+        None, the Backoff header value or None, its log entry)."""
         with self.lock:
             self.requests += 1
+            now = time.monotonic()
             self.log.append("%s %s" % (method, target))
-            self.times.append(time.monotonic())
+            self.times.append(now)
+            entry = {"method": method, "target": target, "time": now,
+                     "if_none_match": if_none_match, "status": None, "items": None}
+            self.entries.append(entry)
             backoff = None if self.backoff is None else str(self.backoff)
             if self.mode == "pass" or (self.match is not None and self.match not in target):
-                return None, backoff
+                return None, backoff, entry
+            if self.skip > 0:
+                self.skip -= 1
+                return None, backoff, entry
             fault = {"mode": self.mode, "status": self.status, "delay": self.delay,
                      "forward": self.forward, "retry_after": self.retry_after,
-                     "pad": self.pad, "rate": self.rate}
+                     "pad": self.pad, "rate": self.rate, "message": self.message,
+                     "headers": dict(self.headers)}
             self.faulted += 1
             if self.count is not None:
                 self.count -= 1
                 if self.count <= 0:
                     self.mode = "pass"
                     self.count = None
-            return fault, backoff
+            return fault, backoff, entry
+
+    def answered(self, entry, status):
+        with self.lock:
+            if entry.get("status") is None:
+                entry["status"] = status
+
+    def relayed(self, entry, items):
+        with self.lock:
+            entry["items"] = items
 
     def count_forwarded(self):
         with self.lock:
@@ -311,6 +370,20 @@ def inflate(data, headers, pad):
     return json.dumps(doc).encode("utf-8")
 
 
+def listing_items(data, headers):
+    """How many items a JSON listing body holds ({"data": [...]}); None for
+    anything else, or a body too big to parse here."""
+    if len(data) > ITEMS_MAX or any(k.lower() == "content-encoding" for k, _ in headers):
+        return None
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):    # hostile bodies are relayed too
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+        return len(doc["data"])
+    return None
+
+
 def kinto_error(status, message):
     reason = http.client.responses.get(status, "Error")
     body = {"code": status, "errno": ERRNO.get(status, 999), "error": reason,
@@ -328,6 +401,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     state = None
     verbose = False
     extra_headers = ()   # per request: the Backoff header while set
+    entry = None         # per request: its log entry (None for control requests)
 
     # -- connection accounting ------------------------------------------------
 
@@ -360,6 +434,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             super().handle()
         finally:
             self.state.leave(self.connection)
+
+    def send_response(self, code, message=None):
+        if self.entry is not None:
+            self.state.answered(self.entry, code)
+        super().send_response(code, message)
 
     def log_message(self, fmt, *args):
         if self.verbose:
@@ -450,6 +529,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if not no_body:
             self.wfile.write(data)
+        if self.entry is not None and not no_body:
+            self.state.relayed(self.entry, listing_items(data, headers))
 
     def send_part(self, status, reason, headers, data):
         """Headers with the full Content-Length (100 if the body is empty),
@@ -525,11 +606,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def handle_any(self):
         self.extra_headers = ()
+        self.entry = None
         body = self.read_body()
         if urllib.parse.urlsplit(self.path).path == "/__fault__":
             return self.control(body)
 
-        fault, backoff = self.state.decide(self.command, self.path)
+        fault, backoff, self.entry = self.state.decide(self.command, self.path,
+                                                       self.headers.get("If-None-Match"))
         self.extra_headers = [("Backoff", backoff)] if backoff is not None else []
         mode = fault["mode"] if fault else "pass"
         try:
@@ -549,7 +632,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 extra = []
                 if fault["retry_after"] is not None:
                     extra.append(("Retry-After", str(fault["retry_after"])))
-                return self.send_simple(status, kinto_error(status, "Injected by faultproxy"),
+                return self.send_simple(status, kinto_error(status, fault["message"]),
                                         extra=extra)
             if mode == "delay":
                 time.sleep(max(0.0, fault["delay"]))
@@ -575,6 +658,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 data = inflate(data, headers, fault["pad"])
             if mode == "trickle":
                 return self.trickle(status, reason, headers, data, fault["rate"])
+            if mode == "headers":
+                names = {k.lower() for k in fault["headers"]}
+                headers = [(k, v) for k, v in headers if k.lower() not in names]
+                headers += list(fault["headers"].items())
             return self.relay(status, reason, headers, data)
         except (ConnectionError, socket.timeout, OSError, http.client.HTTPException) as e:
             if isinstance(e, (BrokenPipeError, ConnectionResetError)) and mode != "pass":
