@@ -22,6 +22,7 @@ Helpers to import: wait_until, ranks.
 """
 
 import base64
+import gc
 import json
 import os
 import socket
@@ -174,6 +175,20 @@ def wait_until(cond, timeout=10.0, interval=0.02, poll=None):
             poll.poll(int(interval * 1000))
         else:
             time.sleep(interval)
+
+
+def quiet_counts(timeout=5.0):
+    """tether.live_counts() once they stop moving, for a baseline: an earlier
+    test's task is freed just after its FINAL callback has returned."""
+    import tether
+    deadline, last = time.monotonic() + timeout, None
+    while True:
+        gc.collect()
+        now = tether.live_counts()
+        if now == last or time.monotonic() >= deadline:
+            return now
+        last = now
+        time.sleep(0.05)
 
 
 @pytest.fixture

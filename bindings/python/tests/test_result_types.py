@@ -19,7 +19,7 @@ import pytest
 
 import tether
 from tether import _lib
-from conftest import wait_until
+from conftest import quiet_counts, wait_until
 
 N = 300            # six pages of 50
 BATCH = 50
@@ -131,17 +131,9 @@ def live(name):
     return tether.live_counts()[name]
 
 
-def settled(name, timeout=5.0):
+def settled(name):
     """A live count once garbage is collected and it stops moving."""
-    last = None
-    deadline = time.monotonic() + timeout
-    while True:
-        gc.collect()
-        now = live(name)
-        if now == last or time.monotonic() >= deadline:
-            return now
-        last = now
-        time.sleep(0.02)
+    return quiet_counts()[name]
 
 
 def nothing_started(ctx, rec, tasks_before):

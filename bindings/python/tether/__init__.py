@@ -9,6 +9,10 @@
                                  args=("pending", "alice"))   # a predicate
         _, n = ctx.fetch_wait("changes", result="count", where="Status == 'pending'")
 
+    async def watch(ctx):      # a live fetch: an answer per change, until break
+        async for a in ctx.fetch_live("changes", where="Status == 'pending'"):
+            print(a.answer, a.changes)
+
 An Object holds one reference to its record's handle while Python holds the
 Object; a Results (a batched fetch's answer, batch=n) holds its results
 handle until closed or collected; tether.live_counts() shows what the library
@@ -26,13 +30,14 @@ from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeM
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT)
-from .context import (Attribute, Context, Diagnostic, Entity, Object, Observer, Results, Task,
-                      POLICIES, RESULT_TYPES)
+from .context import (Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch,
+                      Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
 
 __version__ = "0.2.0"
 
 __all__ = [
     "Context", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Results", "Task",
+    "Changes", "LiveAnswer", "LiveFetch",
     "POLICIES", "RESULT_TYPES",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",

@@ -77,6 +77,13 @@ ATTR_ID, ATTR_VERSION, ATTR_REQUIRED = 1, 2, 4
 
 PHASE_CACHED = 1
 PHASE_FINAL = 2
+PHASE_LIVE = 3
+
+# How a live fetch's answer moved since its previous one (tether_change).
+CHANGE_DELETE = 1   # old index
+CHANGE_INSERT = 2   # new index
+CHANGE_MOVE = 3     # old and new index
+CHANGE_UPDATE = 4   # old and new index
 
 POLICY_CACHE_THEN_SERVER = 0
 POLICY_CACHE_ONLY = 1
@@ -85,8 +92,8 @@ POLICY_CACHE_ELSE_SERVER = 3
 
 CONTEXT_OPTIONS_VERSION = 2
 # 2 added predicate, arguments, argument_count; 3 offset, server_query;
-# 4 result_type, properties, batch_size, progress.
-FETCH_OPTIONS_VERSION = 4
+# 4 result_type, properties, batch_size, progress; 5 live.
+FETCH_OPTIONS_VERSION = 5
 
 # What a fetch answers (tether_result_type).
 RESULT_OBJECTS = 0
@@ -166,6 +173,8 @@ class tether_fetch_options(Structure):
         ("properties", c_char_p),               # RESULT_VALUES: names, comma-separated
         ("batch_size", c_size_t),               # 0: the results hold their objects
         ("progress", PROGRESS_CB),              # NULL: none
+        # since version 5
+        ("live", c_int),                        # nonzero: answer again on each change
     ]
 
 
@@ -288,6 +297,11 @@ tether_results_id_at = _declare(
     "tether_results_id_at", c_int, [c_void_p, c_size_t, POINTER(c_char_p)])
 tether_results_value_at = _declare(
     "tether_results_value_at", c_int, [c_void_p, c_size_t, c_char_p, POINTER(tether_value)])
+tether_results_change_count = _declare(
+    "tether_results_change_count", c_int, [c_void_p, c_int, POINTER(c_size_t)])
+tether_results_change_at = _declare(
+    "tether_results_change_at", c_int,
+    [c_void_p, c_int, c_size_t, POINTER(c_size_t), POINTER(c_size_t)])
 tether_results_release = _declare("tether_results_release", c_int, [c_void_p])
 
 # Diagnostics.

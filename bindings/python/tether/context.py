@@ -19,7 +19,11 @@ uniquing. A fetch callback's results handle is the binding's: it is turned
 into Objects, ids, a count or values (each Object taking its own reference)
 and released at once, whatever happens. The one exception is a batched
 objects fetch (batch > 0): its handle goes to a Results, which owns it and
-releases it on close() or when garbage-collected.
+releases it on close() or when garbage-collected (a LiveFetch closes each
+answer's Results itself, at the next answer or its end).
+
+Live fetches (live=True) answer until cancelled; a LiveFetch (fetch_live)
+is one as an asyncio iterator, cancelled when its loop lets go of it.
 """
 
 import asyncio
@@ -44,7 +48,7 @@ from .errors import (BusyError, HandleError, NotFoundError, TetherError, make_er
 
 log = logging.getLogger("tether")
 
-PHASES = {_lib.PHASE_CACHED: "cached", _lib.PHASE_FINAL: "final"}
+PHASES = {_lib.PHASE_CACHED: "cached", _lib.PHASE_FINAL: "final", _lib.PHASE_LIVE: "live"}
 
 POLICIES = {
     "cache_then_server": _lib.POLICY_CACHE_THEN_SERVER,
@@ -193,6 +197,15 @@ def _result_options(result, properties):
         if "," in name:
             raise ValueError("property %r: the library reads ',' as a separator" % name)
     return RESULT_TYPES[result], _cstr(",".join(names), "properties"), names
+
+
+def _refuse_live(live, where, instead):
+    if live is False:
+        return
+    if not isinstance(live, bool):
+        raise TypeError("live must be a bool, not %s" % type(live).__name__)
+    raise ValueError("tether: %s cannot take live=True: a live fetch never ends by itself, "
+                     "so there is no final answer to wait for; use %s" % (where, instead))
 
 
 def _report(kind, callback):
@@ -746,6 +759,256 @@ class Results(collections.abc.Sequence):
         return "<tether.Results %d rows%s>" % (self._len, " closed" if self.closed else "")
 
 
+# ------------------------------------------------------------------ live fetches
+
+@dataclass(frozen=True)
+class Changes:
+    """How a live fetch's answer moved since its previous answer (as
+    NSFetchedResultsController tells it): `deleted`, old indexes of rows that
+    left; `inserted`, new indexes of rows that came; `moved`, (old, new)
+    pairs of rows that changed place; `updated`, (old, new) pairs of rows
+    whose values changed in place. Each list is in index order. Deleting the
+    deleted and moved rows (old indexes, descending), then inserting the
+    inserted and moved rows (new indexes, ascending) turns the previous
+    answer into this one. A "count" answer has no rows: it comes when the
+    count moves, its changes always empty. False when there are none."""
+    deleted: list
+    inserted: list
+    moved: list
+    updated: list
+
+    def __bool__(self):
+        return bool(self.deleted or self.inserted or self.moved or self.updated)
+
+
+def _read_changes(results):
+    """A results handle's changes (tether_results_change_*) as a Changes."""
+    n, old, new = c_size_t(), c_size_t(), c_size_t()
+    found = {}
+    for kind in (_lib.CHANGE_DELETE, _lib.CHANGE_INSERT, _lib.CHANGE_MOVE, _lib.CHANGE_UPDATE):
+        _lib.tether_results_change_count(results, kind, byref(n))
+        pairs = []
+        for i in range(n.value):
+            _lib.tether_results_change_at(results, kind, i, byref(old), byref(new))
+            pairs.append((old.value, new.value))
+        found[kind] = pairs
+    return Changes(deleted=[o for o, _ in found[_lib.CHANGE_DELETE]],
+                   inserted=[n for _, n in found[_lib.CHANGE_INSERT]],
+                   moved=found[_lib.CHANGE_MOVE],
+                   updated=found[_lib.CHANGE_UPDATE])
+
+
+@dataclass(frozen=True)
+class LiveAnswer:
+    """One answer of a live fetch, as Context.fetch_live yields it.
+
+    `phase`: "cached" (the cache's answer its policy gives first) or "live".
+    `answer`: what the fetch's `result` type gives (see Context.fetch).
+    `changes`: a Changes from the previous answer, or None when this answer
+    is not told as changes (the cached one, the first live one): replace
+    what you show with it. `status`/`message`/`error`: 0, "" and None, or the
+    first live answer's error when the server could not be asked (its answer
+    is then the cache's, and the fetch goes on watching the cache)."""
+    phase: str
+    answer: object
+    changes: "Changes | None"
+    status: int
+    message: str
+    error: "TetherError | None"
+
+
+def _close_answer(answer):
+    if isinstance(answer, Results):
+        answer.close()
+
+
+def _live_push(ref, item):
+    # On the loop thread: the LiveFetch is dereferenced here, so that its
+    # last reference never goes away on a library thread.
+    live = ref()
+    if live is None:
+        _close_answer(item.answer)
+    else:
+        live._push(item)
+
+
+def _live_finish(ref, task):
+    live = ref()
+    if live is not None:
+        live._finish(task)
+
+
+class LiveFetch:
+    """A live fetch as an asyncio iterator: ``async for a in
+    ctx.fetch_live(...)`` gets a LiveAnswer for each answer, until the loop
+    is left or the context closes.
+
+    Leaving the loop (break, return, an exception) drops the iterator, and
+    that cancels the fetch at once and waits for its FINAL callback where it
+    can without blocking the loop for long (see __del__); ``await
+    it.aclose()``, or ``async with ctx.fetch_live(...) as it``, does the same
+    explicitly, for an iterator still referenced elsewhere. When the context
+    closes, the answers already received are yielded, then the iteration
+    ends (StopAsyncIteration).
+
+    Answers are queued as they come, so none is lost while the loop body
+    awaits something else; the library coalesces changes while one answer
+    waits for delivery, and the queue only grows while the body is slower
+    than the changes. A batched answer's Results (batch > 0) belongs to the
+    iterator: it is closed when the next answer is taken or the iteration
+    ends (Objects read from it stay valid). One consumer at a time.
+    `task` is the fetch's Task.
+    """
+
+    def __init__(self, ctx, loop, options):
+        self._ctx = ctx
+        self._loop = loop
+        self._queue = collections.deque()
+        self._waiter = None     # the future __anext__ awaits, while it does
+        self._current = None    # the Results last yielded, closed at the next
+        self._ended = False     # the FINAL callback came
+        self._closing = False   # aclose() or __del__: no more answers
+        self._failure = None    # a FINAL error other than cancelled, raised once
+        self._final = loop.create_future()
+        self.task = None
+        poll_mode = ctx._delivery == _lib.DELIVER_POLL
+        # The hooks hold the iterator weakly: the task stays in the registry
+        # until its FINAL, and a strong reference would keep a dropped
+        # iterator (and its fetch) alive for ever.
+        ref = weakref.ref(self)
+
+        def on_answer(item):
+            _call_in_loop(loop, _live_push, ref, item)
+
+        def on_done(task):
+            if poll_mode:
+                ctx._loop_release()
+            _call_in_loop(loop, _live_finish, ref, task)
+
+        if poll_mode:
+            ctx._loop_acquire(loop)
+        try:
+            self.task = ctx.fetch(_on_answer=on_answer, _on_done=on_done, live=True, **options)
+        except BaseException:
+            if poll_mode:
+                ctx._loop_release()
+            raise
+
+    # -- from the hooks, on the loop thread
+
+    def _push(self, item):
+        if self._closing:
+            _close_answer(item.answer)
+            return
+        self._queue.append(item)
+        self._wake()
+
+    def _finish(self, task):
+        self._ended = True
+        if task.status not in (0, E_CANCELLED):
+            self._failure = task.error
+        _resolve(self._final)
+        self._wake()
+
+    def _wake(self):
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _release(self):
+        """Closes the Results yielded last and those still queued."""
+        current, self._current = self._current, None
+        if current is not None:
+            current.close()
+        while self._queue:
+            _close_answer(self._queue.popleft().answer)
+
+    # -- iteration
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self._waiter is not None:
+            raise RuntimeError("tether: another coroutine is already waiting for this live fetch")
+        while not self._queue:
+            if self._ended or self._closing:
+                self._release()
+                failure, self._failure = self._failure, None
+                if failure is not None:
+                    raise failure
+                raise StopAsyncIteration
+            # Cancelling this await (wait_for, a timeout) loses nothing: the
+            # answers stay queued and the fetch goes on.
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        item = self._queue.popleft()
+        current, self._current = self._current, None
+        if current is not None:
+            current.close()
+        if isinstance(item.answer, Results):
+            self._current = item.answer
+        return item
+
+    async def aclose(self):
+        """Cancels the fetch and waits for its FINAL callback; releases
+        every answer's Results still held. Idempotent."""
+        self._closing = True
+        self._release()
+        self._wake()
+        if self.task is not None:
+            self.task.cancel()
+            if not self._ended:
+                # Shielded: cancelling this await must not cancel the future
+                # the FINAL resolves.
+                await asyncio.shield(self._final)
+        self._release()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()
+
+    def __del__(self, _finalizing=sys.is_finalizing):
+        # `async for` drops its iterator when the loop is left: cancel there
+        # and then, so that no answer comes after the loop.
+        try:
+            task = self.__dict__.get("task")
+            if _finalizing() or task is None or task.done:
+                return
+            self._closing = True
+            task.cancel()
+            ctx = self._ctx
+            if ctx._closed or ctx._cb_thread == threading.get_ident():
+                return  # closed: FINAL delivered; inside a callback: it cannot come yet
+            try:
+                if ctx._delivery == _lib.DELIVER_POLL:
+                    # The FINAL is queued already: one poll delivers it. Only
+                    # on the loop's thread (poll from one thread at a time).
+                    if _on_loop_thread(self._loop):
+                        task.wait(5)
+                else:
+                    task._event.wait(5)
+            except TetherError:
+                pass  # BusyError: inside a callback after all; the FINAL comes later
+        except BaseException:
+            if not _finalizing():
+                _report("live fetch (cancelling at exit of its loop)", None)
+        finally:
+            try:
+                self._release()
+            except BaseException:
+                pass
+
+    def __repr__(self):
+        state = "ended" if self._ended else "closing" if self._closing else "live"
+        return "<tether.LiveFetch %s %s, %d queued>" % (
+            self.task.entity if self.task else "?", state, len(self._queue))
+
+
 # ------------------------------------------------------------------ tasks
 
 class Task:
@@ -759,18 +1022,29 @@ class Task:
     on error: what the cache held). An answer is what the fetch's ``result``
     type gives (see Context.fetch): a list of Objects, a list of ids, an int,
     a list of dicts, or a Results for a batched objects fetch.
+
+    A live fetch (``live`` True) also has ``answer``, its latest answer (of
+    the "cached" or "live" phase), and ``changes``, that answer's Changes
+    (None when it is not told as changes); it ends only when cancelled or
+    when its context closes, so its ``error`` is then a CancelledError.
     """
 
-    def __init__(self, ctx, entity, callback, on_done=None, shape=None, progress=None):
+    def __init__(self, ctx, entity, callback, on_done=None, shape=None, progress=None,
+                 live=False, on_answer=None):
         self._ctx = ctx
         self.entity = entity
         self.callback = callback
         self._on_done = on_done
+        self._on_answer = on_answer   # internal: each non-final answer, as a LiveAnswer
         self._shape = shape if shape is not None else _Shape(_lib.RESULT_OBJECTS)
         self._progress_cb = progress
         self._h = None
         self._event = threading.Event()
+        self.live = live
+        self._live_answers = 0
         self.cached = None
+        self.answer = None
+        self.changes = None
         self.done = False
         self.status = None
         self.message = None
@@ -788,14 +1062,34 @@ class Task:
         self._ctx._pending.pop(self._token, None)
 
     def _deliver(self, task_h, phase, status, message, results):
-        # First, so that nothing below can keep the results from being released.
+        # Marks the whole delivery (hooks included) as inside a callback of
+        # the context, for anything that must not wait for one from here.
+        prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
+        try:
+            self._deliver_marked(task_h, phase, status, message, results)
+        finally:
+            self._ctx._cb_thread = prev
+
+    def _deliver_marked(self, task_h, phase, status, message, results):
+        live = phase == _lib.PHASE_LIVE
+        changes = error = None
+        # A live answer after the first is told as changes from the one
+        # before; read them before _take lets the handle go.
+        if live and self._live_answers > 0 and results:
+            try:
+                changes = _read_changes(results)
+            except BaseException as e:
+                _report("fetch (reading changes)", self.callback)
+                error = e
+        # Then at once, so that nothing below can keep the results from being released.
         try:
             objs = self._ctx._take(results, self._shape, status)
-            error = None
         except BaseException as e:
             # Could not read the results (should not happen): report, go on.
             _report("fetch (reading results)", self.callback)
             objs, error = self._shape.empty(), e
+        if live:
+            self._live_answers += 1
         if self._h is None and task_h:
             self._h = task_h
         final = phase == _lib.PHASE_FINAL
@@ -803,6 +1097,7 @@ class Task:
         if error is not None and status == 0:
             status = getattr(error, "status", -1)
             msg = str(error)
+        name = PHASES.get(phase, str(phase))
         try:
             if final:
                 self.status = status
@@ -813,15 +1108,28 @@ class Task:
                 else:
                     self.error = make_error(status, msg, _lib.errstr(status))
             else:
-                self.cached = objs
+                if live:
+                    self.answer, self.changes = objs, changes
+                else:
+                    self.cached = objs
+                    if self.live:
+                        self.answer, self.changes = objs, None
             if self.callback is not None:
-                prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
                 try:
-                    self.callback(PHASES.get(phase, str(phase)), status, msg, objs)
+                    if self.live:
+                        # A live fetch's callback takes the answer's changes too:
+                        # passed with it, they cannot be mixed up with another's.
+                        self.callback(name, status, msg, objs, changes)
+                    else:
+                        self.callback(name, status, msg, objs)
                 except BaseException:
                     _report("fetch", self.callback)
-                finally:
-                    self._ctx._cb_thread = prev
+            if not final and self._on_answer is not None:
+                try:
+                    err = make_error(status, msg, _lib.errstr(status)) if status else None
+                    self._on_answer(LiveAnswer(name, objs, changes, status, msg, err))
+                except BaseException:
+                    _report("fetch (internal answer hook)", self._on_answer)
         finally:
             if final:
                 self.done = True
@@ -834,7 +1142,7 @@ class Task:
                         _report("fetch (internal done hook)", self._on_done)
                 # As the library drops userdata: a callback that refers to its
                 # own task forms no cycle past the end.
-                self.callback = self._on_done = self._progress_cb = None
+                self.callback = self._on_done = self._on_answer = self._progress_cb = None
 
     def _progress(self, task_h, received, total):
         if self._h is None and task_h:
@@ -1137,10 +1445,25 @@ class Context:
 
     def fetch(self, entity, *, sort=None, limit=0, policy="cache_then_server", callback=None,
               where=None, args=(), offset=0, server_query=None, result="objects",
-              properties=None, batch=0, progress=None, _on_done=None):
+              properties=None, batch=0, progress=None, live=False, _on_done=None,
+              _on_answer=None):
         """Starts a fetch; returns a Task. callback(phase, status, message,
         answer) runs once per phase: phase "cached" then "final" for the
         default policy. `sort` is "A,-B" or a list of names ("-" descending).
+
+        `live=True` keeps the fetch live: after the cached answer its policy
+        gives, it answers with phase "live" (what a "final" would answer,
+        status and all: on a server error, the cache's answer), then again,
+        "live" and status 0, each time the records it matches change in the
+        context (a sync, another fetch, a get's refresh), until cancelled or
+        its context closes: then one "final", cancelled (CancelledError).
+        A live fetch's callback takes a fifth argument, `changes`: for a
+        live answer after the first, a Changes from the answer before;
+        otherwise None (replace what you show with the answer). The changes
+        come with the answer they belong to, as `task.answer` and
+        `task.changes` hold the latest. Changes wait one at a time in the
+        library, which folds later ones into the waiting answer. See
+        fetch_live() for asyncio.
 
         `result` says what each phase answers:
           "objects" (default): a list of Objects, in result order;
@@ -1199,7 +1522,8 @@ class Context:
         ValueError if not one of the four), `properties` (TypeError if not a
         list of str; ValueError if empty or a name holds ',', which the
         library reads as a separator), `batch` (TypeError if not an int,
-        ValueError if negative) and `progress` (TypeError if not callable)."""
+        ValueError if negative), `progress` (TypeError if not callable) and
+        `live` (TypeError if not a bool)."""
         if isinstance(entity, Entity):
             entity = entity.name
         if policy in POLICIES:
@@ -1234,6 +1558,8 @@ class Context:
             raise OverflowError("batch %d does not fit in a size_t" % batch)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be callable or None, not %s" % type(progress).__name__)
+        if not isinstance(live, bool):
+            raise TypeError("live must be a bool, not %s" % type(live).__name__)
         if rtype == _lib.RESULT_VALUES and names is None:
             # Every attribute, in the entity's order (what NULL asks of the library).
             names = [a.name for a in self.entity(entity).attributes]
@@ -1259,8 +1585,9 @@ class Context:
         opts.batch_size = batch
         if progress is not None:
             opts.progress = _progress_trampoline   # module-level: never freed
+        opts.live = int(live)
         task = Task(self, entity if isinstance(entity, str) else _pystr(entity), callback, _on_done,
-                    shape=shape, progress=progress)
+                    shape=shape, progress=progress, live=live, on_answer=_on_answer)
         task._register()   # before the call: in thread mode callbacks may come first
         out = c_void_p()
         try:
@@ -1274,13 +1601,16 @@ class Context:
 
     def fetch_wait(self, entity, *, sort=None, limit=0, policy="cache_then_server", timeout=30,
                    callback=None, where=None, args=(), offset=0, server_query=None,
-                   result="objects", properties=None, batch=0, progress=None):
+                   result="objects", properties=None, batch=0, progress=None, live=False):
         """Fetches and waits: returns (cached answer or None, final answer),
         or raises the final error. Works in both delivery modes (in poll mode
         it polls). On timeout the fetch is cancelled and TimeoutError raised.
         `where` and `args` (a predicate and its arguments), `offset`,
         `server_query`, `result`, `properties`, `batch` and `progress`: as in
-        fetch(). With `batch`, both answers are Results: close them."""
+        fetch(). With `batch`, both answers are Results: close them.
+        `live=True` is refused (ValueError) before anything starts: a live
+        fetch never ends by itself (use fetch(live=True) or fetch_live())."""
+        _refuse_live(live, "fetch_wait", "fetch(..., live=True, callback=...) or fetch_live()")
         task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
                           where=where, args=args, offset=offset, server_query=server_query,
                           result=result, properties=properties, batch=batch, progress=progress)
@@ -1358,7 +1688,8 @@ class Context:
 
     async def fetch_async(self, entity, *, sort=None, limit=0, policy="cache_then_server",
                           callback=None, where=None, args=(), offset=0, server_query=None,
-                          result="objects", properties=None, batch=0, progress=None):
+                          result="objects", properties=None, batch=0, progress=None,
+                          live=False):
         """Fetches and returns the final answer; raises the final error (a
         tether CancelledError if the fetch was cancelled, e.g. by close()).
         `where` and `args` (a predicate and its arguments), `offset`,
@@ -1369,7 +1700,9 @@ class Context:
 
         POLL mode: the context's descriptor is watched with loop.add_reader
         while the fetch runs. THREAD mode: the result comes back through
-        loop.call_soon_threadsafe."""
+        loop.call_soon_threadsafe. `live=True` is refused (ValueError): a
+        live fetch has no final answer to return; use fetch_live()."""
+        _refuse_live(live, "fetch_async", "fetch_live()")
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         poll_mode = self._delivery == _lib.DELIVER_POLL
@@ -1399,3 +1732,31 @@ class Context:
             if not fut.done() or fut.cancelled():
                 task.cancel()
             raise
+
+    def fetch_live(self, entity, *, sort=None, limit=0, policy="cache_then_server", where=None,
+                   args=(), offset=0, server_query=None, result="objects", properties=None,
+                   batch=0, progress=None):
+        """Starts a live fetch (see fetch(live=True)) and returns it as an
+        asyncio iterator, a LiveFetch: ``async for a in ctx.fetch_live(...)``
+        gets a LiveAnswer (`phase`, `answer`, `changes`, `status`, `message`,
+        `error`) per answer: the cached one its policy gives, the first live
+        one (changes None: replace), then one per change (a Changes). The
+        options are fetch()'s, and raise here as there. Call it with the loop
+        running (it is a plain method, not a coroutine, so that it can be
+        the target of ``async for`` directly).
+
+        Leaving the loop cancels the fetch and waits for its FINAL; so do
+        ``await it.aclose()`` and ``async with``. When the context closes the
+        iteration ends after the answers already received.
+
+        An iterator of its own rather than fetch_async(live=True): that is a
+        coroutine, awaited once for one answer; a live fetch has many and no
+        last, and an ``async for`` needs an iterator it can start at once.
+
+        Both delivery modes, as fetch_async: POLL mode watches the context's
+        descriptor with loop.add_reader until the FINAL; THREAD mode brings
+        each answer in with loop.call_soon_threadsafe."""
+        return LiveFetch(self, asyncio.get_running_loop(), dict(
+            entity=entity, sort=sort, limit=limit, policy=policy, where=where, args=args,
+            offset=offset, server_query=server_query, result=result, properties=properties,
+            batch=batch, progress=progress))
