@@ -32,6 +32,12 @@ private func json(_ value: Value) -> JSON {
     }
 }
 
+/// A record's version as its integer column holds it; nil: NULL there.
+private func version(_ record: Record) -> Int64? {
+    if case .integer(let version) = record.values[entity.versionIndex] { return version }
+    return nil
+}
+
 private func same(_ sent: JSON, _ kept: JSON) -> Bool {
     if case .integer(let i) = sent, case .real(let d) = kept { return Int64(exactly: d) == i }
     // A JSON attribute's objects are stored with sorted keys: order is not
@@ -61,6 +67,10 @@ public func fuzzRecords(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             }
         }
         records.append(record)
+        // The store keeps the newest version of an id named twice (the later
+        // one on a tie, or where either has no integer version).
+        if let kept = latest[ExactString(record.id)], let keptVersion = version(kept), let newVersion = version(record),
+           newVersion < keptVersion { continue }
         latest[ExactString(record.id)] = record
     }
     do {
