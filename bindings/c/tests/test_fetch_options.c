@@ -43,21 +43,6 @@ static int start(tether_context *ctx, tu_fetch *f, const query *q, tether_cache_
     return tether_fetch_start(ctx, &o, tu_fetch_cb, f, task);
 }
 
-/* The n of each object, comma-separated, into buf ("?" for one without). */
-static const char *ns(tether_object **objs, size_t count, char *buf, size_t size)
-{
-    size_t i, len = 0;
-    buf[0] = '\0';
-    for (i = 0; i < count && len + 24 < size; i++) {
-        int64_t n = 0;
-        if (tu_peek_int(objs[i], "n", &n) == TETHER_OK)
-            len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? "," : "", (long long)n);
-        else
-            len += (size_t)snprintf(buf + len, size - len, "%s?", i ? "," : "");
-    }
-    return buf;
-}
-
 /* Runs the fetch with one policy; checks the n of its objects: `cached` for
  * the CACHED phase of CACHE_THEN_SERVER, `final` for the FINAL one. */
 static void expect_policy(tether_context *ctx, const query *q, tether_cache_policy policy, const char *cached,
@@ -73,10 +58,10 @@ static void expect_policy(tether_context *ctx, const query *q, tether_cache_poli
         tu_check(tu_fetch_wait(&f, TU_WAIT_MS), __FILE__, line, what, "no FINAL callback")) {
         pthread_mutex_lock(&f.mu);
         tu_check_code(f.final_status, TETHER_OK, __FILE__, line, f.final_message);
-        tu_check_str(ns(f.final_objs, f.final_count, got, sizeof got), final, __FILE__, line, what);
+        tu_check_str(tu_ns(f.final_objs, f.final_count, got, sizeof got), final, __FILE__, line, what);
         if (policy == TETHER_POLICY_CACHE_THEN_SERVER) {
             tu_check(f.cached == 1, __FILE__, line, what, "one CACHED callback");
-            tu_check_str(ns(f.cached_objs, f.cached_count, got, sizeof got), cached, __FILE__, line, what);
+            tu_check_str(tu_ns(f.cached_objs, f.cached_count, got, sizeof got), cached, __FILE__, line, what);
         } else {
             tu_check(f.cached == 0, __FILE__, line, what, "no CACHED callback");
         }
@@ -368,7 +353,7 @@ static void test_version_2(tether_context *ctx)
     if (CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL)) == TETHER_OK) {
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
         CHECK_CODE(f.final_status, TETHER_OK);
-        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "4,3,2");
+        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "4,3,2");
     }
     tu_fetch_destroy(&f);
     /* A valid-looking query and offset there are not used either. */
@@ -380,8 +365,8 @@ static void test_version_2(tether_context *ctx)
     if (CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL)) == TETHER_OK) {
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
         CHECK_CODE(f.final_status, TETHER_OK);
-        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "4,3,2");
-        CHECK_STR(ns(f.cached_objs, f.cached_count, got, sizeof got), "4,3,2");
+        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "4,3,2");
+        CHECK_STR(tu_ns(f.cached_objs, f.cached_count, got, sizeof got), "4,3,2");
     }
     tu_fetch_destroy(&f);
 
@@ -406,7 +391,7 @@ static void test_version_2(tether_context *ctx)
             TETHER_OK) {
             CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
             CHECK_CODE(f.final_status, TETHER_OK);
-            CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "7,17,27");
+            CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "7,17,27");
         }
         tu_fetch_destroy(&f);
         free(v2);
@@ -508,7 +493,7 @@ static void test_version_3(tether_context *ctx)
     if (CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL)) == TETHER_OK) {
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
         CHECK_CODE(f.final_status, TETHER_OK);
-        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "99,98,97");
+        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "99,98,97");
     }
     tu_fetch_destroy(&f);
     CHECK(progress_count() >= 1);
@@ -524,7 +509,7 @@ static void test_version_3(tether_context *ctx)
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
         CHECK_CODE(f.final_status, TETHER_OK);
         CHECK_INT(f.results_errors, 0);
-        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "99,98,97");
+        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "99,98,97");
         type = (tether_result_type)99;
         CHECK_OK(tether_results_type(f.final_results, &type));
         CHECK_INT(type, TETHER_RESULT_OBJECTS);
@@ -554,8 +539,8 @@ static void test_version_3(tether_context *ctx)
             CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
             CHECK_CODE(f.final_status, TETHER_OK);
             CHECK_INT(f.results_errors, 0);
-            CHECK_STR(ns(f.cached_objs, f.cached_count, got, sizeof got), "7,6,5");
-            CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "7,6,5");
+            CHECK_STR(tu_ns(f.cached_objs, f.cached_count, got, sizeof got), "7,6,5");
+            CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "7,6,5");
             type = (tether_result_type)99;
             CHECK_OK(tether_results_type(f.final_results, &type));
             CHECK_INT(type, TETHER_RESULT_OBJECTS);
@@ -611,8 +596,8 @@ static void test_cache_kept(const char *store)
         if (CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL)) == TETHER_OK) {
             CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
             CHECK_CODE(f.final_status, TETHER_OK);
-            CHECK_STR(ns(f.cached_objs, f.cached_count, got, sizeof got), "0,1");
-            CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "5,6,7,8");
+            CHECK_STR(tu_ns(f.cached_objs, f.cached_count, got, sizeof got), "0,1");
+            CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "5,6,7,8");
         }
         tu_fetch_destroy(&f);
         o.predicate = NULL;
@@ -621,14 +606,14 @@ static void test_cache_kept(const char *store)
         tu_fetch_init(&f);
         if (CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL)) == TETHER_OK) {
             CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-            CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "3");
+            CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "3");
         }
         tu_fetch_destroy(&f);
     }
     tu_fetch_init(&f);
     if (CHECK_OK(tu_fetch_start(ctx, &f, "keep", "n", 0, TETHER_POLICY_CACHE_ONLY, NULL)) == TETHER_OK) {
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "0,1,2,3,4,5,6,7,8,9");
+        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "0,1,2,3,4,5,6,7,8,9");
     }
     tu_fetch_destroy(&f);
     if (CHECK_OK(tether_context_object(ctx, "keep", "k6", &obj)) == TETHER_OK) {

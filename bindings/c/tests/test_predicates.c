@@ -60,21 +60,6 @@ static int start(tether_context *ctx, tu_fetch *f, const char *predicate, const 
     return tether_fetch_start(ctx, &o, tu_fetch_cb, f, NULL);
 }
 
-/* The n of each object, comma-separated, into buf ("?" for one without). */
-static const char *ns(tether_object **objs, size_t count, char *buf, size_t size)
-{
-    size_t i, len = 0;
-    buf[0] = '\0';
-    for (i = 0; i < count && len + 24 < size; i++) {
-        int64_t n = 0;
-        if (tu_peek_int(objs[i], "n", &n) == TETHER_OK)
-            len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? "," : "", (long long)n);
-        else
-            len += (size_t)snprintf(buf + len, size - len, "%s?", i ? "," : "");
-    }
-    return buf;
-}
-
 /* Runs the fetch and checks the n of its objects: both phases for
  * CACHE_THEN_SERVER (the cache must be warm), else the FINAL one. */
 static void expect(tether_context *ctx, const char *predicate, const tether_value *args, size_t count,
@@ -90,10 +75,10 @@ static void expect(tether_context *ctx, const char *predicate, const tether_valu
         tu_check(tu_fetch_wait(&f, TU_WAIT_MS), __FILE__, line, what, "no FINAL callback")) {
         pthread_mutex_lock(&f.mu);
         tu_check_code(f.final_status, TETHER_OK, __FILE__, line, f.final_message);
-        tu_check_str(ns(f.final_objs, f.final_count, got, sizeof got), expected, __FILE__, line, what);
+        tu_check_str(tu_ns(f.final_objs, f.final_count, got, sizeof got), expected, __FILE__, line, what);
         if (policy == TETHER_POLICY_CACHE_THEN_SERVER) {
             tu_check(f.cached == 1, __FILE__, line, what, "one CACHED callback");
-            tu_check_str(ns(f.cached_objs, f.cached_count, got, sizeof got), expected, __FILE__, line, what);
+            tu_check_str(tu_ns(f.cached_objs, f.cached_count, got, sizeof got), expected, __FILE__, line, what);
         }
         tu_check(f.order_errors == 0 && f.results_errors == 0, __FILE__, line, what, "callback order/results");
         pthread_mutex_unlock(&f.mu);
@@ -182,7 +167,7 @@ static void test_answers(tether_context *ctx)
         free(heap);
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
         CHECK_CODE(f.final_status, TETHER_OK);
-        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "42");
+        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "42");
         tu_fetch_destroy(&f);
     }
 }
@@ -245,7 +230,7 @@ static void test_version_1(tether_context *ctx)
         char got[64];
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
         CHECK_CODE(f.final_status, TETHER_OK);
-        CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "1003,1002");
+        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "1003,1002");
     }
     tu_fetch_destroy(&f);
 
@@ -264,7 +249,7 @@ static void test_version_1(tether_context *ctx)
             char got[64];
             CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
             CHECK_CODE(f.final_status, TETHER_OK);
-            CHECK_STR(ns(f.final_objs, f.final_count, got, sizeof got), "0,1,2");
+            CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "0,1,2");
         }
         tu_fetch_destroy(&f);
         free(v1);

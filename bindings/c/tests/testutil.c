@@ -1156,3 +1156,17 @@ long tu_resident_bytes(void)
     fclose(fp);
     return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
 }
+
+const char *tu_ns(tether_object **objs, size_t count, char *buf, size_t size)
+{
+    size_t i, len = 0;
+    buf[0] = '\0';
+    for (i = 0; i < count && len + 24 < size; i++) {
+        int64_t n = 0;
+        if (tu_peek_int(objs[i], "n", &n) == TETHER_OK)
+            len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? "," : "", (long long)n);
+        else
+            len += (size_t)snprintf(buf + len, size - len, "%s?", i ? "," : "");
+    }
+    return buf;
+}

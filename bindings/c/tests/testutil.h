@@ -167,6 +167,9 @@ int64_t tu_live_settle(tether_live what, int64_t expected, int timeout_ms);
 /* Peeks a text value into buf ("" on failure); returns the status. */
 int tu_peek_text(tether_object *obj, const char *key, char *buf, size_t size);
 int tu_peek_int(tether_object *obj, const char *key, int64_t *out);
+/* The "n" of each object, comma-separated, into buf ("?" for one without);
+ * returns buf. */
+const char *tu_ns(tether_object **objs, size_t count, char *buf, size_t size);
 /* Record id of an object, or "(?)". */
 const char *tu_id(tether_object *obj);
 
