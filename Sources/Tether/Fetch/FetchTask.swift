@@ -311,11 +311,7 @@ public final class FetchTask: Sendable {
     private func settle(_ error: TetherError?, _ results: FetchedResults) {
         // The versions of the rows the host is given, to tell updates later.
         let ids = results.allIDs
-        let stored = (try? context.store.rows(entity, ids: ids.map(\.string))) ?? []
-        var versions: [ExactString: Int64] = [:]
-        for row in stored {
-            if case .integer(let version) = row.record.values[entity.versionIndex] { versions[ExactString(row.record.id)] = version }
-        }
+        let versions = (try? context.store.versions(entity, ids: ids.map(\.string))) ?? [:]
         let first = machine.withLock { machine -> Bool in
             guard case .running = machine.state else { return false }
             machine.state = .watching
@@ -619,19 +615,12 @@ public final class FetchTask: Sendable {
             let received = machine.withLock { machine -> Int64 in
                 if machine.firstPage { machine.version = page.version }
                 machine.firstPage = false
-                guard case .query = plan else { return 0 }  // the cache answers, or every object does
+                guard plan.pagesAnswer else { return 0 }
                 for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
                     machine.results.append(object)
                 }
                 machine.received += Int64(objects.count)
                 return machine.received
-            }
-            if case .wholeListing(_, false) = plan {
-                machine.withLock { machine in
-                    for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
-                        machine.results.append(object)
-                    }
-                }
             }
             if let next = page.next {
                 if plan.readsToTheEnd || request.limit == 0 { return }  // already requested
@@ -641,7 +630,8 @@ public final class FetchTask: Sendable {
                 // The whole filtered answer is in: rows the cache still thinks
                 // match, but the server did not name, changed or went.
                 let named = Set(machine.withLock { $0.results }.map { ExactString($0.id) })
-                let stale = try context.store.ids(entity, where: predicate).filter { !named.contains(ExactString($0)) }
+                let cached = try context.store.idList(entity, where: predicate, sort: nil)
+                let stale = (0..<cached.count).map { cached[$0] }.filter { !named.contains(ExactString($0)) }
                 if !stale.isEmpty { return verify(context.connection.idBatches(stale), cursor: nil, seen: []) }
             }
             finish(nil, try listingEnded(plan))
@@ -715,6 +705,15 @@ enum ServerPlan: Equatable {
     case wholeListing(firstWrite: Int64, afterLostHistory: Bool)
     /// The records the request asks for, as the server gives them.
     case query
+
+    /// The pages' objects are the answer; else the cache answers.
+    var pagesAnswer: Bool {
+        switch self {
+        case .sync: return false
+        case .wholeListing(_, let afterLostHistory): return !afterLostHistory
+        case .query: return true
+        }
+    }
 
     /// Every page is read, whatever the request's limit.
     var readsToTheEnd: Bool {

@@ -198,8 +198,7 @@ public final class FetchedResults: Sendable {
     private func storedRows(_ ids: [String]) throws -> [ExactString: Record] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
-        return Dictionary(try context.store.rows(entity, ids: ids).map { (ExactString($0.record.id), $0.record) },
-                          uniquingKeysWith: { first, _ in first })
+        return try context.store.rows(entity, ids: ids).mapValues(\.record)
     }
 
     /// The objects of `ids`; with `reading`, their rows are read from the
@@ -208,8 +207,7 @@ public final class FetchedResults: Sendable {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
         guard reading else { return context.uniqueObjects(entity, ids) }
-        let stored = Dictionary(try context.store.rows(entity, ids: ids).map { (ExactString($0.record.id), $0) },
-                                uniquingKeysWith: { first, _ in first })
+        let stored = try context.store.rows(entity, ids: ids)
         let objects = context.uniqueObjects(entity, ids)
         _ = context.adopt(objects.compactMap { stored[ExactString($0.id)] }, of: entity)
         return objects

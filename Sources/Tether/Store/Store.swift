@@ -153,7 +153,6 @@ final class Store: Sendable {
         }
     }
 
-    /// Creates or alters the entity's table; true if it did either.
     /// Indexes the columns of these attributes (once each, up to the limit):
     /// the first fetch that filters or sorts by an attribute builds it.
     func ensureIndexes(_ entity: Entity, on attributes: [Int]) throws {
@@ -178,6 +177,7 @@ final class Store: Sendable {
         }
     }
 
+    /// Creates or alters the entity's table; true if it did either.
     private func migrateTable(of entity: Entity, exists: Bool, _ database: Database) throws -> Bool {
         let table = Identifier.table(code: entity.code)
         guard exists else {
@@ -326,18 +326,6 @@ final class Store: Sendable {
         return try withDatabase { database in try database.statement(sql).rows(parameters).map { Self.decode($0, entity) } }
     }
 
-    /// The ids of the rows `query` would give, reading nothing else.
-    func ids(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)]? = nil,
-             limit: Int64 = 0, offset: Int64 = 0) throws -> [String] {
-        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
-        let (sql, parameters) = Self.select("SELECT \(idColumn) FROM \(Self.table(entity))", entity, predicate,
-                                            sort: sort, limit: limit, offset: offset)
-        return try withDatabase { database in
-            try database.statement(sql).rows(parameters)
-                .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
-        }
-    }
-
     /// The ids and versions of the rows `query` would give.
     func versions(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)],
                   limit: Int64, offset: Int64) throws -> [(id: String, version: Int64?)] {
@@ -354,9 +342,10 @@ final class Store: Sendable {
         }
     }
 
-    /// The ids `ids` would give, read straight into a compact list.
-    func idList(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)],
-                limit: Int64, offset: Int64) throws -> IDList {
+    /// The ids of the rows `query` would give (nil sort: in no order),
+    /// read straight into a compact list.
+    func idList(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)]?,
+                limit: Int64 = 0, offset: Int64 = 0) throws -> IDList {
         let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
         let (sql, parameters) = Self.select("SELECT \(idColumn) FROM \(Self.table(entity))", entity, predicate,
                                             sort: sort, limit: limit, offset: offset)
@@ -379,12 +368,31 @@ final class Store: Sendable {
         }
     }
 
-    /// The rows of these ids, in no particular order; those not stored are absent.
-    func rows(_ entity: Entity, ids: [String]) throws -> [StoredRecord] {
-        let select = sql(entity).select
+    /// The rows of these ids, by id; those not stored are absent.
+    func rows(_ entity: Entity, ids: [String]) throws -> [ExactString: StoredRecord] {
+        var found: [ExactString: StoredRecord] = [:]
+        try eachRow(entity, ids: ids, select: sql(entity).select) { row in
+            let stored = Self.decode(row, entity)
+            found[ExactString(stored.record.id)] = stored
+        }
+        return found
+    }
+
+    /// The versions of these ids, by id; those not stored or without one are absent.
+    func versions(_ entity: Entity, ids: [String]) throws -> [ExactString: Int64] {
         let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
-        return try withDatabase { database in
-            var found: [StoredRecord] = []
+        let versionColumn = Identifier.column(code: entity.attributes[entity.versionIndex].code)
+        var found: [ExactString: Int64] = [:]
+        try eachRow(entity, ids: ids, select: "SELECT \(idColumn), \(versionColumn) FROM \(Self.table(entity))") { row in
+            if case .text(let id) = row[0], case .integer(let version) = row[1] { found[ExactString(id)] = version }
+        }
+        return found
+    }
+
+    /// `select` (a SELECT without WHERE) of the rows of these ids.
+    private func eachRow(_ entity: Entity, ids: [String], select: String, _ body: ([SQLValue]) throws -> Void) throws {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        try withDatabase { database in
             // Lists of one fixed size, so two statements serve every batch.
             for start in stride(from: 0, to: ids.count, by: Self.idsPerStatement) {
                 let chunk = ids[start..<min(ids.count, start + Self.idsPerStatement)]
@@ -392,12 +400,11 @@ final class Store: Sendable {
                 let statement = try database.statement(select + " WHERE \(idColumn) IN ("
                     + Array(repeating: "?", count: size).joined(separator: ", ") + ")")
                 if size == chunk.count {
-                    found += try statement.rows(chunk.map { .text($0) }).map { Self.decode($0, entity) }
+                    try statement.rows(chunk.map { .text($0) }).forEach(body)
                 } else {
-                    for id in chunk { found += try statement.rows([.text(id)]).map { Self.decode($0, entity) } }
+                    for id in chunk { try statement.rows([.text(id)]).forEach(body) }
                 }
             }
-            return found
         }
     }
 
