@@ -17,6 +17,7 @@ enum ConnectionContract {
 
     static func listingByIDAndWrites(_ connection: any Connection) throws {
         defer { connection.shutdown() }
+        _ = try answer(connection.serverInfo).get()  // as a context's open does first
         let specs = try answer(connection.specs).get()
         let spec = try XCTUnwrap(specs.first { $0.name == "items" })
         XCTAssertEqual(spec.fields.first { $0.name == "Title" }?.code, 501)
@@ -64,6 +65,22 @@ enum ConnectionContract {
         let many = (0..<3000).map { "record-with-a-long-id-\($0)" }
         let batches = connection.idBatches(many)
         XCTAssertEqual(batches.flatMap { $0 }, many, "batches keep every id, in order")
+        // A batch of thousands of ids, most missing, read page by page (Kinto:
+        // one batch of listings, some of them longer than a page).
+        let items = (0..<itemCount).map { "i\($0)" }
+        var found: [String] = []
+        var requests = 0
+        for batch in connection.idBatches(many + items) {
+            var cursor: PageCursor?
+            repeat {
+                let page = try answer { connection.records(spec, ids: batch, cursor: cursor, $0) }.get()
+                found += try page.decode().records.compactMap { field($0, "id")?.stringValue }
+                cursor = page.next
+                requests += 1
+            } while cursor != nil
+        }
+        XCTAssertEqual(found.sorted(), items.sorted(), "every stored id once, none of the missing")
+        XCTAssertLessThanOrEqual(requests, 4, "3,120 ids take a few requests")
 
         // Conditional writes.
         let id = "w\(UInt32.random(in: 0...UInt32.max))"

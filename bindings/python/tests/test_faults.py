@@ -33,7 +33,8 @@ def files(kinto, bucket):
 
 def long_id(i):
     # ~100-byte ids: the library puts up to 4000 bytes of ids in one in_id
-    # request, so a burst of MANY gets needs more requests than PER_HOST.
+    # listing, so without batches (NO_BATCHES) a burst of MANY gets needs
+    # more requests than PER_HOST.
     return "m%03d-%s" % (i, "x" * 95)
 
 
@@ -210,10 +211,16 @@ def told(calls):
     return out
 
 
+# A server that takes no batches of several requests: one in_id listing a request.
+NO_BATCHES = [['"batch_max_requests":25', '"batch_max_requests":1']]
+
+
 @pytest.mark.parametrize("cap", [4, None])
 def test_burst_of_gets_against_a_connection_cap(kinto, many, tmp_path, open_ctx, recorder,
                                                 faultproxy, cap):
+    faultproxy.set("pass", rewrite=NO_BATCHES)
     ctx = open_ctx(faultproxy.url, many, tmp_path / "s.db", timeout_ms=10000)
+    assert faultproxy.state()["rewritten"] == 1
     _, objs = ctx.fetch_wait("many")
     assert len(objs) == MANY
     old = {o.id: o.peek("Name") for o in objs}
@@ -221,7 +228,7 @@ def test_burst_of_gets_against_a_connection_cap(kinto, many, tmp_path, open_ctx,
     new = {o.id: "new-%s-%s" % (run, o.id[:4]) for o in objs}
     kinto.patch_records(many, "many", [(rid, {"Name": v}) for rid, v in new.items()])
 
-    faultproxy.set("pass", max_connections=cap, reset_log=True)
+    faultproxy.set("pass", max_connections=cap, reset_log=True, rewrite=NO_BATCHES)
     rec = recorder()
     for o in objs:
         o.observe("Name", rec)
@@ -250,7 +257,7 @@ def test_burst_of_gets_against_a_connection_cap(kinto, many, tmp_path, open_ctx,
     else:
         assert not failed or st["refused"], "refreshes failed, yet none was refused"
         # Nothing lost: without the cap, the failed ones come in on the next get.
-        faultproxy.set("pass")
+        faultproxy.set("pass", rewrite=NO_BATCHES)
         before = len(rec.calls)
         for rid in failed:
             ctx.object("many", rid).get("Name")
@@ -288,3 +295,24 @@ def test_backoff_header_delays_the_next_request(kinto, files, tmp_path, open_ctx
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert all(g >= 1.8 for g in gaps), "gaps after Backoff: 2: %s (%s)" % (
         ", ".join("%.2f s" % g for g in gaps), log)
+
+
+def test_burst_of_gets_takes_one_batch(kinto, many, tmp_path, open_ctx, recorder, faultproxy):
+    """A burst of gets whose ids fill many listings goes as one POST /v1/batch
+    of them (the server allows 25), and every object is refreshed."""
+    faultproxy.set("pass")
+    ctx = open_ctx(faultproxy.url, many, tmp_path / "s.db")
+    _, objs = ctx.fetch_wait("many")
+    run = uuid.uuid4().hex[:8]
+    new = {o.id: "batch-%s-%s" % (run, o.id[:4]) for o in objs}
+    kinto.patch_records(many, "many", [(rid, {"Name": v}) for rid, v in new.items()])
+    faultproxy.set("pass", reset_log=True)
+    rec = recorder()
+    for o in objs:
+        o.observe("Name", rec)
+        o.get("Name")
+    assert rec.wait(lambda calls: len(told(calls)) == MANY, timeout=30)
+    assert all(o.peek("Name") == new[o.id] for o in objs)
+    log = faultproxy.state()["log"]
+    batches = [line for line in log if "/batch" in line]
+    assert len(log) == len(batches) and 1 <= len(batches) <= 2, log

@@ -7,6 +7,8 @@ struct HTTPRequest: Sendable {
     var url: String
     var headers: [String] = []
     var body: [UInt8]? = nil
+    /// Sending it twice does what sending it once does (as a GET).
+    var repeatable = false
 }
 
 struct HTTPResponse: Sendable {

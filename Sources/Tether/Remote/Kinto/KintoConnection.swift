@@ -25,6 +25,8 @@ public final class KintoConnection: Connection {
     /// Bytes of ids in one `in_id` listing: the ids go in the URL, and Kinto
     /// repeats them in its Next-Page header.
     static let idBytesPerRequest = 4_000
+    /// A batch cursor's mark: its token is the subrequests' Next-Page URLs.
+    private static let batchCursorPrefix = "batch\n"
 
     let root: String
     let bucket: String
@@ -32,6 +34,9 @@ public final class KintoConnection: Connection {
     /// The server's `Backoff`, shared by every exchange with it.
     let backoff = ServerBackoff()
     public let identity: String
+    /// Subrequests one `POST /v1/batch` may carry, from the server info
+    /// (`batch_max_requests`); 1 until it is known: plain listings only.
+    private let batchLimit = Lock(1)
 
     public init(_ options: KintoOptions) throws {
         var root = options.serverURL
@@ -68,6 +73,9 @@ public final class KintoConnection: Connection {
                 let info = try Self.body(of: Self.checked(result, what: "server info"), what: "server info")
                 guard info["http_api_version"] != nil || info["project_name"] != nil else {
                     throw TetherError(.protocol, "\(self.root)/ does not answer like a Kinto server")
+                }
+                if case .integer(let limit)? = info["settings"]?["batch_max_requests"], limit > 0 {
+                    self.batchLimit.withLock { $0 = Int(min(limit, Self.subrequestsPerBatch)) }
                 }
                 return ServerInfo(name: info["project_name"]?.stringValue ?? "kinto",
                                   version: info["project_version"]?.stringValue ?? "")
@@ -197,7 +205,7 @@ public final class KintoConnection: Connection {
         exchange.send(HTTPRequest(url: url)) { [self] result in
             do {
                 let response = try Self.checked(result, what: what)
-                let items = collected + (try Self.records(in: response, what: what))
+                let items = collected + (try Self.records(in: Self.body(of: response, what: what), what: what))
                 if let next = try nextPage(response) {
                     listAll(exchange, next, what: what, collected: items, done)
                 } else {
@@ -253,10 +261,69 @@ public final class KintoConnection: Connection {
         return root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
     }
 
+    /// Ids that fit one listing's URL go as one `in_id` listing; more go as
+    /// one `POST /v1/batch` of such listings, so thousands of ids take a few
+    /// requests without long URLs (which proxies refuse).
     public func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
                         _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        if let token = cursor?.token, token.hasPrefix(Self.batchCursorPrefix) {
+            return batchListing(token.dropFirst(Self.batchCursorPrefix.count).split(separator: "\n").map(String.init),
+                                what: spec.route, done)
+        }
+        if cursor == nil {
+            let groups = Self.groups(ids, bytesEach: Self.idBytesPerRequest)
+            if groups.count > 1 {
+                let path = spec.route + "?in_id="
+                return batchListing(groups.map { root + path + $0.map(Self.escape).joined(separator: ",") },
+                                    what: spec.route, done)
+            }
+        }
         let url = cursor?.token ?? root + spec.route + "?in_id=" + ids.map(Self.escape).joined(separator: ",")
         return listing(HTTPRequest(url: url), since: nil, what: spec.route, done)
+    }
+
+    /// These listings (URLs under `root`) as one batch; the page holds every
+    /// answer's records, and its cursor the listings that have more.
+    private func batchListing(_ urls: [String], what: String,
+                              _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        let exchange = Exchange(engine, backoff)
+        let requests: [JSON] = urls.map { url in
+            .object([("method", .string("GET")), ("path", .string(String(url.dropFirst(root.count))))])
+        }
+        let body = Array(JSON.object([("requests", .array(requests))]).serialized().utf8)
+        // Reads only, so a failed batch may be sent again like a GET.
+        exchange.send(HTTPRequest(method: "POST", url: root + "/batch", body: body, repeatable: true)) { [self] result in
+            done(.tether {
+                guard let responses = try Self.body(of: Self.checked(result, what: what), what: what)["responses"]?.arrayValue,
+                      responses.count == urls.count else {
+                    throw TetherError(.protocol, "the server's batch answer for \(what) does not answer each listing")
+                }
+                var next: [String] = []
+                var bodies: [JSON] = []
+                for response in responses {
+                    // Each answer is checked as if it had come alone.
+                    var headers: [(String, String)] = []
+                    if case .object(let members)? = response["headers"] {
+                        for (name, value) in members { if let text = value.stringValue { headers.append((name, text)) } }
+                    }
+                    guard case .integer(let status)? = response["status"], let answer = response["body"] else {
+                        throw TetherError(.protocol, "a batch answer for \(what) has no status or body")
+                    }
+                    let alone = HTTPResponse(status: Int(status), headers: headers,
+                                             body: status == 200 ? [] : Array(answer.serialized().utf8))
+                    _ = try Self.checked(.success(alone), what: what)
+                    if let url = try nextPage(alone) { next.append(url) }
+                    bodies.append(answer)
+                }
+                let cursor = next.isEmpty ? nil : PageCursor(Self.batchCursorPrefix + next.joined(separator: "\n"))
+                return Page(next: cursor) { [bodies] in
+                    var content = PageContent(records: [])
+                    for body in bodies { try Self.collect(Self.records(in: body, what: what), into: &content, what: what) }
+                    return content
+                }
+            })
+        }
+        return exchange
     }
 
     /// Kinto says every one of these in its query language.
@@ -293,22 +360,33 @@ public final class KintoConnection: Connection {
         return prefix + escape(filter.field) + "=" + values.joined(separator: ",")
     }
 
+    /// As many ids as one batch of listings carries.
     public func idBatches(_ ids: [String]) -> [[String]] {
-        var batches: [[String]] = []
+        Self.groups(ids, bytesEach: Self.idBytesPerRequest * batchLimit.withLock { $0 })
+    }
+
+    /// Most subrequests in one batch, whatever the server allows: an answer
+    /// holds every one of their pages.
+    static let subrequestsPerBatch: Int64 = 25
+
+    /// `ids` in order, split into lists whose escaped ids (comma-separated)
+    /// take at most `bytesEach`.
+    private static func groups(_ ids: [String], bytesEach: Int) -> [[String]] {
+        var groups: [[String]] = []
         var current: [String] = []
         var bytes = 0
         for id in ids {
-            let cost = Self.escape(id).utf8.count + 1
-            if !current.isEmpty && bytes + cost > Self.idBytesPerRequest {
-                batches.append(current)
+            let cost = escape(id).utf8.count + 1
+            if !current.isEmpty && bytes + cost > bytesEach {
+                groups.append(current)
                 current = []
                 bytes = 0
             }
             current.append(id)
             bytes += cost
         }
-        if !current.isEmpty { batches.append(current) }
-        return batches
+        if !current.isEmpty { groups.append(current) }
+        return groups
     }
 
     /// One page: the cursor comes from the Next-Page header, so the next
@@ -335,19 +413,7 @@ public final class KintoConnection: Connection {
                 let total = response.header("Total-Records").flatMap { Int64($0) }  // older Kintos send it
                 return Page(next: next, version: version, total: total) {
                     var content = PageContent(records: [])
-                    for record in try Self.records(in: response, what: what) {
-                        guard let fields = record.objectValue else {
-                            throw TetherError(.protocol, "a record in \(what) is not an object")
-                        }
-                        if record["deleted"] == .bool(true) {
-                            guard let id = record[Self.idField]?.stringValue else {
-                                throw TetherError(.protocol, "a deleted record in \(what) has no text id")
-                            }
-                            content.deletedIDs.append(id)
-                        } else {
-                            content.records.append(fields)
-                        }
-                    }
+                    try Self.collect(Self.records(in: Self.body(of: response, what: what), what: what), into: &content, what: what)
                     return content
                 }
             })
@@ -431,11 +497,28 @@ public final class KintoConnection: Connection {
         }
     }
 
-    private static func records(in response: HTTPResponse, what: String) throws -> [JSON] {
-        guard let data = try body(of: response, what: what)["data"]?.arrayValue else {
+    private static func records(in body: JSON, what: String) throws -> [JSON] {
+        guard let data = body["data"]?.arrayValue else {
             throw TetherError(.protocol, "the server's answer for \(what) has no data list")
         }
         return data
+    }
+
+    /// A listing's records and tombstones.
+    private static func collect(_ records: [JSON], into content: inout PageContent, what: String) throws {
+        for record in records {
+            guard let fields = record.objectValue else {
+                throw TetherError(.protocol, "a record in \(what) is not an object")
+            }
+            if record["deleted"] == .bool(true) {
+                guard let id = record[idField]?.stringValue else {
+                    throw TetherError(.protocol, "a deleted record in \(what) has no text id")
+                }
+                content.deletedIDs.append(id)
+            } else {
+                content.records.append(fields)
+            }
+        }
     }
 
     /// The next page's URL. It must stay on this server: credentials go with it.
@@ -506,7 +589,7 @@ final class Exchange: Cancellable {
         guard !state.withLock({ $0.cancelled }) else { return then(.failure(.cancelled)) }
         let id = engine.start(request, afterMilliseconds: max(delay, backoff.remainingMilliseconds())) { [self] result in
             if case .success(let response) = result { backoff.heed(response) }
-            if request.method == "GET", attempt < Self.maximumRetries, let wait = Self.retryDelay(result, attempt: attempt) {
+            if request.method == "GET" || request.repeatable, attempt < Self.maximumRetries, let wait = Self.retryDelay(result, attempt: attempt) {
                 send(request, attempt: attempt + 1, afterMilliseconds: wait, then)
             } else {
                 then(result)

@@ -273,7 +273,8 @@ public final class MemoryConnection: Connection {
     public func supports(_ filter: Filter) -> Bool { true }
 
     public func idBatches(_ ids: [String]) -> [[String]] {
-        stride(from: 0, to: ids.count, by: 500).map { Array(ids[$0..<min(ids.count, $0 + 500)]) }
+        // As many as a Kinto batch of listings carries.
+        stride(from: 0, to: ids.count, by: 2500).map { Array(ids[$0..<min(ids.count, $0 + 2500)]) }
     }
 
     public func insert(_ spec: Spec, _ fields: RecordFields,
