@@ -31,7 +31,7 @@ struct SortOrder {
         case (_, .null): return 1
         case let (.integer(i), .integer(j)): return i < j ? -1 : (i > j ? 1 : 0)
         case let (.text(s), .text(t)):
-            if s.utf8.elementsEqual(t.utf8) { return 0 }
+            if s.hasSameBytes(as: t) { return 0 }
             return Array(s.utf8).lexicographicallyPrecedes(t.utf8) ? -1 : 1
         case (.text, _): return 1
         case (_, .text): return -1

@@ -70,7 +70,7 @@ enum ModelBuilder {
             }
             return Int(code)
         }
-        func field(_ name: String) -> FieldSpec? { spec.fields.first { $0.name.utf8.elementsEqual(name.utf8) } }
+        func field(_ name: String) -> FieldSpec? { spec.fields.first { $0.name.hasSameBytes(as: name) } }
 
         var drafts = [
             Draft(name: spec.idField, explicitCode: explicitCode(field(spec.idField)),

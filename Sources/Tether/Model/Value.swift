@@ -37,17 +37,23 @@ struct Record: Sendable {
     let extra: [(key: String, value: JSON)]
 
     init(entity: Entity, fields: RecordFields) throws {
-        let json = JSON.object(fields)
-        guard let id = json[entity.spec.idField]?.stringValue, !id.isEmpty else {
+        // One pass over the fields: each name is looked up once.
+        var found = [JSON?](repeating: nil, count: entity.attributes.count)
+        let indexes = fields.map { field -> Int? in
+            let index = entity.attributeIndex(named: field.key)
+            if let index, found[index] == nil { found[index] = field.value }  // as JSON's subscript: the first
+            return index
+        }
+        guard case .string(let id)? = found[entity.idIndex], !id.isEmpty else {
             throw TetherError(.protocol, "a record of \(entity.name) has no text id")
         }
         self.id = id
-        let values = entity.attributes.map { Value(json: json[$0.name], type: $0.type) }
+        let values = zip(found, entity.attributes).map { Value(json: $0, type: $1.type) }
         self.values = values
         // Fields outside the spec, and fields whose value is not of the spec's type.
-        extra = fields.filter { field in
-            guard let index = entity.attributeIndex(named: field.key) else { return true }
-            return Self.isMisfit(values[index], entity.attributes[index].type)
+        extra = zip(fields, indexes).compactMap { field, index in
+            guard let index else { return field }
+            return Self.isMisfit(values[index], entity.attributes[index].type) ? field : nil
         }
     }
 

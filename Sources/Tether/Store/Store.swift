@@ -516,7 +516,7 @@ final class Store: Sendable {
             case (.boolean, .integer(let i)): values.append(.boolean(i != 0))
             case (.json, .text(let s)): values.append(.json(s))
             default:
-                let misfit = extra.first { $0.key.utf8.elementsEqual(attribute.name.utf8) }?.value
+                let misfit = extra.first { $0.key.hasSameBytes(as: attribute.name) }?.value
                 values.append(misfit.map { .json($0.serialized(sortKeys: true)) } ?? .null)
             }
         }

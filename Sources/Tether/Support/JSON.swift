@@ -24,19 +24,19 @@ public enum JSON: Equatable, Sendable {
         case let (.bool(a), .bool(b)): return a == b
         case let (.integer(a), .integer(b)): return a == b
         case let (.real(a), .real(b)): return a == b
-        case let (.number(a), .number(b)): return a.utf8.elementsEqual(b.utf8)
-        case let (.string(a), .string(b)): return a.utf8.elementsEqual(b.utf8)
+        case let (.number(a), .number(b)): return a.hasSameBytes(as: b)
+        case let (.string(a), .string(b)): return a.hasSameBytes(as: b)
         case let (.array(a), .array(b)): return a == b
         case let (.object(a), .object(b)):
             return a.count == b.count
-                && zip(a, b).allSatisfy { $0.key.utf8.elementsEqual($1.key.utf8) && $0.value == $1.value }
+                && zip(a, b).allSatisfy { $0.key.hasSameBytes(as: $1.key) && $0.value == $1.value }
         default: return false
         }
     }
 
     public subscript(key: String) -> JSON? {
         guard case .object(let members) = self else { return nil }
-        return members.first { $0.key.utf8.elementsEqual(key.utf8) }?.value
+        return members.first { $0.key.hasSameBytes(as: key) }?.value
     }
 
     public var stringValue: String? { if case .string(let s) = self { return s } else { return nil } }

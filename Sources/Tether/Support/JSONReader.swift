@@ -133,7 +133,7 @@ struct JSONReader {
     private static func index(of key: String, in members: [(key: String, value: JSON)],
                               table: inout [[UInt8]: Int]) -> Int? {
         if members.count < scanLimit {
-            return members.firstIndex { $0.key.utf8.elementsEqual(key.utf8) }
+            return members.firstIndex { $0.key.hasSameBytes(as: key) }
         }
         if table.isEmpty {
             for (index, member) in members.enumerated() { table[Array(member.key.utf8)] = index }
