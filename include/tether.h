@@ -607,6 +607,16 @@ TETHER_API int tether_results_count(tether_results *results, size_t *out);
  * batches (the context still keeps one object per record). Borrowed. */
 TETHER_API int tether_results_object_at(tether_results *results, size_t index, tether_object **out);
 
+/* Up to `capacity` objects of the rows from `start` on, in result order,
+ * into out[0..*out_count): each with its own reference, which the caller
+ * releases with tether_object_release (they outlive `results`). For reading
+ * a large answer in few calls. *out_count is less than `capacity` only at
+ * the end (0 for start == count); TETHER_E_NOT_FOUND for start > count,
+ * TETHER_E_MISUSE for a COUNT answer. On an error nothing is written and no
+ * reference is taken. */
+TETHER_API int tether_results_objects(tether_results *results, size_t start, tether_object **out, size_t capacity,
+                                      size_t *out_count);
+
 /* The id of the row at `index`: borrowed, NUL-terminated (an id holding
  * U+0000 reads cut short here; its object's tether_object_id does too). */
 TETHER_API int tether_results_id_at(tether_results *results, size_t index, const char **out);

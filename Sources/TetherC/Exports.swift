@@ -178,7 +178,7 @@ public func tether_context_diagnostic_at(_ ctx: OpaquePointer?, _ index: Int,
 }
 
 private func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UInt) {
-    let resolved = try Handles.shared.resolve(pointer, .context, as: ContextBox.self)
+    let resolved = try Handles.shared.resolveWithOwner(pointer, .context, as: ContextBox.self)
     return (resolved.object, resolved.owner)
 }
 
@@ -300,7 +300,7 @@ public func tether_context_entity(_ ctx: OpaquePointer?, _ name: UnsafePointer<C
 }
 
 private func entity(_ pointer: OpaquePointer?) throws -> (Entity, [UnsafeMutablePointer<CChar>]) {
-    let resolved = try Handles.shared.resolve(pointer, .entity, as: Entity.self)
+    let resolved = try Handles.shared.resolveWithOwner(pointer, .entity, as: Entity.self)
     return (resolved.object, resolved.strings)
 }
 
@@ -384,7 +384,7 @@ private func objectHandle(_ object: ManagedObject, owner: UInt) throws -> Opaque
 }
 
 private func object(_ pointer: OpaquePointer?) throws -> (object: ManagedObject, owner: UInt, id: UnsafeMutablePointer<CChar>) {
-    let resolved = try Handles.shared.resolve(pointer, .object, as: ManagedObject.self)
+    let resolved = try Handles.shared.resolveWithOwner(pointer, .object, as: ManagedObject.self)
     return (resolved.object, resolved.owner, resolved.strings[0])
 }
 
@@ -429,40 +429,52 @@ public func tether_object_id(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<
 @_cdecl("tether_object_version")
 public func tether_object_version(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<Int64>?) -> Int32 {
     call {
-        let object = try object(obj).object
+        let object = try Handles.shared.resolve(obj, .object, as: ManagedObject.self)
         guard out != nil else { throw misuse("out is NULL") }
         try output(out, try object.version())
     }
 }
 
 /// The four reads share their checks: the handle, then `out`, then the key.
-private func readValue(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<tether_value>?,
-                       _ read: (ManagedObject) throws -> Value) -> Int32 {
+/// A value in memory is read with the handle borrowed (the common, fast
+/// case); one that must be loaded from the store, with it retained.
+private func readValue(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<tether_value>?, refresh: Bool,
+                       _ attribute: (ManagedObject) throws -> Int) -> Int32 {
     call {
-        let object = try object(obj).object
-        guard out != nil else { throw misuse("out is NULL") }
-        try fill(out, try read(object))
+        let inMemory = try Handles.shared.borrow(obj, .object, as: ManagedObject.self) { object -> Value? in
+            guard out != nil else { throw misuse("out is NULL") }
+            return try object.readInMemory(attribute: try attribute(object), refresh: refresh)
+        }
+        if let inMemory { return try fill(out, inMemory) }
+        let object = try Handles.shared.resolve(obj, .object, as: ManagedObject.self)
+        try fill(out, try object.read(attribute: try attribute(object), refresh: refresh))
     }
+}
+
+/// A C string key as its bytes, without copying.
+private func keyBytes(_ key: UnsafePointer<CChar>?) throws -> UnsafeBufferPointer<UInt8> {
+    guard let key else { throw misuse("key is NULL") }
+    return UnsafeBufferPointer(start: UnsafeRawPointer(key).assumingMemoryBound(to: UInt8.self), count: strlen(key))
 }
 
 @_cdecl("tether_object_peek")
 public func tether_object_peek(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    readValue(obj, out) { try $0.peek(try text(key, "key")) }
+    readValue(obj, out, refresh: false) { try $0.attributeIndex(bytes: try keyBytes(key)) }
 }
 
 @_cdecl("tether_object_get")
 public func tether_object_get(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    readValue(obj, out) { try $0.get(try text(key, "key")) }
+    readValue(obj, out, refresh: true) { try $0.attributeIndex(bytes: try keyBytes(key)) }
 }
 
 @_cdecl("tether_object_peek_code")
 public func tether_object_peek_code(_ obj: OpaquePointer?, _ code: Int32, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    readValue(obj, out) { try $0.peek(code: Int(code)) }
+    readValue(obj, out, refresh: false) { try $0.attributeIndex(code: Int(code)) }
 }
 
 @_cdecl("tether_object_get_code")
 public func tether_object_get_code(_ obj: OpaquePointer?, _ code: Int32, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    readValue(obj, out) { try $0.get(code: Int(code)) }
+    readValue(obj, out, refresh: true) { try $0.attributeIndex(code: Int(code)) }
 }
 
 // MARK: observers
@@ -503,7 +515,7 @@ public func tether_object_observe(_ obj: OpaquePointer?, _ key: UnsafePointer<CC
 
 @_cdecl("tether_observer_remove")
 public func tether_observer_remove(_ observer: OpaquePointer?) -> Int32 {
-    call { try Handles.shared.resolve(observer, .observer, as: KeyObserver.self).object.remove() }
+    call { try Handles.shared.resolve(observer, .observer, as: KeyObserver.self).remove() }
 }
 
 // MARK: fetch
@@ -610,7 +622,7 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
 
 @_cdecl("tether_task_cancel")
 public func tether_task_cancel(_ task: OpaquePointer?) -> Int32 {
-    call { try Handles.shared.resolve(task, .task, as: FetchTask.self).object.cancel() }
+    call { try Handles.shared.resolve(task, .task, as: FetchTask.self).cancel() }
 }
 
 // MARK: results
@@ -645,6 +657,13 @@ final class ResultsBox: @unchecked Sendable {
         }
         for handle in dropped { _ = try? Handles.shared.release(handle, .object) }
         return handle
+    }
+
+    /// Handles of the objects of rows `range`, one reference each for the
+    /// caller (not loans); all or none.
+    func objects(_ range: Range<Int>) throws -> [OpaquePointer] {
+        let objects = try range.map { try results.object(at: $0) }
+        return try Handles.shared.registerObjects(objects, owner: owner) { $0.id }
     }
 
     func id(at index: Int) throws -> UnsafePointer<CChar> {
@@ -686,7 +705,7 @@ final class ResultsBox: @unchecked Sendable {
 }
 
 private func resultsBox(_ results: OpaquePointer?) throws -> ResultsBox {
-    try Handles.shared.resolve(results, .results, as: ResultsBox.self).object
+    try Handles.shared.resolve(results, .results, as: ResultsBox.self)
 }
 
 @_cdecl("tether_results_type")
@@ -715,6 +734,21 @@ public func tether_results_object_at(_ results: OpaquePointer?, _ index: Int,
         let box = try resultsBox(results)
         guard out != nil else { throw misuse("out is NULL") }
         try output(out, try box.object(at: try rowIndex(index, box)))
+    }
+}
+
+@_cdecl("tether_results_objects")
+public func tether_results_objects(_ results: OpaquePointer?, _ start: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                                   _ capacity: Int, _ outCount: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let box = try resultsBox(results)
+        guard box.results.type != .count else { throw misuse("a count has no rows: read it with tether_results_count") }
+        guard let out, let outCount else { throw misuse("out or out_count is NULL") }
+        guard start >= 0, start <= box.results.count else { throw TetherError(.notFound, "no row at index \(start)") }
+        let wanted = capacity < 0 ? Int.max : capacity  // a size_t past Int.max
+        let handles = try box.objects(start..<(start + min(wanted, box.results.count - start)))
+        for (offset, handle) in handles.enumerated() { out[offset] = handle }
+        outCount.pointee = handles.count
     }
 }
 

@@ -13,8 +13,13 @@ enum HandleKind {
 /// Object handles are counted references: registering an object that has a
 /// handle gives the same handle and one more reference; the handle dies with
 /// its last release. Every handle dies when its context closes.
+///
+/// Reads (every peek resolves a handle) share a reader lock and index a slot
+/// array: a token is a slot and that slot's generation, bumped each time the
+/// slot is freed, so a dead token never finds the slot's next tenant. A slot
+/// whose generation runs out is retired rather than reused.
 final class Handles: @unchecked Sendable {
-    // @unchecked: a C mutex forces it; every field is touched with it held.
+    // @unchecked: a C rwlock forces it; every field is touched with it held.
     static let shared = Handles()
 
     private struct Entry {
@@ -27,21 +32,43 @@ final class Handles: @unchecked Sendable {
         var references = 1
     }
 
-    private let lock: UnsafeMutablePointer<pthread_mutex_t> = {
-        let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-        pthread_mutex_init(lock, nil)
+    private struct Slot {
+        var generation: UInt = 1
+        var entry: Entry?
+        /// The entry's object and kind again, plain values: `borrow` reads
+        /// them without copying the entry (no reference counting).
+        var kind: HandleKind?
+        var object: Unmanaged<AnyObject>?
+    }
+
+    /// Bits of a token that name the slot; the generation takes the rest
+    /// (of 60: handles are tokens shifted left 4 bits, so never aligned
+    /// pointers of real objects).
+    private static let slotBits: UInt = 28
+    private static let slotMask: UInt = (1 << slotBits) - 1
+    private static let lastGeneration: UInt = (1 << (60 - slotBits)) - 1
+
+    private let lock: UnsafeMutablePointer<pthread_rwlock_t> = {
+        let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+        pthread_rwlock_init(lock, nil)
         return lock
     }()
-    private var nextToken: UInt = 1
-    private var entries: [UInt: Entry] = [:]
+    private var slots: [Slot] = []
+    private var freeSlots: [Int] = []
     private var tokenByObject: [ObjectIdentifier: UInt] = [:]
     private var countByKind: [HandleKind: Int] = [:]
 
     private init() {}
 
-    private func locked<T>(_ body: () throws -> T) rethrows -> T {
-        pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
+    private func reading<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_rwlock_rdlock(lock)
+        defer { pthread_rwlock_unlock(lock) }
+        return try body()
+    }
+
+    private func writing<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_rwlock_wrlock(lock)
+        defer { pthread_rwlock_unlock(lock) }
         return try body()
     }
 
@@ -54,91 +81,161 @@ final class Handles: @unchecked Sendable {
     @discardableResult
     func register(_ object: AnyObject, kind: HandleKind, owner: UInt, strings: [String] = []) throws
         -> (handle: OpaquePointer, strings: [UnsafeMutablePointer<CChar>]) {
-        try locked {
-            guard owner == 0 || entries[owner] != nil else { throw TetherError(.closed, "the context is closed") }
-            if let token = tokenByObject[ObjectIdentifier(object)] {
-                entries[token]!.references += 1
-                return (Self.pointer(token), entries[token]!.strings)
-            }
-            let token = nextToken
-            nextToken += 1
-            let copies = strings.map { strdup($0)! }
-            entries[token] = Entry(kind: kind, object: object, owner: owner, strings: copies)
-            tokenByObject[ObjectIdentifier(object)] = token
-            countByKind[kind, default: 0] += 1
-            return (Self.pointer(token), copies)
+        try writing {
+            guard owner == 0 || slotLocked(owner) != nil else { throw TetherError(.closed, "the context is closed") }
+            return registerLocked(object, kind: kind, owner: owner, strings: strings)
         }
+    }
+
+    /// Registers many objects under one lock, as `register` does each, with
+    /// its id (`strings[0]`) made from `id`.
+    func registerObjects<Objects: Sequence>(_ objects: Objects, owner: UInt, id: (Objects.Element) -> String) throws
+        -> [OpaquePointer] where Objects.Element: AnyObject {
+        try writing {
+            guard slotLocked(owner) != nil else { throw TetherError(.closed, "the context is closed") }
+            return objects.map { registerLocked($0, kind: .object, owner: owner, strings: [id($0)]).handle }
+        }
+    }
+
+    private func registerLocked(_ object: AnyObject, kind: HandleKind, owner: UInt, strings: [String])
+        -> (handle: OpaquePointer, strings: [UnsafeMutablePointer<CChar>]) {
+        if let token = tokenByObject[ObjectIdentifier(object)], let index = slotLocked(token) {
+            slots[index].entry!.references += 1
+            return (Self.pointer(token), slots[index].entry!.strings)
+        }
+        let index: Int
+        if let reused = freeSlots.popLast() {
+            index = reused
+        } else {
+            index = slots.count
+            precondition(UInt(index) <= Self.slotMask, "more than 2^28 live handles")
+            slots.append(Slot())
+        }
+        let token = slots[index].generation << Self.slotBits | UInt(index)
+        let copies = strings.map { strdup($0)! }
+        slots[index].entry = Entry(kind: kind, object: object, owner: owner, strings: copies)
+        slots[index].kind = kind
+        slots[index].object = Unmanaged.passUnretained(object)
+        tokenByObject[ObjectIdentifier(object)] = token
+        countByKind[kind, default: 0] += 1
+        return (Self.pointer(token), copies)
     }
 
     /// The handle already given to `object`, if any (no new reference).
     func existing(_ object: AnyObject) -> OpaquePointer? {
-        locked { tokenByObject[ObjectIdentifier(object)].map(Self.pointer) }
+        reading { tokenByObject[ObjectIdentifier(object)].map(Self.pointer) }
+    }
+
+    /// The object behind a handle of `kind`.
+    func resolve<T: AnyObject>(_ pointer: OpaquePointer?, _ kind: HandleKind, as type: T.Type) throws -> T {
+        try reading { try Self.cast(entryLocked(pointer, kind).object, kind, as: type) }
+    }
+
+    /// Runs `body` with the object behind a handle of `kind`, lent without
+    /// a retain: the handle's own reference keeps it alive, since the lock
+    /// (shared with other readers) holds off its release meanwhile. For the
+    /// hottest reads; `body` must be short and must not block (no I/O) or
+    /// touch handles, as every handle's release waits for it.
+    func borrow<T: AnyObject, R>(_ pointer: OpaquePointer?, _ kind: HandleKind, as type: T.Type,
+                                 _ body: (T) throws -> R) throws -> R {
+        try reading {
+            let index = try indexLocked(pointer, kind)
+            // A kind is always registered with one type, so the kind check is
+            // the type check; a checked cast here would cost a retain.
+            return try Unmanaged<T>.fromOpaque(slots[index].object!.toOpaque())._withUnsafeGuaranteedRef { object in
+                assert(slots[index].entry!.object is T)
+                return try body(object)
+            }
+        }
     }
 
     /// The object behind a handle of `kind`, with its owner token and strings.
-    func resolve<T: AnyObject>(_ pointer: OpaquePointer?, _ kind: HandleKind, as type: T.Type) throws
+    func resolveWithOwner<T: AnyObject>(_ pointer: OpaquePointer?, _ kind: HandleKind, as type: T.Type) throws
         -> (object: T, owner: UInt, strings: [UnsafeMutablePointer<CChar>]) {
-        try locked {
+        try reading {
             let entry = try entryLocked(pointer, kind)
-            guard let object = entry.object as? T else {
-                throw TetherError(.closed, "the handle is a \(entry.kind) handle, not a \(kind) handle")
-            }
-            return (object, entry.owner == 0 ? Self.token(pointer) : entry.owner, entry.strings)
+            return (try Self.cast(entry.object, kind, as: type), entry.owner == 0 ? Self.token(pointer) : entry.owner, entry.strings)
         }
     }
 
+    private static func cast<T: AnyObject>(_ object: AnyObject, _ kind: HandleKind, as type: T.Type) throws -> T {
+        guard let object = object as? T else { throw TetherError(.closed, "the handle is not a \(kind) handle") }
+        return object
+    }
+
+    /// The live slot of `token`, if it has one.
+    private func slotLocked(_ token: UInt) -> Int? {
+        let index = Int(token & Self.slotMask)
+        guard index < slots.count, slots[index].generation == token >> Self.slotBits, slots[index].entry != nil else { return nil }
+        return index
+    }
+
+    /// The entry of a live handle of `kind`; its slot index comes with it.
     private func entryLocked(_ pointer: OpaquePointer?, _ kind: HandleKind) throws -> Entry {
+        try slots[indexLocked(pointer, kind)].entry!
+    }
+
+    private func indexLocked(_ pointer: OpaquePointer?, _ kind: HandleKind) throws -> Int {
         let token = Self.token(pointer)
-        guard token != 0, pointer.map({ UInt(bitPattern: $0) & 15 == 0 }) == true, let entry = entries[token] else {
+        let index = Int(token & Self.slotMask)
+        guard token != 0, pointer.map({ UInt(bitPattern: $0) & 15 == 0 }) == true, index < slots.count,
+              slots[index].generation == token >> Self.slotBits, let found = slots[index].kind else {
             throw TetherError(.closed, pointer == nil ? "the \(kind) handle is NULL"
                                        : "the \(kind) handle is not valid (closed, released or never issued)")
         }
-        guard entry.kind == kind else {
-            throw TetherError(.closed, "the handle is a \(entry.kind) handle, not a \(kind) handle")
+        guard found == kind else {
+            throw TetherError(.closed, "the handle is a \(found) handle, not a \(kind) handle")
         }
-        return entry
+        return index
     }
 
     func retain(_ pointer: OpaquePointer?, _ kind: HandleKind) throws {
-        try locked {
-            _ = try entryLocked(pointer, kind)
-            entries[Self.token(pointer)]!.references += 1
-        }
+        try writing { slots[try indexLocked(pointer, kind)].entry!.references += 1 }
     }
 
     /// Drops one reference; the handle dies with its last. Returns what it
     /// held when it died, to be released outside the lock.
     @discardableResult
     func release(_ pointer: OpaquePointer?, _ kind: HandleKind) throws -> AnyObject? {
-        try locked {
-            _ = try entryLocked(pointer, kind)
-            let token = Self.token(pointer)
-            entries[token]!.references -= 1
-            guard entries[token]!.references == 0 else { return nil }
-            return removeLocked(token)
+        try writing {
+            let index = try indexLocked(pointer, kind)
+            slots[index].entry!.references -= 1
+            guard slots[index].entry!.references == 0 else { return nil }
+            return removeLocked(Self.token(pointer))
         }
     }
 
     /// Removes a handle whatever its references (a task or observer that ended).
     func remove(_ pointer: OpaquePointer) {
-        _ = locked { removeLocked(Self.token(pointer)) }
+        _ = writing { removeLocked(Self.token(pointer)) }
     }
 
     /// Removes a context's handle and every handle that came from it; returns
     /// what they held, to be released outside the lock.
     func removeContext(_ pointer: OpaquePointer) -> [AnyObject] {
-        locked {
+        writing {
             let token = Self.token(pointer)
-            var held = entries.filter { $0.value.owner == token }.keys.compactMap { removeLocked($0) }
+            let owned = slots.indices.compactMap { index -> UInt? in
+                guard let entry = slots[index].entry, entry.owner == token else { return nil }
+                return slots[index].generation << Self.slotBits | UInt(index)
+            }
+            var held = owned.compactMap { removeLocked($0) }
             if let context = removeLocked(token) { held.append(context) }
             return held
         }
     }
 
-    func count(_ kind: HandleKind) -> Int { locked { countByKind[kind, default: 0] } }
+    func count(_ kind: HandleKind) -> Int { reading { countByKind[kind, default: 0] } }
 
     private func removeLocked(_ token: UInt) -> AnyObject? {
-        guard let entry = entries.removeValue(forKey: token) else { return nil }
+        guard let index = slotLocked(token), let entry = slots[index].entry else { return nil }
+        slots[index].entry = nil
+        slots[index].kind = nil
+        slots[index].object = nil
+        if slots[index].generation < Self.lastGeneration {
+            slots[index].generation += 1
+            freeSlots.append(index)
+        }  // else the slot is retired: its tokens are never given again
         tokenByObject[ObjectIdentifier(entry.object)] = nil
         countByKind[entry.kind, default: 1] -= 1
         entry.strings.forEach { free($0) }

@@ -234,29 +234,37 @@ public final class Context: Sendable {
     }
 
     func read(_ object: ManagedObject, _ index: Int, refresh: Bool) throws -> Value {
-        try checkOpen()
-        var (record, deleted, needsLoad) = object.state.withLock { state in
-            (state.record, state.deletedOnServer, state.record == nil && !state.loaded && !state.deletedOnServer)
-        }
-        if needsLoad {
-            let stored = try store.load(object.entity, id: object.id)
-            (record, deleted) = object.state.withLock { state in
-                if state.record == nil && !state.loaded {
-                    state.loaded = true
-                    state.record = stored?.record
-                    state.fetchedAt = stored?.fetchedAt ?? 0
-                }
-                return (state.record, state.deletedOnServer)
+        if let value = try readInMemory(object, index, refresh: refresh) { return value }
+        let stored = try store.load(object.entity, id: object.id)
+        let outcome = object.state.withLock { state in
+            if state.record == nil && !state.loaded {
+                state.loaded = true
+                state.record = stored?.record
+                state.fetchedAt = stored?.fetchedAt ?? 0
             }
+            return state.read(index)
         }
         if refresh { scheduleRefresh(object) }
-        if deleted {
-            throw TetherError(.notFound, "\(object.entity.name)/\(object.id) was deleted on the server")
+        return try value(outcome, object)
+    }
+
+    /// A read that needs nothing from the store; nil (nothing done) when
+    /// the row must be loaded first.
+    func readInMemory(_ object: ManagedObject, _ index: Int, refresh: Bool) throws -> Value? {
+        try checkOpen()
+        // The one value is taken under the object's lock, not the whole record.
+        let outcome = object.state.withLock { $0.read(index) }
+        if case .needsLoad = outcome { return nil }
+        if refresh { scheduleRefresh(object) }
+        return try value(outcome, object)
+    }
+
+    private func value(_ outcome: ManagedObject.State.Read, _ object: ManagedObject) throws -> Value {
+        switch outcome {
+        case .value(let value): return value
+        case .deleted: throw TetherError(.notFound, "\(object.entity.name)/\(object.id) was deleted on the server")
+        case .notCached, .needsLoad: throw TetherError(.notCached, "\(object.entity.name)/\(object.id) is not cached yet")
         }
-        guard let record else {
-            throw TetherError(.notCached, "\(object.entity.name)/\(object.id) is not cached yet")
-        }
-        return record.values[index]
     }
 
     // MARK: subscriptions

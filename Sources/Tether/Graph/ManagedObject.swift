@@ -20,6 +20,15 @@ public final class ManagedObject: Sendable {
         var refreshInFlight = false
         var refreshAgain = false
         var observers: [KeyObserver] = []
+
+        enum Read { case value(Value), deleted, notCached, needsLoad }
+
+        /// What a read of attribute `index` finds now.
+        func read(_ index: Int) -> Read {
+            if deletedOnServer { return .deleted }
+            if let record { return .value(record.values[index]) }
+            return loaded ? .notCached : .needsLoad
+        }
     }
 
     init(context: Context, entity: Entity, id: String) {
@@ -61,6 +70,26 @@ public final class ManagedObject: Sendable {
         return KeyObserver(object: self, key: key, attributeIndex: index)
     }
 
+    /// The cached value of attribute `index` (see `attributeIndex`); with
+    /// `refresh`, as `get`, a background refresh too.
+    public func read(attribute index: Int, refresh: Bool) throws -> Value {
+        try context.read(self, index, refresh: refresh)
+    }
+
+    /// As `read`, if that needs nothing from the store (the record is in
+    /// memory, or known absent); else nil, having done nothing.
+    public func readInMemory(attribute index: Int, refresh: Bool) throws -> Value? {
+        try context.readInMemory(self, index, refresh: refresh)
+    }
+
+    /// The attribute whose name has these UTF-8 bytes (a C string's),
+    /// found without making a String; not valid UTF-8: `.invalid`.
+    public func attributeIndex(bytes key: UnsafeBufferPointer<UInt8>) throws -> Int {
+        if let index = entity.attributeIndex(bytes: key) { return index }
+        guard let name = String(validating: key, as: UTF8.self) else { throw TetherError(.invalid, "key is not valid UTF-8") }
+        return try attributeIndex(name)
+    }
+
     private func attributeIndex(_ key: String) throws -> Int {
         guard let index = entity.attributeIndex(named: key) else {
             throw TetherError(.notFound, "\(entity.name) has no key \(key.debugDescription)")
@@ -68,7 +97,7 @@ public final class ManagedObject: Sendable {
         return index
     }
 
-    private func attributeIndex(code: Int) throws -> Int {
+    public func attributeIndex(code: Int) throws -> Int {
         guard let index = entity.attributeIndex(code: code) else {
             throw TetherError(.notFound, "\(entity.name) has no attribute with code \(code)")
         }

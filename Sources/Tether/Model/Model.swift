@@ -1,3 +1,5 @@
+import Glibc
+
 /// The type of an attribute's values, from the spec's JSON-schema type.
 public enum AttributeType: Int, Sendable {
     case text = 1, integer = 2, real = 3, boolean = 4, json = 5
@@ -52,6 +54,8 @@ public final class Entity: Sendable {
     let codeHighWater: Int
     private let indexByName: [ExactString: Int]
     private let indexByCode: [Int: Int]
+    /// The names' UTF-8, for `attributeIndex(bytes:)`.
+    private let nameBytes: [[UInt8]]
 
     init(index: Int, code: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int) {
         name = spec.name
@@ -66,10 +70,25 @@ public final class Entity: Sendable {
         versionIndex = attributes.firstIndex { $0.isVersion }!
         indexByName = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { (ExactString($1.name), $0) })
         indexByCode = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { ($1.code, $0) })
+        nameBytes = attributes.map { Array($0.name.utf8) }
     }
 
     public func attributeIndex(named name: String) -> Int? { indexByName[ExactString(name)] }
+
+    /// The attribute whose name has exactly these UTF-8 bytes: compared in
+    /// place, so a read by name from C hashes nothing and allocates nothing.
+    /// nil also for entities too wide for a scan: ask by `named` then.
+    public func attributeIndex(bytes name: UnsafeBufferPointer<UInt8>) -> Int? {
+        guard name.count > 0, nameBytes.count <= Self.widestScanned else { return nil }
+        return nameBytes.firstIndex { candidate in
+            candidate.count == name.count && candidate.withUnsafeBufferPointer {
+                memcmp($0.baseAddress!, name.baseAddress!, name.count) == 0
+            }
+        }
+    }
     public func attributeIndex(code: Int) -> Int? { indexByCode[code] }
+
+    private static let widestScanned = 32
 }
 
 /// What the model builder left out or changed, and why: for the host to read.

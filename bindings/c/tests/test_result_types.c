@@ -429,6 +429,39 @@ static void check_count(tether_results *res, size_t n, int line)
         xcheck_int((long long)count, (long long)n, line, "tether_results_count");
 }
 
+/* tether_results_objects, in chunks of 7: the handles tether_results_object_at
+ * gives (same object, same handle), each with a reference of its own that
+ * keeps it valid until released here. */
+static void check_bulk(tether_results *res, size_t n)
+{
+    enum { CHUNK = 7 };
+    rows_bad bad = {0, ""};
+    tether_object *chunk[CHUNK], *lent = NULL;
+    size_t start = 0, got = 0, i;
+    while (start < n) {
+        got = 0;
+        if (XSTATUS(tether_results_objects(res, start, chunk, CHUNK, &got), TETHER_OK) != TETHER_OK) return;
+        XCHECK_INT(got, n - start < CHUNK ? n - start : CHUNK);
+        for (i = 0; i < got; i++) {
+            if (tether_results_object_at(res, start + i, &lent) != TETHER_OK || lent != chunk[i])
+                row_bad(&bad, start + i, "not the handle tether_results_object_at gives");
+            if (tether_object_release(chunk[i]) != TETHER_OK)
+                row_bad(&bad, start + i, "its reference could not be released");
+            else if (tether_results_object_at(res, start + i, &lent) != TETHER_OK || lent != chunk[i])
+                row_bad(&bad, start + i, "the lent handle died with the bulk reference");
+        }
+        if (got == 0) break;
+        start += got;
+    }
+    XROWS(bad, "tether_results_objects gives each row's object with its own reference");
+    got = 99;
+    XSTATUS(tether_results_objects(res, n, chunk, CHUNK, &got), TETHER_OK);
+    XCHECK_INT(got, 0);
+    XSTATUS(tether_results_objects(res, n + 1, chunk, CHUNK, &got), TETHER_E_NOT_FOUND);
+    XSTATUS(tether_results_objects(res, 0, NULL, CHUNK, &got), TETHER_E_MISUSE);
+    XSTATUS(tether_results_objects(res, 0, chunk, CHUNK, NULL), TETHER_E_MISUSE);
+}
+
 /* OBJECTS: the rows' objects, ids and n are the expected ones. */
 static void check_objects(tether_results *res, const int *exp, size_t n)
 {
@@ -450,6 +483,7 @@ static void check_objects(tether_results *res, const int *exp, size_t n)
         }
     }
     XROWS(bad, "OBJECTS rows");
+    check_bulk(res, n);
     XSTATUS(tether_results_object_at(res, n, &obj), TETHER_E_NOT_FOUND);
     /* An OBJECTS answer has no values of its own, whatever the index. */
     XSTATUS(tether_results_value_at(res, 0, "n", &v), TETHER_E_MISUSE);
@@ -498,6 +532,7 @@ static void check_ids(tether_results *res, tether_results *objs, const int *exp,
     }
     XROWS(bad, "IDS ids equal the OBJECTS answer's, in order");
     XROWS(bad_obj, "IDS: tether_results_object_at gives the object with that id");
+    check_bulk(res, n);
     XSTATUS(tether_results_id_at(res, n, &got), TETHER_E_NOT_FOUND);
     XSTATUS(tether_results_object_at(res, n, &obj), TETHER_E_NOT_FOUND);
     XSTATUS(tether_results_value_at(res, 0, "n", &v), TETHER_E_MISUSE);
@@ -516,6 +551,12 @@ static void check_counted(tether_results *res, size_t n)
     XSTATUS(tether_results_id_at(res, 0, &id), TETHER_E_MISUSE);
     XSTATUS(tether_results_value_at(res, 0, "n", &v), TETHER_E_MISUSE);
     XSTATUS(tether_results_object_at(res, n + 1, &obj), TETHER_E_MISUSE);
+    {
+        tether_object *chunk[2] = {NULL, NULL};
+        size_t got = 99;
+        XSTATUS(tether_results_objects(res, 0, chunk, 2, &got), TETHER_E_MISUSE);
+        XCHECK(chunk[0] == NULL && got == 99);
+    }
     XCHECK(obj == NULL && id == NULL && v.type == TETHER_TYPE_NULL);
     tether_value_clear(&v);
 }
