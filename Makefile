@@ -6,8 +6,9 @@ PYTHON       ?= python3
 BUILD_DIR    := build
 LIB          := $(BUILD_DIR)/libtether.so
 VENV         := .venv
-# Release builds link the Swift runtime statically and export only tether_*.
-RELEASE_FLAGS := -c release -Xswiftc -static-stdlib \
+# Release builds link the Swift runtime statically and export only tether_*;
+# exclusivity is checked at run time in debug and sanitizer builds only.
+RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivity=unchecked \
                  -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map
 APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev python3-venv gcc make
 
@@ -24,6 +25,7 @@ deps:
 	fi
 	@scripts/kinto-install
 	@$(VENV)/bin/python -c 'import pytest' 2>/dev/null || $(VENV)/bin/pip install -q 'pytest==8.3.5'
+	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
 
 build: deps $(LIB)
 	@$(MAKE) -s -C bindings/c all LIBDIR=$(CURDIR)/$(BUILD_DIR)
@@ -49,9 +51,14 @@ test-swift test-c test-python: build
 fuzz: deps
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz
 
+# bench: Kinto on PostgreSQL (scripts/pg-start) holding 100,000 records seeded by SQL.
 bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/big_cache
-	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
-	scripts/with-kinto $(VENV)/bin/python bench/run.py
+	KINTO_BACKEND=postgresql KINTO_PAGINATE_BY=10000 scripts/with-kinto $(VENV)/bin/python bench/run.py
+
+# bench-quick (CI): memory backend, 300 records, one run a row: checks that every row runs.
+.PHONY: bench-quick
+bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/big_cache
+	BENCH_QUICK=1 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 $(BUILD_DIR)/first_peek: bench/first_peek.c include/tether.h $(LIB)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@

@@ -1,6 +1,7 @@
 """Shared pieces of the benchmark: configuration, deterministic data, seeding
-through Kinto's batch endpoint, the curl and kinto-http peers, and reading the
-Kinto request log.  Standard library only (kinto-http is imported lazily).
+through Kinto's batch endpoint (seed_pg.py seeds PostgreSQL by SQL), the curl
+and kinto-http peers, and reading the Kinto request log.  Standard library
+only (kinto-http is imported lazily).
 """
 import base64
 import json
@@ -163,6 +164,39 @@ def curl_listing(url, parse=False):
     return pages, records
 
 
+def since_before_ranges(url, first, last, parts):
+    """`parts` listing URLs that split last_modified first..last (both
+    included) into equal spans: range k is _since=e_k&_before=e_(k+1)+1, i.e.
+    e_k < last_modified <= e_(k+1), from e_0 = first - 1 to e_parts = last."""
+    edges = [first - 1 + (last - first + 1) * k // parts for k in range(parts + 1)]
+    sep = "&" if "?" in url else "?"
+    return ["%s%s_since=%d&_before=%d" % (url, sep, edges[k], edges[k + 1] + 1) for k in range(parts)]
+
+
+def curl_parallel(urls, parse=False):
+    """curl_listing of each URL at the same time (one thread each, so one
+    curl process per URL runs at a time). Returns (pages, records or None)."""
+    import threading
+    results = [None] * len(urls)
+
+    def one(k):
+        try:
+            results[k] = curl_listing(urls[k], parse=parse)
+        except Exception as e:  # noqa: BLE001 - raised below, in the caller's thread
+            results[k] = e
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(len(urls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    pages = sum(r[0] for r in results)
+    return pages, ([rec for r in results for rec in r[1]] if parse else None)
+
+
 def kinto_http_client(url):
     import kinto_http
     return kinto_http.Client(server_url=url, auth=(USER, PASSWORD))
@@ -201,3 +235,15 @@ def requests_since(path, offset):
                 fields = entry.get("Fields", {})
                 out.append((fields.get("method"), fields.get("path"), fields.get("querystring") or {}))
     return out
+
+
+def subrequests_since(path, offset):
+    """How many subrequest.summary entries (the requests inside POST /batch,
+    logged without their query string) the Kinto log got after `offset`."""
+    n = 0
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for line in f:
+            if b'"subrequest.summary"' in line:
+                n += 1
+    return n

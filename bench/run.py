@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
 """Tether benchmark: speed and memory as ratios against peers run side by side.
 
-    scripts/with-kinto .venv/bin/python bench/run.py      (what `make bench` runs)
+    KINTO_BACKEND=postgresql KINTO_PAGINATE_BY=10000 \
+        scripts/with-kinto .venv/bin/python bench/run.py   (`make bench`)
+    BENCH_QUICK=1 scripts/with-kinto .venv/bin/python bench/run.py
+                                                           (`make bench-quick`)
 
 Needs TETHER_TEST_URL (a fresh Kinto, as scripts/with-kinto starts) and, for
 request counts, TETHER_KINTO_DIR (its run folder holding kinto.log).
 TETHER_LIBRARY defaults to build/libtether.so. Seeds bucket `bench` with
-BENCH_RECORDS (default 2000) deterministic records, then prints one table row
-per measurement: tether, peer, ratio tether/peer. See bench/README.md.
+BENCH_RECORDS deterministic records (default 100000 when KINTO_BACKEND is
+postgresql, seeded by SQL with KINTO_STORAGE_URL; 300 with BENCH_QUICK=1;
+else 2000 through /batch), then prints one table row per measurement:
+tether, peer, ratio tether/peer. See bench/README.md.
+
+BENCH_QUICK=1 only checks that every row runs: few records, one timed run
+per row, small caches for rows 7 and 8 (under 2 minutes).
 
 Exit status: 0 if every measurement ran, 1 if any failed (the table shows
 ERROR and the errors are listed below it).
 """
+import ctypes
 import json
 import os
 import shutil
@@ -30,18 +39,37 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import BUCKET, COLLECTION, USER, PASSWORD  # noqa: E402
 
-RECORDS = int(os.environ.get("BENCH_RECORDS") or 2000)
-RUNS = int(os.environ.get("BENCH_RUNS") or 5)          # timed runs (after one warm-up)
+BACKEND = os.environ.get("KINTO_BACKEND") or "memory"   # as scripts/with-kinto
+PG = BACKEND == "postgresql"
+QUICK = os.environ.get("BENCH_QUICK", "0") not in ("", "0")
+
+
+def env_int(name, default):
+    return int(os.environ.get(name) or default)
+
+
+RECORDS = env_int("BENCH_RECORDS", 300 if QUICK else 100000 if PG else 2000)
+RUNS = env_int("BENCH_RUNS", 1 if QUICK else 5)          # timed runs (after one warm-up)
 PEEKS = 20000
+CALLS = 100000          # row 2b: peeks of one object, and trivial ctypes calls
 REFRESH_GETS = 500
-MEM_RUNS = 3
-FETCH_TIMEOUT = 60
+REFRESH_RUNS = 1 if QUICK else 3
+MANY_GETS = 10000       # row 4c, fetched by the peer in MANY_GETS_LISTINGS in_id listings
+MANY_GETS_LISTINGS = 2
+MANY_GETS_LIMIT = 120   # s for every refresh of row 4c to land (the row is bounded by this)
+RANGES = 4              # row 1c: concurrent curl processes, one _since/_before range each
+MEM_RUNS = 1 if QUICK else 3
+FETCH_TIMEOUT = max(60, RECORDS * 3 // 1000)   # s; 300 s for 100,000 records
 # Rows 7 and 8: caches multiplied in SQLite by build/big_cache (see its header).
-PREDICATE_ROWS = int(os.environ.get("BENCH_PREDICATE_ROWS") or 100000)
-ITERATE_ROWS = int(os.environ.get("BENCH_ITERATE_ROWS") or 1000000)
+PREDICATE_ROWS = env_int("BENCH_PREDICATE_ROWS", 3000 if QUICK else 100000)
+ITERATE_ROWS = env_int("BENCH_ITERATE_ROWS", 10000 if QUICK else 1000000)
 BATCH_SIZE = 1000
-ITERATE_RUNS = 3        # each run is its own process, so VmHWM is that run's alone
+ITERATE_RUNS = 1 if QUICK else 3   # each run is its own process, so VmHWM is that run's alone
 MEMORY_LIMIT_KB = 4 * 1024 * 1024   # a run over this is stopped and reported, not waited for
+# Rows 9 and 10: the issue's goals for the library's load time and size.
+LOAD_RUNS = 5 if QUICK else 21
+DLOPEN_GOAL_S = 0.005
+STRIPPED_GOAL = 6 * 1000 * 1000     # bytes ("6 MB")
 
 
 def now():
@@ -135,9 +163,18 @@ def m1_listing(table, tether, url, tmp, kclient):
     """Full listing from the server: tether server_only vs curl vs kinto-http."""
     first = url + common.records_route()
     pages, recs = common.curl_listing(first, parse=True)   # check the peer once
-    if len(recs) != RECORDS:
-        raise RuntimeError("curl listing gave %d records, expected %d" % (len(recs), RECORDS))
-    t_tether, t_curl, t_kinto = [], [], []
+    if len(recs) != RECORDS or len({r["id"] for r in recs}) != RECORDS:
+        raise RuntimeError("curl listing gave %d records (%d distinct ids), expected %d"
+                           % (len(recs), len({r["id"] for r in recs}), RECORDS))
+    # Row 1c's ranges: the collection's last_modified span, cut in RANGES
+    # (found here, untimed); checked once: together they give every id once.
+    stamps = [r["last_modified"] for r in recs]
+    range_urls = common.since_before_ranges(first, min(stamps), max(stamps), RANGES)
+    range_pages, range_recs = common.curl_parallel(range_urls, parse=True)
+    if len(range_recs) != RECORDS or {r["id"] for r in range_recs} != {r["id"] for r in recs}:
+        raise RuntimeError("%d curl ranges gave %d records (%d distinct), expected the %d ids"
+                           % (RANGES, len(range_recs), len({r["id"] for r in range_recs}), RECORDS))
+    t_tether, t_curl, t_kinto, t_ranges = [], [], [], []
     tether_err = None
     for run in range(RUNS + 1):           # run 0 is a warm-up
         if tether_err is None:
@@ -156,6 +193,11 @@ def m1_listing(table, tether, url, tmp, kclient):
         if run:
             t_curl.append(dt)
         t0 = now()
+        common.curl_parallel(range_urls)
+        dt = now() - t0
+        if run:
+            t_ranges.append(dt)
+        t0 = now()
         got = common.kinto_http_listing(kclient)
         dt = now() - t0
         if len(got) != RECORDS:
@@ -163,27 +205,32 @@ def m1_listing(table, tether, url, tmp, kclient):
         if run:
             t_kinto.append(dt)
     name = "1. full listing, %d rec / %d pages" % (RECORDS, pages)
+    name_c = "1c. full listing vs curl, %d parallel _since/_before ranges (%d pages)" % (RANGES, range_pages)
+    table.notes.append("1c: %d curl processes at a time, one per last_modified range, each following "
+                       "Next-Page; the ranges were cut from one listing's timestamps, untimed" % RANGES)
     if tether_err is not None:
         table.rows.append((name + " vs curl", "ERROR", ms(median(t_curl)), ""))
         table.rows.append((name + " vs kinto-http", "ERROR", ms(median(t_kinto)), ""))
+        table.rows.append((name_c, "ERROR", ms(median(t_ranges)), ""))
         table.errors.append((name, "%s: %s" % (type(tether_err).__name__, tether_err), tether_tb))
         return
     tt = median(t_tether)
     table.add(name + " vs curl", ms(tt), ms(median(t_curl)), ratio(tt, median(t_curl)))
     table.add(name + " vs kinto-http", ms(tt), ms(median(t_kinto)), ratio(tt, median(t_kinto)))
+    table.add(name_c, ms(tt), ms(median(t_ranges)), ratio(tt, median(t_ranges)))
 
 
 def m2_peek(table, ctx, con):
     """N peeks over cached objects vs sqlite3 SELECT of the same value by id."""
     keys = common.SCALAR_FIELDS
     order = [((i * 7) % RECORDS, keys[i % len(keys)]) for i in range(PEEKS)]
-    objs = [ctx.object(COLLECTION, common.record_id(i)) for i in range(RECORDS)]
+    objs = {i: ctx.object(COLLECTION, common.record_id(i)) for i in sorted({i for i, _ in order})}
     sql = {k: 'SELECT "%s" FROM items WHERE id = ?' % k for k in keys}
     t_pairs = [(objs[i], k) for i, k in order]
     s_pairs = [((common.record_id(i),), sql[k]) for i, k in order]
     cur = con.cursor()
     # Check both sides read the same values (and warm up).
-    for (o, k), (args, q) in zip(t_pairs[:RECORDS], s_pairs[:RECORDS]):
+    for (o, k), (args, q) in zip(t_pairs[:len(objs)], s_pairs[:len(objs)]):   # each object once
         a, b = o.peek(k), cur.execute(q, args).fetchone()[0]
         if a != b:
             raise RuntimeError("peek(%r) of %s gave %r, sqlite3 has %r" % (k, o.id, a, b))
@@ -205,10 +252,46 @@ def m2_peek(table, ctx, con):
             cur.execute(q, args).fetchone()[0]
         cur.execute("COMMIT")
         tx.append((now() - t0) / PEEKS)
-    name = "2. peek, per read (%d reads)" % PEEKS
+    name = "2. peek, per read (%d reads of %d objects)" % (PEEKS, len(objs))
     table.add(name + " vs sqlite3", us(median(tt)), us(median(ts)), ratio(median(tt), median(ts)))
     table.add(name + " vs sqlite3 1 txn", us(median(tt)), us(median(tx)),
               ratio(median(tt), median(tx)))
+
+
+def m2b_ctypes(table, tether, ctx):
+    """One cached object's peek from Python vs the most trivial ctypes call
+    into the library (tether_version_number: no argument, an int back)."""
+    from tether import _lib
+    obj = ctx.object(COLLECTION, common.record_id(RECORDS // 2))
+    if obj.peek("Count") != common.make_record(RECORDS // 2)["Count"]:
+        raise RuntimeError("peek(Count) of %s gave %r" % (obj.id, obj.peek("Count")))
+    trivial = _lib.tether_version_number
+    raw_peek, clear = _lib.tether_object_peek, _lib.tether_value_clear
+    handle, key, value = obj._h, b"Count", _lib.tether_value()
+    ref = ctypes.byref(value)
+    rng = range(CALLS)
+    tp, tc, tr = [], [], []
+    for _ in range(3):
+        t0 = now()
+        for _ in rng:
+            obj.peek("Count")
+        tp.append((now() - t0) / CALLS)
+        t0 = now()
+        for _ in rng:
+            trivial()
+        tc.append((now() - t0) / CALLS)
+        # In between: the same C call as peek, straight through ctypes (no
+        # argument checks, no conversion of the value to a Python int).
+        t0 = now()
+        for _ in rng:
+            raw_peek(handle, key, ref)
+            clear(ref)
+        tr.append((now() - t0) / CALLS)
+    table.add("2b. peek from Python vs a trivial ctypes call (tether_version_number), per call",
+              us(median(tp)), us(median(tc)), ratio(median(tp), median(tc)))
+    table.notes.append("2b: %d calls, median of 3 passes; tether_object_peek + tether_value_clear through "
+                       "ctypes without the binding's checks and conversion: %s per read"
+                       % (CALLS, us(median(tr))))
 
 
 def m3_cache_fetch(table, ctx, con):
@@ -273,6 +356,114 @@ def wait_quiet(logpath, offset, quiet=0.5, limit=15.0):
     return common.requests_since(logpath, offset)
 
 
+def gets_until_peek(tether, url, path, ids, limit, quiet_limit):
+    """On a new store: get("Name") on each of `ids` (uncached objects), then
+    waits until peek succeeds for all of them, walking them in order (a
+    pending one is polled every millisecond; the walk goes on once it lands).
+    Returns (seconds, the request.summary entries Kinto logged or None, the
+    number of requests inside /batch or None)."""
+    logpath = common.kinto_log_path()
+    n = len(ids)
+    ctx = open_context(tether, url, path)
+    try:
+        objs = [ctx.object(COLLECTION, i) for i in ids]
+        off = common.log_offset(logpath) if logpath else None
+        t0 = now()
+        for o in objs:
+            try:
+                o.get("Name")
+            except tether.NotCachedError:
+                pass
+        deadline = time.monotonic() + limit
+        k = 0
+        while k < n:
+            try:
+                objs[k].peek("Name")
+                k += 1
+                continue
+            except tether.NotCachedError:
+                pass
+            if time.monotonic() > deadline:
+                left = sum(1 for o in objs[k:] if not _peekable(tether, o))
+                raise RuntimeError("refreshes did not land: %d of %d objects still not cached %d s "
+                                   "after get" % (left, n, limit))
+            time.sleep(0.001)
+        dt = now() - t0
+        reqs = wait_quiet(logpath, off, limit=quiet_limit) if logpath else None
+        subs = common.subrequests_since(logpath, off) if logpath else None
+    finally:
+        ctx.close()
+    return dt, reqs, subs
+
+
+def _peekable(tether, obj):
+    try:
+        obj.peek("Name")
+        return True
+    except tether.NotCachedError:
+        return False
+
+
+def in_id_urls(url, ids, listings):
+    """`listings` curl URLs ?in_id= that split `ids` in equal parts."""
+    size = -(-len(ids) // listings)
+    return ["%s%s?%s" % (url, common.records_route(),
+                         urllib.parse.urlencode({"in_id": ",".join(ids[k:k + size])}, safe=","))
+            for k in range(0, len(ids), size)]
+
+
+def curl_in_id(urls):
+    """The peer of rows 4 and 4c: the in_id listings one after the other
+    (curl_listing each). Returns the page count."""
+    return sum(common.curl_listing(u)[0] for u in urls)
+
+
+def gets_rows(table, tether, url, tmp, label, ids, listings, runs, limit, quiet_limit):
+    """Rows 4 and 4c: time until all of `ids` peek after get on a new store,
+    and the requests Kinto saw, vs curl listing them with in_id=."""
+    n = len(ids)
+    urls = in_id_urls(url, ids, listings)
+    pages, got = 0, []
+    for u in urls:                      # the peer, checked once (untimed)
+        p, recs = common.curl_listing(u, parse=True)
+        pages += p
+        got += recs
+    if sorted(r["id"] for r in got) != sorted(ids):
+        raise RuntimeError("curl in_id listings gave %d records, expected the %d ids" % (len(got), n))
+
+    tt, tc, counts, subs = [], [], [], []
+    for run in range(runs):
+        dt, reqs, sub = gets_until_peek(tether, url, os.path.join(tmp, "%s-%d.db" % (label.split(".")[0], run)),
+                                        ids, limit, quiet_limit)
+        tt.append(dt)
+        if reqs is not None:
+            counts.append(reqs)
+            subs.append(sub)
+        t0 = now()
+        curl_in_id(urls)
+        tc.append(now() - t0)
+
+    name = "%s %d gets on uncached objects" % (label, n)
+    peer = "%d listing%s" % (len(urls), "s" if len(urls) > 1 else "")
+    table.add(name + ", time", ms(median(tt)), ms(median(tc)), ratio(median(tt), median(tc)))
+    if counts:
+        c = [len(r) for r in counts]
+        firsts = [sum(1 for _, _, q in r if "_token" not in q) for r in counts]
+        cell = "%d (%d-%d)" % (median(c), min(c), max(c))
+        if any(subs):
+            cell += ", %d in /batch" % median(subs)
+        table.add(name + ", requests", cell, "%d" % pages, ratio(median(c), pages))
+        batches = [sum(1 for _, p, _ in r if p and p.endswith("/batch")) for r in counts]
+        listings = [k - b + sub for k, b, sub in zip(c, batches, subs)]
+        table.notes.append("%s requests per run %s, of which in_id listings (first pages) or /batch %s, "
+                           "/batch %s carrying %s requests, so %s listings in all; curl: %s of %d ids, %d pages"
+                           % (label.split(".")[0] + ":", c, firsts, batches, subs, listings, peer,
+                              -(-n // len(urls)), pages))
+    else:
+        table.add(name + ", requests", "n/a (no kinto.log)", "%d" % pages, "")
+    return urls, pages
+
+
 def m4_refresh(table, tether, url, tmp, main_ctx):
     """get on 500 distinct objects, wait until every refresh landed; count the
     requests Kinto saw; compare with one curl listing with in_id= of those ids."""
@@ -280,59 +471,7 @@ def m4_refresh(table, tether, url, tmp, main_ctx):
     step = max(1, RECORDS // REFRESH_GETS)
     ids = [common.record_id(i) for i in range(0, RECORDS, step)][:REFRESH_GETS]
     n = len(ids)
-    curl_url = "%s%s?%s" % (url, common.records_route(),
-                            urllib.parse.urlencode({"in_id": ",".join(ids)}, safe=","))
-    pages, recs = common.curl_listing(curl_url, parse=True)
-    if len(recs) != n:
-        raise RuntimeError("curl in_id listing gave %d records, expected %d" % (len(recs), n))
-
-    tt, tc, counts = [], [], []
-    for run in range(3):
-        ctx = open_context(tether, url, os.path.join(tmp, "refresh-%d.db" % run))
-        try:
-            objs = [ctx.object(COLLECTION, i) for i in ids]
-            off = common.log_offset(logpath) if logpath else None
-            t0 = now()
-            for o in objs:
-                try:
-                    o.get("Name")
-                except tether.NotCachedError:
-                    pass
-            pending = set(range(n))
-            deadline = time.monotonic() + 30
-            while pending:
-                for k in list(pending):
-                    try:
-                        objs[k].peek("Name")
-                        pending.discard(k)
-                    except tether.NotCachedError:
-                        pass
-                if not pending:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("refreshes did not land: %d of %d objects still not "
-                                       "cached 30 s after get" % (len(pending), n))
-                time.sleep(0.002)
-            tt.append(now() - t0)
-            if logpath:
-                counts.append(wait_quiet(logpath, off))
-        finally:
-            ctx.close()
-        t0 = now()
-        common.curl_listing(curl_url)
-        tc.append(now() - t0)
-
-    name = "4. %d gets on uncached objects" % n
-    table.add(name + ", time", ms(median(tt)), ms(median(tc)), ratio(median(tt), median(tc)))
-    if counts:
-        c = [len(r) for r in counts]
-        firsts = [sum(1 for _, _, q in r if "_token" not in q) for r in counts]
-        table.add(name + ", requests", "%d (%d-%d)" % (median(c), min(c), max(c)), "%d" % pages,
-                  ratio(median(c), pages))
-        table.notes.append("4: requests per run %s, of which in_id listings (first pages) %s; "
-                           "curl: 1 listing of %d pages" % (c, firsts, pages))
-    else:
-        table.add(name + ", requests", "n/a (no kinto.log)", "%d" % pages, "")
+    _, pages = gets_rows(table, tether, url, tmp, "4.", ids, 1, REFRESH_RUNS, 30, 15.0)
 
     # The same gets on objects already cached (every get refreshes: staleness 0).
     if logpath:
@@ -345,6 +484,15 @@ def m4_refresh(table, tether, url, tmp, main_ctx):
                   "%d" % pages, ratio(len(reqs), pages))
 
 
+def m4c_many_gets(table, tether, url, tmp):
+    """Row 4 with 10,000 distinct ids (every RECORDS/10,000th), against curl
+    fetching them in MANY_GETS_LISTINGS in_id listings. Bounded: every
+    refresh must land within MANY_GETS_LIMIT s."""
+    step = max(1, RECORDS // MANY_GETS)
+    ids = [common.record_id(i) for i in range(0, RECORDS, step)][:MANY_GETS]
+    gets_rows(table, tether, url, tmp, "4c.", ids, MANY_GETS_LISTINGS, REFRESH_RUNS, MANY_GETS_LIMIT, 60.0)
+
+
 def m5_memory(table, url, tmp):
     """Peak RSS growth of one full listing: tether context vs kinto-http dicts."""
     probe = os.path.join(common.HERE, "memprobe.py")
@@ -354,7 +502,7 @@ def m5_memory(table, url, tmp):
         for mode in ("tether", "kinto-http"):
             d = tempfile.mkdtemp(prefix="mem-", dir=tmp)
             proc = subprocess.run([sys.executable, probe, mode, url, d], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, timeout=120)
+                                  stderr=subprocess.PIPE, timeout=FETCH_TIMEOUT + 60)
             if proc.returncode != 0:
                 raise RuntimeError("memprobe %s failed (%d): %s" % (
                     mode, proc.returncode, proc.stderr.decode(errors="replace").strip()[-800:]))
@@ -374,8 +522,11 @@ def m6_first_peek(table, url, tmp):
     program = os.path.join(ROOT, "build", "first_peek")
     store = os.path.join(tmp, "first-peek.db")
     out = subprocess.run([program, url, BUCKET, COLLECTION, "Name", store, USER, PASSWORD], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, check=True,
+                         stderr=subprocess.PIPE, timeout=FETCH_TIMEOUT + 300,
                          env=dict(os.environ, LD_LIBRARY_PATH=os.path.join(ROOT, "build")))
+    if out.returncode != 0:
+        raise RuntimeError("first_peek failed (%d): %s" % (out.returncode,
+                                                          out.stderr.decode(errors="replace").strip()[-800:]))
     result = json.loads(out.stdout)
     name = "6. first peek from C (row in store, not in memory; %d reads)" % result["reads"]
     table.add(name, "%.2f us" % (result["tether_ns"] / 1000), "%.2f us (prepared SELECT)" % (result["sqlite_ns"] / 1000),
@@ -417,23 +568,42 @@ def mb(kb):
     return "%.1f MB" % (kb / 1024)
 
 
-def m7_big_predicate(table, url, tmp):
+def make_big_store(tether, url, store, rows):
+    """A store of `rows` rows for rows 7 and 8: `big_cache make` (one fetch,
+    multiplied in SQLite) when the collection has fewer records; when it has
+    as many or more (100,000 on PostgreSQL), the store of one server_only fetch
+    of all of them (big_cache make wants N above the fetched count). Returns
+    a description for the notes."""
+    if rows > RECORDS:
+        made = big_cache(url, store, "make", rows, timeout=FETCH_TIMEOUT + 600)
+        return "store of %d rows (%d fetched, multiplied in SQLite in %.1f s)" % (
+            made["rows"], made["fetched"], made["seconds"])
+    t0 = now()
+    ctx = open_context(tether, url, store)
+    try:
+        _, objs = ctx.fetch_wait(COLLECTION, policy="server_only", result="ids", timeout=FETCH_TIMEOUT)
+        n = len(objs)
+    finally:
+        ctx.close()
+    return "store of %d rows, all fetched from Kinto (server_only, %.1f s), none multiplied" % (n, now() - t0)
+
+
+def m7_big_predicate(table, tether, url, tmp):
     """Predicate + sort over a large cache from C vs the same prepared SELECT."""
     store = os.path.join(tmp, "big-%d.db" % PREDICATE_ROWS)
-    made = big_cache(url, store, "make", PREDICATE_ROWS)
+    made = make_big_store(tether, url, store, PREDICATE_ROWS)
     r = big_cache(url, store, "predicate", RUNS)
     table.add("7. predicate + sort from C, cache only, %d of %d rows" % (r["matches"], r["rows"]),
               ms(r["tether_s"]), ms(r["sqlite_s"]) + " (prepared SELECT)", ratio(r["tether_s"], r["sqlite_s"]))
-    table.notes.append("7: store of %d rows (%d fetched, multiplied in SQLite in %.1f s); ids equal in order"
-                       % (made["rows"], made["fetched"], made["seconds"]))
+    table.notes.append("7: %s; ids equal in order" % made)
     return store
 
 
-def m8_big_iterate(table, url, tmp, small_store):
+def m8_big_iterate(table, tether, url, tmp, small_store):
     """Every row's Name over a very large cache: tether with batch_size (and
     without) vs sqlite3 stepping the same SELECT; time and peak RSS growth."""
     store = os.path.join(tmp, "big-%d.db" % ITERATE_ROWS)
-    made = big_cache(url, store, "make", ITERATE_ROWS)
+    made = make_big_store(tether, url, store, ITERATE_ROWS)
     runs = {"tether": [], "sqlite": []}
     for _ in range(ITERATE_RUNS):
         for side in ("tether", "sqlite"):
@@ -454,10 +624,9 @@ def m8_big_iterate(table, url, tmp, small_store):
     table.add(name + ", time", "%.2f s" % t, "%.2f s (step)" % s, ratio(t, s))
     table.add(name + ", peak RSS growth", mb(tg), mb(sg), ratio(tg, sg))
     fetch_kb = median([r["fetch_growth_kb"] for r in runs["tether"]])
-    note = ("8: store of %d rows (%d fetched, multiplied in SQLite in %.1f s). With batch_size, %s of the %s "
+    note = ("8: %s. With batch_size, %s of the %s "
             "peak is reached when the answer arrives, before any row is read; %d objects in memory at the end"
-            % (made["rows"], made["fetched"], made["seconds"], mb(fetch_kb), mb(tg),
-               runs["tether"][0]["objects_in_memory"]))
+            % (made, mb(fetch_kb), mb(tg), runs["tether"][0]["objects_in_memory"]))
     if small_store:   # the same pass over row 7's smaller store: does the growth follow the row count?
         small = big_cache(url, small_store, "iterate", "tether", BATCH_SIZE)
         per_row = (tg - small["growth_kb"]) * 1024.0 / (ITERATE_ROWS - small["rows"])
@@ -480,6 +649,72 @@ def m8_big_iterate(table, url, tmp, small_store):
                            % (label.split(".")[0], r["seconds"], r["seconds"] / s, mb(r["fetch_growth_kb"])))
 
 
+DLOPEN_PROBE = r"""
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <stdio.h>
+#include <time.h>
+/* dlopen_probe [LIBRARY]: dlopens LIBRARY (RTLD_NOW | RTLD_LOCAL, as ctypes
+ * does) if given; prints the nanoseconds dlopen took (0 without LIBRARY). */
+int main(int argc, char **argv) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    if (argc > 1 && !dlopen(argv[1], RTLD_NOW | RTLD_LOCAL)) {
+        fprintf(stderr, "%s\n", dlerror());
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("%.0f\n", (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec));
+    return 0;
+}
+"""
+
+
+def library_path():
+    return os.environ.get("TETHER_LIBRARY") or os.path.join(ROOT, "build", "libtether.so")
+
+
+def m9_load_time(table, tmp):
+    """A fresh process that dlopens the library vs the same process without:
+    the difference of their wall times (fork, exec, exit included on both
+    sides), medians of LOAD_RUNS runs each, alternating."""
+    lib = library_path()
+    src, exe = os.path.join(tmp, "dlopen_probe.c"), os.path.join(tmp, "dlopen_probe")
+    with open(src, "w") as f:
+        f.write(DLOPEN_PROBE)
+    subprocess.run([os.environ.get("CC") or "cc", "-O2", "-o", exe, src, "-ldl"], check=True,
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with_lib, without, inside = [], [], []
+    for run in range(LOAD_RUNS + 1):      # run 0 warms the page cache
+        for args, out in (([exe, lib], with_lib), ([exe], without)):
+            t0 = now()
+            proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            dt = now() - t0
+            if proc.returncode != 0:
+                raise RuntimeError("dlopen_probe %s failed: %s" % (" ".join(args[1:]), proc.stderr.decode()))
+            if run:
+                out.append(dt)
+                if len(args) > 1:
+                    inside.append(int(proc.stdout) / 1e9)
+    load = median(with_lib) - median(without)
+    table.add("9. load time: dlopen of libtether.so in a fresh process", ms(load),
+              "<= %s (goal)" % ms(DLOPEN_GOAL_S), ratio(load, DLOPEN_GOAL_S))
+    table.notes.append("9: process with dlopen %s, without %s (medians of %d); dlopen() itself, timed inside "
+                       "the process: %s" % (ms(median(with_lib)), ms(median(without)), LOAD_RUNS,
+                                            ms(median(inside))))
+
+
+def m10_size(table, tmp):
+    """The size of a stripped copy of the library (strip -o)."""
+    lib = library_path()
+    out = os.path.join(tmp, "libtether.stripped.so")
+    subprocess.run(["strip", "-o", out, lib], check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    size = os.path.getsize(out)
+    table.add("10. size of libtether.so, stripped", "%.2f MB" % (size / 1e6),
+              "<= %.0f MB (goal)" % (STRIPPED_GOAL / 1e6), ratio(size, STRIPPED_GOAL))
+    table.notes.append("10: %s unstripped; MB = 10^6 bytes" % ("%.2f MB" % (os.path.getsize(lib) / 1e6)))
+
+
 def main():
     started = time.monotonic()
     common.setup_paths()
@@ -500,13 +735,26 @@ def main():
         raise SystemExit("bench: kinto-http is missing: .venv/bin/pip install -q kinto-http")
     curl_v = subprocess.run(["curl", "--version"], stdout=subprocess.PIPE).stdout.decode().split()[1]
 
-    print("Tether bench: server %s, library %s" % (url, libinfo))
+    print("Tether bench: server %s (%s backend), library %s%s" % (
+        url, BACKEND, libinfo, "; QUICK mode: checks the rows run, numbers mean little" if QUICK else ""))
     print("peers: curl %s, %s, sqlite3 %s (Python %s)" % (
         curl_v, kinfo, sqlite3.sqlite_version, sys.version.split()[0]))
     t0 = now()
-    common.seed(url, RECORDS)
-    print("seeded %s/%s with %d records in %.1f s; medians of %d runs after a warm-up" % (
-        BUCKET, COLLECTION, RECORDS, now() - t0, RUNS))
+    if PG:
+        import seed_pg
+        storage = os.environ.get("KINTO_STORAGE_URL")
+        if not storage:
+            raise SystemExit("bench: KINTO_BACKEND=postgresql but KINTO_STORAGE_URL is not set "
+                             "(scripts/with-kinto sets it)")
+        done = seed_pg.seed_sql(url, storage, RECORDS)
+        head = seed_pg.check_listing_head(url, RECORDS, done["last"])
+        how = "by SQL (COPY + INSERT in %.1f s; HEAD says Total-Records %d, ETag %s)" % (
+            done["seconds"], RECORDS, head.get("etag"))
+    else:
+        common.seed(url, RECORDS)
+        how = "through /batch"
+    print("seeded %s/%s with %d records %s in %.1f s; medians of %d runs after a warm-up" % (
+        BUCKET, COLLECTION, RECORDS, how, now() - t0, RUNS))
     print()
 
     tmp = tempfile.mkdtemp(prefix="tether-bench-")
@@ -535,7 +783,10 @@ def main():
                 table.error("2./3. (populating the main store)", e)
                 main_ctx = None
             if main_ctx is not None:
-                for name, fn in (("2. peek", m2_peek), ("3. cache_only fetch", m3_cache_fetch),
+                for name, fn in (("2. peek", m2_peek),
+                                 ("2b. peek vs a trivial ctypes call",
+                                  lambda table, ctx, con: m2b_ctypes(table, tether, ctx)),
+                                 ("3. cache_only fetch", m3_cache_fetch),
                                  ("3b. predicate fetch", m3b_predicate_fetch)):
                     try:
                         fn(table, main_ctx, con)
@@ -547,6 +798,10 @@ def main():
                     table.error("4. batched refresh", e)
                 main_ctx.close()
             try:
+                m4c_many_gets(table, tether, url, tmp)
+            except Exception as e:  # noqa: BLE001
+                table.error("4c. %d gets on uncached objects" % MANY_GETS, e)
+            try:
                 m5_memory(table, url, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error("5. peak RSS growth", e)
@@ -556,13 +811,18 @@ def main():
                 table.error("6. first peek from C", e)
             small_store = None
             try:
-                small_store = m7_big_predicate(table, url, tmp)
+                small_store = m7_big_predicate(table, tether, url, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error("7. predicate + sort from C", e)
             try:
-                m8_big_iterate(table, url, tmp, small_store)
+                m8_big_iterate(table, tether, url, tmp, small_store)
             except Exception as e:  # noqa: BLE001
                 table.error("8. iterate from C", e)
+        for name, fn in (("9. load time", m9_load_time), ("10. stripped size", m10_size)):
+            try:
+                fn(table, tmp)
+            except Exception as e:  # noqa: BLE001
+                table.error(name, e)
         con.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,251 @@
+/*
+ * peek.c — where the time of a peek goes (issue 9's read-path goals).
+ *
+ *   peek [URL [USER PASSWORD]]      (URL defaults to $TETHER_TEST_URL)
+ *
+ * Opens a context on bucket `bench` (store in /tmp, object cache 0), fetches
+ * `items` server-only once so the store holds every record, then measures:
+ *   (a) loaded:  tether_object_peek of one key on an object handle held
+ *                across the loop (the row is in memory), ns per call; beside
+ *                it the floor of a call on the same handle (tether_object_id)
+ *                and peek by code (no key string);
+ *   (b) first:   per record, tether_context_object + peek + release: with
+ *                object cache 0 each finds its row in SQLite, us per record;
+ *                beside it object + release alone (no row load);
+ *   (c) threads: (a) on 2 threads at once, each on its own object.
+ * Plain "name value unit" lines on stdout.
+ *
+ * Environment: PEEK_CALLS (default 10000000) calls per loop in (a)/(c);
+ * PEEK_PASSES (default 5) passes over the records in (b); PEEK_ONLY =
+ * loaded | first | threads to run one part (for profiling: then (a) times
+ * only peek of PEEK_KEY, default Name, and (b) only object + peek + release).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tether.h"
+
+#define COLLECTION "items"
+
+static char **ids;
+static size_t id_count;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
+static int done, final_status;
+static tether_context *ctx;
+static long calls = 10000000;
+
+static void on_fetch(tether_task *task, tether_phase phase, int status, const char *message,
+                     tether_results *results, void *userdata) {
+    (void)task, (void)message, (void)userdata;
+    if (phase == TETHER_PHASE_FINAL) {
+        size_t count = 0;
+        tether_results_count(results, &count);
+        ids = calloc(count ? count : 1, sizeof *ids);
+        for (size_t i = 0; i < count; i++) {
+            tether_object *obj;
+            const char *id;
+            tether_results_object_at(results, i, &obj);
+            tether_object_id(obj, &id);
+            ids[i] = strdup(id);
+        }
+        id_count = count;
+        pthread_mutex_lock(&lock);
+        final_status = status;
+        done = 1;
+        pthread_cond_signal(&done_cond);
+        pthread_mutex_unlock(&lock);
+    }
+    tether_results_release(results);
+}
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "peek: %s: %s\n", what, tether_errmsg());
+    exit(1);
+}
+
+static tether_object *object_at(size_t i) {
+    tether_object *obj;
+    if (tether_context_object(ctx, COLLECTION, ids[i], &obj) != TETHER_OK) die("object");
+    return obj;
+}
+
+/* ns per call of tether_object_peek(obj, key) over `calls` calls. */
+static double time_peek(tether_object *obj, const char *key, long *checksum) {
+    tether_value value;
+    double start = now_ns();
+    for (long i = 0; i < calls; i++) {
+        if (tether_object_peek(obj, key, &value) != TETHER_OK) die("peek");
+        *checksum += (long)value.length + (long)value.integer;
+        tether_value_clear(&value);
+    }
+    return (now_ns() - start) / calls;
+}
+
+static double time_peek_code(tether_object *obj, int code, long *checksum) {
+    tether_value value;
+    double start = now_ns();
+    for (long i = 0; i < calls; i++) {
+        if (tether_object_peek_code(obj, code, &value) != TETHER_OK) die("peek_code");
+        *checksum += (long)value.length + (long)value.integer;
+        tether_value_clear(&value);
+    }
+    return (now_ns() - start) / calls;
+}
+
+static double time_id(tether_object *obj, long *checksum) {
+    const char *id;
+    double start = now_ns();
+    for (long i = 0; i < calls; i++) {
+        if (tether_object_id(obj, &id) != TETHER_OK) die("id");
+        *checksum += id[0];
+    }
+    return (now_ns() - start) / calls;
+}
+
+struct worker {
+    pthread_t thread;
+    size_t record;
+    double ns;
+    long checksum;
+};
+
+static pthread_barrier_t barrier;
+
+static void *peek_worker(void *argument) {
+    struct worker *w = argument;
+    tether_object *obj = object_at(w->record);
+    tether_value value;
+    if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die("peek");
+    tether_value_clear(&value);
+    pthread_barrier_wait(&barrier);
+    w->ns = time_peek(obj, "Name", &w->checksum);
+    tether_object_release(obj);
+    return NULL;
+}
+
+static int wanted(const char *only, const char *part) { return only == NULL || strcmp(only, part) == 0; }
+
+int main(int argc, char **argv) {
+    const char *url = argc > 1 ? argv[1] : getenv("TETHER_TEST_URL");
+    const char *user = argc > 3 ? argv[2] : "bench", *password = argc > 3 ? argv[3] : "bench";
+    if (url == NULL) {
+        fprintf(stderr, "usage: %s [URL [USER PASSWORD]] (or set TETHER_TEST_URL)\n", argv[0]);
+        return 2;
+    }
+    const char *only = getenv("PEEK_ONLY");
+    if (getenv("PEEK_CALLS")) calls = atol(getenv("PEEK_CALLS"));
+    int passes = getenv("PEEK_PASSES") ? atoi(getenv("PEEK_PASSES")) : 5;
+    if (calls < 1 || passes < 1) return 2;
+
+    char store[256];
+    snprintf(store, sizeof store, "/tmp/tether-peek-%ld.db", (long)getpid());
+    tether_context_options opts;
+    tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
+    opts.server_url = url;
+    opts.bucket = "bench";
+    opts.username = user;
+    opts.password = password;
+    opts.store_path = store;
+    opts.object_cache_size = 0;
+    if (tether_context_open(&opts, &ctx) != TETHER_OK) die("open");
+
+    tether_fetch_options fetch;
+    tether_fetch_options_init(&fetch, TETHER_FETCH_OPTIONS_VERSION);
+    fetch.entity = COLLECTION;
+    fetch.policy = TETHER_POLICY_SERVER_ONLY;
+    if (tether_fetch_start(ctx, &fetch, on_fetch, NULL, NULL) != TETHER_OK) die("fetch");
+    pthread_mutex_lock(&lock);
+    while (!done) pthread_cond_wait(&done_cond, &lock);
+    pthread_mutex_unlock(&lock);
+    if (final_status != TETHER_OK || id_count < 2) {
+        fprintf(stderr, "peek: fetch failed (%d) or too few records (%zu)\n", final_status, id_count);
+        return 1;
+    }
+    printf("records %zu\n", id_count);
+
+    tether_entity *entity;
+    size_t index;
+    int name_code, count_code;
+    if (tether_context_entity(ctx, COLLECTION, &entity) != TETHER_OK ||
+        tether_entity_attribute_index(entity, "Name", &index) != TETHER_OK ||
+        tether_entity_attribute_at(entity, index, NULL, &name_code, NULL, NULL) != TETHER_OK ||
+        tether_entity_attribute_index(entity, "Count", &index) != TETHER_OK ||
+        tether_entity_attribute_at(entity, index, NULL, &count_code, NULL, NULL) != TETHER_OK)
+        die("model");
+
+    long checksum = 0;
+    if (wanted(only, "loaded")) {
+        tether_object *obj = object_at(0);
+        tether_value value;
+        if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die("peek");  /* loads the row */
+        tether_value_clear(&value);
+        if (only != NULL) {  /* profiling: one loop, on PEEK_KEY (default Name) */
+            const char *key = getenv("PEEK_KEY") ? getenv("PEEK_KEY") : "Name";
+            printf("a_loaded_peek_%s_ns %.1f\n", key, time_peek(obj, key, &checksum));
+        } else {
+            printf("a_loaded_floor_object_id_ns %.1f\n", time_id(obj, &checksum));
+            printf("a_loaded_peek_Name_ns %.1f\n", time_peek(obj, "Name", &checksum));
+            printf("a_loaded_peek_Count_ns %.1f\n", time_peek(obj, "Count", &checksum));
+            printf("a_loaded_peek_code_Name_ns %.1f\n", time_peek_code(obj, name_code, &checksum));
+            printf("a_loaded_peek_code_Count_ns %.1f\n", time_peek_code(obj, count_code, &checksum));
+        }
+        tether_object_release(obj);
+    }
+
+    if (wanted(only, "first")) {
+        double best_peek = 1e18, best_bare = 1e18;
+        for (int pass = 0; pass < passes; pass++) {
+            double start = now_ns();
+            for (size_t i = 0; i < id_count; i++) {
+                tether_object *obj = object_at(i);
+                tether_value value;
+                if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die("first peek");
+                checksum += (long)value.length;
+                tether_value_clear(&value);
+                tether_object_release(obj);
+            }
+            double ns = (now_ns() - start) / id_count;
+            if (ns < best_peek) best_peek = ns;
+            if (only != NULL) continue;  /* profiling: the peek loop only */
+            start = now_ns();
+            for (size_t i = 0; i < id_count; i++) tether_object_release(object_at(i));
+            ns = (now_ns() - start) / id_count;
+            if (ns < best_bare) best_bare = ns;
+        }
+        printf("b_first_object_peek_release_us %.3f\n", best_peek / 1000);
+        if (only == NULL) printf("b_object_release_only_us %.3f\n", best_bare / 1000);
+    }
+
+    if (wanted(only, "threads")) {
+        struct worker workers[2] = {{.record = 0}, {.record = 1}};
+        pthread_barrier_init(&barrier, NULL, 2);
+        for (int t = 0; t < 2; t++) pthread_create(&workers[t].thread, NULL, peek_worker, &workers[t]);
+        for (int t = 0; t < 2; t++) pthread_join(workers[t].thread, NULL);
+        pthread_barrier_destroy(&barrier);
+        printf("c_2threads_peek_Name_ns %.1f %.1f\n", workers[0].ns, workers[1].ns);
+        checksum += workers[0].checksum + workers[1].checksum;
+    }
+
+    fprintf(stderr, "checksum %ld\n", checksum);
+    tether_context_close(ctx);
+    for (size_t i = 0; i < id_count; i++) free(ids[i]);
+    free(ids);
+    for (const char *suffix = ""; suffix != NULL; suffix = strcmp(suffix, "") == 0 ? "-wal" : strcmp(suffix, "-wal") == 0 ? "-shm" : NULL) {
+        char path[300];
+        snprintf(path, sizeof path, "%s%s", store, suffix);
+        unlink(path);
+    }
+    return 0;
+}
