@@ -615,7 +615,7 @@ public final class FetchTask: Sendable {
             let received = machine.withLock { machine -> Int64 in
                 if machine.firstPage { machine.version = page.version }
                 machine.firstPage = false
-                guard plan.pagesAnswer else { return 0 }
+                guard keepsPageObjects(plan) else { return 0 }
                 for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
                     machine.results.append(object)
                 }
@@ -640,6 +640,16 @@ public final class FetchTask: Sendable {
         }
     }
 
+    /// Whether the pages' objects are kept as they come, to be the answer. A
+    /// whole listing answered as ids, values, a count or in batches is read
+    /// from the store at its end instead: a large one holds no objects
+    /// meanwhile (those of each page go once nothing else holds them).
+    private func keepsPageObjects(_ plan: ServerPlan) -> Bool {
+        guard plan.pagesAnswer else { return false }
+        if case .wholeListing = plan { return request.resultType == .objects && request.batchSize == 0 }
+        return true
+    }
+
     /// The listing's last page is in: settles the table, returns the results.
     private func listingEnded(_ plan: ServerPlan) throws -> FetchedResults {
         let (results, version) = machine.withLock { ($0.results, $0.version) }
@@ -647,12 +657,12 @@ public final class FetchTask: Sendable {
         case .sync:
             if let version { try context.store.setSyncVersion(entity, version) }
             return try readCache()
-        case .wholeListing(let firstWrite, let afterLostHistory):
+        case .wholeListing(let firstWrite, _):
             // What a whole listing did not include is gone from the server.
             context.markDeleted(try context.store.deleteRows(of: entity, writtenBefore: firstWrite), of: entity)
             if let version { try context.store.setSyncVersion(entity, version) }
             // After lost history the request may be any: the cache answers it.
-            return afterLostHistory ? try readCache() : answer(SortOrder(entity: entity, keys: sort).sorted(results))
+            return keepsPageObjects(plan) ? answer(SortOrder(entity: entity, keys: sort).sorted(results)) : try readCache()
         case .query:
             // In the cache's order, so both phases agree; a host's own server
             // query is answered as the server orders it.
