@@ -663,7 +663,12 @@ typedef enum tether_live {
     TETHER_LIVE_RESULTS = 4,        /* results handles not yet released */
     TETHER_LIVE_TASKS = 5,          /* fetch tasks not yet freed */
     TETHER_LIVE_OBSERVERS = 6,      /* observers not yet freed */
-    TETHER_LIVE_THREADS = 7         /* threads the library runs */
+    TETHER_LIVE_THREADS = 7,        /* threads the library runs */
+    TETHER_LIVE_PREPARED_STATEMENTS = 8 /* not a live count but a running
+                                       total: SQL statements prepared so far,
+                                       in every store. Each store prepares a
+                                       statement once and keeps it, so
+                                       repeating the same work leaves it put */
 } tether_live;
 
 /* How many of `what` exist right now in this process, for leak checks in

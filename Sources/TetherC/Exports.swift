@@ -839,6 +839,7 @@ public func tether_live_count(_ what: tether_live, _ out: UnsafeMutablePointer<I
         case TETHER_LIVE_TASKS: count = Live.count(.tasks)
         case TETHER_LIVE_OBSERVERS: count = Live.count(.observers)
         case TETHER_LIVE_THREADS: count = Live.count(.threads)
+        case TETHER_LIVE_PREPARED_STATEMENTS: count = Live.count(.prepares)
         default: throw TetherError(.invalid, "unknown live count \(what.rawValue)")
         }
         try output(out, Int64(count))

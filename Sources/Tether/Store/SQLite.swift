@@ -102,6 +102,7 @@ final class Database: @unchecked Sendable {
         if statements.count >= Self.statementCacheLimit { statements = [:] }
         let statement = try Statement(database: self, sql: sql)
         prepareCount += 1
+        Live.prepares.add(1, ordering: .relaxed)
         statements[sql] = statement
         return statement
     }

@@ -8,8 +8,10 @@ public enum Live {
     static let tasks = Atomic<Int>(0)
     static let observers = Atomic<Int>(0)
     static let threads = Atomic<Int>(0)
+    /// A running total, not a live count: SQL statements prepared so far.
+    static let prepares = Atomic<Int>(0)
 
-    public enum Counter: Sendable { case contexts, objects, tasks, observers, threads }
+    public enum Counter: Sendable { case contexts, objects, tasks, observers, threads, prepares }
 
     public static func count(_ counter: Counter) -> Int {
         switch counter {
@@ -18,6 +20,7 @@ public enum Live {
         case .tasks: return tasks.load(ordering: .relaxed)
         case .observers: return observers.load(ordering: .relaxed)
         case .threads: return threads.load(ordering: .relaxed)
+        case .prepares: return prepares.load(ordering: .relaxed)
         }
     }
 }

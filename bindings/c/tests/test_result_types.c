@@ -738,6 +738,16 @@ static void test_synced(tether_context *ctx, tether_delivery delivery, const cha
     for (p = 0; p < 3; p++)
         for (k = 0; k < NQUERIES; k++)
             check_query(ctx, delivery, &queries[k], policies[p], mode);
+    {
+        /* The store prepared every statement these need above, and keeps it. */
+        int64_t before = -1, after = -2;
+        XSTATUS(tether_live_count(TETHER_LIVE_PREPARED_STATEMENTS, &before), TETHER_OK);
+        for (k = 0; k < NQUERIES; k++)
+            check_query(ctx, delivery, &queries[k], TETHER_POLICY_CACHE_ONLY, mode);
+        XSTATUS(tether_live_count(TETHER_LIVE_PREPARED_STATEMENTS, &after), TETHER_OK);
+        XCHECK(before > 0);
+        xcheck_int(after, before, __LINE__, "no statement prepared again when the same fetches run again");
+    }
 }
 
 /* VALUES with properties NULL: every attribute. */
