@@ -344,8 +344,9 @@ TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_va
  * the cached value is younger than the context's staleness window. At most
  * one refresh per object is in flight: a get during one asks for a single
  * further refresh after it, however many gets come meanwhile. Refreshes of
- * many objects of one entity are gathered for a few milliseconds and batched
- * into few server requests. When a refresh changes a value, observers of that key
+ * many objects of one entity are gathered until the gets pause for 5 ms (at
+ * most 100 ms) and batched into few server requests (Kinto: one
+ * POST /v1/batch of in_id listings carries thousands of ids). When a refresh changes a value, observers of that key
  * are told. Returns TETHER_E_NOT_CACHED (after starting the refresh) if the
  * record is not cached yet. */
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);

@@ -5,7 +5,7 @@ extension Context {
     /// A burst of gets is gathered until it pauses this long...
     static let refreshGatherMilliseconds: Int64 = 5
     /// ...or has been gathering this long.
-    static let refreshGatherLimitMilliseconds: Int64 = 50
+    static let refreshGatherLimitMilliseconds: Int64 = 100
 
     func scheduleRefresh(_ object: ManagedObject) {
         let staleness = options.stalenessMilliseconds
