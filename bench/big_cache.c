@@ -26,26 +26,24 @@
  * read-only connection. Baseline VmHWM is taken once the context (or the
  * connection) is open.
  *
- * Each command prints one JSON line. USER "" means anonymous.
+ * Each command prints one JSON line. USER "" means anonymous. predicate and
+ * iterate's tether sides give the library's prepared-statement total after
+ * the warm-up (iterate has none: after the context opens) and after the timed
+ * part.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <pthread.h>
+#define BENCH_NAME "big_cache"
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "tether.h"
+#include "benchutil.h"
 
 static const char *url, *bucket, *collection, *store, *user, *password;
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
+static double now_s(void) { return now_ns() / 1e9; }
 
 /* A /proc/self/status size in KiB: "VmHWM:" (peak RSS) or "VmRSS:". */
 static long status_kb(const char *field) {
@@ -60,52 +58,7 @@ static long status_kb(const char *field) {
 
 static long peak_kb(void) { return status_kb("VmHWM:"); }
 
-static void die(const char *what, const char *why) {
-    fprintf(stderr, "big_cache: %s: %s\n", what, why);
-    exit(1);
-}
-
-static int compare(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* ------------------------------------------------------------ tether side */
-
-struct waiter {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int done, status;
-    tether_results *results;
-};
-
-static void on_fetch(tether_task *task, tether_phase phase, int status, const char *message,
-                     tether_results *results, void *userdata) {
-    struct waiter *w = userdata;
-    (void)task;
-    if (phase != TETHER_PHASE_FINAL) {
-        tether_results_release(results);
-        return;
-    }
-    if (status != TETHER_OK) fprintf(stderr, "big_cache: fetch: %s\n", message);
-    pthread_mutex_lock(&w->lock);
-    w->status = status;
-    w->results = results;  /* kept: the caller reads the rows, then releases */
-    w->done = 1;
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* Runs one fetch to its FINAL callback; returns its results. */
-static tether_results *fetch(tether_context *ctx, const tether_fetch_options *opts) {
-    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL};
-    if (tether_fetch_start(ctx, opts, on_fetch, &w, NULL) != TETHER_OK) die("fetch_start", tether_errmsg());
-    pthread_mutex_lock(&w.lock);
-    while (!w.done) pthread_cond_wait(&w.cond, &w.lock);
-    pthread_mutex_unlock(&w.lock);
-    if (w.status != TETHER_OK) die("fetch", tether_errstr(w.status));
-    return w.results;
-}
 
 static tether_context *open_context(void) {
     tether_context_options opts;
@@ -118,7 +71,7 @@ static tether_context *open_context(void) {
         opts.password = password;
     }
     tether_context *ctx;
-    if (tether_context_open(&opts, &ctx) != TETHER_OK) die("context_open", tether_errmsg());
+    if (tether_context_open(&opts, &ctx) != TETHER_OK) die_tether("context_open");
     return ctx;
 }
 
@@ -128,12 +81,7 @@ struct names {
 };
 
 static void column_of(tether_entity *entity, const char *attribute, char *out) {
-    size_t index;
-    int code;
-    if (tether_entity_attribute_index(entity, attribute, &index) != TETHER_OK ||
-        tether_entity_attribute_at(entity, index, NULL, &code, NULL, NULL) != TETHER_OK)
-        die(attribute, tether_errmsg());
-    snprintf(out, 32, "\"a%d\"", code);
+    snprintf(out, 32, "\"a%d\"", attribute_code(entity, attribute));
 }
 
 static struct names model_names(tether_context *ctx) {
@@ -141,7 +89,7 @@ static struct names model_names(tether_context *ctx) {
     tether_entity *entity;
     int code;
     if (tether_context_entity(ctx, collection, &entity) != TETHER_OK || tether_entity_code(entity, &code) != TETHER_OK)
-        die("entity", tether_errmsg());
+        die_tether("entity");
     snprintf(n.table, sizeof n.table, "e%d", code);
     column_of(entity, "id", n.id);
     column_of(entity, "Name", n.name);
@@ -190,7 +138,7 @@ static int cmd_make(long long target) {
     fo.entity = collection;
     fo.policy = TETHER_POLICY_SERVER_ONLY;
     fo.result_type = TETHER_RESULT_IDS;  /* only the store matters here */
-    tether_results *res = fetch(ctx, &fo);
+    tether_results *res = fetch_wait(ctx, &fo);
     size_t fetched = 0;
     tether_results_count(res, &fetched);
     tether_results_release(res);
@@ -294,9 +242,10 @@ static int cmd_predicate(int runs) {
     double *tt = calloc(runs, sizeof *tt), *ts = calloc(runs, sizeof *ts);
     size_t matches = 0;
     long checksum = 0;
+    long long prepared_warm = 0;
     for (int run = 0; run <= runs; run++) {  /* run 0 warms up */
         double t0 = now_s();
-        tether_results *res = fetch(ctx, &fo);
+        tether_results *res = fetch_wait(ctx, &fo);
         double dt = now_s() - t0;
         if (run) tt[run - 1] = dt;
 
@@ -335,11 +284,14 @@ static int cmd_predicate(int runs) {
         }
         matches = count;
         tether_results_release(res);
+        if (run == 0) prepared_warm = prepared_statements();
     }
-    qsort(tt, runs, sizeof *tt, compare);
-    qsort(ts, runs, sizeof *ts, compare);
-    printf("{\"tether_s\": %.6f, \"sqlite_s\": %.6f, \"matches\": %zu, \"rows\": %lld, \"runs\": %d, \"checksum\": %ld}\n",
-           tt[runs / 2], ts[runs / 2], matches, total, runs, checksum);
+    long long prepared_end = prepared_statements();
+    qsort(tt, runs, sizeof *tt, compare_doubles);
+    qsort(ts, runs, sizeof *ts, compare_doubles);
+    printf("{\"tether_s\": %.6f, \"sqlite_s\": %.6f, \"matches\": %zu, \"rows\": %lld, \"runs\": %d, "
+           "\"prepared_after_warmup\": %lld, \"prepared_after_timed\": %lld, \"checksum\": %ld}\n",
+           tt[runs / 2], ts[runs / 2], matches, total, runs, prepared_warm, prepared_end, checksum);
     sqlite3_finalize(stmt);
     sqlite3_close(db);
     tether_context_close(ctx);
@@ -354,7 +306,7 @@ static int cmd_iterate(const char *side, size_t batch) {
     size_t rows = 0;
     long checksum = 0, base, peak, fetch_peak = -1, fetch_rss = -1;
     double t0, seconds;
-    long long live = -1;
+    long long live = -1, prepared_open = -1, prepared_end = -1;
     if (!strcmp(side, "sqlite")) {
         tether_context *ctx = open_context();  /* only for the model's names */
         struct names n = model_names(ctx);
@@ -387,9 +339,10 @@ static int cmd_iterate(const char *side, size_t batch) {
             fo.result_type = TETHER_RESULT_VALUES;
             fo.properties = "Name";
         }
+        prepared_open = prepared_statements();  /* no warm-up: each run is a new process */
         base = peak_kb();
         t0 = now_s();
-        tether_results *res = fetch(ctx, &fo);
+        tether_results *res = fetch_wait(ctx, &fo);
         /* Splits the growth: the answer as handed over, then the reading. */
         fetch_peak = peak_kb();
         fetch_rss = status_kb("VmRSS:");
@@ -408,6 +361,7 @@ static int cmd_iterate(const char *side, size_t batch) {
         }
         seconds = now_s() - t0;
         peak = peak_kb();
+        prepared_end = prepared_statements();
         int64_t n = 0;
         tether_live_count(TETHER_LIVE_OBJECTS, &n);
         live = n;
@@ -416,9 +370,10 @@ static int cmd_iterate(const char *side, size_t batch) {
     }
     printf("{\"side\": \"%s\", \"batch\": %zu, \"rows\": %zu, \"seconds\": %.3f, \"baseline_kb\": %ld, "
            "\"peak_kb\": %ld, \"growth_kb\": %ld, \"fetch_growth_kb\": %ld, \"fetch_rss_growth_kb\": %ld, "
-           "\"objects_in_memory\": %lld, \"checksum\": %ld}\n",
+           "\"objects_in_memory\": %lld, \"prepared_after_warmup\": %lld, \"prepared_after_timed\": %lld, "
+           "\"checksum\": %ld}\n",
            side, batch, rows, seconds, base, peak, peak - base, fetch_peak < 0 ? -1 : fetch_peak - base,
-           fetch_rss < 0 ? -1 : fetch_rss - base, live, checksum);
+           fetch_rss < 0 ? -1 : fetch_rss - base, live, prepared_open, prepared_end, checksum);
     return 0;
 }
 

@@ -13,7 +13,11 @@
  *                object cache 0 each finds its row in SQLite, us per record;
  *                beside it object + release alone (no row load);
  *   (c) threads: (a) on 2 threads at once, each on its own object.
- * Plain "name value unit" lines on stdout.
+ * Plain "name value unit" lines on stdout. Before the parts, an untimed
+ * warm-up makes every kind of call they time once (a first read of two
+ * records, peek by key and by code); the library's prepared-statement total
+ * is printed after it (prepared_after_warmup) and after the parts
+ * (prepared_after_timed): equal when the parts prepared nothing.
  *
  * Environment: PEEK_CALLS (default 10000000) calls per loop in (a)/(c);
  * PEEK_PASSES (default 5) passes over the records in (b); PEEK_ONLY =
@@ -21,63 +25,25 @@
  * only peek of PEEK_KEY, default Name, and (b) only object + peek + release).
  */
 #define _POSIX_C_SOURCE 200809L
+#define BENCH_NAME "peek"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "tether.h"
+#include "benchutil.h"
 
 #define COLLECTION "items"
 
 static char **ids;
 static size_t id_count;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
-static int done, final_status;
 static tether_context *ctx;
 static long calls = 10000000;
 
-static void on_fetch(tether_task *task, tether_phase phase, int status, const char *message,
-                     tether_results *results, void *userdata) {
-    (void)task, (void)message, (void)userdata;
-    if (phase == TETHER_PHASE_FINAL) {
-        size_t count = 0;
-        tether_results_count(results, &count);
-        ids = calloc(count ? count : 1, sizeof *ids);
-        for (size_t i = 0; i < count; i++) {
-            tether_object *obj;
-            const char *id;
-            tether_results_object_at(results, i, &obj);
-            tether_object_id(obj, &id);
-            ids[i] = strdup(id);
-        }
-        id_count = count;
-        pthread_mutex_lock(&lock);
-        final_status = status;
-        done = 1;
-        pthread_cond_signal(&done_cond);
-        pthread_mutex_unlock(&lock);
-    }
-    tether_results_release(results);
-}
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-
-static void die(const char *what) {
-    fprintf(stderr, "peek: %s: %s\n", what, tether_errmsg());
-    exit(1);
-}
-
 static tether_object *object_at(size_t i) {
     tether_object *obj;
-    if (tether_context_object(ctx, COLLECTION, ids[i], &obj) != TETHER_OK) die("object");
+    if (tether_context_object(ctx, COLLECTION, ids[i], &obj) != TETHER_OK) die_tether("object");
     return obj;
 }
 
@@ -86,7 +52,7 @@ static double time_peek(tether_object *obj, const char *key, long *checksum) {
     tether_value value;
     double start = now_ns();
     for (long i = 0; i < calls; i++) {
-        if (tether_object_peek(obj, key, &value) != TETHER_OK) die("peek");
+        if (tether_object_peek(obj, key, &value) != TETHER_OK) die_tether("peek");
         *checksum += (long)value.length + (long)value.integer;
         tether_value_clear(&value);
     }
@@ -97,7 +63,7 @@ static double time_peek_code(tether_object *obj, int code, long *checksum) {
     tether_value value;
     double start = now_ns();
     for (long i = 0; i < calls; i++) {
-        if (tether_object_peek_code(obj, code, &value) != TETHER_OK) die("peek_code");
+        if (tether_object_peek_code(obj, code, &value) != TETHER_OK) die_tether("peek_code");
         *checksum += (long)value.length + (long)value.integer;
         tether_value_clear(&value);
     }
@@ -108,7 +74,7 @@ static double time_id(tether_object *obj, long *checksum) {
     const char *id;
     double start = now_ns();
     for (long i = 0; i < calls; i++) {
-        if (tether_object_id(obj, &id) != TETHER_OK) die("id");
+        if (tether_object_id(obj, &id) != TETHER_OK) die_tether("id");
         *checksum += id[0];
     }
     return (now_ns() - start) / calls;
@@ -127,7 +93,7 @@ static void *peek_worker(void *argument) {
     struct worker *w = argument;
     tether_object *obj = object_at(w->record);
     tether_value value;
-    if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die("peek");
+    if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die_tether("peek");
     tether_value_clear(&value);
     pthread_barrier_wait(&barrier);
     w->ns = time_peek(obj, "Name", &w->checksum);
@@ -159,37 +125,36 @@ int main(int argc, char **argv) {
     opts.password = password;
     opts.store_path = store;
     opts.object_cache_size = 0;
-    if (tether_context_open(&opts, &ctx) != TETHER_OK) die("open");
-
-    tether_fetch_options fetch;
-    tether_fetch_options_init(&fetch, TETHER_FETCH_OPTIONS_VERSION);
-    fetch.entity = COLLECTION;
-    fetch.policy = TETHER_POLICY_SERVER_ONLY;
-    if (tether_fetch_start(ctx, &fetch, on_fetch, NULL, NULL) != TETHER_OK) die("fetch");
-    pthread_mutex_lock(&lock);
-    while (!done) pthread_cond_wait(&done_cond, &lock);
-    pthread_mutex_unlock(&lock);
-    if (final_status != TETHER_OK || id_count < 2) {
-        fprintf(stderr, "peek: fetch failed (%d) or too few records (%zu)\n", final_status, id_count);
-        return 1;
-    }
+    if (tether_context_open(&opts, &ctx) != TETHER_OK) die_tether("open");
+    ids = sync_ids(ctx, COLLECTION, &id_count);
+    wait_no_objects();
+    if (id_count < 2) die("fetch", "fewer than 2 records");
     printf("records %zu\n", id_count);
 
     tether_entity *entity;
-    size_t index;
-    int name_code, count_code;
-    if (tether_context_entity(ctx, COLLECTION, &entity) != TETHER_OK ||
-        tether_entity_attribute_index(entity, "Name", &index) != TETHER_OK ||
-        tether_entity_attribute_at(entity, index, NULL, &name_code, NULL, NULL) != TETHER_OK ||
-        tether_entity_attribute_index(entity, "Count", &index) != TETHER_OK ||
-        tether_entity_attribute_at(entity, index, NULL, &count_code, NULL, NULL) != TETHER_OK)
-        die("model");
+    if (tether_context_entity(ctx, COLLECTION, &entity) != TETHER_OK) die_tether("model");
+    int name_code = attribute_code(entity, "Name"), count_code = attribute_code(entity, "Count");
 
     long checksum = 0;
+    for (size_t i = 0; i < 2; i++) {  /* warm-up, untimed: first reads, peek by key and by code */
+        tether_object *obj = object_at(i);
+        tether_value value;
+        const char *keys[] = {"Name", "Count"};
+        int codes[] = {name_code, count_code};
+        for (int k = 0; k < 2; k++) {
+            if (tether_object_peek(obj, keys[k], &value) != TETHER_OK) die_tether("peek");
+            tether_value_clear(&value);
+            if (tether_object_peek_code(obj, codes[k], &value) != TETHER_OK) die_tether("peek_code");
+            tether_value_clear(&value);
+        }
+        tether_object_release(obj);
+    }
+    printf("prepared_after_warmup %lld\n", prepared_statements());
+
     if (wanted(only, "loaded")) {
         tether_object *obj = object_at(0);
         tether_value value;
-        if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die("peek");  /* loads the row */
+        if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die_tether("peek");  /* loads the row */
         tether_value_clear(&value);
         if (only != NULL) {  /* profiling: one loop, on PEEK_KEY (default Name) */
             const char *key = getenv("PEEK_KEY") ? getenv("PEEK_KEY") : "Name";
@@ -211,7 +176,7 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < id_count; i++) {
                 tether_object *obj = object_at(i);
                 tether_value value;
-                if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die("first peek");
+                if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die_tether("first peek");
                 checksum += (long)value.length;
                 tether_value_clear(&value);
                 tether_object_release(obj);
@@ -238,10 +203,10 @@ int main(int argc, char **argv) {
         checksum += workers[0].checksum + workers[1].checksum;
     }
 
+    printf("prepared_after_timed %lld\n", prepared_statements());
     fprintf(stderr, "checksum %ld\n", checksum);
     tether_context_close(ctx);
-    for (size_t i = 0; i < id_count; i++) free(ids[i]);
-    free(ids);
+    free_ids(ids, id_count);
     for (const char *suffix = ""; suffix != NULL; suffix = strcmp(suffix, "") == 0 ? "-wal" : strcmp(suffix, "-wal") == 0 ? "-shm" : NULL) {
         char path[300];
         snprintf(path, sizeof path, "%s%s", store, suffix);

@@ -69,6 +69,12 @@ MEMORY_LIMIT_KB = 4 * 1024 * 1024   # a run over this is stopped and reported, n
 # Rows 9 and 10: the issue's goals for the library's load time and size.
 LOAD_RUNS = 5 if QUICK else 21
 DLOPEN_GOAL_S = 0.005
+# Row 2c (build/peek): calls a timed loop on a loaded row, and issue 9's goal for one.
+PEEK_C_CALLS = env_int("BENCH_PEEK_CALLS", 100000 if QUICK else 2000000)
+PEEK_GOAL_NS = 100
+# tether_live_count's TETHER_LIVE_PREPARED_STATEMENTS: a running total of the
+# SQL statements the library prepared in the process (include/tether.h).
+LIVE_PREPARED_STATEMENTS = 8
 STRIPPED_GOAL = 6 * 1000 * 1000     # bytes ("6 MB")
 
 
@@ -116,6 +122,38 @@ def us(seconds):
 
 def ratio(a, b):
     return "%.2fx" % (a / b) if b else "n/a"
+
+
+def prepared_statements():
+    """The library's running total of prepared SQL statements in this
+    process. The binding's live_counts() does not name that kind, so the C
+    function is called straight through ctypes (a function object of our
+    own, the binding's declarations untouched)."""
+    from tether import _lib
+    f = _lib.lib["tether_live_count"]
+    f.restype, f.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+    n = ctypes.c_int64(-1)
+    status = f(LIVE_PREPARED_STATEMENTS, ctypes.byref(n))
+    if status != 0:
+        raise RuntimeError("tether_live_count(PREPARED_STATEMENTS) gave status %d" % status)
+    return n.value
+
+
+def prepared_note(counts, cause=None):
+    """The notes' words for the statements prepared during a timed part
+    (one count, or one per run): 0 is what a warmed-up store should give;
+    anything else is said plainly."""
+    counts = list(counts) if isinstance(counts, (list, tuple)) else [counts]
+    text = "statements prepared during the timed part: %s" % (
+        counts[0] if len(set(counts)) == 1 else "%s in its runs" % ", ".join(map(str, counts)))
+    if any(counts):
+        text += " (NOT 0: %s)" % (cause or "statements were prepared again after the warm-up")
+    return text
+
+
+def prepared_delta(result):
+    """From a C program's counts: after the timed part minus after the warm-up."""
+    return result["prepared_after_timed"] - result["prepared_after_warmup"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -235,6 +273,7 @@ def m2_peek(table, ctx, con):
         if a != b:
             raise RuntimeError("peek(%r) of %s gave %r, sqlite3 has %r" % (k, o.id, a, b))
     tt, ts, tx = [], [], []
+    prepared = prepared_statements()
     for _ in range(3):
         t0 = now()
         for o, k in t_pairs:
@@ -256,6 +295,7 @@ def m2_peek(table, ctx, con):
     table.add(name + " vs sqlite3", us(median(tt)), us(median(ts)), ratio(median(tt), median(ts)))
     table.add(name + " vs sqlite3 1 txn", us(median(tt)), us(median(tx)),
               ratio(median(tt), median(tx)))
+    table.notes.append("2: " + prepared_note(prepared_statements() - prepared))
 
 
 def m2b_ctypes(table, tether, ctx):
@@ -294,10 +334,47 @@ def m2b_ctypes(table, tether, ctx):
                        % (CALLS, us(median(tr))))
 
 
+def m2c_peek_c(table, url):
+    """Row 2c, from C (build/peek): tether_object_peek on one object whose
+    row is loaded, held across the loop, ns per call, against issue 9's goal;
+    the notes give the floor of a call on the handle, peek by code, the same
+    loop on 2 threads at once, and the prepare counter. build/peek fills its
+    own store (in /tmp) with a server-only fetch of `items` first."""
+    program = os.path.join(ROOT, "build", "peek")
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(ROOT, "build"), PEEK_CALLS=str(PEEK_C_CALLS),
+               PEEK_PASSES="1")
+    env.pop("PEEK_ONLY", None)
+    out = subprocess.run([program, url, USER, PASSWORD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         timeout=FETCH_TIMEOUT + 300, env=env)
+    if out.returncode != 0:
+        raise RuntimeError("peek failed (%d): %s" % (out.returncode, out.stderr.decode(errors="replace").strip()[-800:]))
+    r = {}
+    for line in out.stdout.decode().splitlines():     # "name value [value]"
+        name, *values = line.split()
+        r[name] = [float(v) for v in values]
+    if r.get("records") != [RECORDS]:
+        raise RuntimeError("peek synced %s records, expected %d" % (r.get("records"), RECORDS))
+    name_ns, count_ns = r["a_loaded_peek_Name_ns"][0], r["a_loaded_peek_Count_ns"][0]
+    threads = r["c_2threads_peek_Name_ns"]
+    prepared = int(r["prepared_after_timed"][0] - r["prepared_after_warmup"][0])
+    table.add("2c. peek from C, row loaded (Name / Count)", "%.1f / %.1f ns" % (name_ns, count_ns),
+              "<= %d ns (goal)" % PEEK_GOAL_NS,
+              "%s / %s" % (ratio(name_ns, PEEK_GOAL_NS), ratio(count_ns, PEEK_GOAL_NS)))
+    table.notes.append("2c: %d calls a loop on one object held across it; floor (tether_object_id on the handle) "
+                       "%.1f ns; peek by code Name / Count %.1f / %.1f ns; 2 threads at once, each peeking Name on "
+                       "its own object: %s ns per call; %s"
+                       % (PEEK_C_CALLS, r["a_loaded_floor_object_id_ns"][0], r["a_loaded_peek_code_Name_ns"][0],
+                          r["a_loaded_peek_code_Count_ns"][0], " / ".join("%.1f" % t for t in threads),
+                          prepared_note(prepared)))
+
+
 def m3_cache_fetch(table, ctx, con):
     """cache_only fetch of everything vs sqlite3 SELECT * into tuples."""
     tt, ts = [], []
+    prepared = None
     for run in range(RUNS + 1):
+        if run == 1:                      # after the warm-up run
+            prepared = prepared_statements()
         t0 = now()
         _, objs = ctx.fetch_wait(COLLECTION, policy="cache_only", timeout=FETCH_TIMEOUT)
         dt = now() - t0
@@ -314,6 +391,7 @@ def m3_cache_fetch(table, ctx, con):
             ts.append(dt)
     table.add("3. cache_only fetch, %d rec" % RECORDS, ms(median(tt)), ms(median(ts)),
               ratio(median(tt), median(ts)))
+    table.notes.append("3: " + prepared_note(prepared_statements() - prepared))
 
 
 def m3b_predicate_fetch(table, ctx, con):
@@ -531,8 +609,8 @@ def m6_first_peek(table, url, tmp):
     name = "6. first peek from C (row in store, not in memory; %d reads)" % result["reads"]
     table.add(name, "%.2f us" % (result["tether_ns"] / 1000), "%.2f us (prepared SELECT)" % (result["sqlite_ns"] / 1000),
               ratio(result["tether_ns"], result["sqlite_ns"]))
-    table.notes.append("6: object + peek + release per read, object cache 0; %d objects in memory afterwards"
-                       % result["objects_in_memory"])
+    table.notes.append("6: object + peek + release per read, object cache 0; %d objects in memory afterwards; %s"
+                       % (result["objects_in_memory"], prepared_note(prepared_delta(result))))
 
 
 def big_cache(url, store, *args, limit_kb=None, timeout=600):
@@ -595,7 +673,7 @@ def m7_big_predicate(table, tether, url, tmp):
     r = big_cache(url, store, "predicate", RUNS)
     table.add("7. predicate + sort from C, cache only, %d of %d rows" % (r["matches"], r["rows"]),
               ms(r["tether_s"]), ms(r["sqlite_s"]) + " (prepared SELECT)", ratio(r["tether_s"], r["sqlite_s"]))
-    table.notes.append("7: %s; ids equal in order" % made)
+    table.notes.append("7: %s; ids equal in order; %s" % (made, prepared_note(prepared_delta(r))))
     return store
 
 
@@ -632,6 +710,10 @@ def m8_big_iterate(table, tether, url, tmp, small_store):
         per_row = (tg - small["growth_kb"]) * 1024.0 / (ITERATE_ROWS - small["rows"])
         note += ". At %d rows the growth is %s: about %.0f bytes per further row" % (
             small["rows"], mb(small["growth_kb"]), per_row)
+    # No warm-up in these runs: it would set the peak RSS they measure.
+    note += "; " + prepared_note([prepared_delta(r) for r in runs["tether"]],
+                                 "each run is a new process without a warm-up, counted from the open context on: "
+                                 "its one fetch prepares the statements it uses")
     table.notes.append(note)
 
     # Once each, stopped past MEMORY_LIMIT_KB: results that hold every object,
@@ -786,6 +868,7 @@ def main():
                 for name, fn in (("2. peek", m2_peek),
                                  ("2b. peek vs a trivial ctypes call",
                                   lambda table, ctx, con: m2b_ctypes(table, tether, ctx)),
+                                 ("2c. peek from C", lambda table, ctx, con: m2c_peek_c(table, url)),
                                  ("3. cache_only fetch", m3_cache_fetch),
                                  ("3b. predicate fetch", m3b_predicate_fetch)):
                     try:
