@@ -191,12 +191,19 @@ FETCH_CB = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p, c_void_p, c_void_p)
 # ------------------------------------------------------------------ declarations
 
 
+def status_error(status):
+    """The exception for a negative status, with the library's message. Call
+    it at once after the failing call, on the same thread (the message is
+    the thread's last): what the errcheck raises, for the hot paths that
+    check the status themselves."""
+    # Read the message at once, on this thread, before anything else.
+    msg = lib.tether_errmsg()
+    return make_error(status, msg.decode("utf-8", "replace") if msg else "", _errstr(status))
+
+
 def _status_check(result, func, args):
     if result < 0:
-        # Read the message at once, on this thread, before anything else.
-        msg = lib.tether_errmsg()
-        raise make_error(result, msg.decode("utf-8", "replace") if msg else "",
-                         _errstr(result))
+        raise status_error(result)
     return result
 
 
@@ -206,6 +213,18 @@ def _declare(name, restype, argtypes, status=True):
     f.argtypes = argtypes
     if status:
         f.errcheck = _status_check
+    return f
+
+
+def _declare_raw(name, restype, argtypes, dll=None):
+    """A second function object for `name`, with no errcheck: for the hot
+    paths (peek, get, reading results), which test the status inline and
+    raise status_error(status), exactly what the errcheck would. Pointers
+    are passed as addresses (c_void_p from an int converts several times
+    faster than a POINTER argument)."""
+    f = (dll if dll is not None else lib)[name]   # lib[name]: a new object
+    f.restype = restype
+    f.argtypes = argtypes
     return f
 
 
@@ -293,6 +312,9 @@ tether_results_type = _declare("tether_results_type", c_int, [c_void_p, POINTER(
 tether_results_count = _declare("tether_results_count", c_int, [c_void_p, POINTER(c_size_t)])
 tether_results_object_at = _declare(
     "tether_results_object_at", c_int, [c_void_p, c_size_t, POINTER(c_void_p)])
+tether_results_objects = _declare(
+    "tether_results_objects", c_int,
+    [c_void_p, c_size_t, c_void_p, c_size_t, POINTER(c_size_t)])   # out: tether_object *[]
 tether_results_id_at = _declare(
     "tether_results_id_at", c_int, [c_void_p, c_size_t, POINTER(c_char_p)])
 tether_results_value_at = _declare(
@@ -306,6 +328,22 @@ tether_results_release = _declare("tether_results_release", c_int, [c_void_p])
 
 # Diagnostics.
 tether_live_count = _declare("tether_live_count", c_int, [c_int, POINTER(c_int64)])
+
+# The hot paths' versions (see _declare_raw): status tested by the caller;
+# `out` (a tether_value * or const char **) passed as an address.
+raw_object_peek = _declare_raw("tether_object_peek", c_int, [c_void_p, c_char_p, c_void_p])
+raw_object_get = _declare_raw("tether_object_get", c_int, [c_void_p, c_char_p, c_void_p])
+raw_object_peek_code = _declare_raw("tether_object_peek_code", c_int, [c_void_p, c_int, c_void_p])
+raw_object_get_code = _declare_raw("tether_object_get_code", c_int, [c_void_p, c_int, c_void_p])
+raw_object_id = _declare_raw("tether_object_id", c_int, [c_void_p, c_void_p])
+raw_results_id_at = _declare_raw("tether_results_id_at", c_int, [c_void_p, c_size_t, c_void_p])
+raw_results_value_at = _declare_raw(
+    "tether_results_value_at", c_int, [c_void_p, c_size_t, c_char_p, c_void_p])
+# tether_value_clear only frees the value's text and zeroes it: it never
+# blocks and never calls back, so it is called with the GIL held (PyDLL),
+# which saves releasing and taking it again around so short a call.
+raw_value_clear = _declare_raw("tether_value_clear", None, [c_void_p],
+                               dll=ctypes.PyDLL(path))
 
 
 def errstr(status):

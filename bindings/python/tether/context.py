@@ -35,6 +35,7 @@ import json
 import logging
 import operator
 import os
+import struct
 import sys
 import threading
 import time
@@ -112,6 +113,153 @@ def _convert(v):
     if t == _lib.TYPE_JSON:
         return json.loads(ctypes.string_at(v.text, v.length).decode("utf-8")) if v.text else None
     raise TetherError("value of unknown type %d" % t)
+
+
+# ------------------------------------------------------------------ reading values fast
+#
+# peek/get and a values fetch read many values; ctypes' per-call costs
+# dominate them, so their path avoids what the general one pays for: the key's
+# bytes are cached, the status is tested inline (no errcheck), the value
+# struct is reused and passed by address (no byref, no POINTER conversion),
+# its fields are read in one unpack, and tether_value_clear is called only
+# when the value holds a text (TEXT and JSON: the only buffer a value owns;
+# clearing any other is free(NULL) and zeroing).
+
+# Value buffers, each a tether_value's bytes as (address, memoryview). A read
+# takes one from this pool and gives it back after (list pop/append are
+# atomic), so a buffer has one user at a time, whatever the threads, and a
+# read that runs inside another on the same thread (a finalizer, a signal
+# handler) takes one of its own. Between reads a buffer owns no text.
+_VALUES = []
+_VALUE_SIZE = ctypes.sizeof(_lib.tether_value)
+# type, integer, real, text (an address), length, in one call.
+_VALUE_LAYOUT = struct.Struct("@iqdPN")
+_unpack_value = _VALUE_LAYOUT.unpack_from
+assert _VALUE_LAYOUT.size == _VALUE_SIZE and all(
+    struct.calcsize("@" + "iqdPN"[:i]) <= getattr(_lib.tether_value, f).offset
+    < struct.calcsize("@" + "iqdPN"[:i + 1])
+    for i, f in enumerate(("type", "integer", "real", "text", "length"))), \
+    "tether_value's layout is not the one _VALUE_LAYOUT reads"
+
+
+def _new_value():
+    buf = ctypes.create_string_buffer(_VALUE_SIZE)
+    return ctypes.addressof(buf), memoryview(buf)   # the view keeps buf alive
+
+
+# A text's bytes by address: a view of "all memory" from there, sliced to the
+# text's length (one slice, where string_at is a foreign call of its own).
+_TEXT_MAX = sys.maxsize // 2
+_text_at = (ctypes.c_char * _TEXT_MAX).from_address
+
+
+def _bytes_at(p, n):
+    return _text_at(p)[:n] if n <= _TEXT_MAX else ctypes.string_at(p, n)
+
+
+def _converted(addr, view):
+    """The value filled in at `addr` -> a Python value, as _convert; clears
+    it (frees its text) when it holds one, also if converting fails."""
+    t, i, r, p, n = _unpack_value(view)
+    if t == _lib.TYPE_INTEGER:
+        return i
+    if t == _lib.TYPE_NULL:
+        return None
+    if t == _lib.TYPE_REAL:
+        return r
+    if t == _lib.TYPE_BOOLEAN:
+        return bool(i)
+    try:
+        if t == _lib.TYPE_TEXT:
+            return _bytes_at(p, n).decode("utf-8") if p else ""
+        if t == _lib.TYPE_JSON:
+            return json.loads(_bytes_at(p, n).decode("utf-8")) if p else None
+        raise TetherError("value of unknown type %d" % t)
+    finally:
+        _lib.raw_value_clear(addr)
+
+
+# peek/get keys (str) -> their UTF-8 bytes. Keys are attribute names, so few;
+# past _KEYS_MAX (some host reading arbitrary names) a key is encoded at each
+# read instead. Only valid keys are kept: a bad one fails each time.
+_KEYS = {}
+_KEYS_MAX = 4096
+
+
+def _key_bytes(key):
+    b = _cstr(key, "key")
+    if len(_KEYS) < _KEYS_MAX:
+        _KEYS[key] = b
+    return b
+
+
+def _other_key(key, by_name, by_code):
+    """A key that is not a str: (the function to call, its argument), or the
+    TypeError/ValueError it always gave."""
+    if isinstance(key, bool):
+        raise TypeError("key must be an attribute name (str) or code (int), not bool")
+    if isinstance(key, int):
+        return by_code, key
+    if isinstance(key, (str, bytes)):
+        return by_name, _cstr(key, "key")
+    raise TypeError("key must be an attribute name (str) or code (int), not %s"
+                    % type(key).__name__)
+
+
+def _reader(name, by_name, by_code, doc):
+    """Object.peek or Object.get: `by_name`/`by_code` the raw (unchecked)
+    functions. Everything it uses is bound here, to spare global lookups."""
+    keys_get = _KEYS.get
+    take, give = _VALUES.pop, _VALUES.append
+    unpack = _unpack_value
+    clear = _lib.raw_value_clear
+    error = _lib.status_error
+    text_at, text_max = _text_at, _TEXT_MAX
+    NULL, TEXT, INTEGER = _lib.TYPE_NULL, _lib.TYPE_TEXT, _lib.TYPE_INTEGER
+    REAL, BOOLEAN = _lib.TYPE_REAL, _lib.TYPE_BOOLEAN
+
+    def read(self, key):
+        if type(key) is str:
+            arg = keys_get(key)
+            if arg is None:
+                arg = _key_bytes(key)
+            call = by_name
+        elif type(key) is int:   # not a bool: its type is bool
+            call, arg = by_code, key
+        else:
+            call, arg = _other_key(key, by_name, by_code)
+        try:
+            value = take()
+        except IndexError:
+            value = _new_value()
+        try:
+            addr, view = value
+            status = call(self._h, arg, addr)
+            if status < 0:
+                raise error(status)   # nothing was written: nothing to clear
+            # As _converted, with the commonest types first and inline.
+            t, i, r, p, n = unpack(view)
+            if t == INTEGER:
+                return i
+            if t == TEXT and n <= text_max:
+                try:
+                    return text_at(p)[:n].decode("utf-8") if p else ""
+                finally:
+                    clear(addr)
+            if t == BOOLEAN:
+                return i != 0
+            if t == NULL:
+                return None
+            if t == REAL:
+                return r
+            return _converted(addr, view)   # JSON (cleared there), or unknown
+        finally:
+            give(value)
+
+    read.__name__ = name
+    read.__qualname__ = "Object." + name
+    read.__doc__ = doc
+    return read
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -238,6 +386,19 @@ def _resolve(fut, result=None, error=None):
         fut.set_exception(error)
     else:
         fut.set_result(result)
+
+
+# How many object handles a fetch's answer is read by per call.
+_CHUNK = 1024
+
+
+def _release_object(handle):
+    """Gives back one reference to an object handle; a handle its closed
+    context took with it is no error."""
+    try:
+        _lib.tether_object_release(handle)
+    except HandleError:
+        pass
 
 
 # ------------------------------------------------------------------ callback registry
@@ -379,6 +540,9 @@ class Entity:
                 index=i))
         self.attributes = attrs
         self._names = {a.name: a for a in attrs}
+        # obj.NamePeek -> "Name", unless the entity has an attribute "NamePeek".
+        self._peek_forms = {a.name + "Peek": a.name for a in attrs
+                            if a.name + "Peek" not in self._names}
 
     def attribute(self, key):
         """The Attribute named `key` (str) or with code `key` (int), asking the
@@ -405,6 +569,21 @@ class Entity:
 
 
 # ------------------------------------------------------------------ objects
+
+class _LazyId:
+    """Object.id: calls `fget` at the first read, which keeps the value in
+    the Object's __dict__; a non-data descriptor, so later reads find it
+    there as a plain attribute."""
+
+    def __init__(self, fget, doc):
+        self.fget = fget
+        self.__doc__ = doc
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return self.fget(obj)
+
 
 class _ObjectReference:
     """One reference to an object handle, released when this goes away.
@@ -454,18 +633,36 @@ class Object:
     attribute names (str) or codes (int).
     """
 
-    def __init__(self, ctx, handle):
+    def __init__(self, ctx, handle, entity=None):
         """Takes over one reference to `handle` (use Context._wrap, which
-        keeps Objects unique)."""
+        keeps Objects unique). `entity`: its Entity, if the caller knows it
+        (else asked of the library). The id is read at first use."""
         self._ref = _ObjectReference(handle)  # first: released even if the rest fails
         self._ctx = ctx
         self._h = handle
-        out = c_char_p()
-        _lib.tether_object_id(handle, byref(out))
-        self.id = _pystr(out.value)
-        eh = c_void_p()
-        _lib.tether_object_entity(handle, byref(eh))
-        self.entity = ctx._entity_for(eh.value)
+        if entity is None:
+            eh = c_void_p()
+            _lib.tether_object_entity(handle, byref(eh))
+            entity = ctx._entity_for(eh.value)
+        self.entity = entity
+
+    def _read_id(self):
+        d = self.__dict__
+        # Under the objects lock: close() takes it to read the ids left
+        # before the handles die, so the handle is alive here or the id kept.
+        with self._ctx._objects_lock:
+            try:
+                return d["id"]
+            except KeyError:
+                pass
+            out = c_char_p()
+            _lib.tether_object_id(self._h, byref(out))
+            d["id"] = ident = _pystr(out.value)
+            return ident
+
+    id = _LazyId(_read_id, """The record id (str). Read from the library at first use and kept
+        in the Object, where later reads find it (a Context reads every id
+        not yet read before its handles die at close).""")
 
     @property
     def context(self):
@@ -479,31 +676,12 @@ class Object:
         _lib.tether_object_version(self._h, byref(out))
         return out.value
 
-    def _read(self, key, by_name, by_code):
-        v = _lib.tether_value()
-        if isinstance(key, bool):
-            raise TypeError("key must be an attribute name (str) or code (int), not bool")
-        if isinstance(key, int):
-            call, arg = by_code, key
-        elif isinstance(key, (str, bytes)):
-            call, arg = by_name, _cstr(key, "key")
-        else:
-            raise TypeError("key must be an attribute name (str) or code (int), not %s"
-                            % type(key).__name__)
-        try:
-            call(self._h, arg, byref(v))
-            return _convert(v)
-        finally:
-            _lib.tether_value_clear(byref(v))
+    peek = _reader("peek", _lib.raw_object_peek, _lib.raw_object_peek_code,
+                   """The cached value of `key`; never touches the network.""")
 
-    def peek(self, key):
-        """The cached value of `key`; never touches the network."""
-        return self._read(key, _lib.tether_object_peek, _lib.tether_object_peek_code)
-
-    def get(self, key):
-        """The cached value of `key`, and a background refresh of the object
-        (observers hear of changed values)."""
-        return self._read(key, _lib.tether_object_get, _lib.tether_object_get_code)
+    get = _reader("get", _lib.raw_object_get, _lib.raw_object_get_code,
+                  """The cached value of `key`, and a background refresh of the object
+        (observers hear of changed values).""")
 
     def to_dict(self, peek=True):
         """Every attribute's value, by name (peek by default)."""
@@ -524,15 +702,17 @@ class Object:
             raise TypeError("callback must be callable")
         return Observer(self, key, callback)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name, _peek=peek, _get=get):
         if name.startswith("_"):
             raise AttributeError(name)
-        names = self.__dict__.get("entity")
-        names = names._names if names is not None else {}
-        if name not in names and name.endswith("Peek") and name[:-4] in names:
-            return self.peek(name[:-4])
+        ent = self.__dict__.get("entity")
+        if ent is not None:
+            # "NamePeek" for an attribute "Name" (and none named "NamePeek").
+            base = ent._peek_forms.get(name)
+            if base is not None:
+                return _peek(self, base)
         try:
-            return self.get(name)
+            return _get(self, name)
         except NotFoundError as e:
             raise AttributeError("%s object %r has no attribute %r"
                                  % (self.entity.name, self.id, name)) from e
@@ -545,8 +725,26 @@ class Object:
         return names
 
     def __repr__(self):
-        ent = self.__dict__.get("entity")
-        return "<tether.Object %s/%s>" % (ent.name if ent else "?", self.__dict__.get("id"))
+        d = self.__dict__
+        ent = d.get("entity")
+        ident = d.get("id")
+        if ident is None and "_h" in d and "_ctx" in d:
+            try:
+                ident = self.id
+            except Exception:
+                pass
+        return "<tether.Object %s/%s>" % (ent.name if ent else "?", ident)
+
+
+def _adopted(ctx, ref, entity, _new=object.__new__):
+    """An Object of `entity` taking over `ref`, an _ObjectReference: what
+    Object(ctx, ref.handle, entity) makes, for the thousands of a fetch."""
+    obj = _new(Object)
+    obj._ref = ref
+    obj._ctx = ctx
+    obj._h = ref.handle
+    obj.entity = entity
+    return obj
 
 
 class Observer:
@@ -701,6 +899,7 @@ class Results(collections.abc.Sequence):
         # Serializes row reads against close(): a row's object handle is
         # borrowed from the results until _wrap has retained it.
         self._lock = threading.Lock()
+        self._entity = None   # its rows' Entity, once a row has been read
         n = c_size_t()
         _lib.tether_results_count(handle, byref(n))
         self._len = n.value
@@ -734,7 +933,9 @@ class Results(collections.abc.Sequence):
                 raise HandleError("tether: the context of these results is closed", status=E_HANDLE)
             oh = c_void_p()
             _lib.tether_results_object_at(handle, i, byref(oh))
-            return self._ctx._wrap(oh.value, owned=False)
+            obj = self._ctx._wrap(oh.value, owned=False, entity=self._entity)
+            self._entity = obj.entity
+            return obj
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -1219,9 +1420,14 @@ class Context:
         # handle address -> the live Object holding it. Weak: the host's
         # references decide how long an Object (and its handle) lives.
         self._objects = weakref.WeakValueDictionary()
-        # Guards _objects only; never held across a call that waits for a
-        # callback (a callback thread may need it to wrap objects).
-        self._objects_lock = threading.Lock()
+        # Guards _objects (and the reading of Object ids, see close); never
+        # held across a call that waits for a callback (a callback thread
+        # may need it to wrap objects). Reentrant: a finalizer that runs
+        # while a batch of Objects is made under it may wrap one too.
+        self._objects_lock = threading.RLock()
+        # Set by close() before the handles die: Objects made from then on
+        # read their id at once (it is otherwise read at first use).
+        self._ids_now = False
         self._entities = {}   # handle address -> Entity
         self._pending = {}    # token -> Task | Observer, until its final callback
         self._lock = threading.RLock()
@@ -1269,10 +1475,12 @@ class Context:
                         loop.call_soon_threadsafe(loop.remove_reader, self._fd_cache)
                 except (RuntimeError, ValueError):
                     pass
+            self._keep_ids()
             try:
                 _lib.tether_context_close(self._h)
             except BaseException:
                 self._loop = loop
+                self._ids_now = False
                 raise
             self._closed = True
             _open_contexts.discard(self)
@@ -1280,6 +1488,24 @@ class Context:
             self._attached = False
 
     _fd_cache = None
+
+    def _keep_ids(self):
+        """Reads the id of each live Object that has not read it yet, while
+        the handles live (Object.id is read at first use, and close() kills
+        them), and has Objects made from now on read theirs at once."""
+        out = c_char_p()
+        where = ctypes.addressof(out)
+        id_of = _lib.raw_object_id
+        with self._objects_lock:
+            self._ids_now = True
+            live = [r() for r in self._objects.valuerefs()]
+            for obj in live:
+                if obj is None:
+                    continue
+                d = obj.__dict__
+                if "id" not in d and id_of(obj._h, where) == 0:   # else as _read_id would
+                    d["id"] = _pystr(out.value)
+        del live   # outside the lock: may drop the last reference to some
 
     @property
     def closed(self):
@@ -1360,11 +1586,12 @@ class Context:
 
     # -- objects
 
-    def _wrap(self, addr, owned):
+    def _wrap(self, addr, owned, entity=None):
         """The live Object for handle `addr`, made if there is none. `owned`:
         the caller hands over a reference (from tether_context_object).
         Otherwise the handle is borrowed (from a results handle or an
-        observer callback) and a new Object retains its own."""
+        observer callback) and a new Object retains its own. `entity`: the
+        handle's Entity if the caller knows it."""
         with self._objects_lock:
             obj = self._objects.get(addr)
         if obj is not None:
@@ -1373,11 +1600,71 @@ class Context:
             return obj
         if not owned:
             _lib.tether_object_retain(addr)
-        made = Object(self, addr)  # holds the reference from here on
+        made = Object(self, addr, entity)  # holds the reference from here on
         with self._objects_lock:
             # Another thread may have wrapped the same handle meanwhile: keep
             # its Object; dropping ours releases our reference.
-            return self._objects.setdefault(addr, made)
+            obj = self._objects.setdefault(addr, made)
+            if self._ids_now:
+                obj._read_id()   # close() is under way: read it while the handle lives
+            return obj
+
+    def _adopt(self, handles, entity, into):
+        """Appends to `into` the live Object of each of `handles` (object
+        handles of one entity, each with a reference handed over, from
+        tether_results_objects), making those there are none of, under one
+        taking of the objects lock. Each reference is taken over exactly
+        once: by a new Object, or released here when an Object holds the
+        handle already, or released here if this fails before it got to
+        it. `entity`: theirs, or None to ask the library. Returns it."""
+        taken = 0
+        extra = []   # handles an Object holds already
+        try:
+            if entity is None:
+                eh = c_void_p()
+                _lib.tether_object_entity(handles[0], byref(eh))
+                entity = self._entity_for(eh.value)
+            with self._objects_lock:
+                objects = self._objects
+                get = objects.get
+                ids_now = self._ids_now
+                for h in handles:
+                    obj = get(h)
+                    if obj is None:
+                        ref = _ObjectReference(h)
+                        taken += 1   # `ref` releases it from here, whatever follows
+                        obj = _adopted(self, ref, entity)
+                        objects[h] = obj
+                        if ids_now:
+                            obj._read_id()
+                    else:
+                        extra.append(h)
+                        taken += 1
+                    into.append(obj)
+        finally:
+            for h in extra:
+                _release_object(h)
+            for h in handles[taken:]:
+                _release_object(h)
+        return entity
+
+    def _objects_of(self, results, count):
+        """The Objects of the `count` rows of an objects answer, in order,
+        read _CHUNK handles per call (tether_results_objects)."""
+        objs = []
+        chunk = min(count, _CHUNK)
+        handles = (c_void_p * chunk)()
+        got = c_size_t()
+        entity = None   # one results handle answers one entity: read once
+        start = 0
+        while start < count:
+            _lib.tether_results_objects(results, start, handles, chunk, byref(got))
+            k = got.value
+            if not k:
+                break
+            start += k
+            entity = self._adopt(handles[:k], entity, objs)
+        return objs
 
     def _take(self, results, shape, status):
         """One phase's answer, as `shape` asks: Objects, ids, a count, values
@@ -1403,30 +1690,40 @@ class Context:
             if shape.type == _lib.RESULT_COUNT:
                 return n.value
             if shape.type == _lib.RESULT_OBJECTS:
-                objs = []
-                oh = c_void_p()
-                for i in range(n.value):
-                    _lib.tether_results_object_at(results, i, byref(oh))
-                    objs.append(self._wrap(oh.value, owned=False))
-                return objs
+                return self._objects_of(results, n.value)
+            error = _lib.status_error
             if shape.type == _lib.RESULT_IDS:
                 out = c_char_p()
+                where = ctypes.addressof(out)
+                id_at = _lib.raw_results_id_at
                 ids = []
+                add = ids.append
                 for i in range(n.value):
-                    _lib.tether_results_id_at(results, i, byref(out))
-                    ids.append(_pystr(out.value))
+                    status = id_at(results, i, where)
+                    if status < 0:
+                        raise error(status)
+                    b = out.value
+                    add(None if b is None else b.decode("utf-8", "replace"))
                 return ids
             rows = []
-            v = _lib.tether_value()
-            for i in range(n.value):
-                row = {}
-                for name, key in zip(shape.names, shape.keys):
-                    try:
-                        _lib.tether_results_value_at(results, i, key, byref(v))
-                        row[name] = _convert(v)
-                    finally:
-                        _lib.tether_value_clear(byref(v))
-                rows.append(row)
+            columns = tuple(zip(shape.names, shape.keys))
+            value_at = _lib.raw_results_value_at
+            try:
+                value = _VALUES.pop()
+            except IndexError:
+                value = _new_value()
+            try:
+                addr, view = value
+                for i in range(n.value):
+                    row = {}
+                    for name, key in columns:
+                        status = value_at(results, i, key, addr)
+                        if status < 0:
+                            raise error(status)
+                        row[name] = _converted(addr, view)   # clears it
+                    rows.append(row)
+            finally:
+                _VALUES.append(value)
             return rows
         finally:
             _release_results(results)
