@@ -883,8 +883,8 @@ struct tu_proxy {
     char url[256];
     char host[128];
     char port[16];
-    volatile int stop;
-    volatile int stall;
+    int stop;  /* both read and written with __atomic builtins: threads share them */
+    int stall;
     pthread_t acceptor;
     pthread_mutex_t mu;
     pthread_t threads[TU_PROXY_MAX];
@@ -931,13 +931,13 @@ static void *tu_proxy_conn(void *arg)
         close(client);
         return NULL;
     }
-    while (!p->stop) {
+    while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
         struct pollfd fds[2];
         int nf = 1, i;
         fds[0].fd = client;
         fds[0].events = POLLIN;
         fds[0].revents = 0;
-        if (!p->stall) {
+        if (!__atomic_load_n(&p->stall, __ATOMIC_ACQUIRE)) {
             fds[1].fd = server;
             fds[1].events = POLLIN;
             fds[1].revents = 0;
@@ -982,7 +982,7 @@ done:
 static void *tu_proxy_accept(void *arg)
 {
     tu_proxy *p = arg;
-    while (!p->stop) {
+    while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
         struct pollfd pf;
         pf.fd = p->listen_fd;
         pf.events = POLLIN;
@@ -1073,7 +1073,7 @@ int tu_proxy_requests(tu_proxy *p)
 
 void tu_proxy_stall(tu_proxy *p, int on)
 {
-    p->stall = on;
+    __atomic_store_n(&p->stall, on, __ATOMIC_RELEASE);
 }
 
 void tu_proxy_stop(tu_proxy *p)
@@ -1081,7 +1081,7 @@ void tu_proxy_stop(tu_proxy *p)
     int i;
     if (!p)
         return;
-    p->stop = 1;
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_join(p->acceptor, NULL);
     close(p->listen_fd);
     pthread_mutex_lock(&p->mu);
