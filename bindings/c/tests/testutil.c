@@ -20,10 +20,10 @@ static const char *tu_program = "test";
 static char tu_stores[32][512];
 static int tu_nstores;
 
-/* A hang fails the program instead of stalling the suite. AddressSanitizer
- * makes every thread start costly, and test_lifetimes starts 3,000: there it
- * took 110 s of 240 alone, and more on a loaded machine. */
-#if defined(__SANITIZE_ADDRESS__)
+/* A hang fails the program instead of stalling the suite. The sanitizers
+ * make every thread start costly, and test_lifetimes starts 3,000: under
+ * AddressSanitizer it took 110 s of 240 alone, and more on a loaded machine. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define TU_WATCHDOG_SECONDS 720
 #else
 #define TU_WATCHDOG_SECONDS 240
