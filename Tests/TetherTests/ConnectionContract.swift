@@ -81,6 +81,23 @@ enum ConnectionContract {
         }
         XCTAssertEqual(found.sorted(), items.sorted(), "every stored id once, none of the missing")
         XCTAssertLessThanOrEqual(requests, 4, "3,120 ids take a few requests")
+        // More ids than one batch carries (Kinto: over 25 listings of 4,000
+        // bytes), in one call: what does not fit waits in the cursor.
+        let more = (0..<6000).map { "a-record-id-long-enough-to-fill-listings-\($0)" } + items
+        found = []
+        requests = 0
+        var cursor: PageCursor?
+        repeat {
+            let page = try answer { connection.records(spec, ids: more, cursor: cursor, $0) }.get()
+            found += try page.decode().records.compactMap { field($0, "id")?.stringValue }
+            cursor = page.next
+            requests += 1
+        } while cursor != nil && requests < 100
+        XCTAssertEqual(found.sorted(), items.sorted(), "every stored id once, whatever the list's length")
+        XCTAssertLessThanOrEqual(requests, 10)
+        for batch in connection.idBatches(more) {  // each batch fits one request
+            XCTAssertNoThrow(try answer { connection.records(spec, ids: batch, cursor: nil, $0) }.get())
+        }
 
         // Conditional writes.
         let id = "w\(UInt32.random(in: 0...UInt32.max))"

@@ -1612,38 +1612,36 @@ class Context:
     def _adopt(self, handles, entity, into):
         """Appends to `into` the live Object of each of `handles` (object
         handles of one entity, each with a reference handed over, from
-        tether_results_objects), making those there are none of, under one
-        taking of the objects lock. Each reference is taken over exactly
-        once: by a new Object, or released here when an Object holds the
-        handle already, or released here if this fails before it got to
-        it. `entity`: theirs, or None to ask the library. Returns it."""
+        tether_results_objects). Each reference is taken over exactly once:
+        by a new Object (dropped again, releasing it, where an Object holds
+        the handle already), or released here if this fails before it got
+        to it. The Objects are made outside the objects lock, so a garbage
+        collection they set off (finalizers may wait for callbacks that need
+        the lock) does not run under it. `entity`: theirs, or None to ask
+        the library. Returns it."""
         taken = 0
-        extra = []   # handles an Object holds already
         try:
             if entity is None:
                 eh = c_void_p()
                 _lib.tether_object_entity(handles[0], byref(eh))
                 entity = self._entity_for(eh.value)
+            made = []
+            for h in handles:
+                ref = _ObjectReference(h)
+                taken += 1   # `ref` releases it from here, whatever follows
+                made.append(_adopted(self, ref, entity))
             with self._objects_lock:
                 objects = self._objects
                 get = objects.get
                 ids_now = self._ids_now
-                for h in handles:
-                    obj = get(h)
-                    if obj is None:
-                        ref = _ObjectReference(h)
-                        taken += 1   # `ref` releases it from here, whatever follows
-                        obj = _adopted(self, ref, entity)
-                        objects[h] = obj
+                for obj in made:
+                    live = get(obj._h)
+                    if live is None:
+                        objects[obj._h] = live = obj
                         if ids_now:
                             obj._read_id()
-                    else:
-                        extra.append(h)
-                        taken += 1
-                    into.append(obj)
+                    into.append(live)
         finally:
-            for h in extra:
-                _release_object(h)
             for h in handles[taken:]:
                 _release_object(h)
         return entity

@@ -261,30 +261,49 @@ public final class KintoConnection: Connection {
         return root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
     }
 
-    /// Ids that fit one listing's URL go as one `in_id` listing; more go as
-    /// one `POST /v1/batch` of such listings, so thousands of ids take a few
-    /// requests without long URLs (which proxies refuse).
+    /// The ids go as `in_id` listings of at most `idBytesPerRequest` of ids
+    /// each (long URLs are refused by proxies). Several listings go as one
+    /// `POST /v1/batch` of up to `batchLimit`; listings still to send, and
+    /// those with further pages, wait in the cursor, so any number of ids
+    /// works and none is sent twice.
     public func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
                         _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
-        if let token = cursor?.token, token.hasPrefix(Self.batchCursorPrefix) {
-            return batchListing(token.dropFirst(Self.batchCursorPrefix.count).split(separator: "\n").map(String.init),
-                                what: spec.route, done)
+        let urls: [String]
+        if let token = cursor?.token {
+            urls = token.hasPrefix(Self.batchCursorPrefix)
+                ? token.dropFirst(Self.batchCursorPrefix.count).split(separator: "\n").map(String.init) : [token]
+        } else {
+            let path = root + spec.route + "?in_id="
+            urls = Self.groups(ids, bytesEach: Self.idBytesPerRequest).map { path + $0.map(Self.escape).joined(separator: ",") }
         }
-        if cursor == nil {
-            let groups = Self.groups(ids, bytesEach: Self.idBytesPerRequest)
-            if groups.count > 1 {
-                let path = spec.route + "?in_id="
-                return batchListing(groups.map { root + path + $0.map(Self.escape).joined(separator: ",") },
-                                    what: spec.route, done)
+        guard let first = urls.first else { return listing(HTTPRequest(url: root + spec.route + "?in_id="), since: nil, what: spec.route, done) }
+        // Kinto refuses a batch holding a path with "/batch" in it.
+        let limit = spec.route.contains("/batch") ? 1 : batchLimit.withLock { $0 }
+        guard urls.count > 1, limit > 1 else {
+            let waiting = Array(urls.dropFirst())
+            return listing(HTTPRequest(url: first), since: nil, what: spec.route) { result in
+                done(result.map { page in
+                    Page(next: Self.cursor([page.next?.token].compactMap { $0 } + waiting), version: page.version,
+                         total: page.total) { try page.decode() }
+                })
             }
         }
-        let url = cursor?.token ?? root + spec.route + "?in_id=" + ids.map(Self.escape).joined(separator: ",")
-        return listing(HTTPRequest(url: url), since: nil, what: spec.route, done)
+        return batchListing(Array(urls.prefix(limit)), waiting: Array(urls.dropFirst(limit)), what: spec.route, done)
+    }
+
+    /// A cursor for these listings, in order; nil for none.
+    private static func cursor(_ urls: [String]) -> PageCursor? {
+        switch urls.count {
+        case 0: return nil
+        case 1: return PageCursor(urls[0])
+        default: return PageCursor(batchCursorPrefix + urls.joined(separator: "\n"))
+        }
     }
 
     /// These listings (URLs under `root`) as one batch; the page holds every
-    /// answer's records, and its cursor the listings that have more.
-    private func batchListing(_ urls: [String], what: String,
+    /// answer's records, and its cursor the listings that have more, then
+    /// those `waiting` to be sent.
+    private func batchListing(_ urls: [String], waiting: [String], what: String,
                               _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         let exchange = Exchange(engine, backoff)
         let requests: [JSON] = urls.map { url in
@@ -312,11 +331,10 @@ public final class KintoConnection: Connection {
                     let alone = HTTPResponse(status: Int(status), headers: headers,
                                              body: status == 200 ? [] : Array(answer.serialized().utf8))
                     _ = try Self.checked(.success(alone), what: what)
-                    if let url = try nextPage(alone) { next.append(url) }
+                    if let url = try subrequestNextPage(alone) { next.append(url) }
                     bodies.append(answer)
                 }
-                let cursor = next.isEmpty ? nil : PageCursor(Self.batchCursorPrefix + next.joined(separator: "\n"))
-                return Page(next: cursor) { [bodies] in
+                return Page(next: Self.cursor(next + waiting)) { [bodies] in
                     var content = PageContent(records: [])
                     for body in bodies { try Self.collect(Self.records(in: body, what: what), into: &content, what: what) }
                     return content
@@ -360,9 +378,12 @@ public final class KintoConnection: Connection {
         return prefix + escape(filter.field) + "=" + values.joined(separator: ",")
     }
 
-    /// As many ids as one batch of listings carries.
+    /// As many ids as one batch of listings carries: `batchLimit` listings'
+    /// worth, split as `records` splits them.
     public func idBatches(_ ids: [String]) -> [[String]] {
-        Self.groups(ids, bytesEach: Self.idBytesPerRequest * batchLimit.withLock { $0 })
+        let groups = Self.groups(ids, bytesEach: Self.idBytesPerRequest)
+        let limit = batchLimit.withLock { $0 }
+        return stride(from: 0, to: groups.count, by: limit).map { groups[$0..<min(groups.count, $0 + limit)].flatMap { $0 } }
     }
 
     /// Most subrequests in one batch, whatever the server allows: an answer
@@ -528,6 +549,23 @@ public final class KintoConnection: Connection {
             throw TetherError(.protocol, "the server sent a Next-Page outside \(root)")
         }
         return next
+    }
+
+    /// A batch answer's Next-Page. Kinto builds a subrequest's URLs itself,
+    /// and behind a TLS proxy it may say http for https: only the path and
+    /// query are taken, and only under the root's path, so the request
+    /// still goes to the root (as do the credentials).
+    private func subrequestNextPage(_ response: HTTPResponse) throws -> String? {
+        guard let next = response.header("Next-Page"), !next.isEmpty else { return nil }
+        func pathAndQuery(_ url: String) -> String? {  // scheme://host/path?query -> /path?query
+            let parts = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false)
+            guard parts.count >= 3, parts[0].hasSuffix(":"), parts[1].isEmpty, !parts[2].isEmpty else { return nil }
+            return parts.count == 4 ? "/" + parts[3] : ""
+        }
+        guard let path = pathAndQuery(next), let rootPath = pathAndQuery(root), path.hasPrefix(rootPath + "/") else {
+            throw TetherError(.protocol, "the server sent a Next-Page outside \(root)")
+        }
+        return root + path.dropFirst(rootPath.count)
     }
 
     /// The shape Kinto gives bucket and collection ids.
