@@ -65,36 +65,38 @@ enum ConnectionContract {
         let many = (0..<3000).map { "record-with-a-long-id-\($0)" }
         let batches = connection.idBatches(many)
         XCTAssertEqual(batches.flatMap { $0 }, many, "batches keep every id, in order")
+        // Reads these ids page by page through the cursors: the ids found,
+        // and the requests it took.
+        func readByID(_ ids: [String]) throws -> (found: [String], requests: Int) {
+            var found: [String] = []
+            var requests = 0
+            var cursor: PageCursor?
+            repeat {
+                let page = try answer { connection.records(spec, ids: ids, cursor: cursor, $0) }.get()
+                found += try page.decode().records.compactMap { field($0, "id")?.stringValue }
+                cursor = page.next
+                requests += 1
+            } while cursor != nil && requests < 100
+            return (found, requests)
+        }
         // A batch of thousands of ids, most missing, read page by page (Kinto:
         // one batch of listings, some of them longer than a page).
         let items = (0..<itemCount).map { "i\($0)" }
         var found: [String] = []
         var requests = 0
         for batch in connection.idBatches(many + items) {
-            var cursor: PageCursor?
-            repeat {
-                let page = try answer { connection.records(spec, ids: batch, cursor: cursor, $0) }.get()
-                found += try page.decode().records.compactMap { field($0, "id")?.stringValue }
-                cursor = page.next
-                requests += 1
-            } while cursor != nil
+            let read = try readByID(batch)
+            found += read.found
+            requests += read.requests
         }
         XCTAssertEqual(found.sorted(), items.sorted(), "every stored id once, none of the missing")
         XCTAssertLessThanOrEqual(requests, 4, "3,120 ids take a few requests")
         // More ids than one batch carries (Kinto: over 25 listings of 4,000
         // bytes), in one call: what does not fit waits in the cursor.
         let more = (0..<6000).map { "a-record-id-long-enough-to-fill-listings-\($0)" } + items
-        found = []
-        requests = 0
-        var cursor: PageCursor?
-        repeat {
-            let page = try answer { connection.records(spec, ids: more, cursor: cursor, $0) }.get()
-            found += try page.decode().records.compactMap { field($0, "id")?.stringValue }
-            cursor = page.next
-            requests += 1
-        } while cursor != nil && requests < 100
-        XCTAssertEqual(found.sorted(), items.sorted(), "every stored id once, whatever the list's length")
-        XCTAssertLessThanOrEqual(requests, 10)
+        let read = try readByID(more)
+        XCTAssertEqual(read.found.sorted(), items.sorted(), "every stored id once, whatever the list's length")
+        XCTAssertLessThanOrEqual(read.requests, 10)
         for batch in connection.idBatches(more) {  // each batch fits one request
             XCTAssertNoThrow(try answer { connection.records(spec, ids: batch, cursor: nil, $0) }.get())
         }
