@@ -742,7 +742,7 @@ public func tether_results_objects(_ results: OpaquePointer?, _ start: Int, _ ou
                                    _ capacity: Int, _ outCount: UnsafeMutablePointer<Int>?) -> Int32 {
     call {
         let box = try resultsBox(results)
-        guard box.results.type != .count else { throw misuse("a count has no rows: read it with tether_results_count") }
+        try requireRows(box)
         guard let out, let outCount else { throw misuse("out or out_count is NULL") }
         guard start >= 0, start <= box.results.count else { throw TetherError(.notFound, "no row at index \(start)") }
         let wanted = capacity < 0 ? Int.max : capacity  // a size_t past Int.max
@@ -780,8 +780,12 @@ public func tether_results_value_at(_ results: OpaquePointer?, _ index: Int, _ k
 }
 
 /// A row index checked against the answer: a count has none.
-private func rowIndex(_ index: Int, _ box: ResultsBox) throws -> Int {
+private func requireRows(_ box: ResultsBox) throws {
     guard box.results.type != .count else { throw misuse("a count has no rows: read it with tether_results_count") }
+}
+
+private func rowIndex(_ index: Int, _ box: ResultsBox) throws -> Int {
+    try requireRows(box)
     guard index >= 0, index < box.results.count else { throw TetherError(.notFound, "no row at index \(index)") }
     return index
 }
