@@ -28,8 +28,6 @@ struct HTTPCredentials: Sendable {
     let password: String
 }
 
-private let curlInitialized: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
-
 /// The libcurl multi handle, shared with other threads only for
 /// `curl_multi_wakeup`, which libcurl documents as callable from any thread.
 private struct MultiHandle: @unchecked Sendable {
@@ -72,6 +70,7 @@ final class HTTPEngine: Sendable {
         var stopping = false
     }
 
+    fileprivate let curl: Curl
     fileprivate let multi: MultiHandle
     fileprivate let credentials: HTTPCredentials?
     fileprivate let timeoutMilliseconds: Int64
@@ -79,10 +78,12 @@ final class HTTPEngine: Sendable {
     private let thread = Lock<pthread_t?>(nil)
 
     init(credentials: HTTPCredentials?, timeoutMilliseconds: Int64) throws {
-        guard curlInitialized, let pointer = curl_multi_init() else {
+        let curl = try Curl.load()
+        guard let pointer = curl.multi_init() else {
             throw TetherError(.internal, "libcurl could not be initialized")
         }
-        _ = tether_curl_multi_set_long(pointer, CURLMOPT_MAX_HOST_CONNECTIONS, Self.maximumConnectionsPerHost)
+        _ = tether_curl_multi_set_long(curl.table, pointer, CURLMOPT_MAX_HOST_CONNECTIONS, Self.maximumConnectionsPerHost)
+        self.curl = curl
         multi = MultiHandle(pointer: pointer)
         self.credentials = credentials
         self.timeoutMilliseconds = timeoutMilliseconds
@@ -90,7 +91,7 @@ final class HTTPEngine: Sendable {
         thread.withLock { $0 = started }
     }
 
-    deinit { curl_multi_cleanup(multi.pointer) }
+    deinit { _ = curl.multi_cleanup(multi.pointer) }
 
     /// Starts a transfer, after `delay` milliseconds if positive. `completion`
     /// runs exactly once: on the engine thread, or, if the engine has stopped,
@@ -109,7 +110,7 @@ final class HTTPEngine: Sendable {
             }
             return (id, true)
         }
-        if accepted { curl_multi_wakeup(multi.pointer) } else { completion(.failure(.cancelled)) }
+        if accepted { _ = curl.multi_wakeup(multi.pointer) } else { completion(.failure(.cancelled)) }
         return id
     }
 
@@ -125,7 +126,7 @@ final class HTTPEngine: Sendable {
                 return false  // already ending, or ended
             }
         }
-        if wake { curl_multi_wakeup(multi.pointer) }
+        if wake { _ = curl.multi_wakeup(multi.pointer) }
     }
 
     /// Sends and waits. Must not be called on the engine thread.
@@ -139,7 +140,7 @@ final class HTTPEngine: Sendable {
     /// engine thread), refuses new ones, and joins the thread.
     func shutdown() {
         state.withLock { $0.stopping = true }
-        curl_multi_wakeup(multi.pointer)
+        _ = curl.multi_wakeup(multi.pointer)
         if let running = thread.withLock({ current -> pthread_t? in defer { current = nil }; return current }) {
             pthread_join(running, nil)
         }
@@ -231,7 +232,7 @@ private final class EngineLoop {
     init(engine: HTTPEngine) { self.engine = engine }
 
     func run() {
-        let multi = engine.multi.pointer
+        let curl = engine.curl, multi = engine.multi.pointer
         while true {
             let work = engine.takeWork()
             for (id, completion) in work.cancels {
@@ -247,9 +248,9 @@ private final class EngineLoop {
             }
             for (id, request) in work.starts { begin(id, request) }
             var running: Int32 = 0
-            curl_multi_perform(multi, &running)
+            _ = curl.multi_perform(multi, &running)
             var queued: Int32 = 0
-            while let message = curl_multi_info_read(multi, &queued) {
+            while let message = curl.multi_info_read(multi, &queued) {
                 guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle,
                       let id = byHandle[handle], let transfer = active[id] else { continue }
                 let outcome = transfer.outcome(message.pointee.data.result)
@@ -258,12 +259,12 @@ private final class EngineLoop {
             }
             // Sleep until traffic, a wakeup, or the next waiting transfer's time.
             let wait = work.nextDue.map { max(1, min(1000, $0.milliseconds(since: MonotonicTime.now()) + 1)) } ?? 1000
-            curl_multi_poll(multi, nil, 0, Int32(wait), nil)
+            _ = curl.multi_poll(multi, nil, 0, Int32(wait), nil)
         }
     }
 
     private func begin(_ id: HTTPEngine.TransferID, _ request: HTTPRequest) {
-        let transfer = Transfer(request: request)
+        let transfer = Transfer(request: request, curl: engine.curl)
         do {
             try transfer.configure(credentials: engine.credentials, timeoutMilliseconds: engine.timeoutMilliseconds)
         } catch {
@@ -271,21 +272,28 @@ private final class EngineLoop {
             engine.finished(id)?(.failure(failure))
             return
         }
+        // A transfer libcurl refuses (out of memory) would never complete:
+        // its completion runs now, so no caller waits for it forever.
+        let added = engine.curl.multi_add_handle(engine.multi.pointer, transfer.easy)
+        guard added == CURLM_OK else {
+            engine.finished(id)?(.failure(TetherError(.internal, "libcurl refused the request (CURLMcode \(added.rawValue))")))
+            return
+        }
         active[id] = transfer
         byHandle[transfer.easy] = id
-        curl_multi_add_handle(engine.multi.pointer, transfer.easy)
     }
 
     private func remove(_ id: HTTPEngine.TransferID) {
         guard let transfer = active.removeValue(forKey: id) else { return }
         byHandle[transfer.easy] = nil
-        curl_multi_remove_handle(engine.multi.pointer, transfer.easy)
+        _ = engine.curl.multi_remove_handle(engine.multi.pointer, transfer.easy)
     }
 }
 
 /// One request's easy handle and buffers; lives on the engine thread only.
 private final class Transfer {
     let request: HTTPRequest
+    let curl: Curl
     let easy: UnsafeMutableRawPointer
     var body: [UInt8] = []
     var headers: [(name: String, value: String)] = []
@@ -293,59 +301,60 @@ private final class Transfer {
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
 
-    init(request: HTTPRequest) {
+    init(request: HTTPRequest, curl: Curl) {
         self.request = request
-        easy = curl_easy_init()
+        self.curl = curl
+        easy = curl.easy_init()!  // NULL only when out of memory
         errorBuffer[0] = 0
     }
 
     deinit {
-        curl_easy_cleanup(easy)
-        curl_slist_free_all(headerList)
+        curl.easy_cleanup(easy)
+        curl.slist_free_all(headerList)
         errorBuffer.deallocate()
     }
 
     func configure(credentials: HTTPCredentials?, timeoutMilliseconds: Int64) throws {
         func check(_ code: CURLcode) throws {
             guard code == CURLE_OK else {
-                throw TetherError(.invalid, "cannot set up the request: \(String(cString: curl_easy_strerror(code)))")
+                throw TetherError(.invalid, "cannot set up the request: \(String(cString: curl.easy_strerror(code)!))")
             }
         }
         let this = Unmanaged.passUnretained(self).toOpaque()
-        try check(tether_curl_set_string(easy, CURLOPT_URL, request.url))
-        try check(tether_curl_set_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
-        try check(tether_curl_set_long(easy, CURLOPT_NOSIGNAL, 1))
-        try check(tether_curl_set_long(easy, CURLOPT_SSL_VERIFYPEER, 1))
-        try check(tether_curl_set_long(easy, CURLOPT_SSL_VERIFYHOST, 2))
-        try check(tether_curl_set_long(easy, CURLOPT_FOLLOWLOCATION, 0))
-        try check(tether_curl_set_long(easy, CURLOPT_TIMEOUT_MS, Int(timeoutMilliseconds)))
-        try check(tether_curl_set_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(timeoutMilliseconds, 10_000))))
-        try check(tether_curl_set_string(easy, CURLOPT_ACCEPT_ENCODING, ""))
-        try check(tether_curl_set_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer))
+        try check(tether_curl_set_string(curl.table, easy, CURLOPT_URL, request.url))
+        try check(tether_curl_set_string(curl.table, easy, CURLOPT_PROTOCOLS_STR, "http,https"))
+        try check(tether_curl_set_long(curl.table, easy, CURLOPT_NOSIGNAL, 1))
+        try check(tether_curl_set_long(curl.table, easy, CURLOPT_SSL_VERIFYPEER, 1))
+        try check(tether_curl_set_long(curl.table, easy, CURLOPT_SSL_VERIFYHOST, 2))
+        try check(tether_curl_set_long(curl.table, easy, CURLOPT_FOLLOWLOCATION, 0))
+        try check(tether_curl_set_long(curl.table, easy, CURLOPT_TIMEOUT_MS, Int(timeoutMilliseconds)))
+        try check(tether_curl_set_long(curl.table, easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(timeoutMilliseconds, 10_000))))
+        try check(tether_curl_set_string(curl.table, easy, CURLOPT_ACCEPT_ENCODING, ""))
+        try check(tether_curl_set_pointer(curl.table, easy, CURLOPT_ERRORBUFFER, errorBuffer))
         if request.method == "HEAD" {
-            try check(tether_curl_set_long(easy, CURLOPT_NOBODY, 1))  // else curl waits for a body that never comes
+            try check(tether_curl_set_long(curl.table, easy, CURLOPT_NOBODY, 1))  // else curl waits for a body that never comes
         } else {
-            try check(tether_curl_set_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
+            try check(tether_curl_set_string(curl.table, easy, CURLOPT_CUSTOMREQUEST, request.method))
         }
-        try check(tether_curl_set_write_function(easy, CURLOPT_WRITEFUNCTION, receiveBody))
-        try check(tether_curl_set_pointer(easy, CURLOPT_WRITEDATA, this))
-        try check(tether_curl_set_write_function(easy, CURLOPT_HEADERFUNCTION, receiveHeader))
-        try check(tether_curl_set_pointer(easy, CURLOPT_HEADERDATA, this))
+        try check(tether_curl_set_write_function(curl.table, easy, CURLOPT_WRITEFUNCTION, receiveBody))
+        try check(tether_curl_set_pointer(curl.table, easy, CURLOPT_WRITEDATA, this))
+        try check(tether_curl_set_write_function(curl.table, easy, CURLOPT_HEADERFUNCTION, receiveHeader))
+        try check(tether_curl_set_pointer(curl.table, easy, CURLOPT_HEADERDATA, this))
         if let credentials {
-            try check(tether_curl_set_long(easy, CURLOPT_HTTPAUTH, 1 /* CURLAUTH_BASIC, a macro Swift cannot import */))
-            try check(tether_curl_set_string(easy, CURLOPT_USERNAME, credentials.username))
-            try check(tether_curl_set_string(easy, CURLOPT_PASSWORD, credentials.password))
+            try check(tether_curl_set_long(curl.table, easy, CURLOPT_HTTPAUTH, 1 /* CURLAUTH_BASIC, a macro Swift cannot import */))
+            try check(tether_curl_set_string(curl.table, easy, CURLOPT_USERNAME, credentials.username))
+            try check(tether_curl_set_string(curl.table, easy, CURLOPT_PASSWORD, credentials.password))
         }
         var lines = request.headers + ["Accept: application/json"]
         if let body = request.body {
             lines.append("Content-Type: application/json")
-            try check(tether_curl_set_long(easy, CURLOPT_POSTFIELDSIZE, body.count))
+            try check(tether_curl_set_long(curl.table, easy, CURLOPT_POSTFIELDSIZE, body.count))
             try body.withUnsafeBytes { bytes in
-                try check(tether_curl_set_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress)))
+                try check(tether_curl_set_pointer(curl.table, easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress)))
             }
         }
-        for line in lines { headerList = curl_slist_append(headerList, line) }
-        try check(tether_curl_set_slist(easy, CURLOPT_HTTPHEADER, headerList))
+        for line in lines { headerList = curl.slist_append(headerList, line) }
+        try check(tether_curl_set_slist(curl.table, easy, CURLOPT_HTTPHEADER, headerList))
     }
 
     func outcome(_ code: CURLcode) -> Result<HTTPResponse, TetherError> {
@@ -353,7 +362,7 @@ private final class Transfer {
             if tooLarge {
                 return .failure(TetherError(.protocol, "the server's answer is larger than \(HTTPEngine.maximumBodyBytes) bytes"))
             }
-            let detail = errorBuffer[0] != 0 ? String(cString: errorBuffer) : String(cString: curl_easy_strerror(code))
+            let detail = errorBuffer[0] != 0 ? String(cString: errorBuffer) : String(cString: curl.easy_strerror(code)!)
             // No answer at all: refused, unknown, timed out, or closed before a byte came back.
             let unreachable = [CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT,
                                CURLE_OPERATION_TIMEDOUT, CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR]
@@ -362,7 +371,7 @@ private final class Transfer {
             return .failure(TetherError(.network, "\(what): \(detail)", unreachable: unreachable))
         }
         var status = 0
-        _ = tether_curl_get_long(easy, CURLINFO_RESPONSE_CODE, &status)
+        _ = tether_curl_get_long(curl.table, easy, CURLINFO_RESPONSE_CODE, &status)
         return .success(HTTPResponse(status: status, headers: headers, body: body))
     }
 }
