@@ -2,34 +2,37 @@ import CTetherABI
 import Glibc
 import Tether
 
-/// The last failure's message, per thread, as tether_errmsg hands it out.
-private final class MessageSlot {
-    var text: UnsafeMutablePointer<CChar> = strdup("")!
-    deinit { free(text) }
-    func set(_ message: String) {
-        free(text)
-        text = strdup(message)!
-    }
-}
+/// The last failure's message, per thread, as tether_errmsg hands it out:
+/// a cell holding a malloc'd string, freed with its thread. Plain memory,
+/// not an object, as every call touches it (no reference counting).
+private typealias MessageCell = UnsafeMutablePointer<UnsafeMutablePointer<CChar>>
 
 private let messageKey: pthread_key_t = {
     var key = pthread_key_t()
-    pthread_key_create(&key) { slot in
-        if let slot { Unmanaged<MessageSlot>.fromOpaque(slot).release() }
+    pthread_key_create(&key) { raw in
+        guard let cell = raw?.assumingMemoryBound(to: UnsafeMutablePointer<CChar>.self) else { return }
+        free(cell.pointee)
+        cell.deallocate()
     }
     return key
 }()
 
-private func messageSlot() -> MessageSlot {
+private func messageCell() -> MessageCell {
     if let existing = pthread_getspecific(messageKey) {
-        return Unmanaged<MessageSlot>.fromOpaque(existing).takeUnretainedValue()
+        return existing.assumingMemoryBound(to: UnsafeMutablePointer<CChar>.self)
     }
-    let slot = MessageSlot()
-    pthread_setspecific(messageKey, Unmanaged.passRetained(slot).toOpaque())
-    return slot
+    let cell = MessageCell.allocate(capacity: 1)
+    cell.initialize(to: strdup("")!)
+    pthread_setspecific(messageKey, cell)
+    return cell
 }
 
-func lastMessage() -> UnsafePointer<CChar> { UnsafePointer(messageSlot().text) }
+private func setMessage(_ cell: MessageCell, _ message: String) {
+    free(cell.pointee)
+    cell.pointee = strdup(message)!
+}
+
+func lastMessage() -> UnsafePointer<CChar> { UnsafePointer(messageCell().pointee) }
 
 func status(of kind: TetherError.Kind) -> Int32 {
     switch kind {
@@ -54,16 +57,16 @@ func status(of kind: TetherError.Kind) -> Int32 {
 /// Runs one API call: clears the thread's message, turns a thrown error into
 /// its status and message.
 func call(_ body: () throws -> Void) -> Int32 {
-    let slot = messageSlot()
+    let cell = messageCell()
     do {
         try body()
-        if slot.text[0] != 0 { slot.set("") }
+        if cell.pointee[0] != 0 { setMessage(cell, "") }
         return TETHER_OK
     } catch let error as TetherError {
-        slot.set(error.message)
+        setMessage(cell, error.message)
         return status(of: error.kind)
     } catch {
-        slot.set("\(error)")
+        setMessage(cell, "\(error)")
         return TETHER_E_ERROR
     }
 }

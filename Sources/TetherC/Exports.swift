@@ -454,7 +454,10 @@ private func readValue(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<tether
 /// A C string key as its bytes, without copying.
 private func keyBytes(_ key: UnsafePointer<CChar>?) throws -> UnsafeBufferPointer<UInt8> {
     guard let key else { throw misuse("key is NULL") }
-    return UnsafeBufferPointer(start: UnsafeRawPointer(key).assumingMemoryBound(to: UInt8.self), count: strlen(key))
+    // Keys are short: counting in place beats a call to strlen.
+    var count = 0
+    while key[count] != 0 { count += 1 }
+    return UnsafeBufferPointer(start: UnsafeRawPointer(key).assumingMemoryBound(to: UInt8.self), count: count)
 }
 
 @_cdecl("tether_object_peek")

@@ -54,8 +54,10 @@ public final class Entity: Sendable {
     let codeHighWater: Int
     private let indexByName: [ExactString: Int]
     private let indexByCode: [Int: Int]
-    /// The names' UTF-8, for `attributeIndex(bytes:)`.
-    private let nameBytes: [[UInt8]]
+    /// The names' UTF-8 end to end, and where each lies, for
+    /// `attributeIndex(bytes:)`: one flat buffer, so a scan retains nothing.
+    private let nameBytes: [UInt8]
+    private let nameSpans: [(start: Int, count: Int)]
 
     init(index: Int, code: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int) {
         name = spec.name
@@ -70,7 +72,12 @@ public final class Entity: Sendable {
         versionIndex = attributes.firstIndex { $0.isVersion }!
         indexByName = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { (ExactString($1.name), $0) })
         indexByCode = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { ($1.code, $0) })
-        nameBytes = attributes.map { Array($0.name.utf8) }
+        var bytes: [UInt8] = []
+        nameSpans = attributes.map { attribute in
+            defer { bytes += attribute.name.utf8 }
+            return (bytes.count, attribute.name.utf8.count)
+        }
+        nameBytes = bytes
     }
 
     public func attributeIndex(named name: String) -> Int? { indexByName[ExactString(name)] }
@@ -79,10 +86,14 @@ public final class Entity: Sendable {
     /// place, so a read by name from C hashes nothing and allocates nothing.
     /// nil also for entities too wide for a scan: ask by `named` then.
     public func attributeIndex(bytes name: UnsafeBufferPointer<UInt8>) -> Int? {
-        guard name.count > 0, nameBytes.count <= Self.widestScanned else { return nil }
-        return nameBytes.firstIndex { candidate in
-            candidate.count == name.count && candidate.withUnsafeBufferPointer {
-                memcmp($0.baseAddress!, name.baseAddress!, name.count) == 0
+        guard name.count > 0, nameSpans.count <= Self.widestScanned else { return nil }
+        return nameBytes.withUnsafeBufferPointer { all in
+            nameSpans.firstIndex { span in
+                // Names are short: a loop in place beats a call to memcmp.
+                guard span.count == name.count else { return false }
+                var offset = 0
+                while offset < span.count && all[span.start + offset] == name[offset] { offset += 1 }
+                return offset == span.count
             }
         }
     }

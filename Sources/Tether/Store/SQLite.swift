@@ -198,12 +198,33 @@ final class Statement {
         while try step() {}
     }
 
-    func rows(_ values: [SQLValue] = []) throws -> [[SQLValue]] {
+    /// A result row read in place, lent only for the call that gives it:
+    /// no row arrays are built for results that are decoded straight away.
+    struct Row {
+        fileprivate let statement: Statement
+
+        subscript(index: Int) -> SQLValue { statement.column(index) }
+    }
+
+    /// Calls `body` with each row.
+    func each(_ values: [SQLValue] = [], _ body: (Row) throws -> Void) throws {
         defer { finish() }
         try bind(values)
+        while try step() { try body(Row(statement: self)) }
+    }
+
+    /// The first row given to `body`, nil without one; steps no further
+    /// (for a lookup by a unique key, the step that would find no more).
+    func first<T>(_ values: [SQLValue] = [], _ body: (Row) throws -> T) throws -> T? {
+        defer { finish() }
+        try bind(values)
+        return try step() ? body(Row(statement: self)) : nil
+    }
+
+    func rows(_ values: [SQLValue] = []) throws -> [[SQLValue]] {
         var rows: [[SQLValue]] = []
         let count = Int(sqlite3_column_count(statement))
-        while try step() { rows.append((0..<count).map(column)) }
+        try each(values) { row in rows.append((0..<count).map { row[$0] }) }
         return rows
     }
 
@@ -221,7 +242,7 @@ final class Statement {
         }
     }
 
-    private func column(_ index: Int) -> SQLValue {
+    fileprivate func column(_ index: Int) -> SQLValue {
         let i = Int32(index)
         switch sqlite3_column_type(statement, i) {
         case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, i))

@@ -293,7 +293,7 @@ final class Store: Sendable {
         let sql = sql(entity)
         return try withDatabase { database in
             let select = try database.statement(sql.load)
-            return try select.rows([.text(id)]).first.map { Self.decode($0, entity) }
+            return try select.first([.text(id)]) { Self.decode($0, entity) }
         }
     }
 
@@ -323,7 +323,11 @@ final class Store: Sendable {
     func query(_ entity: Entity, where predicate: Predicate? = nil, sort: [(index: Int, descending: Bool)],
                limit: Int64, offset: Int64 = 0) throws -> [StoredRecord] {
         let (sql, parameters) = Self.select(sql(entity).select, entity, predicate, sort: sort, limit: limit, offset: offset)
-        return try withDatabase { database in try database.statement(sql).rows(parameters).map { Self.decode($0, entity) } }
+        return try withDatabase { database in
+            var records: [StoredRecord] = []
+            try database.statement(sql).each(parameters) { records.append(Self.decode($0, entity)) }
+            return records
+        }
     }
 
     /// The ids and versions of the rows `query` would give.
@@ -334,11 +338,12 @@ final class Store: Sendable {
         let (sql, parameters) = Self.select("SELECT \(idColumn), \(versionColumn) FROM \(Self.table(entity))", entity,
                                             predicate, sort: sort, limit: limit, offset: offset)
         return try withDatabase { database in
-            try database.statement(sql).rows(parameters).compactMap { row in
-                guard case .text(let id) = row[0] else { return nil }
-                if case .integer(let version) = row[1] { return (id, version) }
-                return (id, nil)
+            var found: [(id: String, version: Int64?)] = []
+            try database.statement(sql).each(parameters) { row in
+                guard case .text(let id) = row[0] else { return }
+                if case .integer(let version) = row[1] { found.append((id, version)) } else { found.append((id, nil)) }
             }
+            return found
         }
     }
 
@@ -390,7 +395,7 @@ final class Store: Sendable {
     }
 
     /// `select` (a SELECT without WHERE) of the rows of these ids.
-    private func eachRow(_ entity: Entity, ids: [String], select: String, _ body: ([SQLValue]) throws -> Void) throws {
+    private func eachRow(_ entity: Entity, ids: [String], select: String, _ body: (Statement.Row) throws -> Void) throws {
         let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
         try withDatabase { database in
             // Lists of one fixed size, so two statements serve every batch.
@@ -400,9 +405,9 @@ final class Store: Sendable {
                 let statement = try database.statement(select + " WHERE \(idColumn) IN ("
                     + Array(repeating: "?", count: size).joined(separator: ", ") + ")")
                 if size == chunk.count {
-                    try statement.rows(chunk.map { .text($0) }).forEach(body)
+                    try statement.each(chunk.map { .text($0) }, body)
                 } else {
-                    for id in chunk { try statement.rows([.text(id)]).forEach(body) }
+                    for id in chunk { try statement.each([.text(id)], body) }
                 }
             }
         }
@@ -500,15 +505,15 @@ final class Store: Sendable {
 
     /// Typed columns hold values of the attribute's type; a value that did not
     /// fit its column is in the extra JSON under the attribute's name.
-    private static func decode(_ row: [SQLValue], _ entity: Entity) -> StoredRecord {
+    private static func decode(_ row: Statement.Row, _ entity: Entity) -> StoredRecord {
         var extra: [(key: String, value: JSON)] = []
         if case .text(let text) = row[entity.attributes.count], let parsed = try? JSON.parse(text).objectValue {
             extra = parsed
         }
         var values: [Value] = []
         values.reserveCapacity(entity.attributes.count)
-        for (attribute, column) in zip(entity.attributes, row) {
-            switch (attribute.type, column) {
+        for (index, attribute) in entity.attributes.enumerated() {
+            switch (attribute.type, row[index]) {
             case (.text, .text(let s)): values.append(.text(s))
             case (.integer, .integer(let i)): values.append(.integer(i))
             case (.real, .real(let d)): values.append(.real(d))
