@@ -227,7 +227,9 @@ final class Delivery: Sendable {
         let me = pthread_self()
         let next = state.withLock(when: { $0.delivering == nil }, until: nil) { state, _ -> Event? in
             guard let event = state.popFirst() else { return nil }
-            if state.waiting == 0 {
+            // Once closing, the descriptor stays readable, so that every
+            // poller wakes and returns (emptying it could strand one).
+            if state.waiting == 0 && !state.closing {
                 var bytes = (UInt64(0), UInt64(0))
                 while read(descriptor, &bytes, 16) > 0 {}
             }

@@ -1,12 +1,13 @@
 /* test_poll.c — POLL delivery: the descriptor, callbacks only inside
  * tether_context_poll on the calling thread, BUSY from inside a callback,
  * close delivering finals on the calling thread, close from another thread
- * waking a blocked poll. */
+ * waking a blocked poll (and two of them, against the header's advice). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "testutil.h"
 
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 static char bucket[128];
@@ -276,6 +277,67 @@ static void test_close_while_polling(const char *store)
     tu_obs_destroy(&o);
 }
 
+/* Two threads polling without a time limit while events flow, then a close:
+ * both must return. Once a poller emptied the descriptor after close had
+ * written to it, the other slept in poll() for good and close waited for it. */
+#define TWO_POLLER_ROUNDS 150
+
+typedef struct {
+    tether_context *ctx;
+    atomic_int done;
+} poller;
+
+static void *poll_until_closed(void *arg)
+{
+    poller *p = arg;
+    while (tether_context_poll(p->ctx, -1, NULL) == TETHER_OK) {
+    }
+    atomic_store(&p->done, 1);
+    return NULL;
+}
+
+static void test_two_pollers_at_close(const char *store)
+{
+    int round, stranded = 0, close_bad = 0, opened = 0;
+    unsigned int seed_value = 7;
+
+    tu_section("two threads blocked in poll (no time limit) both return when the context closes");
+    for (round = 0; round < TWO_POLLER_ROUNDS && !stranded; round++) {
+        tether_context *ctx = tu_open(bucket, store, TETHER_DELIVER_POLL);
+        poller p[2];
+        pthread_t t[2];
+        tu_fetch f;
+        int i, waited;
+        if (!ctx)
+            continue;
+        opened++;
+        tu_fetch_init(&f);
+        tu_fetch_start(ctx, &f, "notes", NULL, 0, TETHER_POLICY_CACHE_THEN_SERVER, NULL);
+        for (i = 0; i < 2; i++) {
+            p[i].ctx = ctx;
+            atomic_init(&p[i].done, 0);
+            pthread_create(&t[i], NULL, poll_until_closed, &p[i]);
+        }
+        tu_sleep_ms((int)(rand_r(&seed_value) % 15));
+        if (tether_context_close(ctx) != TETHER_OK)
+            close_bad++;
+        for (waited = 0; waited < 5000 && !(atomic_load(&p[0].done) && atomic_load(&p[1].done)); waited += 5)
+            tu_sleep_ms(5);
+        if (atomic_load(&p[0].done) && atomic_load(&p[1].done)) {
+            pthread_join(t[0], NULL);
+            pthread_join(t[1], NULL);
+            tu_fetch_destroy(&f);
+        } else {
+            stranded++; /* left running: the program ends with the checks */
+            printf("   round %d: a poller did not return within 5 s of close\n", round);
+        }
+    }
+    printf("   %d rounds\n", opened);
+    CHECK(opened > 0);
+    CHECK_INT(stranded, 0);
+    CHECK_INT(close_bad, 0);
+}
+
 int main(int argc, char **argv)
 {
     char store[512];
@@ -295,5 +357,6 @@ int main(int argc, char **argv)
     }
     test_close_poll(store);
     test_close_while_polling(store);
+    test_two_pollers_at_close(store);
     return tu_finish();
 }
