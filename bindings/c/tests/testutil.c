@@ -23,11 +23,13 @@ static int tu_nstores;
 /* A hang fails the program instead of stalling the suite. The sanitizers
  * make every thread start costly, and test_lifetimes starts 3,000: under
  * AddressSanitizer it took 110 s of 240 alone, and more on a loaded machine. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if TU_SANITIZED
 #define TU_WATCHDOG_SECONDS 720
 #else
 #define TU_WATCHDOG_SECONDS 240
 #endif
+/* Named by the watchdog, so a CI log tells which part stalled. */
+static const char *volatile tu_current_section = "(start)";
 
 static void tu_on_alarm(int sig)
 {
@@ -35,8 +37,8 @@ static void tu_on_alarm(int sig)
     int n;
     (void)sig;
     n = snprintf(buf, sizeof buf,
-                 "%s: FAIL: watchdog: the program did not finish in time (a hang?)\n%d passed, %d failed\n",
-                 tu_program, tu_passed, tu_failed + 1);
+                 "%s: FAIL: watchdog: the program did not finish in %d s (a hang?) in \"%s\"\n%d passed, %d failed\n",
+                 tu_program, TU_WATCHDOG_SECONDS, tu_current_section, tu_passed, tu_failed + 1);
     if (n > 0) {
         ssize_t w = write(2, buf, (size_t)n);
         (void)w;
@@ -147,6 +149,7 @@ int tu_check_fails(int got, const char *file, int line, const char *expr)
 
 void tu_section(const char *name)
 {
+    tu_current_section = name;
     printf("-- %s\n", name);
 }
 

@@ -132,19 +132,22 @@ int tu_same_counts(const tu_counts *a, const tu_counts *b);
 int tu_count_entries(const char *path);
 /* Resident memory in bytes (/proc/self/statm), -1 if unknown. */
 long tu_resident_bytes(void);
+/* 1 in a build with AddressSanitizer or ThreadSanitizer: gcc says so with
+ * __SANITIZE_*__, clang (Swift's too) only through __has_feature. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TU_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TU_SANITIZED 1
+#endif
+#endif
+#ifndef TU_SANITIZED
+#define TU_SANITIZED 0
+#endif
 /* AddressSanitizer keeps freed memory in quarantine, ThreadSanitizer maps
  * shadow memory: resident memory then says nothing about what the library
  * keeps, so tests do not compare it. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define TU_RSS_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define TU_RSS_MEANINGFUL 0
-#endif
-#endif
-#ifndef TU_RSS_MEANINGFUL
-#define TU_RSS_MEANINGFUL 1
-#endif
+#define TU_RSS_MEANINGFUL (!TU_SANITIZED)
 
 /* ------------------------------------------------------------ context */
 
