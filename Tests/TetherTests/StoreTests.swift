@@ -36,6 +36,41 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(row.fetchedAt, 10)
     }
 
+    /// An object's first read loads its row on a connection of its own, so
+    /// it does not wait while a write transaction (a fetch's page being
+    /// stored) holds the store.
+    func testLoadsDoNotWaitForAWriteTransaction() throws {
+        let store = try Store(path: directory + "/reader.sqlite")
+        let model = try model(#"{"Name": {"type": "string"}}"#)
+        try store.adopt(model, identity: "test")
+        let users = model.entity(named: "users")!
+        try store.write([Record(entity: users, fields: [("id", .string("u1")), ("Name", .string("Ann"))])], of: users, fetchedAt: 1)
+        let loaded = DispatchSemaphore(value: 0)
+        let name = Lock<Value?>(nil)
+        let waited = try store.holdingWriteTransaction {
+            Thread.detachNewThread {
+                let row = try? store.load(users, id: "u1")
+                name.withLock { $0 = row?.record.values[users.attributeIndex(named: "Name")!] }
+                loaded.signal()
+            }
+            return loaded.wait(timeout: .now() + 10) == .timedOut
+        }
+        XCTAssertFalse(waited, "the load waited for the write transaction")
+        if waited { _ = loaded.wait(timeout: .now() + 10) }
+        XCTAssertEqual(name.withLock { $0 }, .text("Ann"))
+        XCTAssertEqual(try store.rows(users, ids: ["u1", "u2"]).keys.map(\.string), ["u1"])
+    }
+
+    /// A store with no file has no second connection: it reads where it writes.
+    func testAStoreInMemoryLoadsFromItsOnlyConnection() throws {
+        let store = try Store(path: ":memory:")
+        let model = try model(#"{"Name": {"type": "string"}}"#)
+        try store.adopt(model, identity: "test")
+        let users = model.entity(named: "users")!
+        try store.write([Record(entity: users, fields: [("id", .string("u1")), ("Name", .string("Ann"))])], of: users, fetchedAt: 1)
+        XCTAssertEqual(try store.load(users, id: "u1")?.record.values[users.attributeIndex(named: "Name")!], .text("Ann"))
+    }
+
     /// Pages of two listings can land in either order: an older version
     /// never replaces a newer one's values, but still counts as seen by the
     /// listing (so reconciling keeps the row); after lost history it does.

@@ -36,10 +36,10 @@ final class Database: @unchecked Sendable {
     private(set) var prepareCount = 0
     private var statements: [String: Statement] = [:]
 
-    init(path: String) throws {
+    init(path: String, readOnly: Bool = false) throws {
         var connection: OpaquePointer?
         // NOMUTEX: the Store's lock serializes every use of this connection.
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let status = sqlite3_open_v2(path, &connection, flags, nil)
         guard status == SQLITE_OK else {
             let reason = connection.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(status))
@@ -52,6 +52,9 @@ final class Database: @unchecked Sendable {
     }
 
     deinit { close() }
+
+    /// The file's full path; empty for a database in memory or a temporary one.
+    var fileName: String { sqlite3_db_filename(handle, "main").map { String(cString: $0) } ?? "" }
 
     /// A deterministic SQL function of `arity` arguments, computed in Swift,
     /// so that SQL answers exactly as the same Swift code does in memory.

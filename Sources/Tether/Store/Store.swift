@@ -10,6 +10,12 @@ import Synchronization
 final class Store: Sendable {
     /// nil once closed.
     private let connection: Lock<Database?>
+    /// A second connection for loading rows by id (an object's first read):
+    /// WAL lets it read while `connection` writes, so a peek that must load
+    /// does not wait for a fetch's page to be stored. nil for a store with
+    /// no file (a second connection would open another, empty database)
+    /// and once closed.
+    private let reader: Lock<Database?>
     /// Each entity's SQL, built once: reads look statements up by it.
     private let statements = Lock<[ObjectIdentifier: EntitySQL]>([:])
 
@@ -79,22 +85,27 @@ final class Store: Sendable {
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
         try Self.definePredicateFunctions(database)
         connection = Lock(database)
+        reader = Lock(database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true))
     }
 
     /// Statements prepared on this store so far.
-    var prepareCount: Int { (try? withDatabase { $0.prepareCount }) ?? 0 }
+    var prepareCount: Int {
+        ((try? withDatabase { $0.prepareCount }) ?? 0) + ((try? withReader { $0.prepareCount }) ?? 0)
+    }
 
     /// The prepared statement that loads one record of `entity`, if it is
     /// kept: the same object across reads means it was prepared once.
     func loadStatement(_ entity: Entity) -> AnyObject? {
         let text = sql(entity).load
-        return try? withDatabase { $0.cachedStatement(text) }
+        return try? withReader { $0.cachedStatement(text) }
     }
 
     func close() {
-        connection.withLock { database in
-            database?.close()
-            database = nil
+        for database in [reader, connection] {
+            database.withLock { database in
+                database?.close()
+                database = nil
+            }
         }
     }
 
@@ -103,6 +114,22 @@ final class Store: Sendable {
             guard let database else { throw TetherError(.closed, "the store is closed") }
             return try body(database)
         }
+    }
+
+    /// Runs `body` while holding the writing connection in an open write
+    /// transaction, as a page being stored does.
+    func holdingWriteTransaction<T>(_ body: () throws -> T) throws -> T {
+        try withDatabase { database in try database.transaction(body) }
+    }
+
+    /// The reading connection if the store has one, else the only one.
+    private func withReader<T>(_ body: (Database) throws -> T) throws -> T {
+        let read = try reader.withLock { database -> T? in
+            guard let database else { return nil }
+            return try body(database)
+        }
+        if let read { return read }
+        return try withDatabase(body)
     }
 
     // MARK: model
@@ -122,6 +149,7 @@ final class Store: Sendable {
     /// Migrates the tables to `model` and saves it, in one transaction.
     func adopt(_ model: Model, identity: String) throws {
         indexes.withLock { $0 = [:] }
+        reader.withLock { $0?.clearStatements() }  // made for the tables as they were
         try withDatabase { database in
             database.clearStatements()
             defer { database.clearStatements() }
@@ -291,7 +319,7 @@ final class Store: Sendable {
 
     func load(_ entity: Entity, id: String) throws -> StoredRecord? {
         let sql = sql(entity)
-        return try withDatabase { database in
+        return try withReader { database in
             let select = try database.statement(sql.load)
             return try select.first([.text(id)]) { Self.decode($0, entity) }
         }
@@ -376,7 +404,7 @@ final class Store: Sendable {
     /// The rows of these ids, by id; those not stored are absent.
     func rows(_ entity: Entity, ids: [String]) throws -> [ExactString: StoredRecord] {
         var found: [ExactString: StoredRecord] = [:]
-        try eachRow(entity, ids: ids, select: sql(entity).select) { row in
+        try eachRow(entity, ids: ids, select: sql(entity).select, reading: true) { row in
             let stored = Self.decode(row, entity)
             found[ExactString(stored.record.id)] = stored
         }
@@ -395,9 +423,12 @@ final class Store: Sendable {
     }
 
     /// `select` (a SELECT without WHERE) of the rows of these ids.
-    private func eachRow(_ entity: Entity, ids: [String], select: String, _ body: (Statement.Row) throws -> Void) throws {
+    /// `reading`: on the reading connection (rows for objects; bookkeeping
+    /// for writes reads where it writes).
+    private func eachRow(_ entity: Entity, ids: [String], select: String, reading: Bool = false,
+                         _ body: (Statement.Row) throws -> Void) throws {
         let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
-        try withDatabase { database in
+        try (reading ? withReader : withDatabase) { database in
             // Lists of one fixed size, so two statements serve every batch.
             for start in stride(from: 0, to: ids.count, by: Self.idsPerStatement) {
                 let chunk = ids[start..<min(ids.count, start + Self.idsPerStatement)]
