@@ -211,22 +211,31 @@ public final class Context: Sendable {
 
     /// The objects for these ids, made where none is in memory.
     func uniqueObjects(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
-        graph.withLock { graph in
-            let objects = ids.map { id -> ManagedObject in
-                if let existing = graph.objects[entity.index][ExactString(id)]?.object {
-                    graph.remember(existing)
-                    return existing
+        var objects: [ManagedObject] = []
+        objects.reserveCapacity(ids.count)
+        // A slice at a time: a page of thousands would otherwise hold the
+        // graph, and every host thread's first read, for its whole length.
+        for start in stride(from: 0, to: ids.count, by: Self.uniquingSlice) {
+            graph.withLock { graph in
+                for id in ids[start..<min(ids.count, start + Self.uniquingSlice)] {
+                    if let existing = graph.objects[entity.index][ExactString(id)]?.object {
+                        graph.remember(existing)
+                        objects.append(existing)
+                        continue
+                    }
+                    let object = ManagedObject(context: self, entity: entity, id: id)
+                    graph.objects[entity.index][ExactString(id)] = WeakObject(object: object)
+                    graph.entries += 1
+                    graph.remember(object)
+                    objects.append(object)
                 }
-                let object = ManagedObject(context: self, entity: entity, id: id)
-                graph.objects[entity.index][ExactString(id)] = WeakObject(object: object)
-                graph.entries += 1
-                graph.remember(object)
-                return object
+                graph.sweepIfDue()
             }
-            graph.sweepIfDue()
-            return objects
         }
+        return objects
     }
+
+    private static let uniquingSlice = 512
 
     /// The objects in memory among these ids (none is made).
     func objectsInMemory(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
