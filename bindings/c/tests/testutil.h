@@ -132,17 +132,28 @@ int tu_same_counts(const tu_counts *a, const tu_counts *b);
 int tu_count_entries(const char *path);
 /* Resident memory in bytes (/proc/self/statm), -1 if unknown. */
 long tu_resident_bytes(void);
-/* 1 in a build with AddressSanitizer or ThreadSanitizer: gcc says so with
+/* TU_SANITIZED: 1 in a build with AddressSanitizer or ThreadSanitizer;
+ * TU_THREAD_SANITIZED: with ThreadSanitizer. gcc says so with
  * __SANITIZE_*__, clang (Swift's too) only through __has_feature. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__)
+#define TU_THREAD_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TU_THREAD_SANITIZED 1
+#endif
+#endif
+#ifndef TU_THREAD_SANITIZED
+#define TU_THREAD_SANITIZED 0
+#endif
+#if defined(__SANITIZE_ADDRESS__)
 #define TU_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer)
 #define TU_SANITIZED 1
 #endif
 #endif
 #ifndef TU_SANITIZED
-#define TU_SANITIZED 0
+#define TU_SANITIZED TU_THREAD_SANITIZED
 #endif
 /* AddressSanitizer keeps freed memory in quarantine, ThreadSanitizer maps
  * shadow memory: resident memory then says nothing about what the library
