@@ -715,9 +715,10 @@ def m8_big_iterate(table, tether, url, tmp, small_store):
             % (made, mb(fetch_kb), mb(tg), runs["tether"][0]["objects_in_memory"]))
     if small_store:   # the same pass over row 7's smaller store: does the growth follow the row count?
         small = big_cache(url, small_store, "iterate", "tether", BATCH_SIZE)
-        per_row = (tg - small["growth_kb"]) * 1024.0 / (ITERATE_ROWS - small["rows"])
-        note += ". At %d rows the growth is %s: about %.0f bytes per further row" % (
-            small["rows"], mb(small["growth_kb"]), per_row)
+        if small["rows"] < ITERATE_ROWS:   # with BENCH_RECORDS=1000000 row 7's store holds as many
+            per_row = (tg - small["growth_kb"]) * 1024.0 / (ITERATE_ROWS - small["rows"])
+            note += ". At %d rows the growth is %s: about %.0f bytes per further row" % (
+                small["rows"], mb(small["growth_kb"]), per_row)
     # No warm-up in these runs: it would set the peak RSS they measure.
     note += "; " + prepared_note([prepared_delta(r) for r in runs["tether"]],
                                  "each run is a new process without a warm-up, counted from the open context on: "
