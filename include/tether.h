@@ -93,6 +93,8 @@ TETHER_API int tether_version_number(void);
 #define TETHER_E_NOT_CACHED   -13  /* the record has no cached value yet */
 #define TETHER_E_BUSY         -14  /* not allowed from inside this context's callback */
 #define TETHER_E_CONFLICT     -15  /* the server's record changed since it was read */
+#define TETHER_E_NOT_ALLOWED  -16  /* the server's spec does not allow the operation
+                                      (insert, update or delete) on the entity */
 
 /* The last failure's message on the calling thread. Borrowed: valid until
  * the next tether_* call on this thread. Never NULL ("" after success). */
@@ -147,9 +149,27 @@ typedef enum tether_delivery {
     TETHER_DELIVER_POLL = 1
 } tether_delivery;
 
-/* Version 2 added object_cache_size. A version-1 struct is still accepted
- * (its missing fields take their defaults). */
-#define TETHER_CONTEXT_OPTIONS_VERSION 2
+/* What a save does when the server's record is not the version a change was
+ * made against (another writer changed it: HTTP 412), or is gone while it was
+ * edited here. */
+typedef enum tether_merge_policy {
+    /* The save reports the conflict (TETHER_E_CONFLICT, with both sides in
+     * its report); the local change stays pending. The default. */
+    TETHER_MERGE_REPORT = 0,
+    /* The server's record is taken and the local change dropped. */
+    TETHER_MERGE_SERVER_WINS = 1,
+    /* The local object, every value, is written over the server's record
+     * (made again if the server deleted it). */
+    TETHER_MERGE_CLIENT_WINS = 2,
+    /* The keys changed here are written over the server's record; the other
+     * keys are the server's (a record the server deleted is made again). */
+    TETHER_MERGE_PROPERTIES = 3
+} tether_merge_policy;
+
+/* Version 2 added object_cache_size, version 3 merge_policy. A struct of an
+ * earlier version is still accepted (its missing fields take their
+ * defaults). */
+#define TETHER_CONTEXT_OPTIONS_VERSION 3
 
 typedef struct tether_context_options {
     unsigned int version;      /* TETHER_CONTEXT_OPTIONS_VERSION */
@@ -169,6 +189,9 @@ typedef struct tether_context_options {
                                   from the store on demand. Default 1024; 0
                                   keeps only what is held; at most 1048576
                                   (TETHER_E_INVALID above) */
+    /* since version 3 */
+    tether_merge_policy merge_policy; /* for saves that do not name one;
+                                         default TETHER_MERGE_REPORT */
 } tether_context_options;
 
 /* Fills `opts` with defaults for the given struct version. Returns
@@ -354,6 +377,82 @@ TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_val
 /* peek and get by the attribute's numeric code. */
 TETHER_API int tether_object_peek_code(tether_object *obj, int code, tether_value *out);
 TETHER_API int tether_object_get_code(tether_object *obj, int code, tether_value *out);
+
+/* ---------------------------------------------------------------- editing */
+
+/* Editing is local and durable: each call below writes the object's change to
+ * the store's outbox before it returns, so a process killed at any moment
+ * loses no change it was told succeeded. Nothing reaches the server until
+ * tether_save_start. An object with unsaved changes stays in the context
+ * (its handle, if released, is made again by tether_context_object) until
+ * the server confirms them or they are rolled back. peek and get read the
+ * pending value, and observers of a key are told of local changes as of
+ * server ones. Each may be called from any thread. */
+
+/* Sets `key` (an attribute name) of `obj` to `value`. The value must have the
+ * attribute's type (TETHER_E_TYPE otherwise): an INTEGER is taken for a REAL
+ * attribute when exact; a JSON attribute takes any value (TEXT as a JSON
+ * string) and JSON text, which must parse (TETHER_E_TYPE). NULL is refused for
+ * a required attribute (TETHER_E_TYPE). TEXT must be valid UTF-8
+ * (TETHER_E_INVALID); it may hold NUL bytes (`length` counts). The id and
+ * version attributes are the server's (TETHER_E_INVALID). Setting a value
+ * back to the server's undoes the change of that key.
+ *
+ * An object that is not a pending insert must be cached (TETHER_E_NOT_CACHED:
+ * its version is what the update is conditional on); TETHER_E_NOT_FOUND if it
+ * was deleted; TETHER_E_MISUSE if it is a pending delete;
+ * TETHER_E_NOT_ALLOWED if the entity's spec does not allow updates. `value`
+ * is copied. */
+TETHER_API int tether_object_set(tether_object *obj, const char *key, const tether_value *value);
+
+/* tether_object_set by the attribute's numeric code. */
+TETHER_API int tether_object_set_code(tether_object *obj, int code, const tether_value *value);
+
+/* A new object of `entity`, a pending insert: every attribute NULL but its id
+ * until set. `id` NULL: a random UUID (version 4), made here. Ids are made by
+ * the client so that an insert sent twice (a retry, a save after a crash)
+ * can never make two records. TETHER_E_CONFLICT if the context or its store
+ * already holds a record of that id; TETHER_E_NOT_ALLOWED if the spec does
+ * not allow inserts. *out is a new reference, as from tether_context_object. */
+TETHER_API int tether_context_insert(tether_context *ctx, const char *entity, const char *id, tether_object **out);
+
+/* Deletes the record: a pending delete, conditional on the cached version
+ * (its unsaved edits are dropped). A pending insert never sent is simply
+ * dropped (reads then give TETHER_E_NOT_FOUND). Deleting twice is a no-op.
+ * TETHER_E_NOT_CACHED if the object is not cached; TETHER_E_NOT_ALLOWED if the
+ * spec does not allow deletes. */
+TETHER_API int tether_object_delete(tether_object *obj);
+
+/* Drops the object's unsaved change, and the conflict its last save met;
+ * values read as the server last sent them. An object with none: a no-op. */
+TETHER_API int tether_object_rollback(tether_object *obj);
+
+/* tether_object_rollback of every object with an unsaved change. */
+TETHER_API int tether_context_rollback(tether_context *ctx);
+
+typedef enum tether_pending {
+    TETHER_PENDING_NONE = 0,    /* nothing unsaved */
+    TETHER_PENDING_INSERT = 1,  /* a new record, not yet on the server */
+    TETHER_PENDING_UPDATE = 2,  /* values set here, not yet on the server */
+    TETHER_PENDING_DELETE = 3   /* deleted here, not yet on the server */
+} tether_pending;
+
+/* The object's unsaved change. */
+TETHER_API int tether_object_pending(tether_object *obj, tether_pending *out);
+
+/* The attributes a pending insert or update sets (a delete sets none), in
+ * model order: the count, then each one's name (borrowed: valid until the
+ * context closes; TETHER_E_NOT_FOUND past the end). */
+TETHER_API int tether_object_changed_key_count(tether_object *obj, size_t *out);
+TETHER_API int tether_object_changed_key_at(tether_object *obj, size_t index, const char **out);
+
+/* The value of `key` as the server last confirmed it, whatever is pending
+ * (peek gives the pending one). TETHER_E_NOT_CACHED for a pending insert or
+ * an object not cached. Release *out with tether_value_clear. */
+TETHER_API int tether_object_committed(tether_object *obj, const char *key, tether_value *out);
+
+/* How many objects have unsaved changes (*out 0: none). */
+TETHER_API int tether_context_change_count(tether_context *ctx, size_t *out);
 
 /* ---------------------------------------------------------------- observers */
 
@@ -588,6 +687,98 @@ TETHER_API int tether_fetch_start(tether_context *ctx, const tether_fetch_option
  * callback is entered) until it has returned, the task ends as that FINAL
  * says. Either way exactly one FINAL callback comes. */
 TETHER_API int tether_task_cancel(tether_task *task);
+
+/* ---------------------------------------------------------------- save */
+
+/* A save's outcome, passed to its callback. Borrowed: valid only during the
+ * callback (copy what you need; retain an object to keep it). */
+typedef struct tether_save_report tether_save_report;
+
+/* Version 1 is the first. */
+#define TETHER_SAVE_OPTIONS_VERSION 1
+
+typedef struct tether_save_options {
+    unsigned int version;              /* TETHER_SAVE_OPTIONS_VERSION */
+    int merge_policy;                  /* a tether_merge_policy; -1 (the
+                                          default): the context's */
+    tether_progress_cb progress;       /* optional: (task, changes answered,
+                                          changes sent, userdata) after each
+                                          server answer, before the final */
+} tether_save_options;
+
+/* Fills `opts` with defaults for the given struct version. */
+TETHER_API int tether_save_options_init(tether_save_options *opts, unsigned int version);
+
+/* Called exactly once when the save ends: `status` TETHER_OK when every change
+ * was settled (saved, or dropped by TETHER_MERGE_SERVER_WINS); otherwise the
+ * changes not saved stay pending and `status` says why: TETHER_E_CONFLICT if
+ * any met a conflict (see the report), else the first failure's status
+ * (TETHER_E_NETWORK, TETHER_E_SERVER, TETHER_E_AUTH, TETHER_E_INVALID for a
+ * record the server's schema refused, TETHER_E_NOT_ALLOWED...), and
+ * TETHER_E_CANCELLED when cancelled or closed. `message` (borrowed) says how
+ * many changes were not saved and why the first was not. `report` is never
+ * NULL; after a cancel it is empty. `task` is valid until the callback
+ * returns. */
+typedef void (*tether_save_cb)(tether_task *task, int status, const char *message,
+                               tether_save_report *report, void *userdata);
+
+/* Saves every unsaved change of the context, asynchronously. Changes go in
+ * the order objects were first changed, each only as its spec allows
+ * (TETHER_E_NOT_ALLOWED for the others, which stay pending), and each
+ * conditional: an insert only if the server has no record of its id, an
+ * update or delete only if the server still has the version it was made
+ * against. Kinto: PUT with If-None-Match: *, PATCH and DELETE with If-Match,
+ * grouped in POST /v1/batch requests of at most the server's
+ * batch_max_requests, one after another.
+ *
+ * As the server answers each change, the store and the object take the
+ * record as the server now has it (its version and any value it set), in
+ * one transaction with the removal of the change from the outbox; a deleted
+ * object leaves the context. A change edited again while it was on the wire
+ * stays pending, now against the server's new version. A change the server
+ * turns out to hold already (its answer was lost; the process was killed
+ * before it could be recorded) is confirmed, never sent twice. Conflicts go
+ * as the merge policy says; a policy that writes again does so at most
+ * twice, then reports.
+ *
+ * `opts` may be NULL (defaults). *out (may be NULL) is the task, as for
+ * tether_fetch_start: valid until its callback returns, cancelled with
+ * tether_task_cancel (changes already sent may still be applied by the
+ * server; the next save finds out, and answers that arrive are still
+ * recorded). With nothing to save the callback comes with TETHER_OK. */
+TETHER_API int tether_save_start(tether_context *ctx, const tether_save_options *opts,
+                                 tether_save_cb callback, void *userdata, tether_task **out);
+
+/* Changes the save got the server to confirm, and changes it dropped for the
+ * server's record (TETHER_MERGE_SERVER_WINS). Either out may be NULL. */
+TETHER_API int tether_save_report_counts(tether_save_report *report, size_t *out_saved, size_t *out_discarded);
+
+/* Changes not saved (still pending). */
+TETHER_API int tether_save_report_failure_count(tether_save_report *report, size_t *out);
+
+/* The failure at `index`: its object (borrowed for the callback), status and
+ * message (borrowed). Each out may be NULL. */
+TETHER_API int tether_save_report_failure_at(tether_save_report *report, size_t index, tether_object **out_obj,
+                                             int *out_status, const char **out_message);
+
+/* For a failure that is a conflict (status TETHER_E_CONFLICT): the version the
+ * local change was made against (-1 for an insert), the server's version
+ * (-1 if the server has no record: deleted there), and how many keys differ
+ * between the local object and the server's record. TETHER_E_NOT_FOUND if
+ * the failure is not a conflict. Each out may be NULL. */
+TETHER_API int tether_save_report_conflict_at(tether_save_report *report, size_t index, int64_t *out_local_version,
+                                              int64_t *out_server_version, size_t *out_key_count);
+
+/* The name of the `key_index`th differing key of the conflict at `index`
+ * (borrowed: valid until the context closes). */
+TETHER_API int tether_save_report_conflict_key_at(tether_save_report *report, size_t index, size_t key_index,
+                                                  const char **out);
+
+/* The server's value of `key` in the conflict at `index` (the local one is
+ * the object's peek). TETHER_E_NOT_FOUND if the server has no record.
+ * Release *out with tether_value_clear. */
+TETHER_API int tether_save_report_server_value(tether_save_report *report, size_t index, const char *key,
+                                               tether_value *out);
 
 /* ---------------------------------------------------------------- results */
 

@@ -51,6 +51,7 @@ func status(of kind: TetherError.Kind) -> Int32 {
     case .notCached: return TETHER_E_NOT_CACHED
     case .busy: return TETHER_E_BUSY
     case .conflict: return TETHER_E_CONFLICT
+    case .notAllowed: return TETHER_E_NOT_ALLOWED
     }
 }
 

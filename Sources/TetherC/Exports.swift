@@ -23,6 +23,7 @@ private let statusNames: [Int32: UnsafeMutablePointer<CChar>] = ([
     TETHER_E_SERVER: "TETHER_E_SERVER", TETHER_E_PROTOCOL: "TETHER_E_PROTOCOL", TETHER_E_STORE: "TETHER_E_STORE",
     TETHER_E_CANCELLED: "TETHER_E_CANCELLED", TETHER_E_NOT_CACHED: "TETHER_E_NOT_CACHED", TETHER_E_BUSY: "TETHER_E_BUSY",
     TETHER_E_CONFLICT: "TETHER_E_CONFLICT",
+    TETHER_E_NOT_ALLOWED: "TETHER_E_NOT_ALLOWED",
 ] as [Int32: String]).mapValues { strdup($0)! }
 private let unknownStatusName = strdup("TETHER_E_UNKNOWN")!
 
@@ -40,7 +41,7 @@ public func tether_value_clear(_ value: UnsafeMutablePointer<tether_value>?) {
     value.pointee = tether_value()
 }
 
-private func fill(_ out: UnsafeMutablePointer<tether_value>?, _ value: Value) throws {
+func fill(_ out: UnsafeMutablePointer<tether_value>?, _ value: Value) throws {
     guard let out else { throw misuse("out is NULL") }
     var result = tether_value()
     func setText(_ string: String, _ type: tether_type) {
@@ -93,6 +94,7 @@ private func defaultContextOptions(version: UInt32) -> tether_context_options {
     options.staleness_ms = 0
     options.timeout_ms = 30_000
     options.object_cache_size = 1024
+    options.merge_policy = TETHER_MERGE_REPORT
     return options
 }
 
@@ -108,7 +110,7 @@ private func fetchOptionsSize(_ version: UInt32) -> Int {
 }
 
 /// A predicate argument from the host: text by length, so it may hold NUL.
-private func argument(_ value: tether_value, number: Int) throws -> Value {
+func argument(_ value: tether_value, number: Int) throws -> Value {
     switch value.type {
     case TETHER_TYPE_NULL: return .null
     case TETHER_TYPE_INTEGER: return .integer(value.integer)
@@ -126,8 +128,11 @@ private func argument(_ value: tether_value, number: Int) throws -> Value {
 }
 
 private func contextOptionsSize(_ version: UInt32) -> Int {
-    version >= 2 ? MemoryLayout<tether_context_options>.size
-                 : MemoryLayout<tether_context_options>.offset(of: \tether_context_options.object_cache_size)!
+    switch version {
+    case 1: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.object_cache_size)!
+    case 2: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.merge_policy)!
+    default: return MemoryLayout<tether_context_options>.size
+    }
 }
 
 /// A context and the handles of its model, as the boundary keeps them.
@@ -177,7 +182,7 @@ public func tether_context_diagnostic_at(_ ctx: OpaquePointer?, _ index: Int,
     }
 }
 
-private func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UInt) {
+func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UInt) {
     let resolved = try Handles.shared.resolveWithOwner(pointer, .context, as: ContextBox.self)
     return (resolved.object, resolved.owner)
 }
@@ -209,6 +214,7 @@ public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
         }
         options.stalenessMilliseconds = raw.staleness_ms
         options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
+        options.mergePolicy = try mergePolicy(Int32(bitPattern: raw.merge_policy.rawValue))
         try output(out, try register(Context.open(options, kinto: kinto)))
     }
 }
@@ -379,11 +385,11 @@ public func tether_entity_attribute_index_by_code(_ e: OpaquePointer?, _ code: I
 
 // MARK: objects
 
-private func objectHandle(_ object: ManagedObject, owner: UInt) throws -> OpaquePointer {
+func objectHandle(_ object: ManagedObject, owner: UInt) throws -> OpaquePointer {
     try Handles.shared.register(object, kind: .object, owner: owner, strings: [object.id]).handle
 }
 
-private func object(_ pointer: OpaquePointer?) throws -> (object: ManagedObject, owner: UInt, id: UnsafeMutablePointer<CChar>) {
+func object(_ pointer: OpaquePointer?) throws -> (object: ManagedObject, owner: UInt, id: UnsafeMutablePointer<CChar>) {
     let resolved = try Handles.shared.resolveWithOwner(pointer, .object, as: ManagedObject.self)
     return (resolved.object, resolved.owner, resolved.strings[0])
 }
@@ -452,7 +458,7 @@ private func readValue(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<tether
 }
 
 /// A C string key as its bytes, without copying.
-private func keyBytes(_ key: UnsafePointer<CChar>?) throws -> UnsafeBufferPointer<UInt8> {
+func keyBytes(_ key: UnsafePointer<CChar>?) throws -> UnsafeBufferPointer<UInt8> {
     guard let key else { throw misuse("key is NULL") }
     // Keys are short: counting in place beats a call to strlen.
     var count = 0
@@ -625,7 +631,10 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
 
 @_cdecl("tether_task_cancel")
 public func tether_task_cancel(_ task: OpaquePointer?) -> Int32 {
-    call { try Handles.shared.resolve(task, .task, as: FetchTask.self).cancel() }
+    call {
+        let resolved = try Handles.shared.resolve(task, .task, as: AnyObject.self)
+        if let save = resolved as? SaveTask { try save.cancel() } else { try (resolved as! FetchTask).cancel() }
+    }
 }
 
 // MARK: results

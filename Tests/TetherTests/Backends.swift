@@ -14,6 +14,8 @@ protocol Backend: AnyObject {
     /// throws if the server refuses it.
     func putItem(_ id: String, _ fields: String) throws
     func deleteItem(_ id: String) throws
+    /// The record as the server has it now; nil if it has none.
+    func record(_ id: String) throws -> RecordFields?
     /// The server no longer has the history `context` synced from (a
     /// purge of old deletions, or a restore from an older backup).
     func loseHistory(syncedBy context: Context) throws
@@ -84,6 +86,13 @@ final class KintoBackend: Backend {
         try send("DELETE", "/buckets/\(bucket)/collections/items/records/\(id)")
     }
 
+    func record(_ id: String) throws -> RecordFields? {
+        let response = try admin.send(HTTPRequest(url: server + "/buckets/\(bucket)/collections/items/records/\(id)")).get()
+        if response.status == 404 { return nil }
+        XCTAssertEqual(response.status, 200)
+        return try JSON.parse(response.body)["data"]?.objectValue
+    }
+
     /// Throws if Kinto refuses the record (its schema says what it accepts).
     func putItem(_ id: String, _ fields: String) throws {
         let body = Array(#"{"data": \#(fields)}"#.utf8)
@@ -131,6 +140,8 @@ final class MemoryBackend: Backend {
     }
 
     func deleteItem(_ id: String) throws { server.remove("items", id: id) }
+
+    func record(_ id: String) throws -> RecordFields? { server.recordForTest("items", id: id) }
 
     func setRank(_ id: String, _ rank: Int64) throws {
         let current = try XCTUnwrap(server.recordForTest("items", id: id))

@@ -101,20 +101,50 @@ enum ConnectionContract {
             XCTAssertNoThrow(try answer { connection.records(spec, ids: batch, cursor: nil, $0) }.get())
         }
 
-        // Conditional writes.
+        // Conditional writes, in one call: each its own outcome, in order.
         let id = "w\(UInt32.random(in: 0...UInt32.max))"
-        let inserted = try answer { connection.insert(spec, [("id", .string(id)), ("Title", .string("new"))], $0) }.get()
+        func write(_ writes: [RecordWrite]) -> [WriteOutcome] {
+            let done = ConditionLock<[WriteOutcome]?>(nil)
+            _ = connection.write(writes, progress: { _ in }) { outcomes in done.withLock { $0 = outcomes } }
+            return done.withLock(when: { $0 != nil }, until: MonotonicTime.now().adding(milliseconds: 10_000)) { value, _ in value ?? [] }
+        }
+        let first = write([RecordWrite(spec: spec, id: id, kind: .create, fields: [("Title", .string("new"))]),
+                           RecordWrite(spec: spec, id: id, kind: .create, fields: [("Title", .string("again"))])])
+        guard first.count == 2, case .written(let inserted) = first[0], case .conflict(let existing?) = first[1] else {
+            return XCTFail("a create, then a create of the same id: \(first)")
+        }
+        XCTAssertEqual(field(existing, "Title"), .string("new"), "an insert never overwrites; the conflict names the record")
         let version = try XCTUnwrap(field(inserted, spec.versionField)?.integerValue)
-        XCTAssertEqual(answer { connection.insert(spec, [("id", .string(id))], $0) }.kind, .conflict,
-                       "an insert never overwrites")
-        XCTAssertEqual(answer { connection.update(spec, id: id, [("Title", .string("x"))], ifVersion: version - 1, $0) }.kind,
-                       .conflict, "a stale version is refused")
-        let updated = try answer { connection.update(spec, id: id, [("Title", .string("changed"))], ifVersion: version, $0) }.get()
+        let second = write([RecordWrite(spec: spec, id: id, kind: .patch, fields: [("Title", .string("x"))], ifVersion: version - 1),
+                            RecordWrite(spec: spec, id: id, kind: .patch, fields: [("Title", .string("changed"))], ifVersion: version),
+                            RecordWrite(spec: spec, id: "missing-\(id)", kind: .patch, fields: [("Title", .string("x"))], ifVersion: 1)])
+        guard second.count == 3, case .conflict(let current?) = second[0], case .written(let updated) = second[1],
+              case .conflict(nil) = second[2] else {
+            return XCTFail("patches: \(second)")
+        }
+        XCTAssertEqual(field(current, spec.versionField)?.integerValue, version, "a stale version is refused with the record")
         XCTAssertEqual(field(updated, "Title"), .string("changed"))
+        XCTAssertEqual(field(updated, "Rank"), nil)
         let newVersion = try XCTUnwrap(field(updated, spec.versionField)?.integerValue)
         XCTAssertGreaterThan(newVersion, version)
-        XCTAssertEqual(answer { connection.delete(spec, id: id, ifVersion: version, $0) }.kind, .conflict)
-        XCTAssertNoThrow(try answer { connection.delete(spec, id: id, ifVersion: newVersion, $0) }.get())
+        let third = write([RecordWrite(spec: spec, id: id, kind: .replace, fields: [("Rank", .integer(7))], ifVersion: newVersion),
+                           RecordWrite(spec: spec, id: id, kind: .delete, ifVersion: version)])
+        guard third.count == 2, case .written(let replaced) = third[0], case .conflict = third[1] else {
+            return XCTFail("replace, stale delete: \(third)")
+        }
+        XCTAssertEqual(field(replaced, "Title"), nil, "a replace writes every field")
+        let replacedVersion = try XCTUnwrap(field(replaced, spec.versionField)?.integerValue)
+        let fourth = write([RecordWrite(spec: spec, id: id, kind: .delete, ifVersion: replacedVersion),
+                            RecordWrite(spec: spec, id: id, kind: .delete, ifVersion: replacedVersion)])
+        guard fourth.count == 2, case .deleted = fourth[0], case .deleted = fourth[1] else {
+            return XCTFail("deletes: \(fourth)")
+        }
+        // More writes than one batch carries (Kinto: 25), in order.
+        let sixty = (0..<60).map { RecordWrite(spec: spec, id: "\(id)-\($0)", kind: .create, fields: [("Rank", .integer(Int64($0)))]) }
+        let outcomes = write(sixty)
+        XCTAssertEqual(outcomes.count, 60)
+        XCTAssertEqual(outcomes.compactMap { if case .written(let fields) = $0 { return field(fields, "Rank")?.integerValue } else { return nil } },
+                       (0..<60).map { Int64($0) })
     }
 
     /// `strict`: every cancelled request ends cancelled (a server slower than
@@ -216,17 +246,9 @@ final class ForwardingConnection: Connection {
     }
     func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
     func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
-    func insert(_ spec: Spec, _ fields: RecordFields,
-                _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
-        inner.insert(spec, fields, done)
-    }
-    func update(_ spec: Spec, id: String, _ fields: RecordFields, ifVersion: Int64,
-                _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
-        inner.update(spec, id: id, fields, ifVersion: ifVersion, done)
-    }
-    func delete(_ spec: Spec, id: String, ifVersion: Int64,
-                _ done: @escaping @Sendable (Result<Void, TetherError>) -> Void) -> any Cancellable {
-        inner.delete(spec, id: id, ifVersion: ifVersion, done)
+    func write(_ writes: [RecordWrite], progress: @escaping @Sendable (Int) -> Void,
+               _ done: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
+        inner.write(writes, progress: progress, done)
     }
     func shutdown() { inner.shutdown() }
 }

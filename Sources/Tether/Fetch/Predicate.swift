@@ -258,20 +258,6 @@ extension Comparison {
     }
 }
 
-extension Value {
-    /// The value as JSON for a server filter.
-    var json: JSON {
-        switch self {
-        case .null: return .null
-        case .text(let s): return .string(s)
-        case .integer(let i): return .integer(i)
-        case .real(let d): return .real(d)
-        case .boolean(let b): return .bool(b)
-        case .json(let text): return (try? JSON.parse(text)) ?? .string(text)
-        }
-    }
-}
-
 // MARK: - SQL over the cache
 
 extension Predicate {

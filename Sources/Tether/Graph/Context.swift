@@ -10,6 +10,8 @@ public struct ContextOptions: Sendable {
     /// Objects nothing holds that the context keeps in memory anyway, most
     /// recently used first; the rest reload from the store on demand.
     public var objectCacheSize = 1024
+    /// For saves that do not name one.
+    public var mergePolicy = MergePolicy.report
     /// The cache is allocated up front: a larger size is refused, not attempted.
     public static let maximumObjectCacheSize = 1 << 20
 
@@ -47,6 +49,8 @@ public final class Context: Sendable {
         /// The recently used objects the context keeps alive: a ring.
         var recent: [ManagedObject?]
         var recentNext = 0
+        /// Objects with changes the server has not confirmed: held until it has.
+        var changed: [ObjectIdentifier: ManagedObject] = [:]
         /// How to cancel each live task and observer, for close.
         var subscriptions: [Delivery.SubscriptionID: @Sendable () -> Void] = [:]
         var pendingRefreshes: [Int: [ManagedObject]] = [:]
@@ -128,8 +132,15 @@ public final class Context: Sendable {
             let saved = try opened.savedModel(identity: connection.identity)
             let (model, online) = try connect(connection, saved: saved, store: opened)
             let delivery = try Delivery(mode: options.delivery)
-            return Context(model: model, isOnline: online, options: options, store: opened,
-                           connection: connection, delivery: delivery)
+            let context = Context(model: model, isOnline: online, options: options, store: opened,
+                                  connection: connection, delivery: delivery)
+            do {
+                try context.restoreChanges()
+            } catch {
+                try? context.close()
+                throw error
+            }
+            return context
         } catch {
             connection.shutdown()
             store?.close()
@@ -271,7 +282,7 @@ public final class Context: Sendable {
     private func value(_ outcome: ManagedObject.State.Read, _ object: ManagedObject) throws -> Value {
         switch outcome {
         case .value(let value): return value
-        case .deleted: throw TetherError(.notFound, "\(object.entity.name)/\(object.id) was deleted on the server")
+        case .deleted: throw TetherError(.notFound, "\(object.entity.name)/\(object.id) was deleted")
         case .notCached, .needsLoad: throw TetherError(.notCached, "\(object.entity.name)/\(object.id) is not cached yet")
         }
     }
@@ -319,17 +330,16 @@ public final class Context: Sendable {
         let versionIndex = entity.versionIndex
         for (object, record) in zip(objects, records) {
             object.state.withLock { state in
-                let old = state.record
                 // As in the store: an older version than the one held is not taken.
-                if !acceptingOlder, case .integer(let held)? = old?.values[versionIndex],
+                if !acceptingOlder, case .integer(let held)? = state.record?.values[versionIndex],
                    case .integer(let sent) = record.values[versionIndex], sent < held { return }
+                let before = state.observers.map { state.visible($0.attributeIndex) }
                 state.record = record
                 state.loaded = true
                 state.fetchedAt = fetchedAt
                 state.deletedOnServer = false
-                for observer in state.observers {
-                    let index = observer.attributeIndex
-                    if old == nil || old!.values[index] != record.values[index] { changed.append(observer) }
+                for (observer, old) in zip(state.observers, before) where old != state.visible(observer.attributeIndex) {
+                    changed.append(observer)
                 }
             }
         }
@@ -361,7 +371,8 @@ public final class Context: Sendable {
         for object in objectsInMemory(entity, ids) {
             object.state.withLock { state in
                 let wasKnown = state.record != nil
-                state.record = nil
+                // A record edited here keeps its last values: a merge policy may make it again.
+                if state.pending == nil { state.record = nil }
                 state.deletedOnServer = true
                 if wasKnown { changed += state.observers }
             }
@@ -380,7 +391,7 @@ public final class Context: Sendable {
     }
 
     /// Records of `entity` were written or deleted: live fetches look again.
-    private func tellLiveFetches(_ entity: Entity, _ ids: [String]) {
+    func tellLiveFetches(_ entity: Entity, _ ids: [String]) {
         guard !ids.isEmpty else { return }
         let tasks = graph.withLock { $0.liveFetches[entity.index].map { Array($0.values) } ?? [] }
         for task in tasks { task.noteChanged(ids) }

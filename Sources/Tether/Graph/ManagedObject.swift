@@ -20,14 +20,30 @@ public final class ManagedObject: Sendable {
         var refreshInFlight = false
         var refreshAgain = false
         var observers: [KeyObserver] = []
+        /// The local change the server has not confirmed (kept in the outbox too).
+        var pending: PendingChange?
+        /// The last save's conflict, until a save or rollback settles it.
+        var conflict: SaveConflict?
+        /// An insert dropped before it was ever sent: the record never existed.
+        var discarded = false
 
         enum Read { case value(Value), deleted, notCached, needsLoad }
 
-        /// What a read of attribute `index` finds now.
+        /// What a read of attribute `index` finds now: a pending value first.
         func read(_ index: Int) -> Read {
-            if deletedOnServer { return .deleted }
+            if let pending {
+                if let value = pending.values[index] { return .value(value) }
+                if pending.kind == .insert { return .value(.null) }
+            }
+            if deletedOnServer || discarded { return .deleted }
             if let record { return .value(record.values[index]) }
             return loaded ? .notCached : .needsLoad
+        }
+
+        /// The value the host sees, if known without the store.
+        func visible(_ index: Int) -> Value? {
+            if case .value(let value) = read(index) { return value }
+            return nil
         }
     }
 

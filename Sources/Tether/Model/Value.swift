@@ -27,6 +27,20 @@ public enum Value: Equatable, Sendable {
     }
 }
 
+extension Value {
+    /// The value as a record field (or a server filter's operand).
+    var json: JSON {
+        switch self {
+        case .null: return .null
+        case .text(let s): return .string(s)
+        case .integer(let i): return .integer(i)
+        case .real(let d): return .real(d)
+        case .boolean(let b): return .bool(b)
+        case .json(let text): return (try? JSON.parse(text)) ?? .string(text)
+        }
+    }
+}
+
 /// A record as the server sent it, split by the entity's attributes.
 struct Record: Sendable {
     let id: String

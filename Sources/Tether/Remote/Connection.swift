@@ -43,18 +43,13 @@ public protocol Connection: AnyObject, Sendable {
     /// supports, and filters the rest itself.
     func supports(_ filter: Filter) -> Bool
 
-    /// Creates a record whose id is in `fields`; fails with `.conflict` if one exists.
-    func insert(_ spec: Spec, _ fields: RecordFields,
-                _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable
-
-    /// Changes the fields given, only if the server's version is still
-    /// `ifVersion`; else `.conflict`. Answers the record as the server now has it.
-    func update(_ spec: Spec, id: String, _ fields: RecordFields, ifVersion: Int64,
-                _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable
-
-    /// Deletes the record, only if the server's version is still `ifVersion`.
-    func delete(_ spec: Spec, id: String, ifVersion: Int64,
-                _ done: @escaping @Sendable (Result<Void, TetherError>) -> Void) -> any Cancellable
+    /// Sends `writes` in order, in as few requests as the server allows,
+    /// and answers one outcome per write, in order. `progress(n)` tells that
+    /// the first n have their outcome. After a cancel or shutdown, writes
+    /// without one end `.failed(.cancelled)`: those already sent may have
+    /// been applied (a later save finds out, as writes are conditional).
+    func write(_ writes: [RecordWrite], progress: @escaping @Sendable (Int) -> Void,
+               _ done: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable
 
     /// Ends every request in flight with `.cancelled` (each `done` once) and
     /// refuses new ones the same way. Blocks until those `done`s have run.

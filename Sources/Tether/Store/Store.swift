@@ -83,6 +83,7 @@ final class Store: Sendable {
         try database.execute("PRAGMA synchronous=NORMAL")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
+        try database.execute(Self.outboxSchema)
         try Self.definePredicateFunctions(database)
         connection = Lock(database)
         reader = Lock(database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true))
@@ -109,7 +110,7 @@ final class Store: Sendable {
         }
     }
 
-    private func withDatabase<T>(_ body: (Database) throws -> T) throws -> T {
+    func withDatabase<T>(_ body: (Database) throws -> T) throws -> T {
         try connection.withLock { database in
             guard let database else { throw TetherError(.closed, "the store is closed") }
             return try body(database)
@@ -157,7 +158,7 @@ final class Store: Sendable {
                 // Every table but the meta table is an entity's: any the model
                 // has no entity for (or a 0.1 store's "records:<name>") goes.
                 let existing = Set(try database.statement(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('tether_meta', 'tether_sync') AND name NOT LIKE 'sqlite%'")
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('tether_meta', 'tether_sync', 'tether_outbox') AND name NOT LIKE 'sqlite%'")
                     .rows().compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } })
                 let wanted = Set(model.entities.map { "e\($0.code)" })
                 for table in existing.subtracting(wanted) {
@@ -257,27 +258,33 @@ final class Store: Sendable {
     func write(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
                acceptingOlder: Bool = false) throws {
         guard !records.isEmpty || !deletedIDs.isEmpty else { return }
-        let sql = sql(entity)
         try withDatabase { database in
             try database.transaction {
-                // Counted in the file, so contexts sharing it agree.
-                let serial = try Self.lastWrite(database) + 1
-                let insert = try database.statement(sql.upsert)
-                for record in records {
-                    var parameters = zip(record.values, entity.attributes).map { value, attribute in
-                        Record.isMisfit(value, attribute.type) ? .null : Self.sqlValue(value)
-                    }
-                    parameters.append(record.extra.isEmpty ? .null : .text(JSON.object(record.extra).serialized()))
-                    parameters.append(.integer(fetchedAt))
-                    parameters.append(.integer(serial))
-                    parameters.append(.integer(acceptingOlder ? 1 : 0))
-                    try insert.run(parameters)
-                }
-                let delete = try database.statement(sql.deleteByID)
-                for id in deletedIDs { try delete.run([.text(id)]) }
-                try Self.setMeta("write", String(serial), database)
+                try writeRows(records, deleting: deletedIDs, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder, database)
             }
         }
+    }
+
+    /// `write`'s work, inside a transaction the caller holds.
+    func writeRows(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
+                   acceptingOlder: Bool = false, _ database: Database) throws {
+        let sql = sql(entity)
+        // Counted in the file, so contexts sharing it agree.
+        let serial = try Self.lastWrite(database) + 1
+        let insert = try database.statement(sql.upsert)
+        for record in records {
+            var parameters = zip(record.values, entity.attributes).map { value, attribute in
+                Record.isMisfit(value, attribute.type) ? .null : Self.sqlValue(value)
+            }
+            parameters.append(record.extra.isEmpty ? .null : .text(JSON.object(record.extra).serialized()))
+            parameters.append(.integer(fetchedAt))
+            parameters.append(.integer(serial))
+            parameters.append(.integer(acceptingOlder ? 1 : 0))
+            try insert.run(parameters)
+        }
+        let delete = try database.statement(sql.deleteByID)
+        for id in deletedIDs { try delete.run([.text(id)]) }
+        try Self.setMeta("write", String(serial), database)
     }
 
     /// The serial the next write will take: rows written from now on have

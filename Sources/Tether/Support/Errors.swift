@@ -4,6 +4,8 @@ public struct TetherError: Error, CustomStringConvertible, Sendable {
     public enum Kind: Sendable {
         case `internal`, misuse, closed, notFound, type, invalid
         case network, auth, server, `protocol`, store, cancelled, notCached, busy, conflict
+        /// The server's spec does not allow the operation (insert, update, delete).
+        case notAllowed
         /// The server no longer has the history a `since` listing asked for;
         /// the core then lists everything again.
         case expired

@@ -450,44 +450,133 @@ public final class KintoConnection: Connection {
         return Int64(tag.dropFirst().dropLast())
     }
 
-    public func insert(_ spec: Spec, _ fields: RecordFields,
-                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
-        guard let id = fields.first(where: { $0.key == Self.idField })?.value.stringValue else {
-            done(.failure(TetherError(.invalid, "a new record needs a text id")))
-            return Exchange(engine, backoff)
+    // MARK: writes
+
+    /// Each write is a subrequest of `POST /v1/batch`, as many per batch as
+    /// the server allows, batches one after another (in order: a later
+    /// write may depend on an earlier one). A batch is not a transaction:
+    /// each subrequest has its own outcome. The batch may be sent again after
+    /// a cut connection, as every write in it is conditional.
+    public func write(_ writes: [RecordWrite], progress: @escaping @Sendable (Int) -> Void,
+                      _ done: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
+        let exchange = Exchange(engine, backoff)
+        // Kinto refuses a batch holding a path with "/batch" in it.
+        let limit = writes.contains { $0.spec.route.contains("/batch") } ? 1 : batchLimit.withLock { $0 }
+        sendWrites(writes[...], limit: limit, exchange, outcomes: [], progress, done)
+        return exchange
+    }
+
+    private func sendWrites(_ remaining: ArraySlice<RecordWrite>, limit: Int, _ exchange: Exchange, outcomes: [WriteOutcome],
+                            _ progress: @escaping @Sendable (Int) -> Void, _ done: @escaping @Sendable ([WriteOutcome]) -> Void) {
+        guard !remaining.isEmpty else { return done(outcomes) }
+        let chunk = remaining.prefix(limit)
+        let rest = remaining.dropFirst(chunk.count)
+        let request: HTTPRequest
+        if chunk.count == 1 {
+            let write = chunk.first!
+            request = HTTPRequest(method: Self.method(write), url: recordURL(write.spec, write.id), headers: Self.conditions(write),
+                                  body: Self.body(write).map { Array($0.serialized().utf8) }, repeatable: true)
+        } else {
+            let subrequests: [JSON] = chunk.map { write in
+                var members: [(key: String, value: JSON)] = [
+                    ("method", .string(Self.method(write))),
+                    ("path", .string(String(recordURL(write.spec, write.id).dropFirst(root.count)))),
+                    ("headers", .object(Self.conditions(write).map { header in
+                        let parts = header.split(separator: ":", maxSplits: 1)
+                        return (String(parts[0]), .string(String(parts[1].dropFirst())))
+                    })),
+                ]
+                if let body = Self.body(write) { members.append(("body", body)) }
+                return .object(members)
+            }
+            request = HTTPRequest(method: "POST", url: root + "/batch",
+                                  body: Array(JSON.object([("requests", .array(subrequests))]).serialized().utf8), repeatable: true)
         }
-        let body = JSON.object([("data", .object(fields.filter { $0.key != Self.versionField }))])
-        return write(HTTPRequest(method: "PUT", url: recordURL(spec, id), headers: ["If-None-Match: *"],
-                                 body: Array(body.serialized().utf8)), what: "\(spec.name)/\(id)", done)
+        exchange.send(request) { [self] result in
+            let answered: [WriteOutcome]
+            do {
+                answered = try chunk.count == 1 ? [Self.outcome(of: result, chunk.first!)] : Self.outcomes(of: result, chunk)
+            } catch {
+                // Nothing known of this batch; the rest is not sent.
+                let failure = WriteOutcome.failed(TetherError.wrap(error))
+                return done(outcomes + Array(repeating: failure, count: remaining.count))
+            }
+            let all = outcomes + answered
+            progress(all.count)
+            sendWrites(rest, limit: limit, exchange, outcomes: all, progress, done)
+        }
     }
 
-    public func update(_ spec: Spec, id: String, _ fields: RecordFields, ifVersion: Int64,
-                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
-        let changes = fields.filter { $0.key != Self.idField && $0.key != Self.versionField }
-        let body = JSON.object([("data", .object(changes))])
-        return write(HTTPRequest(method: "PATCH", url: recordURL(spec, id), headers: ["If-Match: \"\(ifVersion)\""],
-                                 body: Array(body.serialized().utf8)), what: "\(spec.name)/\(id)", done)
+    private static func method(_ write: RecordWrite) -> String {
+        switch write.kind {
+        case .create, .replace: return "PUT"
+        case .patch: return "PATCH"
+        case .delete: return "DELETE"
+        }
     }
 
-    public func delete(_ spec: Spec, id: String, ifVersion: Int64,
-                       _ done: @escaping @Sendable (Result<Void, TetherError>) -> Void) -> any Cancellable {
-        write(HTTPRequest(method: "DELETE", url: recordURL(spec, id), headers: ["If-Match: \"\(ifVersion)\""]),
-              what: "\(spec.name)/\(id)") { result in done(result.map { _ in () }) }
+    private static func conditions(_ write: RecordWrite) -> [String] {
+        switch (write.kind, write.ifVersion) {
+        case (.create, _): return ["If-None-Match: *"]
+        case (_, let version?): return ["If-Match: \"\(version)\""]
+        case (_, nil): return []
+        }
+    }
+
+    private static func body(_ write: RecordWrite) -> JSON? {
+        guard write.kind != .delete else { return nil }
+        return .object([("data", .object(write.fields.filter { $0.key != idField && $0.key != versionField }))])
+    }
+
+    /// The outcomes of a batch's answer, one per write.
+    private static func outcomes(of result: Result<HTTPResponse, TetherError>, _ writes: ArraySlice<RecordWrite>) throws
+        -> [WriteOutcome] {
+        let what = "a batch of \(writes.count) writes"
+        guard let responses = try body(of: checked(result, what: what), what: what)["responses"]?.arrayValue,
+              responses.count == writes.count else {
+            throw TetherError(.protocol, "the server's answer to \(what) does not answer each write")
+        }
+        return zip(responses, writes).map { response, write in
+            guard case .integer(let status)? = response["status"] else {
+                return .failed(TetherError(.protocol, "a batch answer for \(write.spec.name)/\(write.id) has no status"))
+            }
+            let body = response["body"].map { Array($0.serialized().utf8) } ?? []
+            return (try? outcome(of: .success(HTTPResponse(status: Int(status), headers: [], body: body)), write))
+                ?? .failed(TetherError(.protocol, "the server's answer for \(write.spec.name)/\(write.id) is not JSON"))
+        }
+    }
+
+    /// One write's outcome from its answer; throws only when nothing is
+    /// known (no answer at all).
+    private static func outcome(of result: Result<HTTPResponse, TetherError>, _ write: RecordWrite) throws -> WriteOutcome {
+        let response = try result.get()
+        let what = "\(write.spec.name)/\(write.id)"
+        switch response.status {
+        case 200..<300:
+            if write.kind == .delete { return .deleted }
+            guard let data = try body(of: response, what: what)["data"]?.objectValue else {
+                return .failed(TetherError(.protocol, "the server's answer for \(what) has no record"))
+            }
+            return .written(data)
+        case 412:
+            // Kinto names the record it has; none when it has none.
+            let existing = (try? JSON.parse(response.body))?["details"]?["existing"]?.objectValue
+            return .conflict(current: existing)
+        case 404 where write.kind == .delete:
+            return .deleted
+        case 404 where write.kind != .create:
+            return .conflict(current: nil)
+        default:
+            do {
+                _ = try checked(.success(response), what: what)
+                return .failed(TetherError(.protocol, "the server answered \(what) with HTTP \(response.status)"))
+            } catch {
+                return .failed(TetherError.wrap(error))
+            }
+        }
     }
 
     private func recordURL(_ spec: Spec, _ id: String) -> String { root + spec.route + "/" + Self.escape(id) }
-
-    private func write(_ request: HTTPRequest, what: String,
-                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
-        let exchange = Exchange(engine, backoff)
-        exchange.send(request) { result in
-            done(.tether {
-                let body = try Self.body(of: Self.checked(result, what: what), what: what)
-                return body["data"]?.objectValue ?? []
-            })
-        }
-        return exchange
-    }
 
     // MARK: answers
 

@@ -147,29 +147,35 @@ public final class MemoryServer: Sendable {
         }
     }
 
-    fileprivate func write(_ spec: Spec, id: String, ifVersion: Int64?, _ change: RecordFields?) throws -> RecordFields? {
-        try answer { state in
-            let spec = try self.spec(spec.name, in: state)
-            let current = state.tables[spec.name]?.records[id]
-            switch (ifVersion, current) {
-            case (nil, _?):
-                throw TetherError(.conflict, "\(spec.name)/\(id) exists on the server")
-            case (let expected?, let row) where row?.version != expected:
-                throw TetherError(.conflict, "\(spec.name)/\(id) changed on the server")
-            default: break
+    fileprivate func apply(_ write: RecordWrite) -> WriteOutcome {
+        do {
+            return try answer { state in
+                let spec = try self.spec(write.spec.name, in: state)
+                let current = state.tables[spec.name]?.records[write.id]
+                let rendered = current.map { Self.render(spec, write.id, $0) }
+                switch (write.kind, current) {
+                case (.create, _?): return .conflict(current: rendered)
+                case (.delete, nil): return .deleted
+                case (.patch, nil), (.replace, nil): return .conflict(current: nil)
+                case (_, let row?) where write.ifVersion != nil && row.version != write.ifVersion:
+                    return .conflict(current: rendered)
+                default: break
+                }
+                state.clock += 1
+                if write.kind == .delete {
+                    state.tables[spec.name]?.remove(write.id, version: state.clock)
+                    return .deleted
+                }
+                var fields = write.kind == .patch ? current?.fields ?? [] : []
+                for (key, value) in write.fields where key != spec.idField && key != spec.versionField {
+                    if let index = fields.firstIndex(where: { $0.key == key }) { fields[index].value = value }
+                    else { fields.append((key, value)) }
+                }
+                state.tables[spec.name, default: Table()].set(write.id, fields, version: state.clock)
+                return .written(Self.render(spec, write.id, (fields, state.clock)))
             }
-            state.clock += 1
-            guard let change else {
-                state.tables[spec.name]?.remove(id, version: state.clock)
-                return nil
-            }
-            var fields = current?.fields ?? []
-            for (key, value) in change where key != spec.idField && key != spec.versionField {
-                if let index = fields.firstIndex(where: { $0.key == key }) { fields[index].value = value }
-                else { fields.append((key, value)) }
-            }
-            state.tables[spec.name, default: Table()].set(id, fields, version: state.clock)
-            return Self.render(spec, id, (fields, state.clock))
+        } catch {
+            return .failed(TetherError.wrap(error))
         }
     }
 
@@ -277,24 +283,19 @@ public final class MemoryConnection: Connection {
         stride(from: 0, to: ids.count, by: 2500).map { Array(ids[$0..<min(ids.count, $0 + 2500)]) }
     }
 
-    public func insert(_ spec: Spec, _ fields: RecordFields,
-                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
-        respond(done) { [server] in
-            guard let id = fields.first(where: { $0.key == spec.idField })?.value.stringValue else {
-                throw TetherError(.invalid, "a new record needs a text id")
+    /// Each write applied alone, in order, as Kinto's batch does.
+    public func write(_ writes: [RecordWrite], progress: @escaping @Sendable (Int) -> Void,
+                      _ done: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
+        respond({ (result: Result<[WriteOutcome], TetherError>) in
+            switch result {
+            case .success(let outcomes): done(outcomes)
+            case .failure(let error): done(Array(repeating: .failed(error), count: writes.count))
             }
-            return try server.write(spec, id: id, ifVersion: nil, fields) ?? []
+        }) { [server] in
+            let outcomes = writes.map { server.apply($0) }
+            progress(outcomes.count)
+            return outcomes
         }
-    }
-
-    public func update(_ spec: Spec, id: String, _ fields: RecordFields, ifVersion: Int64,
-                       _ done: @escaping @Sendable (Result<RecordFields, TetherError>) -> Void) -> any Cancellable {
-        respond(done) { [server] in try server.write(spec, id: id, ifVersion: ifVersion, fields) ?? [] }
-    }
-
-    public func delete(_ spec: Spec, id: String, ifVersion: Int64,
-                       _ done: @escaping @Sendable (Result<Void, TetherError>) -> Void) -> any Cancellable {
-        respond(done) { [server] in _ = try server.write(spec, id: id, ifVersion: ifVersion, nil) }
     }
 }
 

@@ -1,0 +1,281 @@
+/// What a local change does to its record.
+public enum ChangeKind: Int, Sendable {
+    case insert = 1, update = 2, delete = 3
+}
+
+/// An object's change not yet confirmed by the server.
+struct PendingChange: Sendable {
+    var kind: ChangeKind
+    /// Values set here, by attribute index (an insert's: every value set).
+    var values: [Int: Value]
+    /// The server version the change was made against: updates and deletes
+    /// are conditional on it. nil for an insert, and for the delete of an
+    /// insert that may have reached the server (deleted whatever its version).
+    var baseVersion: Int64?
+    /// Bumped by every edit: a save confirms only the revision it sent.
+    var revision: Int64
+    /// The object's place in the outbox's order.
+    var sequence: Int64 = 0
+    /// Part of a save once: an insert may exist on the server from then on.
+    var sent = false
+}
+
+extension ManagedObject {
+    /// Sets `key` to `value`, checked against the attribute's type; the
+    /// change is in the store when this returns. Setting a value back to the
+    /// server's undoes the change of that key.
+    public func set(_ key: String, _ value: Value) throws {
+        guard let index = entity.attributeIndex(named: key) else {
+            throw TetherError(.notFound, "\(entity.name) has no key \(key.debugDescription)")
+        }
+        try context.set(self, index, value)
+    }
+
+    public func set(code: Int, _ value: Value) throws { try context.set(self, attributeIndex(code: code), value) }
+
+    public func set(attribute index: Int, _ value: Value) throws { try context.set(self, index, value) }
+
+    /// Deletes the record: at once here, on the server at the next save.
+    public func delete() throws { try context.delete(self) }
+
+    /// Forgets the object's unsaved change.
+    public func rollback() throws { try context.rollback(self) }
+
+    /// The object's unsaved change: nil if none.
+    public var changeKind: ChangeKind? { state.withLock { $0.pending?.kind } }
+
+    public var hasChanges: Bool { changeKind != nil }
+
+    /// The attributes an unsaved insert or update sets, in model order.
+    public var changedAttributes: [Int] { state.withLock { ($0.pending?.values.keys).map { $0.sorted() } ?? [] } }
+
+    /// The value the server last confirmed, whatever is pending (an insert has none).
+    public func committed(_ index: Int) throws -> Value {
+        try context.checkOpen()
+        _ = try? context.read(self, index, refresh: false)  // loads the row if it is not in memory
+        return try state.withLock { state in
+            guard let record = state.record, !state.deletedOnServer else {
+                throw TetherError(.notCached, "\(entity.name)/\(id) has no value from the server")
+            }
+            return record.values[index]
+        }
+    }
+
+    /// The conflict the last save met, until a save or a rollback settles it.
+    public var conflict: SaveConflict? { state.withLock { $0.conflict } }
+}
+
+extension Context {
+    /// Reads the outbox into the graph at open: each changed object is in
+    /// memory, with its change, until the server confirms it.
+    func restoreChanges() throws {
+        for row in try store.pendingChanges(model) {
+            guard let entity = model.entities.first(where: { $0.code == row.entityCode }) else { continue }
+            let object = uniqueObjects(entity, [row.id])[0]
+            object.state.withLock { $0.pending = row.change }
+            hold(object)
+        }
+    }
+
+    private func hold(_ object: ManagedObject) {
+        graph.withLock { $0.changed[ObjectIdentifier(object)] = object }
+    }
+
+    private func release(_ object: ManagedObject) {
+        _ = graph.withLock { $0.changed.removeValue(forKey: ObjectIdentifier(object)) }
+    }
+
+    /// The objects with unsaved changes, in the order they were first changed.
+    public var changedObjects: [ManagedObject] {
+        let objects = graph.withLock { Array($0.changed.values) }
+        return objects.map { ($0, $0.state.withLock { $0.pending?.sequence ?? 0 }) }.sorted { $0.1 < $1.1 }.map(\.0)
+    }
+
+    public var hasChanges: Bool { graph.withLock { !$0.changed.isEmpty } }
+
+    /// A new object of `entity`, saved as an insert at the next save. `id`
+    /// nil: a random UUID, made here, so that an insert sent again can never
+    /// make a second record.
+    public func insert(entity name: String, id: String? = nil) throws -> ManagedObject {
+        guard let entity = model.entity(named: name) else {
+            throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
+        }
+        guard entity.operations.contains(.insert) else {
+            throw TetherError(.notAllowed, "the server does not allow inserting into \(entity.name)")
+        }
+        let id = id ?? Self.randomID()
+        guard !id.isEmpty else { throw TetherError(.invalid, "a record id cannot be empty") }
+        try checkOpen()
+        if try store.load(entity, id: id) != nil {
+            throw TetherError(.conflict, "\(entity.name)/\(id) already exists")
+        }
+        let object = uniqueObjects(entity, [id])[0]
+        try object.state.withLock { state in
+            guard state.pending == nil, state.record == nil || state.deletedOnServer else {
+                throw TetherError(.conflict, "\(entity.name)/\(id) already exists")
+            }
+            var change = PendingChange(kind: .insert, values: [entity.idIndex: .text(id)], baseVersion: nil, revision: 1)
+            change.sequence = try store.recordChange(entity, id: id, change)
+            state.pending = change
+            state.discarded = false
+            state.loaded = true
+        }
+        hold(object)
+        return object
+    }
+
+    static func randomID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        bytes[6] = bytes[6] & 0x0F | 0x40  // version 4
+        bytes[8] = bytes[8] & 0x3F | 0x80  // RFC 4122 variant
+        let hex = Array("0123456789abcdef")
+        var text = ""
+        for (offset, byte) in bytes.enumerated() {
+            if [4, 6, 8, 10].contains(offset) { text.append("-") }
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 15)])
+        }
+        return text
+    }
+
+    func set(_ object: ManagedObject, _ index: Int, _ value: Value) throws {
+        let entity = object.entity
+        let attribute = entity.attributes[index]
+        guard !attribute.isID, !attribute.isVersion else {
+            throw TetherError(.invalid, "\(entity.name).\(attribute.name) is set by the server")
+        }
+        let checked = try Self.checked(value, for: attribute, of: entity)
+        try ensureLoaded(object)
+        try editing(object) { state in
+            var change: PendingChange
+            if let pending = state.pending {
+                guard pending.kind != .delete else {
+                    throw TetherError(.misuse, "\(entity.name)/\(object.id) is deleted; roll it back to edit it")
+                }
+                change = pending
+            } else {
+                guard entity.operations.contains(.update) else {
+                    throw TetherError(.notAllowed, "the server does not allow updating \(entity.name)")
+                }
+                guard let record = state.record, !state.deletedOnServer else {
+                    throw TetherError(state.deletedOnServer || state.discarded ? .notFound : .notCached,
+                                      "\(entity.name)/\(object.id) is not cached: fetch it before editing it")
+                }
+                guard case .integer(let version) = record.values[entity.versionIndex] else {
+                    throw TetherError(.notCached, "\(entity.name)/\(object.id) has no version from the server")
+                }
+                change = PendingChange(kind: .update, values: [:], baseVersion: version, revision: 0)
+            }
+            if change.kind == .update, let record = state.record, record.values[index] == checked {
+                change.values[index] = nil
+            } else {
+                change.values[index] = checked
+            }
+            return change.kind == .update && change.values.isEmpty ? nil : change
+        }
+    }
+
+    func delete(_ object: ManagedObject) throws {
+        let entity = object.entity
+        guard entity.operations.contains(.delete) else {
+            throw TetherError(.notAllowed, "the server does not allow deleting from \(entity.name)")
+        }
+        try ensureLoaded(object)
+        try editing(object) { state in
+            switch state.pending {
+            case let pending? where pending.kind == .delete:
+                return pending
+            case let pending? where pending.kind == .insert:
+                // Never sent: it never existed. Sent: it may exist; delete it whatever its version.
+                guard pending.sent else {
+                    state.discarded = true
+                    return nil
+                }
+                return PendingChange(kind: .delete, values: [:], baseVersion: nil, revision: pending.revision)
+            default:
+                guard let record = state.record, !state.deletedOnServer,
+                      case .integer(let version) = record.values[entity.versionIndex] else {
+                    throw TetherError(state.deletedOnServer || state.discarded ? .notFound : .notCached,
+                                      "\(entity.name)/\(object.id) is not cached: fetch it before deleting it")
+                }
+                let revision = state.pending?.revision ?? 0
+                return PendingChange(kind: .delete, values: [:], baseVersion: state.pending?.baseVersion ?? version,
+                                     revision: revision)
+            }
+        }
+    }
+
+    func rollback(_ object: ManagedObject) throws {
+        try checkOpen()
+        try editing(object) { state in
+            state.conflict = nil
+            if state.pending?.kind == .insert { state.discarded = true }
+            return nil
+        }
+    }
+
+    /// Forgets every unsaved change.
+    public func rollback() throws {
+        for object in changedObjects { try rollback(object) }
+    }
+
+    /// Loads the object's row if it is not in memory, so an edit knows the
+    /// version it applies to.
+    private func ensureLoaded(_ object: ManagedObject) throws {
+        do {
+            _ = try read(object, object.entity.versionIndex, refresh: false)
+        } catch let error as TetherError where error.kind == .notCached || error.kind == .notFound {
+            // The edit says what is missing.
+        }
+    }
+
+    /// Runs one edit of `object` under its lock: `body` returns the change
+    /// as it is to be (nil: none), which is written to the outbox before the
+    /// object takes it, so memory never holds what the store does not.
+    /// Observers of the keys whose value changed are told.
+    private func editing(_ object: ManagedObject, _ body: (inout ManagedObject.State) throws -> PendingChange?) throws {
+        try checkOpen()
+        let entity = object.entity
+        let (observers, held) = try object.state.withLock { state -> ([KeyObserver], Bool) in
+            var draft = state
+            let before = state.observers.map { state.visible($0.attributeIndex) }
+            guard var change = try body(&draft) else {
+                if state.pending != nil { try store.discardChange(entity, id: object.id) }
+                draft.pending = nil
+                state = draft
+                return (zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0), false)
+            }
+            change.revision = (state.pending?.revision ?? change.revision) + 1
+            change.sequence = try store.recordChange(entity, id: object.id, change)
+            draft.pending = change
+            state = draft
+            return (zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0), true)
+        }
+        if held { hold(object) } else { release(object) }
+        for observer in observers { observer.notify() }
+    }
+
+    /// `value` as attribute `attribute` holds it; a value of another type is refused.
+    static func checked(_ value: Value, for attribute: Attribute, of entity: Entity) throws -> Value {
+        let what = "\(entity.name).\(attribute.name)"
+        switch (attribute.type, value) {
+        case (_, .null):
+            if attribute.isRequired { throw TetherError(.type, "\(what) is required: it cannot be null") }
+            return .null
+        case (_, .real(let real)) where !real.isFinite:
+            throw TetherError(.type, "\(what) cannot hold \(real): JSON has no such number")
+        case (.text, .text), (.integer, .integer), (.real, .real), (.boolean, .boolean):
+            return value
+        case (.real, .integer(let integer)) where Int64(exactly: Double(integer)) == integer:
+            return .real(Double(integer))
+        case (.json, .json(let text)):
+            guard let parsed = try? JSON.parse(text) else { throw TetherError(.type, "\(what): the value is not valid JSON") }
+            return .json(parsed.serialized(sortKeys: true))
+        case (.json, _):
+            return .json(value.json.serialized(sortKeys: true))
+        default:
+            throw TetherError(.type, "\(what) holds \(attribute.type.name) values, not \(value.typeName)")
+        }
+    }
+}

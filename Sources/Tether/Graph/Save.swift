@@ -1,0 +1,440 @@
+import Synchronization
+
+/// What a save does when the server's record is not the version a change
+/// was made against (a 412), or is gone while it was edited here.
+public enum MergePolicy: Int, Sendable {
+    /// Reports the conflict with both sides; the change stays pending.
+    case report = 0
+    /// The server's record is taken; the local change is dropped.
+    case serverWins = 1
+    /// The local object, every value, is written over the server's.
+    case clientWins = 2
+    /// Keys changed here are written over the server's; the rest are the server's.
+    case mergeProperties = 3
+}
+
+/// A change the server refused because its record moved on.
+public struct SaveConflict: Sendable {
+    public let object: ManagedObject
+    /// The version the local change was made against; nil for an insert.
+    public let localVersion: Int64?
+    /// The server's record, one value per attribute; nil: it has none.
+    public let serverValues: [Value]?
+    public var serverVersion: Int64? {
+        if case .integer(let version)? = serverValues?[object.entity.versionIndex] { return version }
+        return nil
+    }
+    /// Attributes (indexes) whose local value differs from the server's.
+    public let differingAttributes: [Int]
+}
+
+/// A change a save did not get confirmed; it stays pending.
+public struct SaveFailure: Sendable {
+    public let object: ManagedObject
+    public let error: TetherError
+    public let conflict: SaveConflict?
+}
+
+public struct SaveResult: Sendable {
+    /// nil: every change was settled.
+    public let error: TetherError?
+    /// Changes the server confirmed.
+    public let saved: Int
+    /// Changes dropped for the server's record (`serverWins`).
+    public let discarded: Int
+    /// Changes still pending, and why.
+    public let failures: [SaveFailure]
+}
+
+public struct SaveProgress: Sendable, Equatable {
+    /// Changes with an answer from the server so far, of `total`.
+    public let answered: Int
+    public let total: Int
+}
+
+/// An asynchronous save of every pending change of a context: sent in the
+/// order they were made, each settled as the server answers (the store
+/// first, then the object), ending in exactly one final callback. A
+/// cancelled save still settles what the server answered.
+public final class SaveTask: Sendable {
+    let context: Context
+    let policy: MergePolicy
+    private let machine = Lock(Machine())
+    /// Rounds of writes at most: a conflict settled by a policy is sent once more.
+    static let rounds = 3
+
+    private struct Machine {
+        enum State { case idle, running(remote: (any Cancellable)?), done }
+        var state = State.idle
+        var subscription: Delivery.SubscriptionID?
+        var callback: (@Sendable (SaveResult) -> Void)?
+        var progress: (@Sendable (SaveProgress) -> Void)?
+    }
+
+    /// One change as a round sends it.
+    private struct Item {
+        let object: ManagedObject
+        let change: PendingChange
+        let write: RecordWrite
+    }
+
+    private struct Tally {
+        var saved = 0
+        var discarded = 0
+        var failures: [SaveFailure] = []
+        var total = 0
+        var answered = 0
+    }
+
+    init(context: Context, policy: MergePolicy) {
+        self.context = context
+        self.policy = policy
+        Live.tasks.add(1, ordering: .relaxed)
+    }
+
+    deinit { Live.tasks.subtract(1, ordering: .relaxed) }
+
+    public func start(progress: (@Sendable (SaveProgress) -> Void)? = nil,
+                      _ callback: @escaping @Sendable (SaveResult) -> Void) throws {
+        try machine.withLock { machine in
+            guard case .idle = machine.state else { throw TetherError(.misuse, "the save has already started") }
+            machine.callback = callback
+            machine.progress = progress
+        }
+        let id = try context.subscribe(
+            cancel: { [self] id in try? cancel(id) },
+            deliverCancellation: { [self] in deliver(SaveResult(error: .cancelled, saved: 0, discarded: 0, failures: [])) },
+            finished: { [self] in machine.withLock { $0.callback = nil; $0.progress = nil } })
+        let started = machine.withLock { machine -> Bool in
+            machine.subscription = id
+            guard case .idle = machine.state else { return false }
+            machine.state = .running(remote: nil)
+            return true
+        }
+        if started { context.worker.async { [self] in begin() } }
+    }
+
+    /// Cancels; afterwards only the final cancelled callback can arrive.
+    /// Answers already on their way are still settled.
+    public func cancel() throws {
+        guard let id = machine.withLock({ $0.subscription }) else { throw TetherError(.closed, "the save has not started") }
+        try cancel(id)
+    }
+
+    private func cancel(_ id: Delivery.SubscriptionID) throws {
+        try context.delivery.cancel(id)
+        let remote = machine.withLock { machine -> (any Cancellable)? in
+            defer { machine.state = .done; machine.progress = nil }
+            if case .running(let remote) = machine.state { return remote }
+            return nil
+        }
+        remote?.cancel()
+    }
+
+    private func deliver(_ result: SaveResult) {
+        let callback = machine.withLock { $0.callback }
+        callback?(result)
+    }
+
+    private var isRunning: Bool {
+        machine.withLock { if case .running = $0.state { return true } else { return false } }
+    }
+
+    // MARK: rounds
+
+    private func begin() {
+        var tally = Tally()
+        var items: [Item] = []
+        for object in context.changedObjects {
+            guard let change = object.state.withLock({ $0.pending }) else { continue }
+            let entity = object.entity
+            let needed: Operations = change.kind == .insert ? .insert : change.kind == .update ? .update : .delete
+            guard entity.operations.contains(needed) else {
+                tally.failures.append(SaveFailure(object: object, error: TetherError(
+                    .notAllowed, "the server does not allow \(change.kind) on \(entity.name)"), conflict: nil))
+                continue
+            }
+            items.append(Item(object: object, change: change, write: Self.write(for: change, of: object)))
+        }
+        tally.total = items.count + tally.failures.count
+        guard !items.isEmpty else { return finish(tally) }
+        do {
+            try context.store.markSent(items.filter { $0.change.kind == .insert && !$0.change.sent }.map { ($0.object.entity, $0.object.id) })
+        } catch {
+            for item in items { tally.failures.append(SaveFailure(object: item.object, error: TetherError.wrap(error), conflict: nil)) }
+            return finish(tally)
+        }
+        for item in items where item.change.kind == .insert {
+            item.object.state.withLock { $0.pending?.sent = true }
+        }
+        send(items, round: 1, tally)
+    }
+
+    /// The write that carries `change` the first time.
+    private static func write(for change: PendingChange, of object: ManagedObject) -> RecordWrite {
+        let spec = object.entity.spec
+        switch change.kind {
+        case .insert:
+            return RecordWrite(spec: spec, id: object.id, kind: .create, fields: fields(change.values, object.entity))
+        case .update:
+            return RecordWrite(spec: spec, id: object.id, kind: .patch, fields: fields(change.values, object.entity),
+                               ifVersion: change.baseVersion)
+        case .delete:
+            return RecordWrite(spec: spec, id: object.id, kind: .delete, ifVersion: change.baseVersion)
+        }
+    }
+
+    /// Values as record fields by name, in model order, without id and version.
+    static func fields(_ values: [Int: Value], _ entity: Entity) -> RecordFields {
+        values.keys.sorted().filter { $0 != entity.idIndex && $0 != entity.versionIndex }
+            .map { (entity.attributes[$0].name, values[$0]!.json) }
+    }
+
+    private func send(_ items: [Item], round: Int, _ tally: Tally) {
+        guard isRunning else { return }  // cancelled: nothing more is sent
+        let answered = tally.answered
+        let remote = context.connection.write(items.map(\.write), progress: { [self] count in
+            tell(SaveProgress(answered: answered + count, total: tally.total))
+        }) { [self] outcomes in
+            context.worker.async { [self] in settle(items, outcomes, round: round, tally) }
+        }
+        let cancelledMeanwhile = machine.withLock { machine -> Bool in
+            guard case .running = machine.state else { return true }
+            machine.state = .running(remote: remote)
+            return false
+        }
+        if cancelledMeanwhile { remote.cancel() }
+    }
+
+    private func tell(_ progress: SaveProgress) {
+        let told = machine.withLock { machine -> (Delivery.SubscriptionID, @Sendable (SaveProgress) -> Void)? in
+            guard case .running = machine.state, let id = machine.subscription, let callback = machine.progress else { return nil }
+            return (id, callback)
+        }
+        guard let (id, callback) = told else { return }
+        context.delivery.post(.update, to: id) { callback(progress) }
+    }
+
+    /// Settles each answer (even after a cancel: the server has them), and
+    /// sends what a merge policy writes again.
+    private func settle(_ items: [Item], _ outcomes: [WriteOutcome], round: Int, _ tally: Tally) {
+        var tally = tally
+        var again: [Item] = []
+        for (item, outcome) in zip(items, outcomes) {
+            switch context.settle(item.object, sent: item.change, item.write, outcome,
+                                  policy: round < Self.rounds ? policy : .report) {
+            case .saved:
+                tally.saved += 1
+                tally.answered += 1
+            case .discarded:
+                tally.discarded += 1
+                tally.answered += 1
+            case .failed(let failure):
+                tally.failures.append(failure)
+                tally.answered += 1
+            case .again(let change, let write):
+                again.append(Item(object: item.object, change: change, write: write))
+            }
+        }
+        if !again.isEmpty && isRunning { return send(again, round: round + 1, tally) }
+        for item in again {
+            tally.failures.append(SaveFailure(object: item.object, error: .cancelled, conflict: nil))
+        }
+        finish(tally)
+    }
+
+    private func finish(_ tally: Tally) {
+        let ended = machine.withLock { machine -> Bool in
+            guard case .running = machine.state else { return false }
+            machine.state = .done
+            return true
+        }
+        guard ended, let id = machine.withLock({ $0.subscription }) else { return }
+        let result = SaveResult(error: Self.error(tally), saved: tally.saved, discarded: tally.discarded, failures: tally.failures)
+        context.delivery.post(.final, to: id) { [self] in deliver(result) }
+    }
+
+    /// The save's status: the conflicts first, as the failure a host most
+    /// often acts on; otherwise the first failure's.
+    private static func error(_ tally: Tally) -> TetherError? {
+        guard let first = tally.failures.first(where: { $0.conflict != nil }) ?? tally.failures.first else { return nil }
+        let unsaved = tally.failures.count
+        let conflicts = tally.failures.filter { $0.conflict != nil }.count
+        var message = "\(unsaved) of \(tally.total) changes not saved"
+        if conflicts > 0 { message += " (\(conflicts) in conflict)" }
+        message += "; first: \(first.object.entity.name)/\(first.object.id): \(first.error.message)"
+        return TetherError(first.error.kind, message)
+    }
+}
+
+// MARK: settling answers
+
+enum Settled {
+    case saved, discarded
+    case failed(SaveFailure)
+    /// A merge policy writes the change again, now as `change`.
+    case again(PendingChange, RecordWrite)
+}
+
+extension Context {
+    /// Applies one write's answer: to the store and the outbox in one
+    /// transaction, then to the object. A change edited since it was sent
+    /// stays pending, rebased on the server's new version.
+    func settle(_ object: ManagedObject, sent: PendingChange, _ write: RecordWrite, _ outcome: WriteOutcome,
+                policy: MergePolicy) -> Settled {
+        let entity = object.entity
+        do {
+            switch outcome {
+            case .written(let fields):
+                try confirm(object, sent, server: Record(entity: entity, fields: fields))
+                return .saved
+            case .deleted:
+                try confirm(object, sent, server: nil)
+                return .saved
+            case .failed(let error):
+                return .failed(SaveFailure(object: object, error: error, conflict: nil))
+            case .conflict(let fields):
+                let current = try fields.map { try Record(entity: entity, fields: $0) }
+                // The server holding what was sent means it was applied
+                // (an answer lost, a save killed): confirmed, not sent twice.
+                if write.kind != .delete, let current, Self.holds(current, write.fields, entity) {
+                    try confirm(object, sent, server: current)
+                    return .saved
+                }
+                return try resolve(object, sent, write, current: current, policy: policy)
+            }
+        } catch {
+            return .failed(SaveFailure(object: object, error: TetherError.wrap(error), conflict: nil))
+        }
+    }
+
+    /// Whether `record` has each of `fields` as sent.
+    static func holds(_ record: Record, _ fields: RecordFields, _ entity: Entity) -> Bool {
+        fields.allSatisfy { field in
+            guard let index = entity.attributeIndex(named: field.key) else { return false }
+            return record.values[index] == Value(json: field.value, type: entity.attributes[index].type)
+        }
+    }
+
+    /// The server's answer taken: the record stored (nil: gone), the
+    /// change dropped, or kept and rebased if edited since it was sent.
+    private func confirm(_ object: ManagedObject, _ sent: PendingChange, server record: Record?) throws {
+        let entity = object.entity
+        let now = wallClockMilliseconds()
+        let observers = try object.state.withLock { state -> [KeyObserver] in
+            let before = state.observers.map { state.visible($0.attributeIndex) }
+            var remaining: PendingChange?
+            if var pending = state.pending, pending.revision != sent.revision {
+                // Edited while on the wire: what is new stays, against the new version.
+                switch (pending.kind, record) {
+                case (.delete, _?): pending.baseVersion = Self.version(of: record, entity)
+                case (.delete, nil): pending = PendingChange(kind: .delete, values: [:], baseVersion: nil, revision: pending.revision)
+                case (_, _?): pending.kind = .update; pending.baseVersion = Self.version(of: record, entity)
+                case (_, nil): pending.kind = .insert; pending.baseVersion = nil
+                }
+                remaining = pending
+            }
+            try store.settle(entity, id: object.id, server: record, fetchedAt: now, remaining: remaining)
+            state.record = record
+            state.loaded = true
+            state.fetchedAt = now
+            state.deletedOnServer = record == nil
+            state.pending = remaining
+            state.conflict = nil
+            return zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0)
+        }
+        afterSettling(object, observers)
+    }
+
+    private static func version(of record: Record?, _ entity: Entity) -> Int64? {
+        if case .integer(let version)? = record?.values[entity.versionIndex] { return version }
+        return nil
+    }
+
+    /// A conflict, as `policy` settles it.
+    private func resolve(_ object: ManagedObject, _ sent: PendingChange, _ write: RecordWrite, current: Record?,
+                         policy: MergePolicy) throws -> Settled {
+        let entity = object.entity
+        let now = wallClockMilliseconds()
+        var outcome = Settled.saved
+        let observers = try object.state.withLock { state -> [KeyObserver] in
+            let before = state.observers.map { state.visible($0.attributeIndex) }
+            guard var pending = state.pending else { return [] }  // rolled back meanwhile
+            // Edited while on the wire: the conflict is reported, the edit kept as it is.
+            let policy = pending.revision == sent.revision ? policy : .report
+            // The local object as it stood, for a policy that writes all of it.
+            var local = state.record?.values ?? Array(repeating: .null, count: entity.attributes.count)
+            for (index, value) in pending.values { local[index] = value }
+            let serverVersion = Self.version(of: current, entity)
+            var remaining: PendingChange? = pending
+            switch policy {
+            case .report:
+                let differing = entity.attributes.indices.filter { index in
+                    index != entity.versionIndex && current?.values[index] != local[index]
+                }
+                let conflict = SaveConflict(object: object, localVersion: sent.baseVersion, serverValues: current?.values,
+                                            differingAttributes: differing)
+                state.conflict = conflict
+                let message = current == nil ? "\(entity.name)/\(object.id) was deleted on the server"
+                    : "\(entity.name)/\(object.id) changed on the server (version \(serverVersion ?? 0), edited here from \(sent.baseVersion.map(String.init) ?? "none"))"
+                outcome = .failed(SaveFailure(object: object, error: TetherError(.conflict, message), conflict: conflict))
+            case .serverWins:
+                remaining = nil
+                outcome = .discarded
+            case .clientWins, .mergeProperties:
+                if pending.kind == .delete {
+                    pending.baseVersion = serverVersion
+                    if current == nil { remaining = nil } else {
+                        outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: .delete, ifVersion: serverVersion))
+                    }
+                } else if current == nil {
+                    // Gone on the server: made again from the local object.
+                    pending = PendingChange(kind: .insert, values: Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) }),
+                                            baseVersion: nil, revision: pending.revision, sequence: pending.sequence, sent: true)
+                    outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: .create,
+                                                         fields: SaveTask.fields(pending.values, entity)))
+                } else {
+                    pending.kind = .update
+                    pending.baseVersion = serverVersion
+                    let whole = policy == .clientWins
+                    let values = whole ? Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) }) : pending.values
+                    outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: whole ? .replace : .patch,
+                                                         fields: SaveTask.fields(values, entity), ifVersion: serverVersion))
+                }
+                if remaining != nil { remaining = pending }
+            }
+            if current == nil, remaining != nil {
+                // Gone on the server, still wanted here: the last values the
+                // server sent are kept, as a policy may make the record again.
+                try store.recordChange(entity, id: object.id, remaining!)
+                state.deletedOnServer = true
+            } else {
+                try store.settle(entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
+                state.record = current
+                state.loaded = true
+                state.fetchedAt = now
+                state.deletedOnServer = current == nil
+            }
+            state.pending = remaining
+            return zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0)
+        }
+        afterSettling(object, observers)
+        return outcome
+    }
+
+    private func afterSettling(_ object: ManagedObject, _ observers: [KeyObserver]) {
+        if object.state.withLock({ $0.pending == nil }) {
+            _ = graph.withLock { $0.changed.removeValue(forKey: ObjectIdentifier(object)) }
+        }
+        for observer in observers { observer.notify() }
+        tellLiveFetches(object.entity, [object.id])
+    }
+}
+
+extension Context {
+    /// A save of every pending change; `policy` nil: the context's.
+    public func makeSave(policy: MergePolicy? = nil) throws -> SaveTask {
+        try checkOpen()
+        return SaveTask(context: self, policy: policy ?? options.mergePolicy)
+    }
+}

@@ -1,0 +1,129 @@
+/// The outbox: each object's changes the server has not confirmed, one row
+/// per object, written when the change is made (the row is the object's
+/// local state), so a process killed at any instant loses none. Rows are
+/// in the order objects were first changed; a save sends them in that order.
+/// Values are keyed by attribute code, which outlives renames.
+extension Store {
+    static let outboxSchema = """
+        CREATE TABLE IF NOT EXISTS tether_outbox (
+            sequence INTEGER PRIMARY KEY,
+            entity INTEGER NOT NULL,
+            id TEXT NOT NULL,
+            kind INTEGER NOT NULL,
+            base_version INTEGER,
+            ivalues TEXT NOT NULL,
+            revision INTEGER NOT NULL,
+            sent INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (entity, id))
+        """
+
+    struct OutboxRow: Sendable {
+        let sequence: Int64
+        let entityCode: Int
+        let id: String
+        let change: PendingChange
+        /// Values by attribute code, as stored.
+        let values: [(code: Int, value: JSON)]
+    }
+
+    /// Writes an object's change (a new row keeps its place in the order);
+    /// returns the row's sequence.
+    @discardableResult
+    func recordChange(_ entity: Entity, id: String, _ change: PendingChange) throws -> Int64 {
+        try withDatabase { database in try Self.recordChange(entity, id: id, change, database) }
+    }
+
+    private static func recordChange(_ entity: Entity, id: String, _ change: PendingChange, _ database: Database) throws -> Int64 {
+        let values = JSON.object(change.values.sorted { $0.key < $1.key }.map { index, value in
+            (String(entity.attributes[index].code), value.json)
+        })
+        let row = try database.statement("""
+            INSERT INTO tether_outbox (entity, id, kind, base_version, ivalues, revision, sent) VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (entity, id) DO UPDATE SET kind = excluded.kind, base_version = excluded.base_version,
+                ivalues = excluded.ivalues, revision = excluded.revision, sent = excluded.sent
+            RETURNING sequence
+            """).first([.integer(Int64(entity.code)), .text(id), .integer(Int64(change.kind.rawValue)),
+                        change.baseVersion.map { .integer($0) } ?? .null, .text(values.serialized()),
+                        .integer(change.revision), .integer(change.sent ? 1 : 0)]) { $0[0] }
+        guard case .integer(let sequence)? = row else { throw TetherError(.store, "store: the outbox gave no sequence") }
+        return sequence
+    }
+
+    /// Drops an object's change.
+    func discardChange(_ entity: Entity, id: String) throws {
+        try withDatabase { database in try Self.discardChange(entity, id: id, database) }
+    }
+
+    private static func discardChange(_ entity: Entity, id: String, _ database: Database) throws {
+        try database.statement("DELETE FROM tether_outbox WHERE entity = ? AND id = ?")
+            .run([.integer(Int64(entity.code)), .text(id)])
+    }
+
+    /// Every change, in order. Rows of entities the model no longer has
+    /// stay in the store, untouched, for a model that has them again.
+    func pendingChanges(_ model: Model) throws -> [OutboxRow] {
+        let entities = Dictionary(model.entities.map { ($0.code, $0) }, uniquingKeysWith: { first, _ in first })
+        return try withDatabase { database in
+            var rows: [OutboxRow] = []
+            try database.statement("""
+                SELECT sequence, entity, id, kind, base_version, ivalues, revision, sent FROM tether_outbox ORDER BY sequence
+                """).each { row in
+                guard case .integer(let sequence) = row[0], case .integer(let code) = row[1],
+                      let entity = entities[Int(truncatingIfNeeded: code)], case .text(let id) = row[2],
+                      case .integer(let rawKind) = row[3], let kind = ChangeKind(rawValue: Int(truncatingIfNeeded: rawKind)),
+                      case .text(let text) = row[5], case .integer(let revision) = row[6] else { return }
+                var base: Int64?
+                if case .integer(let version) = row[4] { base = version }
+                let stored = (try? JSON.parse(text).objectValue) ?? []
+                var values: [Int: Value] = [:]
+                var coded: [(code: Int, value: JSON)] = []
+                for (key, json) in stored {
+                    guard let attributeCode = Int(key) else { continue }
+                    coded.append((attributeCode, json))
+                    if let index = entity.attributeIndex(code: attributeCode) {
+                        values[index] = Value(json: json, type: entity.attributes[index].type)
+                    }
+                }
+                var sent = false
+                if case .integer(let flag) = row[7] { sent = flag != 0 }
+                let change = PendingChange(kind: kind, values: values, baseVersion: base, revision: revision,
+                                           sequence: sequence, sent: sent)
+                rows.append(OutboxRow(sequence: sequence, entityCode: entity.code, id: id, change: change, values: coded))
+            }
+            return rows
+        }
+    }
+
+    /// Marks changes as sent: an insert sent may exist on the server from
+    /// then on, so deleting it locally must delete it there too.
+    func markSent(_ changes: [(entity: Entity, id: String)]) throws {
+        guard !changes.isEmpty else { return }
+        try withDatabase { database in
+            try database.transaction {
+                let mark = try database.statement("UPDATE tether_outbox SET sent = 1 WHERE entity = ? AND id = ?")
+                for (entity, id) in changes { try mark.run([.integer(Int64(entity.code)), .text(id)]) }
+            }
+        }
+    }
+
+    /// A save's answer for one object, in one transaction: the server's
+    /// record stored (nil: the row deleted), and the change dropped
+    /// (`remaining` nil) or left as `remaining`.
+    func settle(_ entity: Entity, id: String, server record: Record?, fetchedAt: Int64,
+                remaining: PendingChange?) throws {
+        try withDatabase { database in
+            try database.transaction {
+                if let record {
+                    try writeRows([record], of: entity, fetchedAt: fetchedAt, acceptingOlder: true, database)
+                } else {
+                    try writeRows([], deleting: [id], of: entity, fetchedAt: fetchedAt, database)
+                }
+                if let remaining {
+                    _ = try Self.recordChange(entity, id: id, remaining, database)
+                } else {
+                    try Self.discardChange(entity, id: id, database)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,290 @@
+import XCTest
+@testable import Tether
+
+/// Editing and saving, whatever the connection: run against Kinto and the
+/// memory server.
+enum SaveContract {
+    /// Runs a save to its final callback.
+    static func save(_ context: Context, _ policy: MergePolicy? = nil,
+                     progress: (@Sendable (SaveProgress) -> Void)? = nil) throws -> SaveResult {
+        let result = ConditionLock<[SaveResult]>([])
+        try context.makeSave(policy: policy).start(progress: progress) { outcome in result.withLock { $0.append(outcome) } }
+        return result.withLock(when: { !$0.isEmpty }, until: MonotonicTime.now().adding(milliseconds: 20_000)) { value, timedOut in
+            XCTAssertFalse(timedOut, "no final callback")
+            return value.first ?? SaveResult(error: TetherError(.internal, "no answer"), saved: 0, discarded: 0, failures: [])
+        }
+    }
+
+    static func field(_ record: RecordFields?, _ key: String) -> JSON? { record?.first { $0.key == key }?.value }
+
+    static func editSaveAndReopen(_ backend: Backend) throws {
+        var context = try backend.open()
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let object = try context.object(entity: "items", id: "i1")
+        let version = try object.version()
+        let told = ConditionLock(0)
+        let observer = try object.makeObserver(key: "Title")
+        try observer.activate { error in if error == nil { told.withLock { $0 += 1 } } }
+
+        try object.set("Title", .text("edited"))
+        XCTAssertEqual(try object.peek("Title"), .text("edited"), "peek shows the pending value")
+        XCTAssertEqual(try object.committed(object.entity.attributeIndex(named: "Title")!), .text("item 1"))
+        XCTAssertEqual(object.changeKind, .update)
+        XCTAssertTrue(eventually { told.withLock { $0 } == 1 }, "an observer hears a local change")
+        try object.set("Rank", .integer(1))  // the server's value: no change of that key
+        XCTAssertEqual(object.changedAttributes.map { object.entity.attributes[$0].name }, ["Title"])
+        XCTAssertEqual(try object.version(), version, "the version is the server's until it confirms")
+        XCTAssertEqual(field(try backend.record("i1"), "Title"), .string("item 1"), "nothing sent before save")
+
+        // A change is in the store as soon as it is made.
+        try context.close()
+        context = try backend.open()
+        defer { try? context.close() }
+        XCTAssertTrue(context.hasChanges)
+        let reopened = try context.object(entity: "items", id: "i1")
+        XCTAssertEqual(try reopened.peek("Title"), .text("edited"))
+        XCTAssertEqual(reopened.changeKind, .update)
+
+        let result = try save(context)
+        XCTAssertNil(result.error)
+        XCTAssertEqual(result.saved, 1)
+        let server = try backend.record("i1")
+        XCTAssertEqual(field(server, "Title"), .string("edited"))
+        XCTAssertEqual(field(server, "Rank"), .integer(1), "an update sends only what changed")
+        XCTAssertEqual(try reopened.version(), field(server, "last_modified")?.integerValue, "the server's new version")
+        XCTAssertGreaterThan(try reopened.version(), version)
+        XCTAssertNil(reopened.changeKind)
+        XCTAssertFalse(context.hasChanges)
+        XCTAssertEqual(try save(context).saved, 0, "nothing left to send")
+    }
+
+    static func insertAndDelete(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let made = try context.insert(entity: "items")
+        XCTAssertEqual(made.id.count, 36, "a UUID made here")
+        try made.set("Title", .text("made here"))
+        try made.set("Rank", .integer(1000))
+        XCTAssertEqual(try made.peek("Title"), .text("made here"))
+        XCTAssertEqual(try made.peek("Rank"), .integer(1000))
+        let named = try context.insert(entity: "items", id: "named")
+        XCTAssertThrowsError(try context.insert(entity: "items", id: "named")) { XCTAssertEqual(($0 as? TetherError)?.kind, .conflict) }
+        XCTAssertThrowsError(try context.insert(entity: "items", id: "i2")) { XCTAssertEqual(($0 as? TetherError)?.kind, .conflict) }
+        try named.set("Title", .text("named"))
+        let dropped = try context.insert(entity: "items")
+        try dropped.delete()
+        XCTAssertThrowsError(try dropped.peek("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        let doomed = try context.object(entity: "items", id: "i2")
+        try doomed.delete()
+        XCTAssertEqual(doomed.changeKind, .delete)
+        XCTAssertThrowsError(try doomed.set("Title", .text("x"))) { XCTAssertEqual(($0 as? TetherError)?.kind, .misuse) }
+        XCTAssertEqual(context.changedObjects.map(\.id), [made.id, "named", "i2"], "in the order first changed")
+
+        let result = try save(context)
+        XCTAssertNil(result.error, "\(result.error?.message ?? "")")
+        XCTAssertEqual(result.saved, 3)
+        XCTAssertEqual(field(try backend.record(made.id), "Title"), .string("made here"))
+        XCTAssertEqual(field(try backend.record(made.id), "Rank"), .integer(1000))
+        XCTAssertEqual(field(try backend.record("named"), "Title"), .string("named"))
+        XCTAssertNil(try backend.record(dropped.id), "an insert deleted before it was sent never reaches the server")
+        XCTAssertNil(try backend.record("i2"))
+        XCTAssertThrowsError(try doomed.peek("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        XCTAssertNotNil(try made.version())
+        XCTAssertFalse(context.hasChanges)
+    }
+
+    static func badEditsAreRefused(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        let uncached = try context.object(entity: "items", id: "i3")
+        XCTAssertThrowsError(try uncached.set("Title", .text("x"))) { XCTAssertEqual(($0 as? TetherError)?.kind, .notCached) }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let object = try context.object(entity: "items", id: "i3")
+        func kind(_ body: () throws -> Void) -> TetherError.Kind? {
+            do { try body(); return nil } catch { return (error as? TetherError)?.kind }
+        }
+        XCTAssertEqual(kind { try object.set("Title", .integer(3)) }, .type)
+        XCTAssertEqual(kind { try object.set("Rank", .text("3")) }, .type)
+        XCTAssertEqual(kind { try object.set("Rank", .real(3.5)) }, .type)
+        XCTAssertEqual(kind { try object.set("Nope", .text("x")) }, .notFound)
+        XCTAssertEqual(kind { try object.set("id", .text("other")) }, .invalid)
+        XCTAssertEqual(kind { try object.set("last_modified", .integer(1)) }, .invalid)
+        XCTAssertNil(object.changeKind, "a refused edit changes nothing")
+        try object.set("Title", .null)
+        XCTAssertEqual(try object.peek("Title"), .null)
+        try object.rollback()
+        XCTAssertEqual(try object.peek("Title"), .text("item 3"))
+        XCTAssertFalse(context.hasChanges)
+    }
+
+    /// A 412: reported with both sides, kept; then each policy.
+    static func conflictsAndPolicies(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let object = try context.object(entity: "items", id: "i5")
+        let base = try object.version()
+        try object.set("Title", .text("mine"))
+        try backend.setTitle("i5", "theirs")
+
+        let reported = try save(context)
+        XCTAssertEqual(reported.error?.kind, .conflict)
+        XCTAssertEqual(reported.failures.count, 1)
+        let conflict = try XCTUnwrap(reported.failures.first?.conflict)
+        XCTAssertTrue(conflict.object === object)
+        XCTAssertEqual(conflict.localVersion, base)
+        XCTAssertEqual(conflict.serverVersion, field(try backend.record("i5"), "last_modified")?.integerValue)
+        XCTAssertEqual(conflict.serverValues?[object.entity.attributeIndex(named: "Title")!], .text("theirs"))
+        XCTAssertEqual(conflict.differingAttributes.map { object.entity.attributes[$0].name }, ["Title"])
+        XCTAssertEqual(try object.peek("Title"), .text("mine"), "the local change stays")
+        XCTAssertEqual(object.changeKind, .update)
+        XCTAssertEqual(field(try backend.record("i5"), "Title"), .string("theirs"))
+        XCTAssertEqual(try save(context).error?.kind, .conflict, "reported again, not lost")
+
+        let serverWins = try save(context, .serverWins)
+        XCTAssertNil(serverWins.error)
+        XCTAssertEqual(serverWins.discarded, 1)
+        XCTAssertEqual(try object.peek("Title"), .text("theirs"))
+        XCTAssertNil(object.changeKind)
+
+        // Per property: a key changed only here is kept, the rest is the server's.
+        let six = try context.object(entity: "items", id: "i6")
+        try six.set("Rank", .integer(600))
+        try backend.setTitle("i6", "theirs 6")
+        XCTAssertNil(try save(context, .mergeProperties).error)
+        XCTAssertEqual(field(try backend.record("i6"), "Rank"), .integer(600))
+        XCTAssertEqual(field(try backend.record("i6"), "Title"), .string("theirs 6"))
+        XCTAssertEqual(try six.peek("Title"), .text("theirs 6"))
+
+        // Client wins: the whole local object.
+        let seven = try context.object(entity: "items", id: "i7")
+        try seven.set("Rank", .integer(700))
+        try backend.setTitle("i7", "theirs 7")
+        XCTAssertNil(try save(context, .clientWins).error)
+        XCTAssertEqual(field(try backend.record("i7"), "Rank"), .integer(700))
+        XCTAssertEqual(field(try backend.record("i7"), "Title"), .string("item 7"))
+
+        // Deleted on the server while edited here: a conflict; merging makes it again.
+        let eight = try context.object(entity: "items", id: "i8")
+        try eight.set("Rank", .integer(800))
+        try backend.deleteItem("i8")
+        let gone = try save(context)
+        XCTAssertEqual(gone.error?.kind, .conflict)
+        XCTAssertNil(try XCTUnwrap(gone.failures.first?.conflict).serverValues)
+        XCTAssertNil(try save(context, .mergeProperties).error)
+        XCTAssertEqual(field(try backend.record("i8"), "Rank"), .integer(800))
+        XCTAssertEqual(field(try backend.record("i8"), "Title"), .string("item 8"))
+        XCTAssertFalse(context.hasChanges)
+    }
+
+    /// A change the server already holds (its answer lost) is confirmed,
+    /// not sent twice and not reported as a conflict.
+    static func aChangeAlreadyAppliedIsConfirmed(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let made = try context.insert(entity: "items", id: "landed")
+        try made.set("Title", .text("landed"))
+        let object = try context.object(entity: "items", id: "i9")
+        try object.set("Title", .text("nine"))
+        // As if a save had sent them and died before hearing back.
+        try backend.putItem("landed", #"{"Title": "landed"}"#)
+        try backend.setTitle("i9", "nine")
+        let result = try save(context)
+        XCTAssertNil(result.error, result.error?.message ?? "")
+        XCTAssertEqual(result.saved, 2)
+        XCTAssertEqual(field(try backend.record("landed"), "Title"), .string("landed"))
+        XCTAssertFalse(context.hasChanges)
+    }
+
+    /// More changes than one request carries, with progress.
+    static func manyChangesWithProgress(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        var ids: [String] = []
+        for rank in 0..<60 {
+            let object = try context.insert(entity: "items")
+            try object.set("Rank", .integer(Int64(10_000 + rank)))
+            ids.append(object.id)
+        }
+        let told = ConditionLock<[SaveProgress]>([])
+        let result = try save(context, progress: { progress in told.withLock { $0.append(progress) } })
+        XCTAssertNil(result.error)
+        XCTAssertEqual(result.saved, 60)
+        for (rank, id) in ids.enumerated() {
+            XCTAssertEqual(field(try backend.record(id), "Rank"), .integer(Int64(10_000 + rank)))
+        }
+        let answered = told.withLock { $0 }.map(\.answered)
+        XCTAssertEqual(answered.last, 60)
+        XCTAssertEqual(answered, answered.sorted())
+    }
+
+    static func cancelEndsOnceAndLosesNothing(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        for _ in 0..<30 { try context.insert(entity: "items").set("Title", .text("cancelled save")) }
+        let finals = ConditionLock<[TetherError.Kind?]>([])
+        let task = try context.makeSave()
+        try task.start { result in finals.withLock { $0.append(result.error?.kind) } }
+        try task.cancel()
+        XCTAssertTrue(eventually { finals.withLock { $0 }.count == 1 })
+        usleep(200_000)
+        XCTAssertEqual(finals.withLock { $0 }, [.cancelled], "exactly one final")
+        // What the server took before the cancel is settled; the rest is pending.
+        let result = try save(context)
+        XCTAssertNil(result.error)
+        XCTAssertFalse(context.hasChanges)
+    }
+}
+
+final class KintoSaveTests: KintoTestCase {
+    func testEditSaveAndReopen() throws { try SaveContract.editSaveAndReopen(backend) }
+    func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
+    func testBadEditsAreRefused() throws { try SaveContract.badEditsAreRefused(backend) }
+    func testConflictsAndPolicies() throws { try SaveContract.conflictsAndPolicies(backend) }
+    func testAChangeAlreadyAppliedIsConfirmed() throws { try SaveContract.aChangeAlreadyAppliedIsConfirmed(backend) }
+    func testManyChangesWithProgress() throws { try SaveContract.manyChangesWithProgress(backend) }
+    func testCancelEndsOnceAndLosesNothing() throws { try SaveContract.cancelEndsOnceAndLosesNothing(backend) }
+}
+
+final class MemorySaveTests: MemoryTestCase {
+    func testEditSaveAndReopen() throws { try SaveContract.editSaveAndReopen(backend) }
+    func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
+    func testBadEditsAreRefused() throws { try SaveContract.badEditsAreRefused(backend) }
+    func testConflictsAndPolicies() throws { try SaveContract.conflictsAndPolicies(backend) }
+    func testAChangeAlreadyAppliedIsConfirmed() throws { try SaveContract.aChangeAlreadyAppliedIsConfirmed(backend) }
+    func testManyChangesWithProgress() throws { try SaveContract.manyChangesWithProgress(backend) }
+    func testCancelEndsOnceAndLosesNothing() throws { try SaveContract.cancelEndsOnceAndLosesNothing(backend) }
+
+    /// Unreachable: every change stays pending, and the save says why.
+    func testUnreachableServerKeepsEverything() throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        try context.object(entity: "items", id: "i1").set("Title", .text("offline edit"))
+        backend.server.isReachable = false
+        let result = try SaveContract.save(context)
+        XCTAssertEqual(result.error?.kind, .network)
+        XCTAssertEqual(result.failures.count, 1)
+        XCTAssertTrue(context.hasChanges)
+        backend.server.isReachable = true
+        XCTAssertNil(try SaveContract.save(context).error)
+        XCTAssertEqual(SaveContract.field(try backend.record("i1"), "Title"), .string("offline edit"))
+    }
+
+    /// An operation the spec does not allow is refused at the edit.
+    func testOperationsTheSpecForbidsAreRefused() throws {
+        let readOnly = Spec(name: "items", route: "items", idField: "id", versionField: "last_modified",
+                            fields: MemoryBackend.itemsSpec.fields, operations: .fetch)
+        let server = MemoryServer(name: "ro-\(UUID().uuidString.prefix(8))", specs: [readOnly], pageSize: 50)
+        server.put("items", id: "r1", [("Title", .string("read only"))])
+        let context = try Context.open(ContextOptions(storePath: directory + "/ro.sqlite"), connection: MemoryConnection(server))
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let object = try context.object(entity: "items", id: "r1")
+        XCTAssertThrowsError(try object.set("Title", .text("x"))) { XCTAssertEqual(($0 as? TetherError)?.kind, .notAllowed) }
+        XCTAssertThrowsError(try object.delete()) { XCTAssertEqual(($0 as? TetherError)?.kind, .notAllowed) }
+        XCTAssertThrowsError(try context.insert(entity: "items")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notAllowed) }
+    }
+}
