@@ -288,3 +288,82 @@ final class MemorySaveTests: MemoryTestCase {
         XCTAssertThrowsError(try context.insert(entity: "items")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notAllowed) }
     }
 }
+
+/// Unsaved changes count in fetches: pending inserts that match are in the
+/// answer, pending deletes are not, pending updates are placed by their values.
+final class PendingFetchTests: MemoryTestCase {
+    private func ranks(_ context: Context, _ predicate: String? = nil, sort: String? = "Rank", limit: Int64 = 0,
+                       offset: Int64 = 0, type: ResultType = .objects, batchSize: Int = 0,
+                       policy: CachePolicy = .cacheOnly) throws -> [Int64] {
+        var request = FetchRequest(entity: "items")
+        request.predicate = predicate
+        request.sort = sort
+        request.limit = limit
+        request.offset = offset
+        request.resultType = type
+        request.batchSize = batchSize
+        request.policy = policy
+        let results = try XCTUnwrap(fetch(context, request).last)
+        XCTAssertNil(results.error)
+        if type == .count { return [Int64(results.results.count)] }
+        if type == .values {
+            let column = try XCTUnwrap(results.results.column(named: "Rank"))
+            return try (0..<results.results.count).map { index in
+                guard case .integer(let rank) = try results.results.value(at: index, column: column) else { return -1 }
+                return rank
+            }
+        }
+        return try results.results.objects.map { object in
+            guard case .integer(let rank) = try object.peek("Rank") else { return -1 }
+            return rank
+        }
+    }
+
+    func testPendingChangesShowInEveryKindOfAnswer() throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        try context.insert(entity: "items").set("Rank", .integer(5_000))      // matches "Rank >= 110", sorts last
+        let low = try context.insert(entity: "items")
+        try low.set("Rank", .integer(-1))                                     // does not match; sorts first
+        try context.object(entity: "items", id: "i115").delete()
+        try context.object(entity: "items", id: "i3").set("Rank", .integer(113))  // moves into the range
+        try context.object(entity: "items", id: "i111").set("Rank", .integer(7))  // moves out of it
+        let expected: [Int64] = [110, 112, 113, 113, 114, 116, 117, 118, 119, 5_000]
+        for policy in [CachePolicy.cacheOnly, .serverOnly, .cacheThenServer] {
+            XCTAssertEqual(try ranks(context, "Rank >= 110", policy: policy), expected, "\(policy)")
+        }
+        XCTAssertEqual(try ranks(context, "Rank >= 110", type: .values), expected)
+        XCTAssertEqual(try ranks(context, "Rank >= 110", type: .values, batchSize: 3), expected)
+        XCTAssertEqual(try ranks(context, "Rank >= 110", type: .ids), expected)
+        XCTAssertEqual(try ranks(context, "Rank >= 110", batchSize: 4), expected)
+        XCTAssertEqual(try ranks(context, "Rank >= 110", type: .count), [10])
+        XCTAssertEqual(try ranks(context, "Rank >= 110", limit: 3, offset: 2), [113, 113, 114])
+        XCTAssertEqual(try ranks(context, "Rank >= 110", limit: 3, offset: 8, type: .count), [2])
+        XCTAssertEqual(try ranks(context, sort: "-Rank", limit: 2), [5_000, 119])
+        XCTAssertEqual(try ranks(context, limit: 3), [-1, 0, 1])
+        XCTAssertEqual(try ranks(context, type: .count), [Int64(itemCount) + 1])
+        try context.rollback()
+        XCTAssertEqual(try ranks(context, "Rank >= 110"), Array(110..<Int64(itemCount)))
+    }
+
+    func testALiveFetchHearsLocalChanges() throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        var request = FetchRequest(entity: "items")
+        request.predicate = "Rank >= 118"
+        request.sort = "Rank"
+        request.live = true
+        request.policy = .cacheOnly
+        let answers = ConditionLock<[Int]>([])
+        let task = try context.makeFetch(request)
+        try task.start { result in answers.withLock { $0.append(result.results.count) } }
+        XCTAssertTrue(eventually { answers.withLock { $0 } == [2] })
+        try context.insert(entity: "items").set("Rank", .integer(200))
+        XCTAssertTrue(eventually { answers.withLock { $0 }.last == 3 }, "\(answers.withLock { $0 })")
+        try context.object(entity: "items", id: "i119").delete()
+        XCTAssertTrue(eventually { answers.withLock { $0 }.last == 2 }, "\(answers.withLock { $0 })")
+        try task.cancel()
+    }
+}

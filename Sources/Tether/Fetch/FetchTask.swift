@@ -377,7 +377,17 @@ public final class FetchTask: Sendable {
         let rows: [ResultChanges.Row]
         let count: Int
         do {
-            if request.resultType == .count {
+            let pending = context.pendingRows(entity)
+            if !pending.isEmpty {
+                // An unsaved change moves no version: its revision stands in (negative, never a server's).
+                let answer = try readCache()
+                let ids = answer.allIDs
+                let versions = try context.store.versions(entity, ids: ids.map(\.string))
+                var revisions: [ExactString: Int64] = [:]
+                for row in pending { revisions[ExactString(row.object.id)] = -row.revision }
+                rows = ids.map { ResultChanges.Row(id: $0, version: revisions[$0] ?? versions[$0]) }
+                count = answer.count
+            } else if request.resultType == .count {
                 rows = []
                 count = Int(try context.store.count(entity, where: predicate, limit: request.limit, offset: request.offset))
             } else {
@@ -441,6 +451,10 @@ public final class FetchTask: Sendable {
         let store = context.store
         let keys = (predicate?.indexableAttributes ?? []) + sort.prefix(1).map(\.index)
         try store.ensureIndexes(entity, on: keys.filter { $0 != entity.idIndex })  // the id has its own
+        let pending = context.pendingRows(entity)
+        if !pending.isEmpty {
+            return try readCache(with: PendingResults(entity: entity, rows: pending, predicate: predicate, sort: sort))
+        }
         switch request.resultType {
         case .count:
             return .counted(Int(try store.count(entity, where: predicate, limit: request.limit, offset: request.offset)))
@@ -457,6 +471,45 @@ public final class FetchTask: Sendable {
         case .objects:
             return .objects(context.adopt(try store.query(entity, where: predicate, sort: sort, limit: request.limit,
                                                           offset: request.offset), of: entity))
+        }
+    }
+
+    /// The cache's answer with unsaved changes in it.
+    private func readCache(with pending: PendingResults) throws -> FetchedResults {
+        let store = context.store
+        if request.resultType == .count {
+            let total = try store.count(entity, where: predicate)
+            return .counted(Int(pending.count(stored: total, offset: request.offset, limit: request.limit)))
+        }
+        let window = request.limit > 0 ? request.limit.addingReportingOverflow(request.offset + pending.extraRows).partialValue : 0
+        let stored = try store.idList(entity, where: predicate, sort: sort, limit: max(0, window))
+        let ids = pending.ids(stored: (0..<stored.count).map { stored[$0] }, offset: request.offset, limit: request.limit,
+                              inServerOrder: false) { [entity] id in try? store.rows(entity, ids: [id])[ExactString(id)]?.record.values }
+        return try answer(ids: ids, pending)
+    }
+
+    /// An answer of these ids, changed objects showing their pending values.
+    private func answer(ids: [String], _ pending: PendingResults) throws -> FetchedResults {
+        switch request.resultType {
+        case .count:
+            return .counted(ids.count)
+        case .objects where request.batchSize > 0, .ids:
+            return .ids(IDList(ids), type: request.resultType, context: context, entity: entity, batchSize: request.batchSize)
+        case .values where request.batchSize > 0:
+            return .batchedValues(IDList(ids), properties: properties, context: context, entity: entity, batchSize: request.batchSize)
+        case .values:
+            let visible = pending.visibleByID
+            let stored = try context.store.rows(entity, ids: ids.filter { visible[ExactString($0)] == nil })
+            let present = ids.filter { visible[ExactString($0)] != nil || stored[ExactString($0)] != nil }
+            return .values(present, present.map { id in
+                let values = visible[ExactString(id)] ?? stored[ExactString(id)]!.record.values
+                return properties.map { values[$0] }
+            }, properties: properties, context: context, entity: entity)
+        case .objects:
+            let stored = try context.store.rows(entity, ids: ids)
+            let objects = context.uniqueObjects(entity, ids)
+            _ = context.adopt(objects.compactMap { stored[ExactString($0.id)] }, of: entity)
+            return .objects(objects)
         }
     }
 
@@ -667,6 +720,16 @@ public final class FetchTask: Sendable {
             // In the cache's order, so both phases agree; a host's own server
             // query is answered as the server orders it.
             let ordered = request.serverQuery == nil ? SortOrder(entity: entity, keys: sort).sorted(results) : results
+            let pending = context.pendingRows(entity)
+            if !pending.isEmpty {
+                let store = context.store
+                let ids = PendingResults(entity: entity, rows: pending, predicate: predicate, sort: sort)
+                    .ids(stored: ordered.map(\.id), offset: request.offset, limit: request.limit,
+                         inServerOrder: request.serverQuery != nil) { [entity] id in
+                        try? store.rows(entity, ids: [id])[ExactString(id)]?.record.values
+                    }
+                return try answer(ids: ids, PendingResults(entity: entity, rows: pending, predicate: predicate, sort: sort))
+            }
             let wanted = ordered.dropFirst(Int(request.offset))
             return answer(request.limit > 0 ? Array(wanted.prefix(Int(request.limit))) : Array(wanted))
         }

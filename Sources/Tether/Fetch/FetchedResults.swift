@@ -198,7 +198,12 @@ public final class FetchedResults: Sendable {
     private func storedRows(_ ids: [String]) throws -> [ExactString: Record] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
-        return try context.store.rows(entity, ids: ids).mapValues(\.record)
+        var rows = try context.store.rows(entity, ids: ids).mapValues(\.record)
+        for row in context.pendingRows(entity) where ids.contains(row.object.id) {
+            // As the host sees it: an unsaved insert or edit, or gone if deleted.
+            rows[ExactString(row.object.id)] = row.visible.map { Record(id: row.object.id, values: $0, extra: []) }
+        }
+        return rows
     }
 
     /// The objects of `ids`; with `reading`, their rows are read from the

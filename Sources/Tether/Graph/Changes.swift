@@ -254,6 +254,7 @@ extension Context {
         }
         if held { hold(object) } else { release(object) }
         for observer in observers { observer.notify() }
+        tellLiveFetches(entity, [object.id])
     }
 
     /// `value` as attribute `attribute` holds it; a value of another type is refused.
