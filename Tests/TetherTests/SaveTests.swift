@@ -273,6 +273,31 @@ final class MemorySaveTests: MemoryTestCase {
         XCTAssertEqual(SaveContract.field(try backend.record("i1"), "Title"), .string("offline edit"))
     }
 
+    /// A spec's allowed values (a JSON schema's enum) are checked on set,
+    /// and kept with the model in the store.
+    func testAllowedValuesAreChecked() throws {
+        let collection = try JSON.parse(#"{"id": "tasks", "schema": {"properties": {"Status": {"type": "string", "enum": ["open", "done"]}, "Size": {"type": "integer", "enum": [1, 2, 3]}}}}"#)
+        let spec = KintoConnection.spec(from: collection, bucket: "b", operations: .all)
+        XCTAssertEqual(spec.fields.first { $0.name == "Status" }?.allowedValues, [.text("open"), .text("done")])
+        XCTAssertEqual(spec.fields.first { $0.name == "Size" }?.allowedValues, [.integer(1), .integer(2), .integer(3)])
+        let tasks = Spec(name: "tasks", route: "tasks", idField: "id", versionField: "last_modified", fields: spec.fields,
+                         operations: .all)
+        let server = MemoryServer(name: "enum-\(UUID().uuidString.prefix(8))", specs: [tasks], pageSize: 50)
+        server.put("tasks", id: "t1", [("Status", .string("open")), ("Size", .integer(1))])
+        for round in 0..<2 {  // the second time, the model comes from the store (offline)
+            server.isReachable = round == 0
+            let context = try Context.open(ContextOptions(storePath: directory + "/enum.sqlite"), connection: MemoryConnection(server))
+            defer { try? context.close() }
+            if round == 0 { _ = try fetch(context, FetchRequest(entity: "tasks")) }
+            let task = try context.object(entity: "tasks", id: "t1")
+            XCTAssertThrowsError(try task.set("Status", .text("closed"))) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
+            XCTAssertThrowsError(try task.set("Size", .integer(4))) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
+            try task.set("Status", .text("done"))
+            try task.set("Size", .null)
+            try task.rollback()
+        }
+    }
+
     /// An operation the spec does not allow is refused at the edit.
     func testOperationsTheSpecForbidsAreRefused() throws {
         let readOnly = Spec(name: "items", route: "items", idField: "id", versionField: "last_modified",

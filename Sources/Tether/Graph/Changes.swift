@@ -259,6 +259,15 @@ extension Context {
 
     /// `value` as attribute `attribute` holds it; a value of another type is refused.
     static func checked(_ value: Value, for attribute: Attribute, of entity: Entity) throws -> Value {
+        let checked = try typed(value, for: attribute, of: entity)
+        if let allowed = attribute.allowedValues, checked != .null, !allowed.contains(checked) {
+            let names = allowed.map { $0.json.serialized() }.joined(separator: ", ")
+            throw TetherError(.invalid, "\(entity.name).\(attribute.name) must be one of \(names)")
+        }
+        return checked
+    }
+
+    private static func typed(_ value: Value, for attribute: Attribute, of entity: Entity) throws -> Value {
         let what = "\(entity.name).\(attribute.name)"
         switch (attribute.type, value) {
         case (_, .null):

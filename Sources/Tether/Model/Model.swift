@@ -33,6 +33,8 @@ public struct Attribute: Sendable, Equatable {
     public let isID: Bool
     public let isVersion: Bool
     public let isRequired: Bool
+    /// The only values the spec allows (a JSON schema's `enum`); nil: any of the type.
+    public var allowedValues: [Value]? = nil
 }
 
 /// A record type, built from its spec.

@@ -55,6 +55,7 @@ enum ModelBuilder {
         let isID: Bool
         let isVersion: Bool
         let isRequired: Bool
+        var allowedValues: [Value]? = nil
     }
 
     private static func buildAttributes(_ spec: Spec, previous: Entity?, _ diagnostics: inout [Diagnostic])
@@ -87,7 +88,8 @@ enum ModelBuilder {
             }
             guard seen.insert(ExactString(field.name)).inserted else { note(field.name, "described twice; the first is kept"); continue }
             drafts.append(Draft(name: field.name, explicitCode: explicitCode(field), type: field.type,
-                                isID: false, isVersion: false, isRequired: field.isRequired))
+                                isID: false, isVersion: false, isRequired: field.isRequired,
+                                allowedValues: field.allowedValues))
         }
 
         // Codes are promises: a code given before is kept first, whatever the
@@ -123,7 +125,7 @@ enum ModelBuilder {
         let highWater = max(previous?.codeHighWater ?? 0, used.max() ?? 0)
         let list = zip(drafts, codes).map { draft, code in
             Attribute(name: draft.name, code: code!, type: draft.type, isID: draft.isID,
-                      isVersion: draft.isVersion, isRequired: draft.isRequired)
+                      isVersion: draft.isVersion, isRequired: draft.isRequired, allowedValues: draft.allowedValues)
         }
         return (list, highWater)
     }
@@ -151,7 +153,7 @@ enum ModelCoding {
                         ("id", .bool(attribute.isID)),
                         ("version", .bool(attribute.isVersion)),
                         ("required", .bool(attribute.isRequired)),
-                    ])
+                    ] + (attribute.allowedValues.map { [("allowed", .array($0.map(\.json)))] } ?? []))
                 })),
             ])
         }
@@ -188,14 +190,16 @@ enum ModelCoding {
                       let type = AttributeType(rawValue: Int(rawType)) else { throw corrupt() }
                 return Attribute(name: name, code: Int(code), type: type, isID: attribute["id"] == .bool(true),
                                  isVersion: attribute["version"] == .bool(true),
-                                 isRequired: attribute["required"] == .bool(true))
+                                 isRequired: attribute["required"] == .bool(true),
+                                 allowedValues: attribute["allowed"]?.arrayValue?.map { Value(json: $0, type: type) })
             }
             let ids = decoded.filter(\.isID), versions = decoded.filter(\.isVersion)
             guard ids.count == 1, versions.count == 1, !ids[0].isVersion,
                   ExactString(ids[0].name) == ExactString(idField), ExactString(versions[0].name) == ExactString(versionField),
                   Set(decoded.map(\.code)).count == decoded.count,
                   Set(decoded.map { ExactString($0.name) }).count == decoded.count else { throw corrupt() }
-            let fields = decoded.map { FieldSpec(name: $0.name, type: $0.type, code: Int64($0.code), isRequired: $0.isRequired) }
+            let fields = decoded.map { FieldSpec(name: $0.name, type: $0.type, code: Int64($0.code), isRequired: $0.isRequired,
+                                                 allowedValues: $0.allowedValues) }
             let spec = Spec(name: name, route: route, idField: idField, versionField: versionField, fields: fields,
                             operations: Operations(rawValue: UInt32(truncatingIfNeeded: operations)))
             return Entity(index: index, code: Int(code), spec: spec, attributes: decoded, codeHighWater: Int(highWater))

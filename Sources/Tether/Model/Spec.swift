@@ -33,12 +33,16 @@ public struct FieldSpec: Sendable, Equatable {
     /// A code the server gives the field; nil lets the model choose one.
     public var code: Int64?
     public var isRequired: Bool
+    /// The only values the server accepts; nil: any of the type.
+    public var allowedValues: [Value]?
 
-    public init(name: String, type: AttributeType, code: Int64? = nil, isRequired: Bool = false) {
+    public init(name: String, type: AttributeType, code: Int64? = nil, isRequired: Bool = false,
+                allowedValues: [Value]? = nil) {
         self.name = name
         self.type = type
         self.code = code
         self.isRequired = isRequired
+        self.allowedValues = allowedValues
     }
 }
 

@@ -125,7 +125,10 @@ public final class KintoConnection: Connection {
         let required = Set((schema?["required"]?.arrayValue ?? []).compactMap(\.stringValue))
         let fields = (schema?["properties"]?.objectValue ?? []).map { name, property in
             FieldSpec(name: name, type: attributeType(of: property),
-                      code: property[codeKeyword].map(explicitCode), isRequired: required.contains(name))
+                      code: property[codeKeyword].map(explicitCode), isRequired: required.contains(name),
+                      allowedValues: property["enum"]?.arrayValue.map { values in
+                          values.map { Value(json: $0, type: attributeType(of: property)) }
+                      })
         }
         // Escaped: the id comes from the server and goes into URLs.
         return Spec(name: name, route: "/buckets/\(escape(bucket))/collections/\(escape(name))/records",
