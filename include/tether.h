@@ -212,7 +212,10 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
  * credentials TETHER_E_AUTH, an unknown bucket TETHER_E_NOT_FOUND, a
  * malformed answer TETHER_E_PROTOCOL, a 5xx TETHER_E_SERVER. In each failure
  * the store is left as it was (a store file this call created is removed).
- * A store saved for another server or bucket gives TETHER_E_STORE.
+ * A store saved for another server or bucket gives TETHER_E_STORE, and a store
+ * file a context of this process has open already gives TETHER_E_BUSY (a
+ * store's unsaved changes have one keeper: open a sibling of that context
+ * instead, see tether_context_open_sibling).
  *
  * On success *out is a new context owned by the caller: close it with
  * tether_context_close. */
@@ -232,6 +235,28 @@ TETHER_API int tether_context_open(const tether_context_options *opts, tether_co
  * TETHER_OK. Returns TETHER_E_BUSY if called from inside one of this
  * context's callbacks (the context stays open). */
 TETHER_API int tether_context_close(tether_context *ctx);
+
+/* Opens a sibling of `ctx`: another context on the same store, model and
+ * connection, with its own objects, callbacks (delivered as `delivery` says)
+ * and unsaved changes, as Core Data has a background context for imports
+ * beside the main one for a UI. Its options are ctx's otherwise. Unsaved
+ * changes are each context's own and are kept in the store under its
+ * `name` (non-empty UTF-8; the first context's changes have the name ""),
+ * so a sibling opened again under a name finds the changes left under it.
+ * When a save in one context settles a record, the objects of the others
+ * for that record take the server's values (their own unsaved changes
+ * stay) and their observers and live fetches are told.
+ * TETHER_E_INVALID if a context of that name is open on the store. *out is
+ * owned by the caller: close it with tether_context_close. Contexts may be
+ * closed in any order; the store and the connection close with the last. */
+TETHER_API int tether_context_open_sibling(tether_context *ctx, const char *name, tether_delivery delivery,
+                                           tether_context **out);
+
+/* The object of `ctx` for the record that `obj`, an object of another
+ * context on the same store, stands for (Core Data's objectWithID: in
+ * another context). TETHER_E_INVALID if obj's context is on another store.
+ * *out is a new reference, as from tether_context_object. */
+TETHER_API int tether_context_local_object(tether_context *ctx, tether_object *obj, tether_object **out);
 
 /* *out = 1 if the context reached the server when it opened, 0 if it opened
  * offline from its store. */
@@ -395,7 +420,8 @@ TETHER_API int tether_object_get_code(tether_object *obj, int code, tether_value
  * string) and JSON text, which must parse (TETHER_E_TYPE). NULL is refused for
  * a required attribute (TETHER_E_TYPE). TEXT must be valid UTF-8
  * (TETHER_E_INVALID); it may hold NUL bytes (`length` counts). The id and
- * version attributes are the server's (TETHER_E_INVALID). Setting a value
+ * version attributes are the server's (TETHER_E_INVALID), and so is a value
+ * outside the spec's allowed values (a JSON schema's "enum"). Setting a value
  * back to the server's undoes the change of that key.
  *
  * An object that is not a pending insert must be cached (TETHER_E_NOT_CACHED:

@@ -135,6 +135,18 @@ private func contextOptionsSize(_ version: UInt32) -> Int {
     }
 }
 
+/// An entity as one context's handle holds it.
+final class EntityBox {
+    let entity: Entity
+    init(_ entity: Entity) { self.entity = entity }
+}
+
+/// The handle of `entity` in the context whose token is `owner`.
+func entityHandle(_ entity: Entity, owner: UInt) throws -> OpaquePointer {
+    let box = try Handles.shared.resolve(Handles.pointer(owner), .context, as: ContextBox.self)
+    return box.entityHandles[entity.index]
+}
+
 /// A context and the handles of its model, as the boundary keeps them.
 final class ContextBox {
     let context: Context
@@ -225,8 +237,9 @@ func register(_ context: Context) throws -> OpaquePointer {
     let box = ContextBox(context)
     let handle = try Handles.shared.register(box, kind: .context, owner: 0).handle
     let token = Handles.token(handle)
+    // Each context's own: siblings share the model's entities, not their handles.
     box.entityHandles = try context.model.entities.map { entity in
-        try Handles.shared.register(entity, kind: .entity, owner: token,
+        try Handles.shared.register(EntityBox(entity), kind: .entity, owner: token,
                                     strings: [entity.name, entity.route] + entity.attributes.map(\.name)).handle
     }
     return handle
@@ -299,15 +312,13 @@ public func tether_context_entity(_ ctx: OpaquePointer?, _ name: UnsafePointer<C
         guard let entity = box.context.model.entity(named: name) else {
             throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
         }
-        // Gone from the registry: a close on another thread got there first.
-        guard let handle = Handles.shared.existing(entity) else { throw TetherError(.closed, "the context is closed") }
-        try output(out, handle)
+        try output(out, box.entityHandles[entity.index])
     }
 }
 
 private func entity(_ pointer: OpaquePointer?) throws -> (Entity, [UnsafeMutablePointer<CChar>]) {
-    let resolved = try Handles.shared.resolveWithOwner(pointer, .entity, as: Entity.self)
-    return (resolved.object, resolved.strings)
+    let resolved = try Handles.shared.resolveWithOwner(pointer, .entity, as: EntityBox.self)
+    return (resolved.object.entity, resolved.strings)
 }
 
 @_cdecl("tether_entity_name")
@@ -421,9 +432,8 @@ public func tether_object_release(_ obj: OpaquePointer?) -> Int32 {
 @_cdecl("tether_object_entity")
 public func tether_object_entity(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
-        let entity = try object(obj).object.entity
-        guard let handle = Handles.shared.existing(entity) else { throw TetherError(.closed, "the context is closed") }
-        try output(out, handle)
+        let (target, owner, _) = try object(obj)
+        try output(out, try entityHandle(target.entity, owner: owner))
     }
 }
 

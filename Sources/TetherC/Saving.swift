@@ -99,14 +99,13 @@ public func tether_object_changed_key_at(_ obj: OpaquePointer?, _ index: Int, _ 
         let target = try object(obj).object
         let changed = target.changedAttributes
         guard index >= 0, index < changed.count else { throw TetherError(.notFound, "no changed key at \(index)") }
-        try output(out, try attributeName(target.entity, changed[index]))
+        try output(out, try attributeName(target.entity, changed[index], owner: object(obj).owner))
     }
 }
 
-/// An attribute's name as the entity's handle lends it (valid until close).
-private func attributeName(_ entity: Entity, _ index: Int) throws -> UnsafePointer<CChar> {
-    guard let handle = Handles.shared.existing(entity) else { throw TetherError(.closed, "the context is closed") }
-    let strings = try Handles.shared.resolveWithOwner(handle, .entity, as: Entity.self).strings
+/// An attribute's name as the entity's handle in the context `owner` lends it (valid until close).
+private func attributeName(_ entity: Entity, _ index: Int, owner: UInt) throws -> UnsafePointer<CChar> {
+    let strings = try Handles.shared.resolveWithOwner(entityHandle(entity, owner: owner), .entity, as: EntityBox.self).strings
     return UnsafePointer(strings[2 + index])
 }
 
@@ -125,6 +124,41 @@ public func tether_context_change_count(_ ctx: OpaquePointer?, _ out: UnsafeMuta
         let context = try contextBox(ctx).box.context
         guard !context.isClosed else { throw TetherError(.closed, "the context is closed") }
         try output(out, context.changedObjects.count)
+    }
+}
+
+// MARK: several contexts
+
+@_cdecl("tether_context_open_sibling")
+public func tether_context_open_sibling(_ ctx: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ delivery: tether_delivery,
+                                        _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let context = try contextBox(ctx).box.context
+        guard out != nil else { throw misuse("out is NULL") }
+        let mode: DeliveryMode
+        switch delivery {
+        case TETHER_DELIVER_THREAD: mode = .thread
+        case TETHER_DELIVER_POLL: mode = .poll
+        default: throw TetherError(.invalid, "unknown delivery mode \(delivery.rawValue)")
+        }
+        let sibling = try context.openSibling(name: try text(name, "name"), delivery: mode)
+        do {
+            try output(out, try register(sibling))
+        } catch {
+            try? sibling.close()
+            throw error
+        }
+    }
+}
+
+@_cdecl("tether_context_local_object")
+public func tether_context_local_object(_ ctx: OpaquePointer?, _ obj: OpaquePointer?,
+                                        _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let (box, token) = try contextBox(ctx)
+        let other = try object(obj).object
+        guard out != nil else { throw misuse("out is NULL") }
+        try output(out, try objectHandle(try box.context.localInstance(of: other), owner: token))
     }
 }
 
@@ -268,7 +302,8 @@ public func tether_save_report_conflict_key_at(_ pointer: OpaquePointer?, _ inde
         guard keyIndex >= 0, keyIndex < conflict.differingAttributes.count else {
             throw TetherError(.notFound, "the conflict has no key at \(keyIndex)")
         }
-        try output(out, try attributeName(conflict.object.entity, conflict.differingAttributes[keyIndex]))
+        let box = try report(pointer)
+        try output(out, try attributeName(conflict.object.entity, conflict.differingAttributes[keyIndex], owner: box.owner))
     }
 }
 

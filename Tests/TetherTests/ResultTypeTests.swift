@@ -150,7 +150,6 @@ enum ResultTypeContract {
     /// Progress comes as pages arrive, before the final; cancel from inside works.
     static func progressIsToldAndCanCancel(_ backend: Backend) throws {
         let context = try backend.open()
-        defer { try? context.close() }
         let told = ConditionLock<[FetchProgress]>([])
         let finalSeen = ConditionLock(false)
         let lateProgress = ConditionLock(false)
@@ -169,6 +168,7 @@ enum ResultTypeContract {
         XCTAssertEqual(progress.last?.received, Int64(itemCount), "the last page is always told")
         XCTAssertTrue(progress.allSatisfy { $0.total == nil || $0.total == Int64(itemCount) }, "\(progress)")
         XCTAssertNotNil(progress.last?.total, "the total came (from the pages, or a count asked alongside)")
+        try context.close()  // a store is one context's (and its siblings') at a time
 
         // Pages slowed down, so the fetch is still running when progress is told.
         let slow = try backend.open(wrapping: { connection in

@@ -392,3 +392,62 @@ final class PendingFetchTests: MemoryTestCase {
         try task.cancel()
     }
 }
+
+/// Several contexts on one store: siblings with their own objects and
+/// changes; a save in one reaches the objects of the other.
+final class SiblingContextTests: MemoryTestCase {
+    func testSiblingsKeepTheirOwnChangesAndHearEachOthersSaves() throws {
+        let main = try backend.open()
+        defer { try? main.close() }
+        _ = try fetch(main, FetchRequest(entity: "items"))
+        var background: Context? = try main.openSibling(name: "import")
+        XCTAssertThrowsError(try main.openSibling(name: "import")) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
+        XCTAssertThrowsError(try backend.open()) { XCTAssertEqual(($0 as? TetherError)?.kind, .busy, "one context per store file") }
+
+        let shown = try main.object(entity: "items", id: "i1")
+        let told = ConditionLock(0)
+        try shown.makeObserver(key: "Title").activate { error in if error == nil { told.withLock { $0 += 1 } } }
+        let there = try background!.localInstance(of: shown)
+        XCTAssertFalse(there === shown, "one object per record per context")
+        XCTAssertEqual(there.id, "i1")
+        try there.set("Title", .text("imported"))
+        XCTAssertEqual(try shown.peek("Title"), .text("item 1"), "unsaved changes are the context's own")
+        XCTAssertFalse(main.hasChanges)
+        XCTAssertTrue(background!.hasChanges)
+        try main.object(entity: "items", id: "i2").set("Title", .text("main's"))
+
+        // The sibling's save sends its change only, and main's object takes it.
+        let result = try SaveContract.save(background!)
+        XCTAssertNil(result.error)
+        XCTAssertEqual(result.saved, 1)
+        XCTAssertEqual(try shown.peek("Title"), .text("imported"))
+        XCTAssertTrue(eventually { told.withLock { $0 } == 1 }, "main's observer is told")
+        XCTAssertEqual(SaveContract.field(try backend.record("i2"), "Title"), .string("item 2"))
+        XCTAssertTrue(main.hasChanges)
+
+        // A sibling's unsaved changes wait for a sibling of that name.
+        try there.set("Rank", .integer(-5))
+        try background!.close()
+        background = nil
+        XCTAssertEqual(try main.object(entity: "items", id: "i1").peek("Rank"), .integer(1))
+        let again = try main.openSibling(name: "import")
+        XCTAssertEqual(try again.object(entity: "items", id: "i1").peek("Rank"), .integer(-5))
+        XCTAssertNil(try SaveContract.save(again).error)
+        try again.close()
+        XCTAssertNil(try SaveContract.save(main).error, "main still works after its siblings close")
+        XCTAssertEqual(SaveContract.field(try backend.record("i2"), "Title"), .string("main's"))
+        XCTAssertEqual(SaveContract.field(try backend.record("i1"), "Rank"), .integer(-5))
+    }
+
+    func testTheStoreClosesWithTheLastContext() throws {
+        let main = try backend.open()
+        let sibling = try main.openSibling(name: "other")
+        try main.close()
+        _ = try fetch(sibling, FetchRequest(entity: "items"))
+        XCTAssertEqual(try sibling.object(entity: "items", id: "i3").peek("Rank"), .integer(3), "the sibling still reads and fetches")
+        XCTAssertThrowsError(try backend.open()) { XCTAssertEqual(($0 as? TetherError)?.kind, .busy) }
+        try sibling.close()
+        let reopened = try backend.open()
+        try reopened.close()
+    }
+}

@@ -69,7 +69,7 @@ extension Context {
     /// Reads the outbox into the graph at open: each changed object is in
     /// memory, with its change, until the server confirms it.
     func restoreChanges() throws {
-        for row in try store.pendingChanges(model) {
+        for row in try store.pendingChanges(name, model) {
             guard let entity = model.entities.first(where: { $0.code == row.entityCode }) else { continue }
             let object = uniqueObjects(entity, [row.id])[0]
             object.state.withLock { $0.pending = row.change }
@@ -115,7 +115,7 @@ extension Context {
                 throw TetherError(.conflict, "\(entity.name)/\(id) already exists")
             }
             var change = PendingChange(kind: .insert, values: [entity.idIndex: .text(id)], baseVersion: nil, revision: 1)
-            change.sequence = try store.recordChange(entity, id: id, change)
+            change.sequence = try store.recordChange(name, entity, id: id, change)
             state.pending = change
             state.discarded = false
             state.loaded = true
@@ -241,13 +241,13 @@ extension Context {
             var draft = state
             let before = state.observers.map { state.visible($0.attributeIndex) }
             guard var change = try body(&draft) else {
-                if state.pending != nil { try store.discardChange(entity, id: object.id) }
+                if state.pending != nil { try store.discardChange(name, entity, id: object.id) }
                 draft.pending = nil
                 state = draft
                 return (zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0), false)
             }
             change.revision = (state.pending?.revision ?? change.revision) + 1
-            change.sequence = try store.recordChange(entity, id: object.id, change)
+            change.sequence = try store.recordChange(name, entity, id: object.id, change)
             draft.pending = change
             state = draft
             return (zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0), true)

@@ -30,8 +30,13 @@ public final class Context: Sendable {
     /// False when the server was unreachable at open and the model came from the store.
     public let isOnline: Bool
     let options: ContextOptions
+    /// Whose changes in the store's outbox are this context's: "" for the
+    /// first context on a store, a sibling's name for a sibling.
+    public let name: String
     let store: Store
     let connection: any Connection
+    /// The contexts sharing this one's store and connection.
+    let coordinator: Coordinator
     let worker: WorkQueue
     let delivery: Delivery
     let graph: Lock<Graph>
@@ -84,15 +89,46 @@ public final class Context: Sendable {
         }
     }
 
+    /// The contexts open on one store: each context's name is its own, and
+    /// the last to close closes the store and the connection.
+    final class Coordinator: Sendable {
+        private let open = Lock<[(name: String, context: WeakContext)]>([])
+
+        struct WeakContext { weak var context: Context? }
+
+        func join(_ context: Context) throws {
+            try open.withLock { open in
+                guard !open.contains(where: { $0.name == context.name && $0.context.context != nil }) else {
+                    throw TetherError(.invalid, "a context named \(context.name.debugDescription) is already open on this store")
+                }
+                open.append((context.name, WeakContext(context: context)))
+            }
+        }
+
+        /// Removes `context`; true if it was the last.
+        func leave(_ context: Context) -> Bool {
+            open.withLock { open in
+                open.removeAll { $0.context.context === context || $0.context.context == nil }
+                return open.isEmpty
+            }
+        }
+
+        func others(than context: Context) -> [Context] {
+            open.withLock { open in open.compactMap { $0.context.context }.filter { $0 !== context } }
+        }
+    }
+
     struct WeakObject {
         weak var object: ManagedObject?
     }
 
     private init(model: Model, isOnline: Bool, options: ContextOptions, store: Store, connection: any Connection,
-                 delivery: Delivery) {
+                 delivery: Delivery, name: String = "", coordinator: Coordinator = Coordinator()) {
         self.model = model
         self.isOnline = isOnline
         self.options = options
+        self.name = name
+        self.coordinator = coordinator
         self.store = store
         self.connection = connection
         self.delivery = delivery
@@ -129,11 +165,13 @@ public final class Context: Sendable {
         do {
             let opened = try Store(path: options.storePath)
             store = opened
+            try opened.claim()
             let saved = try opened.savedModel(identity: connection.identity)
             let (model, online) = try connect(connection, saved: saved, store: opened)
             let delivery = try Delivery(mode: options.delivery)
             let context = Context(model: model, isOnline: online, options: options, store: opened,
                                   connection: connection, delivery: delivery)
+            try context.coordinator.join(context)
             do {
                 try context.restoreChanges()
             } catch {
@@ -191,10 +229,12 @@ public final class Context: Sendable {
         closed.store(true, ordering: .releasing)
         delivery.beginClose()
         for cancel in cancels { cancel() }
-        connection.shutdown()
+        // The store and connection close with the last context sharing them.
+        let last = coordinator.leave(self)
+        if last { connection.shutdown() }
         worker.shutdown()
         delivery.shutdown()
-        store.close()
+        if last { store.close() }
         // Objects the host still holds keep their identity and die with their
         // handles. The rest are released here, outside the lock.
         var dropped = Graph(entities: 0, cacheSize: 0)
@@ -203,6 +243,65 @@ public final class Context: Sendable {
     }
 
     public var isClosed: Bool { closed.load(ordering: .acquiring) }
+
+    /// A sibling: another context on this one's store, model and connection,
+    /// with its own objects, callbacks and unsaved changes (a background
+    /// context for an import beside one for a UI, as Core Data has them).
+    /// Its changes are kept in the store under `name`, so a sibling opened
+    /// again under that name finds its unsaved changes. A save in either
+    /// updates the objects the other holds and tells their observers. The
+    /// store and connection close with the last context sharing them.
+    public func openSibling(name: String, delivery mode: DeliveryMode? = nil) throws -> Context {
+        guard !name.isEmpty, !name.unicodeScalars.contains("\u{0}") else {
+            throw TetherError(.invalid, "a sibling needs a name, without U+0000 (\"\" is the first context's)")
+        }
+        try checkOpen()
+        var siblingOptions = options
+        siblingOptions.delivery = mode ?? options.delivery
+        let sibling = Context(model: model, isOnline: isOnline, options: siblingOptions, store: store, connection: connection,
+                              delivery: try Delivery(mode: siblingOptions.delivery), name: name, coordinator: coordinator)
+        try coordinator.join(sibling)
+        do {
+            try sibling.restoreChanges()
+        } catch {
+            try? sibling.close()
+            throw error
+        }
+        return sibling
+    }
+
+    /// This context's object for the record `object` stands for in another
+    /// (Core Data's `objectWithID:` in another context).
+    public func localInstance(of object: ManagedObject) throws -> ManagedObject {
+        guard object.context.coordinator === coordinator else {
+            throw TetherError(.invalid, "the object belongs to a context on another store")
+        }
+        try checkOpen()
+        return uniqueObjects(object.entity, [object.id])[0]
+    }
+
+    /// A save in a sibling settled this record (nil: deleted on the server):
+    /// objects here take it, their observers and live fetches are told.
+    /// Changes pending here stay; their own save meets the new version.
+    func takeSaved(_ record: Record?, id: String, of entity: Entity) {
+        guard let object = objectsInMemory(entity, [id]).first else { return }
+        let now = wallClockMilliseconds()
+        let observers = object.state.withLock { state -> [KeyObserver] in
+            let before = state.observers.map { state.visible($0.attributeIndex) }
+            if let record {
+                state.record = record
+                state.loaded = true
+                state.fetchedAt = now
+                state.deletedOnServer = false
+            } else {
+                if state.pending == nil { state.record = nil }
+                state.deletedOnServer = true
+            }
+            return zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0)
+        }
+        for observer in observers { observer.notify() }
+        tellLiveFetches(entity, [id])
+    }
 
     func checkOpen() throws {
         if isClosed { throw TetherError.contextClosed }

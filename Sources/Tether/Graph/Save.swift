@@ -159,7 +159,7 @@ public final class SaveTask: Sendable {
         tally.total = items.count + tally.failures.count
         guard !items.isEmpty else { return finish(tally) }
         do {
-            try context.store.markSent(items.filter { $0.change.kind == .insert && !$0.change.sent }.map { ($0.object.entity, $0.object.id) })
+            try context.store.markSent(context.name, items.filter { $0.change.kind == .insert && !$0.change.sent }.map { ($0.object.entity, $0.object.id) })
         } catch {
             for item in items { tally.failures.append(SaveFailure(object: item.object, error: TetherError.wrap(error), conflict: nil)) }
             return finish(tally)
@@ -334,7 +334,7 @@ extension Context {
                 }
                 remaining = pending
             }
-            try store.settle(entity, id: object.id, server: record, fetchedAt: now, remaining: remaining)
+            try store.settle(name, entity, id: object.id, server: record, fetchedAt: now, remaining: remaining)
             state.record = record
             state.loaded = true
             state.fetchedAt = now
@@ -406,10 +406,10 @@ extension Context {
             if current == nil, remaining != nil {
                 // Gone on the server, still wanted here: the last values the
                 // server sent are kept, as a policy may make the record again.
-                try store.recordChange(entity, id: object.id, remaining!)
+                try store.recordChange(name, entity, id: object.id, remaining!)
                 state.deletedOnServer = true
             } else {
-                try store.settle(entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
+                try store.settle(name, entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
                 state.record = current
                 state.loaded = true
                 state.fetchedAt = now
@@ -423,6 +423,8 @@ extension Context {
     }
 
     private func afterSettling(_ object: ManagedObject, _ observers: [KeyObserver]) {
+        let (record, gone) = object.state.withLock { ($0.record, $0.deletedOnServer) }
+        for sibling in coordinator.others(than: self) { sibling.takeSaved(gone ? nil : record, id: object.id, of: object.entity) }
         if object.state.withLock({ $0.pending == nil }) {
             _ = graph.withLock { $0.changed.removeValue(forKey: ObjectIdentifier(object)) }
         }

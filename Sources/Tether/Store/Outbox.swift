@@ -2,11 +2,15 @@
 /// per object, written when the change is made (the row is the object's
 /// local state), so a process killed at any instant loses none. Rows are
 /// in the order objects were first changed; a save sends them in that order.
-/// Values are keyed by attribute code, which outlives renames.
+/// Values are keyed by attribute code, which outlives renames. Each
+/// context on the store has its own rows (`owner`: its name; "" for the
+/// first), so a context saves only its own changes, and finds them again
+/// when it is opened again under that name.
 extension Store {
     static let outboxSchema = """
         CREATE TABLE IF NOT EXISTS tether_outbox (
             sequence INTEGER PRIMARY KEY,
+            owner TEXT NOT NULL,
             entity INTEGER NOT NULL,
             id TEXT NOT NULL,
             kind INTEGER NOT NULL,
@@ -14,7 +18,7 @@ extension Store {
             ivalues TEXT NOT NULL,
             revision INTEGER NOT NULL,
             sent INTEGER NOT NULL DEFAULT 0,
-            UNIQUE (entity, id))
+            UNIQUE (owner, entity, id))
         """
 
     struct OutboxRow: Sendable {
@@ -29,20 +33,21 @@ extension Store {
     /// Writes an object's change (a new row keeps its place in the order);
     /// returns the row's sequence.
     @discardableResult
-    func recordChange(_ entity: Entity, id: String, _ change: PendingChange) throws -> Int64 {
-        try withDatabase { database in try Self.recordChange(entity, id: id, change, database) }
+    func recordChange(_ owner: String, _ entity: Entity, id: String, _ change: PendingChange) throws -> Int64 {
+        try withDatabase { database in try Self.recordChange(owner, entity, id: id, change, database) }
     }
 
-    private static func recordChange(_ entity: Entity, id: String, _ change: PendingChange, _ database: Database) throws -> Int64 {
+    private static func recordChange(_ owner: String, _ entity: Entity, id: String, _ change: PendingChange,
+                                     _ database: Database) throws -> Int64 {
         let values = JSON.object(change.values.sorted { $0.key < $1.key }.map { index, value in
             (String(entity.attributes[index].code), value.json)
         })
         let row = try database.statement("""
-            INSERT INTO tether_outbox (entity, id, kind, base_version, ivalues, revision, sent) VALUES (?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (entity, id) DO UPDATE SET kind = excluded.kind, base_version = excluded.base_version,
+            INSERT INTO tether_outbox (owner, entity, id, kind, base_version, ivalues, revision, sent) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (owner, entity, id) DO UPDATE SET kind = excluded.kind, base_version = excluded.base_version,
                 ivalues = excluded.ivalues, revision = excluded.revision, sent = excluded.sent
             RETURNING sequence
-            """).first([.integer(Int64(entity.code)), .text(id), .integer(Int64(change.kind.rawValue)),
+            """).first([.text(owner), .integer(Int64(entity.code)), .text(id), .integer(Int64(change.kind.rawValue)),
                         change.baseVersion.map { .integer($0) } ?? .null, .text(values.serialized()),
                         .integer(change.revision), .integer(change.sent ? 1 : 0)]) { $0[0] }
         guard case .integer(let sequence)? = row else { throw TetherError(.store, "store: the outbox gave no sequence") }
@@ -50,24 +55,25 @@ extension Store {
     }
 
     /// Drops an object's change.
-    func discardChange(_ entity: Entity, id: String) throws {
-        try withDatabase { database in try Self.discardChange(entity, id: id, database) }
+    func discardChange(_ owner: String, _ entity: Entity, id: String) throws {
+        try withDatabase { database in try Self.discardChange(owner, entity, id: id, database) }
     }
 
-    private static func discardChange(_ entity: Entity, id: String, _ database: Database) throws {
-        try database.statement("DELETE FROM tether_outbox WHERE entity = ? AND id = ?")
-            .run([.integer(Int64(entity.code)), .text(id)])
+    private static func discardChange(_ owner: String, _ entity: Entity, id: String, _ database: Database) throws {
+        try database.statement("DELETE FROM tether_outbox WHERE owner = ? AND entity = ? AND id = ?")
+            .run([.text(owner), .integer(Int64(entity.code)), .text(id)])
     }
 
     /// Every change, in order. Rows of entities the model no longer has
     /// stay in the store, untouched, for a model that has them again.
-    func pendingChanges(_ model: Model) throws -> [OutboxRow] {
+    func pendingChanges(_ owner: String, _ model: Model) throws -> [OutboxRow] {
         let entities = Dictionary(model.entities.map { ($0.code, $0) }, uniquingKeysWith: { first, _ in first })
         return try withDatabase { database in
             var rows: [OutboxRow] = []
             try database.statement("""
-                SELECT sequence, entity, id, kind, base_version, ivalues, revision, sent FROM tether_outbox ORDER BY sequence
-                """).each { row in
+                SELECT sequence, entity, id, kind, base_version, ivalues, revision, sent FROM tether_outbox
+                WHERE owner = ? ORDER BY sequence
+                """).each([.text(owner)]) { row in
                 guard case .integer(let sequence) = row[0], case .integer(let code) = row[1],
                       let entity = entities[Int(truncatingIfNeeded: code)], case .text(let id) = row[2],
                       case .integer(let rawKind) = row[3], let kind = ChangeKind(rawValue: Int(truncatingIfNeeded: rawKind)),
@@ -96,12 +102,12 @@ extension Store {
 
     /// Marks changes as sent: an insert sent may exist on the server from
     /// then on, so deleting it locally must delete it there too.
-    func markSent(_ changes: [(entity: Entity, id: String)]) throws {
+    func markSent(_ owner: String, _ changes: [(entity: Entity, id: String)]) throws {
         guard !changes.isEmpty else { return }
         try withDatabase { database in
             try database.transaction {
-                let mark = try database.statement("UPDATE tether_outbox SET sent = 1 WHERE entity = ? AND id = ?")
-                for (entity, id) in changes { try mark.run([.integer(Int64(entity.code)), .text(id)]) }
+                let mark = try database.statement("UPDATE tether_outbox SET sent = 1 WHERE owner = ? AND entity = ? AND id = ?")
+                for (entity, id) in changes { try mark.run([.text(owner), .integer(Int64(entity.code)), .text(id)]) }
             }
         }
     }
@@ -109,7 +115,7 @@ extension Store {
     /// A save's answer for one object, in one transaction: the server's
     /// record stored (nil: the row deleted), and the change dropped
     /// (`remaining` nil) or left as `remaining`.
-    func settle(_ entity: Entity, id: String, server record: Record?, fetchedAt: Int64,
+    func settle(_ owner: String, _ entity: Entity, id: String, server record: Record?, fetchedAt: Int64,
                 remaining: PendingChange?) throws {
         try withDatabase { database in
             try database.transaction {
@@ -119,9 +125,9 @@ extension Store {
                     try writeRows([], deleting: [id], of: entity, fetchedAt: fetchedAt, database)
                 }
                 if let remaining {
-                    _ = try Self.recordChange(entity, id: id, remaining, database)
+                    _ = try Self.recordChange(owner, entity, id: id, remaining, database)
                 } else {
-                    try Self.discardChange(entity, id: id, database)
+                    try Self.discardChange(owner, entity, id: id, database)
                 }
             }
         }

@@ -1,3 +1,4 @@
+import Glibc
 import Synchronization
 
 /// The SQLite file behind a context: the saved model, and one table per
@@ -77,16 +78,45 @@ final class Store: Sendable {
     private static let writeColumn = "tether_write"
     private static let bookkeepingColumns: Set<String> = [extraColumn, fetchedColumn, writeColumn]
 
+    /// The store files contexts have open in this process (device, inode):
+    /// an outbox has one writer, so a file is one context's and its
+    /// siblings'. Claimed by `claim`, given back by `close`.
+    private static let claimedFiles = Lock<Set<[UInt64]>>([])
+    private let claimed = Lock<[UInt64]?>(nil)
+
     init(path: String) throws {
         let database = try Database(path: path)
+        do {
+            try Self.prepare(database)
+            connection = Lock(database)
+            reader = Lock(database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true))
+        } catch {
+            database.close()
+            throw error
+        }
+    }
+
+    /// Makes the file this store's alone in the process; `.busy` if a
+    /// context has it open already.
+    func claim() throws {
+        try withDatabase { database in
+            var info = stat()
+            guard !database.fileName.isEmpty, stat(database.fileName, &info) == 0 else { return }
+            let id = [UInt64(info.st_dev), UInt64(info.st_ino)]
+            guard Self.claimedFiles.withLock({ $0.insert(id).inserted }) else {
+                throw TetherError(.busy, "the store \(database.fileName) is already open in this process: open a sibling of its context instead")
+            }
+            claimed.withLock { $0 = id }
+        }
+    }
+
+    private static func prepare(_ database: Database) throws {
         try database.execute("PRAGMA journal_mode=WAL")
         try database.execute("PRAGMA synchronous=NORMAL")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
         try database.execute(Self.outboxSchema)
-        try Self.definePredicateFunctions(database)
-        connection = Lock(database)
-        reader = Lock(database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true))
+        try definePredicateFunctions(database)
     }
 
     /// Statements prepared on this store so far.
@@ -102,11 +132,17 @@ final class Store: Sendable {
     }
 
     func close() {
-        for database in [reader, connection] {
-            database.withLock { database in
-                database?.close()
-                database = nil
-            }
+        reader.withLock { database in
+            database?.close()
+            database = nil
+        }
+        connection.withLock { database in
+            database?.close()
+            database = nil
+        }
+        // Once only: another store may have claimed the file since.
+        if let id = claimed.withLock({ id in defer { id = nil }; return id }) {
+            _ = Self.claimedFiles.withLock { $0.remove(id) }
         }
     }
 

@@ -42,6 +42,7 @@ static void test_errstr(void)
         {TETHER_E_NOT_CACHED, "TETHER_E_NOT_CACHED"},
         {TETHER_E_BUSY, "TETHER_E_BUSY"},
         {TETHER_E_CONFLICT, "TETHER_E_CONFLICT"},
+        {TETHER_E_NOT_ALLOWED, "TETHER_E_NOT_ALLOWED"},
     };
     size_t i;
     tu_section("errstr");
@@ -49,9 +50,10 @@ static void test_errstr(void)
     CHECK_INT(TETHER_E_ERROR, -1);
     CHECK_INT(TETHER_E_BUSY, -14);
     CHECK_INT(TETHER_E_CONFLICT, -15);
+    CHECK_INT(TETHER_E_NOT_ALLOWED, -16);
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
         CHECK_STR(tether_errstr(names[i].code), names[i].name);
-    CHECK_STR(tether_errstr(-16), "TETHER_E_UNKNOWN");
+    CHECK_STR(tether_errstr(-17), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(-9999), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(1), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(2147483647), "TETHER_E_UNKNOWN");
@@ -84,6 +86,24 @@ static void test_options(void)
     CHECK_INT(o.staleness_ms, 0);
     CHECK_INT(o.timeout_ms, 30000);
     CHECK_INT(o.object_cache_size, 1024);
+    CHECK_INT(o.merge_policy, TETHER_MERGE_REPORT);
+    {   /* a version-2 struct: init writes nothing past its end */
+        tether_context_options two;
+        memset(&two, 0x5a, sizeof two);
+        CHECK_OK(tether_context_options_init(&two, 2));
+        CHECK_INT(two.object_cache_size, 1024);
+        CHECK_INT((int)two.merge_policy, 0x5a5a5a5a);
+    }
+    {
+        tether_save_options s;
+        CHECK_STATUS(tether_save_options_init(NULL, TETHER_SAVE_OPTIONS_VERSION), TETHER_E_MISUSE);
+        CHECK_STATUS(tether_save_options_init(&s, TETHER_SAVE_OPTIONS_VERSION + 1), TETHER_E_MISUSE);
+        memset(&s, 0x5a, sizeof s);
+        CHECK_OK(tether_save_options_init(&s, TETHER_SAVE_OPTIONS_VERSION));
+        CHECK_INT(s.version, TETHER_SAVE_OPTIONS_VERSION);
+        CHECK_INT(s.merge_policy, -1);
+        CHECK(s.progress == NULL);
+    }
 
     CHECK_STATUS(tether_fetch_options_init(NULL, TETHER_FETCH_OPTIONS_VERSION), TETHER_E_MISUSE);
     CHECK_STATUS(tether_fetch_options_init(&f, 0), TETHER_E_MISUSE);
