@@ -80,7 +80,53 @@ private func live(_ what: tether_live) -> Int64 {
     return count
 }
 
-private let documentedStatuses: ClosedRange<Int32> = TETHER_E_CONFLICT...TETHER_OK
+private let documentedStatuses: ClosedRange<Int32> = TETHER_E_NOT_ALLOWED...TETHER_OK
+
+private let saveCallback: tether_save_cb = { task, status, message, report, userdata in
+    require(message != nil && report != nil, "a save callback without message or report")
+    calls.withLock { calls in
+        let id = serial(userdata)
+        if calls.finals[id, default: 0] > 0 { calls.afterFinal.append(id) }
+        calls.finals[id, default: 0] += 1
+    }
+    // The report is read as a host reads it, out of range too.
+    var failures = 0
+    require(tether_save_report_failure_count(report, &failures) == TETHER_OK, "failure count")
+    for index in 0...failures {
+        var object: OpaquePointer?
+        var why: Int32 = 0
+        var text: UnsafePointer<CChar>?
+        let found = tether_save_report_failure_at(report, index, &object, &why, &text)
+        require(found == (index < failures ? TETHER_OK : TETHER_E_NOT_FOUND), "failure at \(index) gave \(found)")
+        var local: Int64 = 0, server: Int64 = 0
+        var keys = 0
+        if tether_save_report_conflict_at(report, index, &local, &server, &keys) == TETHER_OK {
+            for key in 0...keys {
+                var name: UnsafePointer<CChar>?
+                _ = tether_save_report_conflict_key_at(report, index, key, &name)
+            }
+            var value = tether_value()
+            _ = tether_save_report_server_value(report, index, "Title", &value)
+            tether_value_clear(&value)
+        }
+    }
+    if serial(userdata) % 3 == 0 { _ = tether_task_cancel(task) }
+}
+
+/// A value of any type, ill-formed ones too; `storage` keeps text alive.
+private func anyValue(_ input: inout Input, _ storage: inout [UnsafeMutablePointer<CChar>]) -> tether_value {
+    let texts = ["new", "", "{\"a\": [1]}", "not json", "é\u{0}x", "\u{FF}"]
+    var value = tether_value()
+    value.type = tether_type(rawValue: UInt32(input.next() % 7))
+    value.integer = Int64(input.next()) - 128
+    value.real = [0.5, .nan, .infinity, 3][input.next() % 4]
+    let text = strdup(input.pick(texts)!)!
+    storage.append(text)
+    value.length = strlen(text)
+    if input.next() % 5 == 0, value.length > 0 { text[0] = CChar(bitPattern: 0xFF) }  // invalid UTF-8
+    value.text = input.next() % 9 == 0 ? nil : text
+    return value
+}
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -99,6 +145,9 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     var started: [Int] = []               // serials that must see exactly one final
     var nextSerial = 1
     var closed = false
+    var siblings: [OpaquePointer] = []
+    var texts: [UnsafeMutablePointer<CChar>] = []
+    defer { texts.forEach { free($0) } }
     let bogus = [OpaquePointer(bitPattern: 16), OpaquePointer(bitPattern: 0x7fff_0000), OpaquePointer(bitPattern: 3), nil]
 
     func check(_ status: Int32, _ what: String) {
@@ -110,7 +159,7 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     }
 
     for _ in 0..<200 where !input.isEmpty {
-        switch input.next() % 16 {
+        switch input.next() % 22 {
         case 0:
             var object: OpaquePointer?
             let status = tether_context_object(ctx, input.pick(entities)!, input.pick(ids)!, &object)
@@ -209,6 +258,67 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             require(tether_results_release(handle) == released, "results release of \(String(describing: handle))")
             require(tether_task_cancel(handle) == TETHER_E_HANDLE, "cancel of \(String(describing: handle))")
             require(tether_observer_remove(handle) == TETHER_E_HANDLE, "remove of \(String(describing: handle))")
+        case 15, 16:
+            var value = anyValue(&input, &texts)
+            let status = input.next() % 4 == 0
+                ? tether_object_set_code(anyObject(&input), Int32(truncatingIfNeeded: [1, 2, 501, 0][input.next() % 4]), &value)
+                : tether_object_set(anyObject(&input), input.pick(keys)!, &value)
+            check(status, "set")
+        case 17:
+            var object: OpaquePointer?
+            let id = input.next() % 3 == 0 ? nil : strdup(input.pick(ids + ["new\(input.next())"])!)
+            defer { free(id) }
+            let status = tether_context_insert(ctx, input.pick(entities)!, id, &object)
+            check(status, "insert")
+            if status == TETHER_OK { owned.append(object!) }
+        case 18:
+            let object = anyObject(&input)
+            switch input.next() % 4 {
+            case 0: check(tether_object_delete(object), "delete")
+            case 1: check(tether_object_rollback(object), "rollback")
+            case 2: check(tether_context_rollback(ctx), "context rollback")
+            default:
+                var pending = tether_pending(rawValue: 0)
+                var count = 0
+                var name: UnsafePointer<CChar>?
+                check(tether_object_pending(object, &pending), "pending")
+                check(tether_object_changed_key_count(object, &count), "changed keys")
+                check(tether_object_changed_key_at(object, input.next() % 3, &name), "changed key")
+                var value = tether_value()
+                check(tether_object_committed(object, input.pick(keys)!, &value), "committed")
+                tether_value_clear(&value)
+            }
+        case 19, 20:
+            let id = nextSerial
+            nextSerial += 1
+            var options = tether_save_options()
+            _ = tether_save_options_init(&options, UInt32(TETHER_SAVE_OPTIONS_VERSION))
+            options.merge_policy = Int32(input.next() % 6) - 1
+            var task: OpaquePointer?
+            let defaults = input.next() % 5 == 0
+            let status = withUnsafePointer(to: &options) { pointer in
+                tether_save_start(ctx, defaults ? nil : pointer, saveCallback, UnsafeMutableRawPointer(bitPattern: id), &task)
+            }
+            check(status, "save")
+            if status == TETHER_OK {
+                tasks.append((task!, id))
+                started.append(id)
+            }
+        case 21:
+            var sibling: OpaquePointer?
+            let status = tether_context_open_sibling(ctx, ["a", "b", ""][input.next() % 3], TETHER_DELIVER_THREAD, &sibling)
+            check(status, "sibling")
+            if status == TETHER_OK {
+                siblings.append(sibling!)
+                if let object = input.pick(owned) {
+                    var local: OpaquePointer?
+                    if tether_context_local_object(sibling, object, &local) == TETHER_OK {
+                        var value = tether_value()
+                        _ = tether_object_set(local, "Title", &value)
+                        require(tether_object_release(local) == TETHER_OK, "release of a local object")
+                    }
+                }
+            }
         default:
             if input.next() % 4 == 0 {
                 require(tether_context_close(ctx) == (closed ? TETHER_E_HANDLE : TETHER_OK), "close")
@@ -216,7 +326,11 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             }
         }
     }
+    // Siblings close before or after the context they came from.
+    let early = siblings.prefix(siblings.count / 2)
+    for sibling in early { require(tether_context_close(sibling) == TETHER_OK, "sibling close") }
     if !closed { require(tether_context_close(ctx) == TETHER_OK, "close at the end") }
+    for sibling in siblings.dropFirst(early.count) { require(tether_context_close(sibling) == TETHER_OK, "sibling close") }
     require(tether_context_close(ctx) == TETHER_E_HANDLE, "a second close")
     for object in owned { require(tether_object_release(object) == TETHER_E_HANDLE, "release after close") }
 
@@ -231,13 +345,14 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     // The close delivered every final; what is left is freed once the
     // context's threads have let go (a moment).
     for what in [TETHER_LIVE_CONTEXTS, TETHER_LIVE_OBJECTS, TETHER_LIVE_OBJECT_HANDLES, TETHER_LIVE_RESULTS,
-                 TETHER_LIVE_TASKS, TETHER_LIVE_OBSERVERS] {
+                 TETHER_LIVE_TASKS, TETHER_LIVE_OBSERVERS, TETHER_LIVE_THREADS] {
         var waited = 0
         while live(what) != 0, waited < 2_000 {
             usleep(1_000)
             waited += 1
         }
-        require(live(what) == 0, "live count \(what.rawValue) is \(live(what)) 2 s after close")
+        require(live(what) == 0, "live count \(what.rawValue) is \(live(what)) 2 s after close; all: "
+                + (1...7).map { "\($0)=\(live(tether_live(rawValue: UInt32($0))))" }.joined(separator: " "))
     }
     return 0
 }

@@ -141,6 +141,8 @@ enum SaveContract {
         XCTAssertEqual(object.changeKind, .update)
         XCTAssertEqual(field(try backend.record("i5"), "Title"), .string("theirs"))
         XCTAssertEqual(try save(context).error?.kind, .conflict, "reported again, not lost")
+        XCTAssertEqual(object.conflict?.serverValues?[object.entity.attributeIndex(named: "Title")!], .text("theirs"),
+                       "the object keeps its conflict until settled")
 
         let serverWins = try save(context, .serverWins)
         XCTAssertNil(serverWins.error)
@@ -238,7 +240,28 @@ enum SaveContract {
     }
 }
 
+extension SaveContract {
+    /// An object that met a conflict does not outlive its context (it held
+    /// itself through its conflict).
+    static func aConflictedObjectGoesWithItsContext(_ backend: Backend) throws {
+        let objectsBefore = Live.objects.load(ordering: .relaxed)
+        let contextsBefore = Live.contexts.load(ordering: .relaxed)
+        do {
+            let context = try backend.open()
+            _ = try fetch(context, FetchRequest(entity: "items"))
+            try context.object(entity: "items", id: "i4").set("Title", .text("mine"))
+            try backend.setTitle("i4", "theirs")
+            XCTAssertEqual(try save(context).error?.kind, .conflict)
+            try context.close()
+        }
+        XCTAssertTrue(eventually { Live.contexts.load(ordering: .relaxed) == contextsBefore },
+                      "contexts: \(Live.contexts.load(ordering: .relaxed)), before \(contextsBefore)")
+        XCTAssertEqual(Live.objects.load(ordering: .relaxed), objectsBefore)
+    }
+}
+
 final class KintoSaveTests: KintoTestCase {
+    func testAConflictedObjectGoesWithItsContext() throws { try SaveContract.aConflictedObjectGoesWithItsContext(backend) }
     func testEditSaveAndReopen() throws { try SaveContract.editSaveAndReopen(backend) }
     func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
     func testBadEditsAreRefused() throws { try SaveContract.badEditsAreRefused(backend) }
@@ -249,6 +272,7 @@ final class KintoSaveTests: KintoTestCase {
 }
 
 final class MemorySaveTests: MemoryTestCase {
+    func testAConflictedObjectGoesWithItsContext() throws { try SaveContract.aConflictedObjectGoesWithItsContext(backend) }
     func testEditSaveAndReopen() throws { try SaveContract.editSaveAndReopen(backend) }
     func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
     func testBadEditsAreRefused() throws { try SaveContract.badEditsAreRefused(backend) }
@@ -401,7 +425,9 @@ final class SiblingContextTests: MemoryTestCase {
         defer { try? main.close() }
         _ = try fetch(main, FetchRequest(entity: "items"))
         var background: Context? = try main.openSibling(name: "import")
+        let threads = Live.threads.load(ordering: .relaxed)
         XCTAssertThrowsError(try main.openSibling(name: "import")) { XCTAssertEqual(($0 as? TetherError)?.kind, .invalid) }
+        XCTAssertEqual(Live.threads.load(ordering: .relaxed), threads, "a sibling refused leaves no thread running")
         XCTAssertThrowsError(try backend.open()) { XCTAssertEqual(($0 as? TetherError)?.kind, .busy, "one context per store file") }
 
         let shown = try main.object(entity: "items", id: "i1")

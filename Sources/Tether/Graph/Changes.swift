@@ -62,7 +62,9 @@ extension ManagedObject {
     }
 
     /// The conflict the last save met, until a save or a rollback settles it.
-    public var conflict: SaveConflict? { state.withLock { $0.conflict } }
+    public var conflict: SaveConflict? {
+        state.withLock { $0.conflict }.map { SaveConflict(object: self, sides: $0) }
+    }
 }
 
 extension Context {

@@ -260,10 +260,11 @@ public final class Context: Sendable {
         siblingOptions.delivery = mode ?? options.delivery
         let sibling = Context(model: model, isOnline: isOnline, options: siblingOptions, store: store, connection: connection,
                               delivery: try Delivery(mode: siblingOptions.delivery), name: name, coordinator: coordinator)
-        try coordinator.join(sibling)
         do {
+            try coordinator.join(sibling)
             try sibling.restoreChanges()
         } catch {
+            // Its threads are running already: a sibling refused is closed, not dropped.
             try? sibling.close()
             throw error
         }

@@ -23,7 +23,8 @@ public final class ManagedObject: Sendable {
         /// The local change the server has not confirmed (kept in the outbox too).
         var pending: PendingChange?
         /// The last save's conflict, until a save or rollback settles it.
-        var conflict: SaveConflict?
+        /// Without the object: an object holding itself would never go.
+        var conflict: SaveConflict.Sides?
         /// An insert dropped before it was ever sent: the record never existed.
         var discarded = false
 

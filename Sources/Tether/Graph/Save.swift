@@ -16,16 +16,24 @@ public enum MergePolicy: Int, Sendable {
 /// A change the server refused because its record moved on.
 public struct SaveConflict: Sendable {
     public let object: ManagedObject
+    let sides: Sides
+
+    struct Sides: Sendable {
+        let localVersion: Int64?
+        let serverValues: [Value]?
+        let differingAttributes: [Int]
+    }
+
     /// The version the local change was made against; nil for an insert.
-    public let localVersion: Int64?
+    public var localVersion: Int64? { sides.localVersion }
     /// The server's record, one value per attribute; nil: it has none.
-    public let serverValues: [Value]?
+    public var serverValues: [Value]? { sides.serverValues }
     public var serverVersion: Int64? {
         if case .integer(let version)? = serverValues?[object.entity.versionIndex] { return version }
         return nil
     }
     /// Attributes (indexes) whose local value differs from the server's.
-    public let differingAttributes: [Int]
+    public var differingAttributes: [Int] { sides.differingAttributes }
 }
 
 /// A change a save did not get confirmed; it stays pending.
@@ -372,9 +380,10 @@ extension Context {
                 let differing = entity.attributes.indices.filter { index in
                     index != entity.versionIndex && current?.values[index] != local[index]
                 }
-                let conflict = SaveConflict(object: object, localVersion: sent.baseVersion, serverValues: current?.values,
-                                            differingAttributes: differing)
-                state.conflict = conflict
+                let sides = SaveConflict.Sides(localVersion: sent.baseVersion, serverValues: current?.values,
+                                               differingAttributes: differing)
+                state.conflict = sides
+                let conflict = SaveConflict(object: object, sides: sides)
                 let message = current == nil ? "\(entity.name)/\(object.id) was deleted on the server"
                     : "\(entity.name)/\(object.id) changed on the server (version \(serverVersion ?? 0), edited here from \(sent.baseVersion.map(String.init) ?? "none"))"
                 outcome = .failed(SaveFailure(object: object, error: TetherError(.conflict, message), conflict: conflict))
