@@ -343,6 +343,39 @@ TETHER_API int tether_entity_attribute_at(tether_entity *entity, size_t index,
                                           const char **out_name, int *out_code,
                                           tether_type *out_type, unsigned int *out_flags);
 
+/* What deleting a record does to the records referring to it. */
+typedef enum tether_delete_rule {
+    TETHER_DELETE_NULLIFY = 0,  /* their reference becomes NULL */
+    TETHER_DELETE_CASCADE = 1,  /* they are deleted too */
+    TETHER_DELETE_DENY = 2      /* the delete is refused while any refers to it
+                                   (TETHER_E_NOT_ALLOWED) */
+} tether_delete_rule;
+
+/* Relationships. A to-one relationship is a TEXT attribute holding the id of
+ * a record of another entity (a reference; in a Kinto schema, the property
+ * keywords "x-tether-to": "<collection>", "x-tether-inverse": "<name>"
+ * (default: this collection's name) and "x-tether-delete": "nullify",
+ * "cascade" or "deny" (default nullify)). Its inverse, a to-many on the
+ * target entity, is every record referring to one: fetch it with
+ * tether_fetch_options.related_owner and related_name. peek and get read
+ * through to-one relationships by key path ("Client.Owner"; NULL when a
+ * reference on the way is). */
+
+/* If the attribute at `index` is a reference: its target entity (borrowed:
+ * valid until the context closes) and the delete rule of its inverse.
+ * TETHER_E_NOT_FOUND for a plain attribute or an index past the end. Each
+ * out may be NULL. */
+TETHER_API int tether_entity_attribute_target(tether_entity *entity, size_t index, tether_entity **out_target,
+                                              tether_delete_rule *out_rule);
+
+/* The entity's to-many relationships: how many, and each one's name
+ * (borrowed: valid until the context closes), the entity of the records it
+ * holds (borrowed) and the index of their attribute that refers to this
+ * entity. TETHER_E_NOT_FOUND past the end. Each out may be NULL. */
+TETHER_API int tether_entity_relationship_count(tether_entity *entity, size_t *out);
+TETHER_API int tether_entity_relationship_at(tether_entity *entity, size_t index, const char **out_name,
+                                             tether_entity **out_source, size_t *out_attribute);
+
 /* The index of the attribute named `name`, or of the one with `code`.
  * TETHER_E_NOT_FOUND if there is none. */
 TETHER_API int tether_entity_attribute_index(tether_entity *entity, const char *name, size_t *out);
@@ -385,7 +418,8 @@ TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
  * TETHER_E_NOT_FOUND for a key the entity does not have, or a record that the
  * server no longer has; TETHER_E_NOT_CACHED if the record is not cached.
  * On success *out holds the value; release it with tether_value_clear.
- * `out` is written only on success. */
+ * `out` is written only on success. `key` may be a key path through to-one
+ * relationships ("Client.Owner"). */
 TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_value *out);
 
 /* get: as peek, and also starts a background refresh of the object unless
@@ -398,6 +432,13 @@ TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_va
  * are told. Returns TETHER_E_NOT_CACHED (after starting the refresh) if the
  * record is not cached yet. */
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);
+
+/* The object the to-one relationship `key` of `obj` refers to: *out is a new
+ * reference (release it), or NULL (TETHER_OK) when the reference is NULL.
+ * TETHER_E_INVALID if `key` is not a relationship; TETHER_E_NOT_CACHED if
+ * obj is not cached. The target need not be cached: reads of it then give
+ * TETHER_E_NOT_CACHED until a fetch or a get brings it. */
+TETHER_API int tether_object_related(tether_object *obj, const char *key, tether_object **out);
 
 /* peek and get by the attribute's numeric code. */
 TETHER_API int tether_object_peek_code(tether_object *obj, int code, tether_value *out);
@@ -569,13 +610,15 @@ typedef void (*tether_progress_cb)(tether_task *task, int64_t received, int64_t 
 
 /* Version 2 added predicate, arguments and argument_count; version 3 offset
  * and server_query; version 4 result_type, properties, batch_size and
- * progress; version 5 live. Older structs are still accepted (their later
- * fields take the defaults). */
-#define TETHER_FETCH_OPTIONS_VERSION 5
+ * progress; version 5 live; version 6 related_owner and related_name.
+ * Older structs are still accepted (their later fields take the
+ * defaults). */
+#define TETHER_FETCH_OPTIONS_VERSION 6
 
 typedef struct tether_fetch_options {
     unsigned int version;        /* TETHER_FETCH_OPTIONS_VERSION */
-    const char *entity;          /* entity name (required) */
+    const char *entity;          /* entity name (required, unless
+                                    related_owner is set) */
     const char *sort;            /* attribute names, comma-separated, "-" for
                                     descending, e.g. "-Date,Change"; NULL: none.
                                     Per key, ascending: null first (also a
@@ -630,6 +673,15 @@ typedef struct tether_fetch_options {
                                     coalesced: at most one answer waits to be
                                     delivered, and it covers every change
                                     since the one before. */
+    /* Version 6: */
+    tether_object *related_owner; /* with related_name: fetch a to-many
+                                    relationship, the records referring to
+                                    this object (borrowed for the call).
+                                    The entity is the relationship's
+                                    (`entity` may be NULL; if given it must
+                                    match); a predicate narrows it further. */
+    const char *related_name;    /* the to-many's name on the owner's entity
+                                    (tether_entity_relationship_at) */
 } tether_fetch_options;
 
 /* Predicates, in Core Data's format (in part):

@@ -105,6 +105,7 @@ private func fetchOptionsSize(_ version: UInt32) -> Int {
     case 2: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.offset)!
     case 3: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.result_type)!
     case 4: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.live)!
+    case 5: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.related_owner)!
     default: return MemoryLayout<tether_fetch_options>.size
     }
 }
@@ -240,7 +241,8 @@ func register(_ context: Context) throws -> OpaquePointer {
     // Each context's own: siblings share the model's entities, not their handles.
     box.entityHandles = try context.model.entities.map { entity in
         try Handles.shared.register(EntityBox(entity), kind: .entity, owner: token,
-                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name)).handle
+                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name)
+                                        + context.model.inverses(of: entity).map(\.name)).handle
     }
     return handle
 }
@@ -478,12 +480,25 @@ func keyBytes(_ key: UnsafePointer<CChar>?) throws -> UnsafeBufferPointer<UInt8>
 
 @_cdecl("tether_object_peek")
 public func tether_object_peek(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    readValue(obj, out, refresh: false) { try $0.attributeIndex(bytes: try keyBytes(key)) }
+    readByKey(obj, key, out, refresh: false)
 }
 
 @_cdecl("tether_object_get")
 public func tether_object_get(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
-    readValue(obj, out, refresh: true) { try $0.attributeIndex(bytes: try keyBytes(key)) }
+    readByKey(obj, key, out, refresh: true)
+}
+
+/// A read by name; a name no attribute has may be a key path ("Client.Owner").
+private func readByKey(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<tether_value>?,
+                       refresh: Bool) -> Int32 {
+    let status = readValue(obj, out, refresh: refresh) { try $0.attributeIndex(bytes: try keyBytes(key)) }
+    guard status == TETHER_E_NOT_FOUND, let key, strchr(key, Int32(UInt8(ascii: "."))) != nil else { return status }
+    return call {
+        let object = try Handles.shared.resolve(obj, .object, as: ManagedObject.self)
+        guard out != nil else { throw misuse("out is NULL") }
+        let path = try text(key, "key")
+        try fill(out, try refresh ? object.get(path) : object.peek(path))
+    }
 }
 
 @_cdecl("tether_object_peek_code")
@@ -573,7 +588,12 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
         withUnsafeMutableBytes(of: &raw) { bytes in
             bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: fetchOptionsSize(version))
         }
-        var request = FetchRequest(entity: try text(raw.entity, "entity"))
+        var request = FetchRequest(entity: raw.related_owner != nil && raw.entity == nil ? "" : try text(raw.entity, "entity"))
+        if raw.related_owner != nil || raw.related_name != nil {
+            let (owner, ownerContext, _) = try object(raw.related_owner)
+            guard ownerContext == token else { throw TetherError(.invalid, "related_owner belongs to another context") }
+            request.related = (owner, try text(raw.related_name, "related_name"))
+        }
         request.sort = try optionalText(raw.sort, "sort")
         request.limit = raw.limit
         switch raw.policy {

@@ -127,6 +127,63 @@ public func tether_context_change_count(_ ctx: OpaquePointer?, _ out: UnsafeMuta
     }
 }
 
+// MARK: relationships
+
+@_cdecl("tether_object_related")
+public func tether_object_related(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?,
+                                  _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let (source, owner, _) = try object(obj)
+        guard out != nil else { throw misuse("out is NULL") }
+        let target = try source.related(try text(key, "key"))
+        try output(out, try target.map { try objectHandle($0, owner: owner) })
+    }
+}
+
+@_cdecl("tether_entity_attribute_target")
+public func tether_entity_attribute_target(_ e: OpaquePointer?, _ index: Int, _ outTarget: UnsafeMutablePointer<OpaquePointer?>?,
+                                           _ outRule: UnsafeMutablePointer<tether_delete_rule>?) -> Int32 {
+    call {
+        let resolved = try Handles.shared.resolveWithOwner(e, .entity, as: EntityBox.self)
+        let entity = resolved.object.entity
+        guard index >= 0, index < entity.attributes.count, let reference = entity.attributes[index].reference else {
+            throw TetherError(.notFound, "\(entity.name) has no reference at attribute \(index)")
+        }
+        let box = try Handles.shared.resolve(Handles.pointer(resolved.owner), .context, as: ContextBox.self)
+        guard let target = box.context.model.entity(named: reference.target) else {
+            throw TetherError(.notFound, "the model has no entity \(reference.target)")
+        }
+        outTarget?.pointee = box.entityHandles[target.index]
+        outRule?.pointee = tether_delete_rule(rawValue: UInt32(reference.deleteRule.rawValue))
+    }
+}
+
+@_cdecl("tether_entity_relationship_count")
+public func tether_entity_relationship_count(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let resolved = try Handles.shared.resolveWithOwner(e, .entity, as: EntityBox.self)
+        let box = try Handles.shared.resolve(Handles.pointer(resolved.owner), .context, as: ContextBox.self)
+        try output(out, box.context.model.inverses(of: resolved.object.entity).count)
+    }
+}
+
+@_cdecl("tether_entity_relationship_at")
+public func tether_entity_relationship_at(_ e: OpaquePointer?, _ index: Int, _ outName: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                          _ outSource: UnsafeMutablePointer<OpaquePointer?>?,
+                                          _ outAttribute: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let resolved = try Handles.shared.resolveWithOwner(e, .entity, as: EntityBox.self)
+        let entity = resolved.object.entity
+        let box = try Handles.shared.resolve(Handles.pointer(resolved.owner), .context, as: ContextBox.self)
+        let inverses = box.context.model.inverses(of: entity)
+        guard index >= 0, index < inverses.count else { throw TetherError(.notFound, "\(entity.name) has no relationship \(index)") }
+        // The names follow the attribute names among the entity handle's strings.
+        outName?.pointee = UnsafePointer(resolved.strings[2 + entity.attributes.count + index])
+        outSource?.pointee = box.entityHandles[inverses[index].source.index]
+        outAttribute?.pointee = inverses[index].attribute
+    }
+}
+
 // MARK: several contexts
 
 @_cdecl("tether_context_open_sibling")

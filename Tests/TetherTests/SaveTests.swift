@@ -260,7 +260,31 @@ extension SaveContract {
     }
 }
 
+extension SaveContract {
+    /// A value set to null is saved as null, among other changes (Kinto:
+    /// the field removed, as its schema types it as text).
+    static func nullsAreSaved(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        try context.object(entity: "items", id: "i10").set("Rank", .integer(-10))
+        try context.object(entity: "items", id: "i11").set("Title", .null)
+        try context.object(entity: "items", id: "i12").set("Rank", .integer(-12))
+        let made = try context.insert(entity: "items")
+        try made.set("Title", .null)
+        try made.set("Rank", .integer(5))
+        let result = try save(context)
+        XCTAssertNil(result.error, result.error?.message ?? "")
+        XCTAssertEqual(result.saved, 4)
+        XCTAssertEqual(field(try backend.record("i11"), "Title") ?? .null, .null)
+        XCTAssertEqual(field(try backend.record("i12"), "Rank"), .integer(-12))
+        XCTAssertEqual(try context.object(entity: "items", id: "i11").peek("Title"), .null)
+        XCTAssertEqual(field(try backend.record(made.id), "Rank"), .integer(5))
+    }
+}
+
 final class KintoSaveTests: KintoTestCase {
+    func testNullsAreSaved() throws { try SaveContract.nullsAreSaved(backend) }
     func testAConflictedObjectGoesWithItsContext() throws { try SaveContract.aConflictedObjectGoesWithItsContext(backend) }
     func testEditSaveAndReopen() throws { try SaveContract.editSaveAndReopen(backend) }
     func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
@@ -272,6 +296,7 @@ final class KintoSaveTests: KintoTestCase {
 }
 
 final class MemorySaveTests: MemoryTestCase {
+    func testNullsAreSaved() throws { try SaveContract.nullsAreSaved(backend) }
     func testAConflictedObjectGoesWithItsContext() throws { try SaveContract.aConflictedObjectGoesWithItsContext(backend) }
     func testEditSaveAndReopen() throws { try SaveContract.editSaveAndReopen(backend) }
     func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }

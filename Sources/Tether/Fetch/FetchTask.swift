@@ -37,6 +37,10 @@ public struct FetchRequest: Sendable {
     /// the changes) whenever matching records are inserted, changed or
     /// deleted in the context, until cancelled.
     public var live = false
+    /// The to-many relationship `relationship` of `owner`: the records
+    /// referring to it (with `predicate`, those of them that match). The
+    /// entity is the relationship's (`entity` may be empty).
+    public var related: (owner: ManagedObject, relationship: String)?
 
     public init(entity: String) { self.entity = entity }
 }
@@ -144,8 +148,13 @@ public final class FetchTask: Sendable {
     }
 
     init(context: Context, request: FetchRequest) throws {
-        guard let entity = context.model.entity(named: request.entity) else {
+        // A to-many relationship is a fetch of the records referring to its owner.
+        let related = try request.related.map { try context.inverse(of: $0.owner, named: $0.relationship) }
+        guard let entity = related?.source ?? context.model.entity(named: request.entity) else {
             throw TetherError(.notFound, "the model has no entity \(request.entity.debugDescription)")
+        }
+        if let related, !request.entity.isEmpty, request.entity != related.source.name {
+            throw TetherError(.invalid, "\(request.related!.relationship) holds \(related.source.name), not \(request.entity)")
         }
         guard request.limit >= 0 else { throw TetherError(.invalid, "limit cannot be negative") }
         guard request.offset >= 0, request.offset <= Int64(Int32.max) else {
@@ -169,7 +178,14 @@ public final class FetchTask: Sendable {
             }
             sort.append((index, descending))
         }
-        predicate = try request.predicate.map { try Predicate.parse($0, entity: entity, arguments: request.arguments) }
+        let asked = try request.predicate.map { try Predicate.parse($0, entity: entity, arguments: request.arguments) }
+        if let related, let owner = request.related?.owner {
+            let refers = Predicate.comparison(Comparison(attribute: related.attribute, operator: .equal, options: [],
+                                                         values: [.text(owner.id)]))
+            predicate = asked.map { .and([refers, $0]) } ?? refers
+        } else {
+            predicate = asked
+        }
         if request.predicate == nil, !request.arguments.isEmpty {
             throw TetherError(.invalid, "arguments given without a predicate")
         }

@@ -178,7 +178,21 @@ extension Context {
         }
     }
 
+    /// Deletes `object`, and applies its entity's delete rules to the
+    /// records referring to it (nullify, cascade; deny refuses first).
     func delete(_ object: ManagedObject) throws {
+        guard object.entity.operations.contains(.delete) else {
+            throw TetherError(.notAllowed, "the server does not allow deleting from \(object.entity.name)")
+        }
+        try checkOpen()
+        guard object.changeKind != .delete else { return }
+        let plan = try deletePlan(object)
+        for (source, attribute) in plan.nullify where source.changeKind != .delete { try set(source, attribute, .null) }
+        for source in plan.delete { try deleteOne(source) }
+        try deleteOne(object)
+    }
+
+    private func deleteOne(_ object: ManagedObject) throws {
         let entity = object.entity
         guard entity.operations.contains(.delete) else {
             throw TetherError(.notAllowed, "the server does not allow deleting from \(entity.name)")

@@ -58,11 +58,13 @@ public final class ManagedObject: Sendable {
     deinit { Live.objects.subtract(1, ordering: .relaxed) }
 
     /// The cached value; never touches the network.
-    public func peek(_ key: String) throws -> Value { try context.read(self, attributeIndex(key), refresh: false) }
+    /// `key` is an attribute's name, or a key path through to-one
+    /// relationships ("Client.Owner"): null when a reference on the way is.
+    public func peek(_ key: String) throws -> Value { try context.read(self, key: key, refresh: false) }
     public func peek(code: Int) throws -> Value { try context.read(self, attributeIndex(code: code), refresh: false) }
 
     /// The cached value, and a background refresh of the object.
-    public func get(_ key: String) throws -> Value { try context.read(self, attributeIndex(key), refresh: true) }
+    public func get(_ key: String) throws -> Value { try context.read(self, key: key, refresh: true) }
     public func get(code: Int) throws -> Value { try context.read(self, attributeIndex(code: code), refresh: true) }
 
     /// The cached server version.

@@ -35,6 +35,46 @@ public struct Attribute: Sendable, Equatable {
     public let isRequired: Bool
     /// The only values the spec allows (a JSON schema's `enum`); nil: any of the type.
     public var allowedValues: [Value]? = nil
+    /// A to-one relationship: the attribute holds the id of a record of
+    /// another entity. nil: a plain attribute.
+    public var reference: Reference? = nil
+}
+
+/// A to-one relationship, held by a text attribute naming a record of
+/// `target` by its id (a foreign key, as ActiveResourceKit resolves them);
+/// its inverse, a to-many on the target, is every record referring to one.
+public struct Reference: Sendable, Equatable {
+    /// What deleting a target does to the records that refer to it (Core
+    /// Data's delete rule of the inverse to-many).
+    public enum DeleteRule: Int, Sendable {
+        /// Their reference becomes null.
+        case nullify = 0
+        /// They are deleted too.
+        case cascade = 1
+        /// The delete is refused while any refers to it.
+        case deny = 2
+    }
+
+    /// The target entity's name.
+    public let target: String
+    /// The inverse to-many's name, on the target.
+    public let inverse: String
+    public let deleteRule: DeleteRule
+
+    public init(target: String, inverse: String, deleteRule: DeleteRule) {
+        self.target = target
+        self.inverse = inverse
+        self.deleteRule = deleteRule
+    }
+}
+
+/// A to-many relationship: the records of `source` whose attribute
+/// `attribute` refers to a record of the entity that has it.
+public struct Inverse: Sendable {
+    public let name: String
+    public let source: Entity
+    public let attribute: Int
+    public let deleteRule: Reference.DeleteRule
 }
 
 /// A record type, built from its spec.
@@ -121,6 +161,8 @@ public final class Model: Sendable {
     /// this model (none for a model read back from the store).
     public let diagnostics: [Diagnostic]
     private let entityByName: [ExactString: Entity]
+    /// Each entity's to-many relationships, by entity index.
+    private let inverses: [[Inverse]]
 
     /// `entities` must be sorted by name, each at its index, names and codes unique.
     init(entities: [Entity], entityCodeHighWater: Int, diagnostics: [Diagnostic] = []) {
@@ -128,8 +170,21 @@ public final class Model: Sendable {
         self.entities = entities
         self.entityCodeHighWater = entityCodeHighWater
         self.diagnostics = diagnostics
-        entityByName = Dictionary(entities.map { (ExactString($0.name), $0) }, uniquingKeysWith: { first, _ in first })
+        let byName = Dictionary(entities.map { (ExactString($0.name), $0) }, uniquingKeysWith: { first, _ in first })
+        entityByName = byName
+        var inverses = Array(repeating: [Inverse](), count: entities.count)
+        for source in entities {
+            for (index, attribute) in source.attributes.enumerated() {
+                guard let reference = attribute.reference, let target = byName[ExactString(reference.target)] else { continue }
+                inverses[target.index].append(Inverse(name: reference.inverse, source: source, attribute: index,
+                                                      deleteRule: reference.deleteRule))
+            }
+        }
+        self.inverses = inverses
     }
+
+    /// The to-many relationships of `entity`: the records referring to one of its.
+    public func inverses(of entity: Entity) -> [Inverse] { inverses[entity.index] }
 
     public func entity(named name: String) -> Entity? { entityByName[ExactString(name)] }
 }

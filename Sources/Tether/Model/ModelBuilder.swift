@@ -40,7 +40,7 @@ enum ModelBuilder {
             nextEntityCode += 1
         }
         let entities = sorted.enumerated().map { index, spec in
-            let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name), &diagnostics)
+            let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name), known: names, &diagnostics)
             return Entity(index: index, code: entityCodes[ExactString(spec.name)]!, spec: spec, attributes: attributes.list,
                           codeHighWater: attributes.highWater)
         }
@@ -56,12 +56,30 @@ enum ModelBuilder {
         let isVersion: Bool
         let isRequired: Bool
         var allowedValues: [Value]? = nil
+        var reference: Reference? = nil
     }
 
-    private static func buildAttributes(_ spec: Spec, previous: Entity?, _ diagnostics: inout [Diagnostic])
-        -> (list: [Attribute], highWater: Int) {
+    private static func buildAttributes(_ spec: Spec, previous: Entity?, known: Set<ExactString>,
+                                        _ diagnostics: inout [Diagnostic]) -> (list: [Attribute], highWater: Int) {
         func note(_ attribute: String, _ message: String) {
             diagnostics.append(Diagnostic(entity: spec.name, attribute: attribute, message: message))
+        }
+        /// A field's reference, if it can be one: text, to an entity of the model.
+        func reference(_ field: FieldSpec, _ note: (String, String) -> Void) -> Reference? {
+            guard let reference = field.reference else { return nil }
+            guard field.type == .text else {
+                note(field.name, "refers to \(reference.target) but is not text (a record id); kept as a plain attribute")
+                return nil
+            }
+            guard known.contains(ExactString(reference.target)) else {
+                note(field.name, "refers to \(reference.target), which the model does not have; kept as a plain attribute")
+                return nil
+            }
+            guard Identifier.isUsableName(reference.inverse) else {
+                note(field.name, "its inverse name is empty, too long or holds U+0000; kept as a plain attribute")
+                return nil
+            }
+            return reference
         }
         func explicitCode(_ field: FieldSpec?) -> Int? {
             guard let field, let code = field.code else { return nil }
@@ -89,7 +107,7 @@ enum ModelBuilder {
             guard seen.insert(ExactString(field.name)).inserted else { note(field.name, "described twice; the first is kept"); continue }
             drafts.append(Draft(name: field.name, explicitCode: explicitCode(field), type: field.type,
                                 isID: false, isVersion: false, isRequired: field.isRequired,
-                                allowedValues: field.allowedValues))
+                                allowedValues: field.allowedValues, reference: reference(field, note)))
         }
 
         // Codes are promises: a code given before is kept first, whatever the
@@ -125,7 +143,8 @@ enum ModelBuilder {
         let highWater = max(previous?.codeHighWater ?? 0, used.max() ?? 0)
         let list = zip(drafts, codes).map { draft, code in
             Attribute(name: draft.name, code: code!, type: draft.type, isID: draft.isID,
-                      isVersion: draft.isVersion, isRequired: draft.isRequired, allowedValues: draft.allowedValues)
+                      isVersion: draft.isVersion, isRequired: draft.isRequired, allowedValues: draft.allowedValues,
+                      reference: draft.reference)
         }
         return (list, highWater)
     }
@@ -153,7 +172,11 @@ enum ModelCoding {
                         ("id", .bool(attribute.isID)),
                         ("version", .bool(attribute.isVersion)),
                         ("required", .bool(attribute.isRequired)),
-                    ] + (attribute.allowedValues.map { [("allowed", .array($0.map(\.json)))] } ?? []))
+                    ] + (attribute.allowedValues.map { [("allowed", .array($0.map(\.json)))] } ?? [])
+                      + (attribute.reference.map { reference in
+                          [("reference", .object([("target", .string(reference.target)), ("inverse", .string(reference.inverse)),
+                                                  ("delete", .integer(Int64(reference.deleteRule.rawValue)))]))]
+                      } ?? []))
                 })),
             ])
         }
@@ -191,15 +214,25 @@ enum ModelCoding {
                 return Attribute(name: name, code: Int(code), type: type, isID: attribute["id"] == .bool(true),
                                  isVersion: attribute["version"] == .bool(true),
                                  isRequired: attribute["required"] == .bool(true),
-                                 allowedValues: attribute["allowed"]?.arrayValue?.map { Value(json: $0, type: type) })
+                                 allowedValues: attribute["allowed"]?.arrayValue?.map { Value(json: $0, type: type) },
+                                 reference: attribute["reference"].flatMap { reference in
+                                     guard let target = reference["target"]?.stringValue, let inverse = reference["inverse"]?.stringValue,
+                                           let rule = reference["delete"]?.integerValue,
+                                           let deleteRule = Reference.DeleteRule(rawValue: Int(truncatingIfNeeded: rule)) else { return nil }
+                                     return Reference(target: target, inverse: inverse, deleteRule: deleteRule)
+                                 })
             }
             let ids = decoded.filter(\.isID), versions = decoded.filter(\.isVersion)
             guard ids.count == 1, versions.count == 1, !ids[0].isVersion,
                   ExactString(ids[0].name) == ExactString(idField), ExactString(versions[0].name) == ExactString(versionField),
                   Set(decoded.map(\.code)).count == decoded.count,
                   Set(decoded.map { ExactString($0.name) }).count == decoded.count else { throw corrupt() }
-            let fields = decoded.map { FieldSpec(name: $0.name, type: $0.type, code: Int64($0.code), isRequired: $0.isRequired,
-                                                 allowedValues: $0.allowedValues) }
+            let fields = decoded.map { attribute in
+                var field = FieldSpec(name: attribute.name, type: attribute.type, code: Int64(attribute.code),
+                                      isRequired: attribute.isRequired, allowedValues: attribute.allowedValues)
+                field.reference = attribute.reference
+                return field
+            }
             let spec = Spec(name: name, route: route, idField: idField, versionField: versionField, fields: fields,
                             operations: Operations(rawValue: UInt32(truncatingIfNeeded: operations)))
             return Entity(index: index, code: Int(code), spec: spec, attributes: decoded, codeHighWater: Int(highWater))

@@ -35,6 +35,8 @@ public struct FieldSpec: Sendable, Equatable {
     public var isRequired: Bool
     /// The only values the server accepts; nil: any of the type.
     public var allowedValues: [Value]?
+    /// The field names a record of another entity by its id.
+    public var reference: Reference?
 
     public init(name: String, type: AttributeType, code: Int64? = nil, isRequired: Bool = false,
                 allowedValues: [Value]? = nil) {

@@ -347,7 +347,10 @@ private final class Transfer {
         }
         var lines = request.headers + ["Accept: application/json"]
         if let body = request.body {
-            lines.append("Content-Type: application/json")
+            // A request that names its own content type keeps it.
+            if !request.headers.contains(where: { $0.lowercased().hasPrefix("content-type:") }) {
+                lines.append("Content-Type: application/json")
+            }
             try check(tether_curl_set_long(curl.table, easy, CURLOPT_POSTFIELDSIZE, body.count))
             try body.withUnsafeBytes { bytes in
                 try check(tether_curl_set_pointer(curl.table, easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress)))

@@ -22,6 +22,12 @@ public final class KintoConnection: Connection {
     static let versionField = "last_modified"
     /// The schema keyword that gives a property a stable code.
     static let codeKeyword = "x-tether-code"
+    /// The schema keywords of a relationship: a text property naming a
+    /// record of another collection by id (`x-tether-to`: the collection),
+    /// its inverse's name on that collection (`x-tether-inverse`, default
+    /// this collection's name) and what deleting the target does to the
+    /// records referring to it (`x-tether-delete`: nullify, cascade, deny).
+    static let referenceKeywords = (to: "x-tether-to", inverse: "x-tether-inverse", delete: "x-tether-delete")
     /// Bytes of ids in one `in_id` listing: the ids go in the URL, and Kinto
     /// repeats them in its Next-Page header.
     static let idBytesPerRequest = 4_000
@@ -123,12 +129,23 @@ public final class KintoConnection: Connection {
         let name = collection["id"]?.stringValue ?? ""
         let schema = collection["schema"]
         let required = Set((schema?["required"]?.arrayValue ?? []).compactMap(\.stringValue))
-        let fields = (schema?["properties"]?.objectValue ?? []).map { name, property in
-            FieldSpec(name: name, type: attributeType(of: property),
-                      code: property[codeKeyword].map(explicitCode), isRequired: required.contains(name),
-                      allowedValues: property["enum"]?.arrayValue.map { values in
-                          values.map { Value(json: $0, type: attributeType(of: property)) }
-                      })
+        let fields = (schema?["properties"]?.objectValue ?? []).map { field, property in
+            var spec = FieldSpec(name: field, type: attributeType(of: property),
+                                 code: property[codeKeyword].map(explicitCode), isRequired: required.contains(field),
+                                 allowedValues: property["enum"]?.arrayValue.map { values in
+                                     values.map { Value(json: $0, type: attributeType(of: property)) }
+                                 })
+            if let target = property[referenceKeywords.to]?.stringValue {
+                let rule: Reference.DeleteRule
+                switch property[referenceKeywords.delete]?.stringValue {
+                case "cascade": rule = .cascade
+                case "deny": rule = .deny
+                default: rule = .nullify
+                }
+                spec.reference = Reference(target: target, inverse: property[referenceKeywords.inverse]?.stringValue ?? name,
+                                           deleteRule: rule)
+            }
+            return spec
         }
         // Escaped: the id comes from the server and goes into URLs.
         return Spec(name: name, route: "/buckets/\(escape(bucket))/collections/\(escape(name))/records",
@@ -472,7 +489,10 @@ public final class KintoConnection: Connection {
     private func sendWrites(_ remaining: ArraySlice<RecordWrite>, limit: Int, _ exchange: Exchange, outcomes: [WriteOutcome],
                             _ progress: @escaping @Sendable (Int) -> Void, _ done: @escaping @Sendable ([WriteOutcome]) -> Void) {
         guard !remaining.isEmpty else { return done(outcomes) }
-        let chunk = remaining.prefix(limit)
+        // A patch that nulls a field goes alone: a batch ignores a
+        // subrequest's content type, and merge-patch is what removes it.
+        let alone = { (write: RecordWrite) in write.kind == .patch && write.fields.contains { $0.value == .null } }
+        let chunk = alone(remaining.first!) ? remaining.prefix(1) : remaining.prefix(limit).prefix { !alone($0) }
         let rest = remaining.dropFirst(chunk.count)
         let request: HTTPRequest
         if chunk.count == 1 {
@@ -518,17 +538,27 @@ public final class KintoConnection: Connection {
         }
     }
 
+    /// The preconditions, and for a patch that nulls a field the JSON
+    /// merge-patch type: Kinto then removes the field, as a schema that
+    /// types it (as text, say) refuses a null; a field absent reads null.
     private static func conditions(_ write: RecordWrite) -> [String] {
+        var headers: [String]
         switch (write.kind, write.ifVersion) {
-        case (.create, _): return ["If-None-Match: *"]
-        case (_, let version?): return ["If-Match: \"\(version)\""]
-        case (_, nil): return []
+        case (.create, _): headers = ["If-None-Match: *"]
+        case (_, let version?): headers = ["If-Match: \"\(version)\""]
+        case (_, nil): headers = []
         }
+        if write.kind == .patch, write.fields.contains(where: { $0.value == .null }) {
+            headers.append("Content-Type: application/merge-patch+json")
+        }
+        return headers
     }
 
+    /// A create or replace leaves null fields out (absent reads null).
     private static func body(_ write: RecordWrite) -> JSON? {
         guard write.kind != .delete else { return nil }
-        return .object([("data", .object(write.fields.filter { $0.key != idField && $0.key != versionField }))])
+        let fields = write.fields.filter { $0.key != idField && $0.key != versionField && (write.kind == .patch || $0.value != .null) }
+        return .object([("data", .object(fields))])
     }
 
     /// The outcomes of a batch's answer, one per write.

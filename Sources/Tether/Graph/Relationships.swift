@@ -1,0 +1,101 @@
+/// Relationships: a to-one is a text attribute holding another record's id
+/// (a `Reference`); its inverse, a to-many, is found by a fetch. Reading one
+/// gives objects, faults until read; key paths read through them.
+extension ManagedObject {
+    /// The object the to-one relationship `key` refers to, a fault until
+    /// read; nil when the reference is null.
+    public func related(_ key: String) throws -> ManagedObject? { try context.related(self, key, refresh: false) }
+}
+
+extension Context {
+    func related(_ object: ManagedObject, _ key: String, refresh: Bool) throws -> ManagedObject? {
+        let entity = object.entity
+        guard let index = entity.attributeIndex(named: key) else {
+            throw TetherError(.notFound, "\(entity.name) has no key \(key.debugDescription)")
+        }
+        guard let reference = entity.attributes[index].reference, let target = model.entity(named: reference.target) else {
+            throw TetherError(.invalid, "\(entity.name).\(key) is not a relationship")
+        }
+        guard case .text(let id) = try read(object, index, refresh: refresh), !id.isEmpty else { return nil }
+        return uniqueObjects(target, [id])[0]
+    }
+
+    /// A key: an attribute's name, else a path through to-one relationships.
+    func read(_ object: ManagedObject, key: String, refresh: Bool) throws -> Value {
+        if let index = object.entity.attributeIndex(named: key) { return try read(object, index, refresh: refresh) }
+        return try read(object, path: key, refresh: refresh)
+    }
+
+    /// "Client.Owner": each key but the last a to-one relationship; null
+    /// when a reference on the way is null.
+    func read(_ object: ManagedObject, path: String, refresh: Bool) throws -> Value {
+        var keys = path.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        let last = keys.removeLast()
+        guard !keys.isEmpty else { throw TetherError(.notFound, "\(object.entity.name) has no key \(path.debugDescription)") }
+        var current = object
+        for key in keys {
+            guard let next = try related(current, key, refresh: refresh) else { return .null }
+            current = next
+        }
+        guard let index = current.entity.attributeIndex(named: last) else {
+            throw TetherError(.notFound, "\(current.entity.name) has no key \(last.debugDescription) (in \(path.debugDescription))")
+        }
+        return try read(current, index, refresh: refresh)
+    }
+
+    /// The to-many relationship `name` of `owner`'s entity.
+    func inverse(of owner: ManagedObject, named name: String) throws -> Inverse {
+        guard owner.context === self else { throw TetherError(.invalid, "the owner belongs to another context") }
+        guard let inverse = model.inverses(of: owner.entity).first(where: { $0.name == name }) else {
+            throw TetherError(.notFound, "\(owner.entity.name) has no to-many relationship \(name.debugDescription)")
+        }
+        return inverse
+    }
+
+    /// The objects referring to `target` through `inverse`, unsaved changes counted.
+    func referrers(_ inverse: Inverse, of target: ManagedObject) throws -> [ManagedObject] {
+        let refers = Predicate.comparison(Comparison(attribute: inverse.attribute, operator: .equal, options: [],
+                                                     values: [.text(target.id)]))
+        let stored = try store.idList(inverse.source, where: refers, sort: nil)
+        let ids = PendingResults(entity: inverse.source, rows: pendingRows(inverse.source), predicate: refers, sort: [])
+            .ids(stored: (0..<stored.count).map { stored[$0] }, offset: 0, limit: 0, inServerOrder: true) { _ in nil }
+        return uniqueObjects(inverse.source, ids)
+    }
+
+    /// What deleting `target` does to the records referring to it, as each
+    /// inverse's delete rule says, worked out before anything changes (a
+    /// deny anywhere, cascades included, refuses the whole delete).
+    func deletePlan(_ target: ManagedObject) throws -> (nullify: [(ManagedObject, Int)], delete: [ManagedObject]) {
+        var nullify: [(ManagedObject, Int)] = []
+        var delete: [ManagedObject] = []
+        var seen: Set<ObjectIdentifier> = [ObjectIdentifier(target)]
+        var queue = [target]
+        while let next = queue.popLast() {
+            for inverse in model.inverses(of: next.entity) {
+                let sources = try referrers(inverse, of: next).filter { !seen.contains(ObjectIdentifier($0)) }
+                guard !sources.isEmpty else { continue }
+                let needed: Operations = inverse.deleteRule == .cascade ? .delete : .update
+                if inverse.deleteRule != .deny, !inverse.source.operations.contains(needed) {
+                    throw TetherError(.notAllowed, "\(next.entity.name)/\(next.id) cannot be deleted: \(sources.count) "
+                                      + "\(inverse.source.name) refer to it, and the server does not allow "
+                                      + (inverse.deleteRule == .cascade ? "deleting them" : "updating them"))
+                }
+                switch inverse.deleteRule {
+                case .deny:
+                    throw TetherError(.notAllowed, "\(next.entity.name)/\(next.id) cannot be deleted: \(sources.count) "
+                                      + "\(inverse.source.name) refer to it (delete rule deny)")
+                case .nullify:
+                    nullify += sources.map { ($0, inverse.attribute) }
+                case .cascade:
+                    for source in sources where seen.insert(ObjectIdentifier(source)).inserted {
+                        delete.append(source)
+                        queue.append(source)
+                    }
+                }
+            }
+        }
+        // A record deleted anyway needs no nulling.
+        let deleted = Set(delete.map(ObjectIdentifier.init))
+        return (nullify.filter { !deleted.contains(ObjectIdentifier($0.0)) }, delete)
+    }
+}

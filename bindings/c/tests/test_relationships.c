@@ -1,0 +1,274 @@
+/* test_relationships.c — relationships declared in Kinto schemas
+ * (x-tether-to, x-tether-inverse, x-tether-delete): the model's view of
+ * them, a to-one as an object, key paths through it, a to-many as a fetch,
+ * and the delete rules (nullify, cascade, deny) down to the server. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char bucket[128];
+
+static int seed(void)
+{
+    return tu_put_bucket(bucket) &&
+           tu_put_collection(bucket, "owners", "{\"type\": \"object\", \"properties\": {\"Name\": {\"type\": \"string\"}}}") &&
+           tu_put_collection(bucket, "pets",
+                             "{\"type\": \"object\", \"properties\": {\"Name\": {\"type\": \"string\"},"
+                             "\"Owner\": {\"type\": \"string\", \"x-tether-to\": \"owners\", \"x-tether-inverse\": \"pets\","
+                             " \"x-tether-delete\": \"cascade\"}}}") &&
+           tu_put_collection(bucket, "notes",
+                             "{\"type\": \"object\", \"properties\": {\"Text\": {\"type\": \"string\"},"
+                             "\"Pet\": {\"type\": \"string\", \"x-tether-to\": \"pets\"}}}") &&
+           tu_put_collection(bucket, "licences",
+                             "{\"type\": \"object\", \"properties\": {\"Number\": {\"type\": \"string\"},"
+                             "\"Holder\": {\"type\": \"string\", \"x-tether-to\": \"owners\", \"x-tether-delete\": \"deny\"}}}") &&
+           tu_put_record(bucket, "owners", "o1", "{\"Name\": \"Ann\"}") &&
+           tu_put_record(bucket, "owners", "o2", "{\"Name\": \"Bob\"}") &&
+           tu_put_record(bucket, "pets", "p1", "{\"Name\": \"Rex\", \"Owner\": \"o1\"}") &&
+           tu_put_record(bucket, "pets", "p2", "{\"Name\": \"Tom\", \"Owner\": \"o1\"}") &&
+           tu_put_record(bucket, "pets", "p3", "{\"Name\": \"Kit\", \"Owner\": \"o2\"}") &&
+           tu_put_record(bucket, "pets", "p4", "{\"Name\": \"Stray\"}") &&
+           tu_put_record(bucket, "notes", "n1", "{\"Text\": \"vaccinated\", \"Pet\": \"p1\"}") &&
+           tu_put_record(bucket, "licences", "l1", "{\"Number\": \"42\", \"Holder\": \"o2\"}");
+}
+
+static void fetch_all(tether_context *ctx, const char *entity)
+{
+    tu_fetch f;
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, entity, NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_CODE(f.final_status, TETHER_OK);
+    tu_fetch_destroy(&f);
+}
+
+static size_t index_of(tether_entity *entity, const char *name)
+{
+    size_t index = 999;
+    CHECK_OK(tether_entity_attribute_index(entity, name, &index));
+    return index;
+}
+
+typedef struct saved {
+    pthread_mutex_t mu;
+    int finals, status;
+} saved;
+
+static void on_save(tether_task *task, int status, const char *message, tether_save_report *report, void *userdata)
+{
+    saved *s = userdata;
+    (void)task;
+    (void)report;
+    if (status != TETHER_OK)
+        fprintf(stderr, "save: %s\n", message);
+    pthread_mutex_lock(&s->mu);
+    s->finals++;
+    s->status = status;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int save(tether_context *ctx)
+{
+    saved s = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    int64_t deadline = tu_now_ms() + TU_WAIT_MS;
+    int done = 0;
+    if (CHECK_OK(tether_save_start(ctx, NULL, on_save, &s, NULL)) != TETHER_OK)
+        return TETHER_E_ERROR;
+    while (!done && tu_now_ms() < deadline) {
+        tu_sleep_ms(5);
+        pthread_mutex_lock(&s.mu);
+        done = s.finals;
+        pthread_mutex_unlock(&s.mu);
+    }
+    CHECK_INT(done, 1);
+    return done ? s.status : TETHER_E_ERROR;
+}
+
+static long record_status(const char *collection, const char *id, char **body)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/buckets/%s/collections/%s/records/%s", bucket, collection, id);
+    return tu_http("GET", path, NULL, body);
+}
+
+static void test_model(tether_context *ctx)
+{
+    tether_entity *owners = NULL, *pets = NULL, *notes = NULL, *licences = NULL, *target = NULL, *source = NULL;
+    tether_delete_rule rule = (tether_delete_rule)9;
+    size_t count = 0, attribute = 0;
+    const char *name = NULL, *text = NULL;
+    size_t i;
+    int seen_pets = 0, seen_licences = 0;
+    tu_section("the model's relationships");
+    CHECK_OK(tether_context_entity(ctx, "owners", &owners));
+    CHECK_OK(tether_context_entity(ctx, "pets", &pets));
+    CHECK_OK(tether_context_entity(ctx, "notes", &notes));
+    CHECK_OK(tether_context_entity(ctx, "licences", &licences));
+    CHECK_OK(tether_entity_attribute_target(pets, index_of(pets, "Owner"), &target, &rule));
+    CHECK(target == owners);
+    CHECK_INT(rule, TETHER_DELETE_CASCADE);
+    CHECK_OK(tether_entity_attribute_target(notes, index_of(notes, "Pet"), &target, &rule));
+    CHECK(target == pets);
+    CHECK_INT(rule, TETHER_DELETE_NULLIFY);
+    CHECK_STATUS(tether_entity_attribute_target(pets, index_of(pets, "Name"), &target, &rule), TETHER_E_NOT_FOUND);
+    CHECK_STATUS(tether_entity_attribute_target(pets, 99, NULL, NULL), TETHER_E_NOT_FOUND);
+    CHECK_OK(tether_entity_relationship_count(owners, &count));
+    CHECK_INT(count, 2);
+    for (i = 0; i < count; i++) {
+        CHECK_OK(tether_entity_relationship_at(owners, i, &name, &source, &attribute));
+        if (name && strcmp(name, "pets") == 0) {
+            seen_pets = 1;
+            CHECK(source == pets);
+            CHECK_INT(attribute, index_of(pets, "Owner"));
+        } else if (name && strcmp(name, "licences") == 0) { /* the default inverse name: the source's */
+            seen_licences = 1;
+            CHECK(source == licences);
+        }
+    }
+    CHECK(seen_pets && seen_licences);
+    CHECK_STATUS(tether_entity_relationship_at(owners, count, &name, NULL, NULL), TETHER_E_NOT_FOUND);
+    CHECK_OK(tether_entity_relationship_count(notes, &count));
+    CHECK_INT(count, 0);
+    CHECK_OK(tether_entity_name(target, &text));
+}
+
+static void test_reading(tether_context *ctx)
+{
+    tether_object *rex = NULL, *ann = NULL, *ann2 = NULL, *stray = NULL, *none = (tether_object *)1, *note = NULL;
+    tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
+    tether_fetch_options o;
+    tu_fetch f;
+    char buf[64];
+    tu_section("a to-one is an object; key paths read through it");
+    CHECK_OK(tether_context_object(ctx, "pets", "p1", &rex));
+    CHECK_OK(tether_object_related(rex, "Owner", &ann));
+    CHECK_OK(tether_context_object(ctx, "owners", "o1", &ann2));
+    CHECK(ann != NULL && ann == ann2);
+    CHECK_OK(tu_peek_text(rex, "Owner.Name", buf, sizeof buf));
+    CHECK_STR(buf, "Ann");
+    CHECK_OK(tether_context_object(ctx, "notes", "n1", &note));
+    CHECK_OK(tu_peek_text(note, "Pet.Owner.Name", buf, sizeof buf));
+    CHECK_STR(buf, "Ann");
+    if (CHECK_OK(tether_object_get(note, "Pet.Owner.Name", &v)) == TETHER_OK)
+        CHECK_STR(v.text, "Ann");
+    tether_value_clear(&v);
+    CHECK_OK(tether_context_object(ctx, "pets", "p4", &stray));
+    CHECK_OK(tether_object_related(stray, "Owner", &none));
+    CHECK(none == NULL);
+    if (CHECK_OK(tether_object_peek(stray, "Owner.Name", &v)) == TETHER_OK)
+        CHECK_INT(v.type, TETHER_TYPE_NULL);
+    CHECK_STATUS(tether_object_peek(rex, "Owner.Nope", &v), TETHER_E_NOT_FOUND);
+    CHECK_STATUS(tether_object_peek(rex, "Name.Owner", &v), TETHER_E_INVALID);
+    CHECK_STATUS(tether_object_related(rex, "Name", &none), TETHER_E_INVALID);
+    CHECK_STATUS(tether_object_related(rex, "Nope", &none), TETHER_E_NOT_FOUND);
+    CHECK_STATUS(tether_object_related(rex, "Owner", NULL), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_object_related(NULL, "Owner", &none), TETHER_E_HANDLE);
+
+    tu_section("a to-many is a fetch");
+    tu_fetch_init(&f);
+    CHECK_OK(tether_fetch_options_init(&o, TETHER_FETCH_OPTIONS_VERSION));
+    o.related_owner = ann;
+    o.related_name = "pets";
+    o.sort = "Name";
+    o.policy = TETHER_POLICY_CACHE_ONLY;
+    CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_CODE(f.final_status, TETHER_OK);
+    CHECK_INT(f.final_count, 2);
+    if (f.final_count == 2)
+        CHECK(strcmp(tu_id(f.final_objs[0]), "p1") == 0 && strcmp(tu_id(f.final_objs[1]), "p2") == 0);
+    tu_fetch_destroy(&f);
+    o.related_name = "nope";
+    CHECK_STATUS(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL), TETHER_E_NOT_FOUND);
+    o.related_name = "pets";
+    o.entity = "notes";
+    CHECK_STATUS(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL), TETHER_E_INVALID);
+    o.entity = NULL;
+    o.related_name = NULL;
+    CHECK_STATUS(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL), TETHER_E_MISUSE);
+    tether_object_release(rex);
+    tether_object_release(ann);
+    tether_object_release(ann2);
+    tether_object_release(stray);
+    tether_object_release(note);
+}
+
+static void test_delete_rules(tether_context *ctx)
+{
+    tether_object *bob = NULL, *ann = NULL, *p1 = NULL, *p3 = NULL, *n1 = NULL, *l1 = NULL;
+    tether_pending pending = TETHER_PENDING_NONE;
+    tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
+    size_t count = 9;
+    char *body = NULL;
+    tu_section("deny refuses, cascades included, and changes nothing");
+    CHECK_OK(tether_context_object(ctx, "owners", "o2", &bob));
+    CHECK_STATUS(tether_object_delete(bob), TETHER_E_NOT_ALLOWED);
+    CHECK(strstr(tether_errmsg(), "licences") != NULL);
+    CHECK_OK(tether_context_change_count(ctx, &count));
+    CHECK_INT(count, 0);
+
+    tu_section("cascade deletes Ann's pets; the note on one is nullified");
+    CHECK_OK(tether_context_object(ctx, "owners", "o1", &ann));
+    CHECK_OK(tether_object_delete(ann));
+    CHECK_OK(tether_context_object(ctx, "pets", "p1", &p1));
+    CHECK_OK(tether_object_pending(p1, &pending));
+    CHECK_INT(pending, TETHER_PENDING_DELETE);
+    CHECK_OK(tether_context_object(ctx, "pets", "p3", &p3));
+    CHECK_OK(tether_object_pending(p3, &pending));
+    CHECK_INT(pending, TETHER_PENDING_NONE);
+    CHECK_OK(tether_context_object(ctx, "notes", "n1", &n1));
+    if (CHECK_OK(tether_object_peek(n1, "Pet", &v)) == TETHER_OK)
+        CHECK_INT(v.type, TETHER_TYPE_NULL);
+    CHECK_OK(tether_context_change_count(ctx, &count));
+    CHECK_INT(count, 4); /* Ann, Rex, Tom, the note */
+    CHECK_CODE(save(ctx), TETHER_OK);
+    CHECK_INT(record_status("owners", "o1", NULL), 404);
+    CHECK_INT(record_status("pets", "p1", NULL), 404);
+    CHECK_INT(record_status("pets", "p2", NULL), 404);
+    CHECK_INT(record_status("pets", "p3", NULL), 200);
+    CHECK_INT(record_status("notes", "n1", &body), 200);
+    CHECK(body && strstr(body, "\"Pet\"") == NULL); /* Kinto: a nulled field is removed */
+    free(body);
+
+    tu_section("with its licence gone, Bob can go, and Kit with him");
+    CHECK_OK(tether_context_object(ctx, "licences", "l1", &l1));
+    CHECK_OK(tether_object_delete(l1));
+    CHECK_OK(tether_object_delete(bob));
+    CHECK_OK(tether_object_pending(p3, &pending));
+    CHECK_INT(pending, TETHER_PENDING_DELETE);
+    CHECK_CODE(save(ctx), TETHER_OK);
+    CHECK_INT(record_status("pets", "p3", NULL), 404);
+    tether_object_release(bob);
+    tether_object_release(ann);
+    tether_object_release(p1);
+    tether_object_release(p3);
+    tether_object_release(n1);
+    tether_object_release(l1);
+}
+
+int main(int argc, char **argv)
+{
+    char store[512];
+    tether_context *ctx;
+    (void)argc;
+    tu_init(argv[0]);
+    tu_unique(bucket, sizeof bucket, "c-relationships");
+    tu_store_path(store, sizeof store, "relationships");
+    if (!CHECK(seed()))
+        return tu_finish();
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (ctx) {
+        fetch_all(ctx, "owners");
+        fetch_all(ctx, "pets");
+        fetch_all(ctx, "notes");
+        fetch_all(ctx, "licences");
+        test_model(ctx);
+        test_reading(ctx);
+        test_delete_rules(ctx);
+        CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    }
+    return tu_finish();
+}
