@@ -52,12 +52,12 @@ fuzz: deps
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz
 
 # bench: Kinto on PostgreSQL (scripts/pg-start) holding 100,000 records seeded by SQL.
-bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache
+bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save
 	KINTO_BACKEND=postgresql KINTO_PAGINATE_BY=10000 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 # bench-quick (CI): memory backend, 300 records, one run a row: checks that every row runs.
 .PHONY: bench-quick
-bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache
+bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save
 	BENCH_QUICK=1 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 $(BUILD_DIR)/first_peek: bench/first_peek.c bench/benchutil.h include/tether.h $(LIB)
@@ -68,6 +68,9 @@ $(BUILD_DIR)/peek: bench/peek.c bench/benchutil.h include/tether.h $(LIB)
 
 $(BUILD_DIR)/big_cache: bench/big_cache.c bench/benchutil.h include/tether.h $(LIB)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
+
+$(BUILD_DIR)/save: bench/save.c bench/benchutil.h include/tether.h $(LIB)
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lpthread -o $@
 
 clean:
 	rm -rf .build .build-fuzz $(BUILD_DIR) bindings/c/build .run

@@ -63,6 +63,7 @@ FETCH_TIMEOUT = max(60, RECORDS * 3 // 1000)   # s; 300 s for 100,000 records
 # Rows 7 and 8: caches multiplied in SQLite by build/big_cache (see its header).
 PREDICATE_ROWS = env_int("BENCH_PREDICATE_ROWS", 3000 if QUICK else 100000)
 ITERATE_ROWS = env_int("BENCH_ITERATE_ROWS", 10000 if QUICK else 1000000)
+SAVE_CHANGES = env_int("BENCH_SAVE_CHANGES", 100 if QUICK else 10000)
 BATCH_SIZE = 1000
 ITERATE_RUNS = 1 if QUICK else 3   # each run is its own process, so VmHWM is that run's alone
 MEMORY_LIMIT_KB = 4 * 1024 * 1024   # a run over this is stopped and reported, not waited for
@@ -621,6 +622,40 @@ def m6_first_peek(table, url, tmp):
                           result["during_p99_ns"] / 1000, result["during_max_ns"] / 1e6))
 
 
+def m11_save(table, url, tmp, kclient):
+    """Saving SAVE_CHANGES edits of cached records (C) beside kinto-http
+    sending the same changes to as many other records in one batch."""
+    n = min(SAVE_CHANGES, RECORDS // 2)
+    program = os.path.join(ROOT, "build", "save")
+    out = subprocess.run([program, url, BUCKET, COLLECTION, os.path.join(tmp, "save.db"), USER, PASSWORD, "0", str(n)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=FETCH_TIMEOUT + 600,
+                         env=dict(os.environ, LD_LIBRARY_PATH=os.path.join(ROOT, "build")))
+    if out.returncode != 0:
+        raise RuntimeError("save failed (%d): %s" % (out.returncode, out.stderr.decode(errors="replace").strip()[-800:]))
+    result = json.loads(out.stdout)
+    if result["saved"] != n:
+        raise RuntimeError("save: %d of %d changes saved" % (result["saved"], n))
+    # The peer: the same change to records n .. 2n-1, each conditional on
+    # its version (read before the clock starts), in kinto-http's batch,
+    # which splits it by the server's batch_max_requests as Tether does.
+    listing = {r["id"]: r for r in common.kinto_http_listing(kclient)}
+    t0 = now()
+    with kclient.batch(bucket=BUCKET, collection=COLLECTION) as batch:
+        for i in range(n, 2 * n):
+            record = listing[common.record_id(i)]
+            batch.patch_record(id=record["id"], data={"Count": record.get("Count", 0) + 1, "Status": "review"},
+                               if_match=record["last_modified"])
+    peer = now() - t0
+    answers = batch.results()
+    if len(answers) != n:
+        raise RuntimeError("kinto-http: %d answers for %d changes" % (len(answers), n))
+    table.add("11. save %d changes to cached records (conditional PATCH, /batch)" % n, "%.0f ms" % result["save_ms"],
+              "%.0f ms (kinto-http batch)" % (peer * 1000), ratio(result["save_ms"] / 1000.0, peer))
+    table.notes.append("11: from C; before the save, %d edits (2 keys each) were made durable in the store's outbox "
+                       "at %.1f us each (untimed by the peer, which keeps its batch in memory); peak RSS of the "
+                       "program %.1f MB" % (n, result["edit_ns"] / 1000, result["peak_rss_kb"] / 1024.0))
+
+
 def big_cache(url, store, *args, limit_kb=None, timeout=600):
     """Runs build/big_cache on `store` and returns its JSON line. With
     limit_kb, stops it (and returns None) once its RSS passes that."""
@@ -910,6 +945,10 @@ def main():
                 m8_big_iterate(table, tether, url, tmp, small_store)
             except Exception as e:  # noqa: BLE001
                 table.error("8. iterate from C", e)
+            try:
+                m11_save(table, url, tmp, kclient)
+            except Exception as e:  # noqa: BLE001
+                table.error("11. save", e)
         for name, fn in (("9. load time", m9_load_time), ("10. stripped size", m10_size)):
             try:
                 fn(table, tmp)
