@@ -124,6 +124,18 @@ static inline void wait_no_objects(void) {
     die("objects", "still in memory 10 s after the fetch");
 }
 
+/* A /proc/self/status size in KiB: "VmHWM:" (peak RSS) or "VmRSS:". Not
+ * getrusage's ru_maxrss: across fork and exec it keeps the parent's peak. */
+static inline long status_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, field, strlen(field)) == 0) kb = strtol(line + strlen(field), NULL, 10);
+    if (f) fclose(f);
+    return kb;
+}
+
 static inline void free_ids(char **ids, size_t count) {
     for (size_t i = 0; i < count; i++) free(ids[i]);
     free(ids);

@@ -45,17 +45,6 @@ static const char *url, *bucket, *collection, *store, *user, *password;
 
 static double now_s(void) { return now_ns() / 1e9; }
 
-/* A /proc/self/status size in KiB: "VmHWM:" (peak RSS) or "VmRSS:". */
-static long status_kb(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, field, strlen(field)) == 0) kb = strtol(line + strlen(field), NULL, 10);
-    if (f) fclose(f);
-    return kb;
-}
-
 static long peak_kb(void) { return status_kb("VmHWM:"); }
 
 /* ------------------------------------------------------------ tether side */
