@@ -104,9 +104,11 @@ enum ConnectionContract {
         // Conditional writes, in one call: each its own outcome, in order.
         let id = "w\(UInt32.random(in: 0...UInt32.max))"
         func write(_ writes: [RecordWrite]) -> [WriteOutcome] {
-            let done = ConditionLock<[WriteOutcome]?>(nil)
-            _ = connection.write(writes, progress: { _ in }) { outcomes in done.withLock { $0 = outcomes } }
-            return done.withLock(when: { $0 != nil }, until: MonotonicTime.now().adding(milliseconds: 10_000)) { value, _ in value ?? [] }
+            let done = ConditionLock<[WriteOutcome]>([])
+            _ = connection.write(writes) { outcomes in done.withLock { $0 += outcomes } }
+            return done.withLock(when: { $0.count >= writes.count }, until: MonotonicTime.now().adding(milliseconds: 10_000)) { value, _ in
+                value
+            }
         }
         let first = write([RecordWrite(spec: spec, id: id, kind: .create, fields: [("Title", .string("new"))]),
                            RecordWrite(spec: spec, id: id, kind: .create, fields: [("Title", .string("again"))])])
@@ -246,9 +248,8 @@ final class ForwardingConnection: Connection {
     }
     func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
     func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
-    func write(_ writes: [RecordWrite], progress: @escaping @Sendable (Int) -> Void,
-               _ done: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
-        inner.write(writes, progress: progress, done)
+    func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
+        inner.write(writes, answered)
     }
     func shutdown() { inner.shutdown() }
 }

@@ -198,13 +198,28 @@ public final class SaveTask: Sendable {
             .map { (entity.attributes[$0].name, values[$0]!.json) }
     }
 
-    private func send(_ items: [Item], round: Int, _ tally: Tally) {
+    /// One round's writes as their answers come: settled a run at a time on
+    /// the worker (while the next run is on the wire); the round ends when
+    /// every write has its outcome. Touched on the worker only.
+    private final class Round: @unchecked Sendable {
+        let items: [Item]
+        let number: Int
+        var tally: Tally
+        var settled = 0
+        var again: [Item] = []
+
+        init(_ items: [Item], number: Int, _ tally: Tally) {
+            self.items = items
+            self.number = number
+            self.tally = tally
+        }
+    }
+
+    private func send(_ items: [Item], round number: Int, _ tally: Tally) {
         guard isRunning else { return }  // cancelled: nothing more is sent
-        let answered = tally.answered
-        let remote = context.connection.write(items.map(\.write), progress: { [self] count in
-            tell(SaveProgress(answered: answered + count, total: tally.total))
-        }) { [self] outcomes in
-            context.worker.async { [self] in settle(items, outcomes, round: round, tally) }
+        let round = Round(items, number: number, tally)
+        let remote = context.connection.write(items.map(\.write)) { [self] outcomes in
+            context.worker.async { [self] in settle(outcomes, of: round) }
         }
         let cancelledMeanwhile = machine.withLock { machine -> Bool in
             guard case .running = machine.state else { return true }
@@ -223,29 +238,32 @@ public final class SaveTask: Sendable {
         context.delivery.post(.update, to: id) { callback(progress) }
     }
 
-    /// Settles each answer (even after a cancel: the server has them), and
-    /// sends what a merge policy writes again.
-    private func settle(_ items: [Item], _ outcomes: [WriteOutcome], round: Int, _ tally: Tally) {
-        var tally = tally
-        var again: [Item] = []
+    /// Settles a run of answers (even after a cancel: the server has them);
+    /// at the round's end, sends what a merge policy writes again, or ends.
+    private func settle(_ outcomes: [WriteOutcome], of round: Round) {
+        let items = round.items[round.settled..<min(round.items.count, round.settled + outcomes.count)]
+        round.settled += items.count
         for (item, outcome) in zip(items, outcomes) {
             switch context.settle(item.object, sent: item.change, item.write, outcome,
-                                  policy: round < Self.rounds ? policy : .report) {
+                                  policy: round.number < Self.rounds ? policy : .report) {
             case .saved:
-                tally.saved += 1
-                tally.answered += 1
+                round.tally.saved += 1
+                round.tally.answered += 1
             case .discarded:
-                tally.discarded += 1
-                tally.answered += 1
+                round.tally.discarded += 1
+                round.tally.answered += 1
             case .failed(let failure):
-                tally.failures.append(failure)
-                tally.answered += 1
+                round.tally.failures.append(failure)
+                round.tally.answered += 1
             case .again(let change, let write):
-                again.append(Item(object: item.object, change: change, write: write))
+                round.again.append(Item(object: item.object, change: change, write: write))
             }
         }
-        if !again.isEmpty && isRunning { return send(again, round: round + 1, tally) }
-        for item in again {
+        tell(SaveProgress(answered: round.tally.answered, total: round.tally.total))
+        guard round.settled == round.items.count else { return }
+        var tally = round.tally
+        if !round.again.isEmpty && isRunning { return send(round.again, round: round.number + 1, tally) }
+        for item in round.again {
             tally.failures.append(SaveFailure(object: item.object, error: .cancelled, conflict: nil))
         }
         finish(tally)

@@ -44,12 +44,13 @@ public protocol Connection: AnyObject, Sendable {
     func supports(_ filter: Filter) -> Bool
 
     /// Sends `writes` in order, in as few requests as the server allows,
-    /// and answers one outcome per write, in order. `progress(n)` tells that
-    /// the first n have their outcome. After a cancel or shutdown, writes
-    /// without one end `.failed(.cancelled)`: those already sent may have
-    /// been applied (a later save finds out, as writes are conditional).
-    func write(_ writes: [RecordWrite], progress: @escaping @Sendable (Int) -> Void,
-               _ done: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable
+    /// and calls `answered` with their outcomes in order, a run at a time as
+    /// the server answers (so the first can be settled while the next are on
+    /// the wire), until every write has one: the call that completes the
+    /// count is the last. After a cancel or shutdown, writes without an
+    /// outcome end `.failed(.cancelled)`: those already sent may have been
+    /// applied (a later save finds out, as writes are conditional).
+    func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable
 
     /// Ends every request in flight with `.cancelled` (each `done` once) and
     /// refuses new ones the same way. Blocks until those `done`s have run.

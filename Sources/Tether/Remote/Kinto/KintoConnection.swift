@@ -477,18 +477,17 @@ public final class KintoConnection: Connection {
     /// write may depend on an earlier one). A batch is not a transaction:
     /// each subrequest has its own outcome. The batch may be sent again after
     /// a cut connection, as every write in it is conditional.
-    public func write(_ writes: [RecordWrite], progress: @escaping @Sendable (Int) -> Void,
-                      _ done: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
+    public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         let exchange = Exchange(engine, backoff)
         // Kinto refuses a batch holding a path with "/batch" in it.
         let limit = writes.contains { $0.spec.route.contains("/batch") } ? 1 : batchLimit.withLock { $0 }
-        sendWrites(writes[...], limit: limit, exchange, outcomes: [], progress, done)
+        if writes.isEmpty { answered([]) } else { sendWrites(writes[...], limit: limit, exchange, answered) }
         return exchange
     }
 
-    private func sendWrites(_ remaining: ArraySlice<RecordWrite>, limit: Int, _ exchange: Exchange, outcomes: [WriteOutcome],
-                            _ progress: @escaping @Sendable (Int) -> Void, _ done: @escaping @Sendable ([WriteOutcome]) -> Void) {
-        guard !remaining.isEmpty else { return done(outcomes) }
+    private func sendWrites(_ remaining: ArraySlice<RecordWrite>, limit: Int, _ exchange: Exchange,
+                            _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) {
+        guard !remaining.isEmpty else { return }
         // A patch that nulls a field goes alone: a batch ignores a
         // subrequest's content type, and merge-patch is what removes it.
         let alone = { (write: RecordWrite) in write.kind == .patch && write.fields.contains { $0.value == .null } }
@@ -516,17 +515,15 @@ public final class KintoConnection: Connection {
                                   body: Array(JSON.object([("requests", .array(subrequests))]).serialized().utf8), repeatable: true)
         }
         exchange.send(request) { [self] result in
-            let answered: [WriteOutcome]
+            let outcomes: [WriteOutcome]
             do {
-                answered = try chunk.count == 1 ? [Self.outcome(of: result, chunk.first!)] : Self.outcomes(of: result, chunk)
+                outcomes = try chunk.count == 1 ? [Self.outcome(of: result, chunk.first!)] : Self.outcomes(of: result, chunk)
             } catch {
                 // Nothing known of this batch; the rest is not sent.
-                let failure = WriteOutcome.failed(TetherError.wrap(error))
-                return done(outcomes + Array(repeating: failure, count: remaining.count))
+                return answered(Array(repeating: .failed(TetherError.wrap(error)), count: remaining.count))
             }
-            let all = outcomes + answered
-            progress(all.count)
-            sendWrites(rest, limit: limit, exchange, outcomes: all, progress, done)
+            answered(outcomes)
+            sendWrites(rest, limit: limit, exchange, answered)
         }
     }
 

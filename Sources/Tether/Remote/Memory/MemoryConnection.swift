@@ -284,18 +284,13 @@ public final class MemoryConnection: Connection {
     }
 
     /// Each write applied alone, in order, as Kinto's batch does.
-    public func write(_ writes: [RecordWrite], progress: @escaping @Sendable (Int) -> Void,
-                      _ done: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
+    public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         respond({ (result: Result<[WriteOutcome], TetherError>) in
             switch result {
-            case .success(let outcomes): done(outcomes)
-            case .failure(let error): done(Array(repeating: .failed(error), count: writes.count))
+            case .success(let outcomes): answered(outcomes)
+            case .failure(let error): answered(Array(repeating: .failed(error), count: writes.count))
             }
-        }) { [server] in
-            let outcomes = writes.map { server.apply($0) }
-            progress(outcomes.count)
-            return outcomes
-        }
+        }) { [server] in writes.map { server.apply($0) } }
     }
 }
 
