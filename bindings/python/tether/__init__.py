@@ -26,24 +26,26 @@ from ._lib import version as library_version, version_number as library_version_
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
                      InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
                      StoreError, CancelledError, NotCachedError, BusyError, ConflictError,
-                     error_class)
+                     NotAllowedError, error_class)
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
-                     E_NOT_CACHED, E_BUSY, E_CONFLICT)
+                     E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED)
 from .context import (Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch,
                       Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
+from .saving import Conflict, SaveReport, SaveTask
+from ._lib import MERGE_POLICIES
 
 __version__ = "0.2.0"
 
 __all__ = [
     "Context", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Results", "Task",
-    "Changes", "LiveAnswer", "LiveFetch",
-    "POLICIES", "RESULT_TYPES",
+    "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
+    "POLICIES", "RESULT_TYPES", "MERGE_POLICIES",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
-    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "error_class",
+    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "error_class",
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
-    "E_CONFLICT", "library_path", "library_version", "library_version_number", "errstr",
+    "E_CONFLICT", "E_NOT_ALLOWED", "library_path", "library_version", "library_version_number", "errstr",
     "live_counts", "__version__",
 ]

@@ -90,7 +90,13 @@ POLICY_CACHE_ONLY = 1
 POLICY_SERVER_ONLY = 2
 POLICY_CACHE_ELSE_SERVER = 3
 
-CONTEXT_OPTIONS_VERSION = 2
+CONTEXT_OPTIONS_VERSION = 3
+SAVE_OPTIONS_VERSION = 1
+
+# What a save does with a conflict (tether_merge_policy), by the binding's names.
+MERGE_POLICIES = {"report": 0, "server_wins": 1, "client_wins": 2, "merge_properties": 3}
+# An object's unsaved change (tether_pending).
+PENDING_NAMES = {0: None, 1: "insert", 2: "update", 3: "delete"}
 # 2 added predicate, arguments, argument_count; 3 offset, server_query;
 # 4 result_type, properties, batch_size, progress; 5 live.
 FETCH_OPTIONS_VERSION = 5
@@ -145,6 +151,8 @@ class tether_context_options(Structure):
         ("timeout_ms", c_int64),
         # since version 2
         ("object_cache_size", c_size_t),
+        # since version 3
+        ("merge_policy", c_int),
     ]
 
 
@@ -178,6 +186,14 @@ class tether_fetch_options(Structure):
     ]
 
 
+class tether_save_options(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("merge_policy", c_int),                # -1: the context's
+        ("progress", PROGRESS_CB),              # NULL: none
+    ]
+
+
 # Handles are opaque pointers, passed around as c_void_p (ints in Python).
 handle = c_void_p
 
@@ -187,6 +203,9 @@ OBSERVER_CB = CFUNCTYPE(None, c_void_p, c_char_p, c_int, c_void_p)
 #          tether_results *results, void *userdata)
 # `results` is owned by the callee: whoever receives it must release it.
 FETCH_CB = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p, c_void_p, c_void_p)
+# void (*)(tether_task *, int status, const char *message,
+#          tether_save_report *report, void *userdata): report borrowed for the call.
+SAVE_CB = CFUNCTYPE(None, c_void_p, c_int, c_char_p, c_void_p, c_void_p)
 
 # ------------------------------------------------------------------ declarations
 
@@ -325,6 +344,45 @@ tether_results_change_at = _declare(
     "tether_results_change_at", c_int,
     [c_void_p, c_int, c_size_t, POINTER(c_size_t), POINTER(c_size_t)])
 tether_results_release = _declare("tether_results_release", c_int, [c_void_p])
+
+# Editing and saving.
+tether_object_set = _declare("tether_object_set", c_int, [c_void_p, c_char_p, POINTER(tether_value)])
+tether_object_set_code = _declare("tether_object_set_code", c_int, [c_void_p, c_int, POINTER(tether_value)])
+tether_context_insert = _declare(
+    "tether_context_insert", c_int, [c_void_p, c_char_p, c_char_p, POINTER(c_void_p)])
+tether_object_delete = _declare("tether_object_delete", c_int, [c_void_p])
+tether_object_rollback = _declare("tether_object_rollback", c_int, [c_void_p])
+tether_context_rollback = _declare("tether_context_rollback", c_int, [c_void_p])
+tether_object_pending = _declare("tether_object_pending", c_int, [c_void_p, POINTER(c_int)])
+tether_object_changed_key_count = _declare(
+    "tether_object_changed_key_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_object_changed_key_at = _declare(
+    "tether_object_changed_key_at", c_int, [c_void_p, c_size_t, POINTER(c_char_p)])
+tether_object_committed = _declare(
+    "tether_object_committed", c_int, [c_void_p, c_char_p, POINTER(tether_value)])
+tether_context_change_count = _declare("tether_context_change_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_object_related = _declare("tether_object_related", c_int, [c_void_p, c_char_p, POINTER(c_void_p)])
+tether_context_open_sibling = _declare(
+    "tether_context_open_sibling", c_int, [c_void_p, c_char_p, c_int, POINTER(c_void_p)])
+tether_context_local_object = _declare(
+    "tether_context_local_object", c_int, [c_void_p, c_void_p, POINTER(c_void_p)])
+tether_save_options_init = _declare("tether_save_options_init", c_int, [POINTER(tether_save_options), c_uint])
+tether_save_start = _declare(
+    "tether_save_start", c_int, [c_void_p, POINTER(tether_save_options), SAVE_CB, c_void_p, POINTER(c_void_p)])
+tether_save_report_counts = _declare(
+    "tether_save_report_counts", c_int, [c_void_p, POINTER(c_size_t), POINTER(c_size_t)])
+tether_save_report_failure_count = _declare(
+    "tether_save_report_failure_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_save_report_failure_at = _declare(
+    "tether_save_report_failure_at", c_int,
+    [c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_int), POINTER(c_char_p)])
+tether_save_report_conflict_at = _declare(
+    "tether_save_report_conflict_at", c_int,
+    [c_void_p, c_size_t, POINTER(c_int64), POINTER(c_int64), POINTER(c_size_t)])
+tether_save_report_conflict_key_at = _declare(
+    "tether_save_report_conflict_key_at", c_int, [c_void_p, c_size_t, c_size_t, POINTER(c_char_p)])
+tether_save_report_server_value = _declare(
+    "tether_save_report_server_value", c_int, [c_void_p, c_size_t, c_char_p, POINTER(tether_value)])
 
 # Diagnostics.
 tether_live_count = _declare("tether_live_count", c_int, [c_int, POINTER(c_int64)])

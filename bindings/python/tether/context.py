@@ -44,6 +44,7 @@ from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass
 
 from . import _lib
+from .saving import ContextSaving, ObjectEditing
 from .errors import (BusyError, HandleError, NotFoundError, TetherError, make_error, E_BUSY,
                      E_CANCELLED, E_HANDLE)
 
@@ -621,7 +622,7 @@ class _ObjectReference:
                     pass
 
 
-class Object:
+class Object(ObjectEditing):
     """One record, uniqued per context: the same Object for the same record
     for as long as Python holds one.
 
@@ -740,10 +741,9 @@ def _adopted(ctx, ref, entity, _new=object.__new__):
     """An Object of `entity` taking over `ref`, an _ObjectReference: what
     Object(ctx, ref.handle, entity) makes, for the thousands of a fetch."""
     obj = _new(Object)
-    obj._ref = ref
-    obj._ctx = ctx
-    obj._h = ref.handle
-    obj.entity = entity
+    # Straight into the dict: Object.__setattr__ (which sets model
+    # attributes through the library) is not paid for thousands of objects.
+    obj.__dict__.update(_ref=ref, _ctx=ctx, _h=ref.handle, entity=entity)
     return obj
 
 
@@ -1401,18 +1401,57 @@ class Task:
 
 # ------------------------------------------------------------------ context
 
-class Context:
+class Context(ContextSaving):
     """A connection + store + object graph (tether_context)."""
 
     def __init__(self, url, bucket, store_path, *, username=None, password=None,
-                 delivery="thread", staleness_ms=0, timeout_ms=30000, object_cache_size=None):
-        if delivery not in DELIVERIES:
-            raise ValueError("delivery must be 'thread' or 'poll', not %r" % (delivery,))
+                 delivery="thread", staleness_ms=0, timeout_ms=30000, object_cache_size=None, merge=None):
         if object_cache_size is not None:
             if isinstance(object_cache_size, bool) or not isinstance(object_cache_size, int):
                 raise TypeError("object_cache_size must be an int or None")
             if object_cache_size < 0:   # size_t would wrap it into a huge size
                 raise ValueError("object_cache_size must not be negative")
+        if merge is not None and merge not in _lib.MERGE_POLICIES:
+            raise ValueError("merge must be one of %s, not %r" % (", ".join(sorted(_lib.MERGE_POLICIES)), merge))
+        self._setup(url, bucket, store_path, delivery)
+
+        opts = _lib.tether_context_options()
+        _lib.tether_context_options_init(byref(opts), _lib.CONTEXT_OPTIONS_VERSION)
+        # Keep the bytes alive across the open call (the struct holds pointers).
+        keep = [_cstr(url, "url"), _cstr(bucket, "bucket"), _cstr(self.store_path, "store_path"),
+                _cstr_opt(username, "username"), _cstr_opt(password, "password")]
+        opts.server_url, opts.bucket, opts.store_path, opts.username, opts.password = keep
+        opts.delivery = self._delivery
+        opts.staleness_ms = int(staleness_ms)
+        opts.timeout_ms = int(timeout_ms)
+        if object_cache_size is not None:
+            opts.object_cache_size = object_cache_size
+        if merge is not None:
+            opts.merge_policy = _lib.MERGE_POLICIES[merge]
+        out = c_void_p()
+        _lib.tether_context_open(byref(opts), byref(out))
+        del keep
+        self._h = out.value
+        self._closed = False
+        _open_contexts.add(self)
+
+    @classmethod
+    def _sibling(cls, parent, name, delivery):
+        """A sibling of `parent` (see open_sibling)."""
+        self = cls.__new__(cls)
+        self._setup(parent.url, parent.bucket, parent.store_path, delivery)
+        out = c_void_p()
+        _lib.tether_context_open_sibling(parent._h, _cstr(name, "name"), self._delivery, byref(out))
+        self._h = out.value
+        self._closed = False
+        self.name = name
+        _open_contexts.add(self)
+        return self
+
+    def _setup(self, url, bucket, store_path, delivery):
+        if delivery not in DELIVERIES:
+            raise ValueError("delivery must be 'thread' or 'poll', not %r" % (delivery,))
+        self.name = ""
         self._h = None
         self._closed = True
         self._delivery = DELIVERIES[delivery]
@@ -1438,24 +1477,6 @@ class Context:
         self.url = url
         self.bucket = bucket
         self.store_path = os.fspath(store_path)
-
-        opts = _lib.tether_context_options()
-        _lib.tether_context_options_init(byref(opts), _lib.CONTEXT_OPTIONS_VERSION)
-        # Keep the bytes alive across the open call (the struct holds pointers).
-        keep = [_cstr(url, "url"), _cstr(bucket, "bucket"), _cstr(self.store_path, "store_path"),
-                _cstr_opt(username, "username"), _cstr_opt(password, "password")]
-        opts.server_url, opts.bucket, opts.store_path, opts.username, opts.password = keep
-        opts.delivery = self._delivery
-        opts.staleness_ms = int(staleness_ms)
-        opts.timeout_ms = int(timeout_ms)
-        if object_cache_size is not None:
-            opts.object_cache_size = object_cache_size
-        out = c_void_p()
-        _lib.tether_context_open(byref(opts), byref(out))
-        del keep
-        self._h = out.value
-        self._closed = False
-        _open_contexts.add(self)
 
     # -- lifetime
 

@@ -16,6 +16,7 @@ E_CANCELLED = -12
 E_NOT_CACHED = -13
 E_BUSY = -14
 E_CONFLICT = -15
+E_NOT_ALLOWED = -16
 
 
 class TetherError(Exception):
@@ -97,7 +98,15 @@ class BusyError(TetherError):
 
 
 class ConflictError(TetherError):
+    """A save met records another writer changed. Raised by a save (with
+    ``conflicts``: each a tether.Conflict with both sides)."""
     status = E_CONFLICT
+
+
+class NotAllowedError(TetherError):
+    """The server's spec does not allow the operation (insert, update,
+    delete), or a delete rule (deny) refuses a delete."""
+    status = E_NOT_ALLOWED
 
 
 _BY_STATUS = {
@@ -116,6 +125,7 @@ _BY_STATUS = {
     E_NOT_CACHED: NotCachedError,
     E_BUSY: BusyError,
     E_CONFLICT: ConflictError,
+    E_NOT_ALLOWED: NotAllowedError,
 }
 
 _NAMES = {
@@ -134,6 +144,7 @@ _NAMES = {
     E_NOT_CACHED: "TETHER_E_NOT_CACHED",
     E_BUSY: "TETHER_E_BUSY",
     E_CONFLICT: "TETHER_E_CONFLICT",
+    E_NOT_ALLOWED: "TETHER_E_NOT_ALLOWED",
 }
 
 

@@ -1,0 +1,214 @@
+"""Editing and saving from Python: set, insert, delete, rollback, save
+(sync and asyncio), conflicts with both sides and each merge policy,
+relationships, siblings, and a server that is down: nothing is lost."""
+
+import asyncio
+import re
+
+import pytest
+
+import tether
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "Title": {"type": "string"},
+        "Rank": {"type": "integer"},
+        "Status": {"type": "string", "enum": ["open", "done"]},
+        "Tags": {"type": "array"},
+        "Owner": {"type": "string", "x-tether-to": "people", "x-tether-inverse": "notes"},
+    },
+}
+PEOPLE = {"type": "object", "properties": {"Name": {"type": "string"}}}
+
+
+@pytest.fixture
+def notes(kinto, bucket, request):
+    # A collection per test: each starts from the same records.
+    name = "notes_" + re.sub(r"[^a-z0-9]", "", request.node.name.lower())[:40]
+    kinto.create_collection(bucket, "people", PEOPLE)
+    kinto.put_records(bucket, "people", [("ann", {"Name": "Ann"}), ("bob", {"Name": "Bob"})])
+    kinto.create_collection(bucket, name, dict(SCHEMA, properties=dict(
+        SCHEMA["properties"], Owner=dict(SCHEMA["properties"]["Owner"], **{"x-tether-inverse": name}))))
+    kinto.put_records(bucket, name, [("n%d" % i, {"Title": "note %d" % i, "Rank": i, "Status": "open",
+                                                  "Owner": "ann" if i % 2 else "bob"}) for i in range(6)])
+    return name
+
+
+def opened(open_ctx, kinto_url, bucket, tmp_path, notes, **kw):
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "save.db", **kw)
+    ctx.fetch_wait(notes, policy="server_only")
+    ctx.fetch_wait("people", policy="server_only")
+    return ctx
+
+
+def test_edit_save_and_reopen(kinto, kinto_url, bucket, tmp_path, open_ctx, notes, recorder):
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
+    note = ctx.object(notes, "n1")
+    seen = recorder()
+    note.observe("Title", seen)
+    note.Title = "edited"                      # attribute assignment is a set
+    note.set("Tags", ["a", "b"])
+    assert note.peek("Title") == "edited"
+    assert note.committed("Title") == "note 1"
+    assert note.pending == "update" and note.has_changes
+    assert note.changed_keys == ["Title", "Tags"]
+    assert seen.wait(lambda c: len(c) >= 1), "an observer hears a local change"
+    assert kinto.get_record(bucket, notes, "n1")["Title"] == "note 1", "nothing sent before save"
+    ctx.close()
+
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
+    assert ctx.change_count == 1, "the change survived the close"
+    report = ctx.save()
+    assert (report.saved, report.discarded, report.failures) == (1, 0, [])
+    server = kinto.get_record(bucket, notes, "n1")
+    assert server["Title"] == "edited" and server["Tags"] == ["a", "b"] and server["Rank"] == 1
+    note = ctx.object(notes, "n1")
+    assert note.version == server["last_modified"] and note.pending is None
+    assert ctx.save().saved == 0
+
+
+def test_bad_edits_are_refused(kinto_url, bucket, tmp_path, open_ctx, notes):
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
+    note = ctx.object(notes, "n2")
+    with pytest.raises(tether.TypeMismatchError):
+        note.Title = 3
+    with pytest.raises(tether.TypeMismatchError):
+        note.Rank = "3"
+    with pytest.raises(tether.InvalidError):
+        note.Status = "closed"                 # not among the spec's allowed values
+    with pytest.raises(tether.NotFoundError):
+        note.set("Nope", 1)
+    with pytest.raises(tether.InvalidError):
+        note.set("id", "other")
+    with pytest.raises(TypeError):
+        note.Title = object()
+    assert note.pending is None
+    note.Status = "done"
+    note.rollback()
+    assert note.peek("Status") == "open"
+    with pytest.raises(tether.NotCachedError):
+        ctx.object(notes, "nowhere").Title = "x"
+
+
+def test_insert_delete_and_relationships(kinto, kinto_url, bucket, tmp_path, open_ctx, notes):
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
+    made = ctx.insert(notes, {"Title": "new", "Rank": 100, "Owner": "ann"})
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", made.id)
+    named = ctx.insert(notes, {"Title": "named"}, id="named")
+    with pytest.raises(tether.ConflictError):
+        ctx.insert(notes, id="named")
+    assert made.related("Owner") is ctx.object("people", "ann")
+    assert made.peek("Owner.Name") == "Ann"
+    gone = ctx.object(notes, "n3")
+    gone.delete()
+    assert gone.pending == "delete"
+    _, final = ctx.fetch_wait(notes, sort="Rank", policy="cache_only")
+    assert [o.id for o in final][-1] == made.id and gone not in final, "unsaved changes count in fetches"
+    assert ctx.save().saved == 3
+    assert kinto.get_record(bucket, notes, made.id)["Title"] == "new"
+    assert kinto.get_record(bucket, notes, "named")["Title"] == "named"
+    with pytest.raises(Exception):
+        kinto.get_record(bucket, notes, "n3")
+    assert named.pending is None
+
+
+def test_conflicts_and_merge_policies(kinto, kinto_url, bucket, tmp_path, open_ctx, notes):
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
+    note = ctx.object(notes, "n4")
+    base = note.version
+    note.Title = "mine"
+    theirs = kinto.patch_record(bucket, notes, "n4", {"Title": "theirs"})
+    with pytest.raises(tether.ConflictError) as raised:
+        ctx.save()
+    error = raised.value
+    assert error.saved == 0 and len(error.conflicts) == 1
+    conflict = error.conflicts[0]
+    assert conflict.object is note
+    assert conflict.local_version == base and conflict.server_version == theirs["last_modified"]
+    assert conflict.keys == ["Title"] and conflict.server["Title"] == "theirs"
+    assert note.peek("Title") == "mine" and note.pending == "update", "the change stays"
+
+    report = ctx.save(merge="server_wins")
+    assert report.discarded == 1 and note.peek("Title") == "theirs" and note.pending is None
+
+    five = ctx.object(notes, "n5")
+    five.Rank = 500
+    kinto.patch_record(bucket, notes, "n5", {"Title": "theirs 5"})
+    ctx.save(merge="merge_properties")
+    server = kinto.get_record(bucket, notes, "n5")
+    assert (server["Rank"], server["Title"]) == (500, "theirs 5")
+
+    zero = ctx.object(notes, "n0")
+    zero.Rank = -1
+    kinto.delete_record(bucket, notes, "n0")
+    with pytest.raises(tether.ConflictError) as raised:
+        ctx.save()
+    assert raised.value.conflicts[0].server is None and raised.value.conflicts[0].server_version is None
+    ctx.save(merge="client_wins")
+    assert kinto.get_record(bucket, notes, "n0")["Rank"] == -1, "made again from the local object"
+
+    with pytest.raises(ValueError):
+        ctx.save(merge="whatever")
+
+
+def test_unreachable_server_keeps_every_change(kinto, kinto_url, bucket, tmp_path, open_ctx, notes, faultproxy):
+    ctx = opened(open_ctx, faultproxy.url, bucket, tmp_path, notes)
+    ctx.object(notes, "n1").Title = "offline"
+    faultproxy.set("drop")
+    with pytest.raises(tether.NetworkError) as raised:
+        ctx.save(timeout=60)
+    assert len(raised.value.failures) == 1
+    assert ctx.change_count == 1
+    faultproxy.reset()
+    assert ctx.save().saved == 1
+    assert kinto.get_record(bucket, notes, "n1")["Title"] == "offline"
+
+
+def test_many_changes_progress_and_cancel(kinto, kinto_url, bucket, tmp_path, open_ctx, notes):
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
+    made = [ctx.insert(notes, {"Rank": 1000 + i}) for i in range(60)]
+    told = []
+    report = ctx.save(progress=lambda answered, total: told.append((answered, total)))
+    assert report.saved == 60 and told[-1] == (60, 60) and told == sorted(told)
+    assert kinto.get_record(bucket, notes, made[59].id)["Rank"] == 1059
+
+    for i in range(30):
+        ctx.insert(notes, {"Rank": 2000 + i})
+    finals = []
+    task = ctx.start_save(callback=lambda status, message, report: finals.append(status))
+    task.cancel()
+    assert task.wait(10) and finals == [tether.E_CANCELLED]
+    ctx.save()
+    assert ctx.change_count == 0
+
+
+def test_save_async_in_poll_mode(kinto, kinto_url, bucket, tmp_path, open_ctx, notes):
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes, delivery="poll")
+    ctx.object(notes, "n2").Title = "async"
+
+    async def main():
+        return await ctx.save_async()
+
+    assert asyncio.run(main()).saved == 1
+    assert kinto.get_record(bucket, notes, "n2")["Title"] == "async"
+
+
+def test_siblings(kinto, kinto_url, bucket, tmp_path, open_ctx, notes, recorder):
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
+    shown = ctx.object(notes, "n1")
+    seen = recorder()
+    shown.observe("Title", seen)
+    background = ctx.open_sibling("import")
+    try:
+        with pytest.raises(tether.BusyError):
+            tether.Context(kinto_url, bucket, str(tmp_path / "save.db"), username="test", password="test")
+        there = background.local(shown)
+        assert there is not shown and there.id == "n1"
+        there.Title = "imported"
+        assert shown.peek("Title") == "note 1" and ctx.change_count == 0
+        assert background.save().saved == 1
+        assert seen.wait(lambda c: len(c) >= 1)
+        assert shown.peek("Title") == "imported"
+    finally:
+        background.close()

@@ -1,0 +1,436 @@
+"""Editing and saving: setting values, inserting and deleting objects, and
+saves that push the changes to the server (tether.h, "editing" and "save").
+
+Every edit is in the store when the call returns; nothing reaches the server
+before a save. ``ctx.save()`` waits and raises on failure (ConflictError with
+``conflicts``: both sides of each); ``ctx.start_save()`` gives a SaveTask;
+``await ctx.save_async()`` suits asyncio.
+"""
+
+import asyncio
+import ctypes
+import json
+import threading
+import time
+from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_void_p
+
+from . import _lib
+from .errors import E_BUSY, BusyError, HandleError, make_error
+
+
+def _value(value):
+    """A Python value as a tether_value, and what keeps its text alive:
+    None, bool, int, float, str, or a list/dict (as JSON)."""
+    v = _lib.tether_value()
+    keep = None
+    if value is None:
+        v.type = _lib.TYPE_NULL
+    elif isinstance(value, bool):
+        v.type, v.integer = _lib.TYPE_BOOLEAN, int(value)
+    elif isinstance(value, int):
+        if not -2 ** 63 <= value < 2 ** 63:
+            raise OverflowError("tether: %d does not fit a 64-bit integer" % value)
+        v.type, v.integer = _lib.TYPE_INTEGER, value
+    elif isinstance(value, float):
+        v.type, v.real = _lib.TYPE_REAL, value
+    elif isinstance(value, (str, list, dict, tuple)):
+        text = value if isinstance(value, str) else json.dumps(value, allow_nan=False)
+        keep = ctypes.create_string_buffer(text.encode("utf-8"))
+        v.type = _lib.TYPE_TEXT if isinstance(value, str) else _lib.TYPE_JSON
+        v.text, v.length = ctypes.addressof(keep), len(keep) - 1
+    else:
+        raise TypeError("tether: cannot set a %s: give None, bool, int, float, str, list or dict"
+                        % type(value).__name__)
+    return v, keep
+
+
+def _key(key):
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    raise TypeError("key must be an attribute name (str) or code (int), not %s" % type(key).__name__)
+
+
+class ObjectEditing:
+    """The editing half of tether.Object."""
+
+    def set(self, key, value):
+        """Sets `key` (a name or code) to `value`, checked against the
+        model's type and the spec's allowed values; in the store at once.
+        Assigning an attribute (``obj.Title = "x"``) does the same."""
+        v, keep = _value(value)
+        if isinstance(key, int) and not isinstance(key, bool):
+            _lib.tether_object_set_code(self._h, key, byref(v))
+        else:
+            _lib.tether_object_set(self._h, _key(key), byref(v))
+        del keep
+
+    def __setattr__(self, name, value):
+        # Attributes of the model are set through the library; the Object's
+        # own (underscored, or its entity) are plain.
+        d = self.__dict__
+        ent = d.get("entity")
+        if name[0] != "_" and name != "entity" and ent is not None and name in ent._names:
+            self.set(name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def delete(self):
+        """Deletes the record: at once here (delete rules apply to records
+        referring to it), on the server at the next save."""
+        _lib.tether_object_delete(self._h)
+
+    def rollback(self):
+        """Forgets the object's unsaved change (and its last conflict)."""
+        _lib.tether_object_rollback(self._h)
+
+    @property
+    def pending(self):
+        """The unsaved change: None, "insert", "update" or "delete"."""
+        out = c_int()
+        _lib.tether_object_pending(self._h, byref(out))
+        return _lib.PENDING_NAMES.get(out.value)
+
+    @property
+    def has_changes(self):
+        return self.pending is not None
+
+    @property
+    def changed_keys(self):
+        """The attributes an unsaved insert or update sets, in model order."""
+        count = c_size_t()
+        _lib.tether_object_changed_key_count(self._h, byref(count))
+        name = c_char_p()
+        keys = []
+        for i in range(count.value):
+            _lib.tether_object_changed_key_at(self._h, i, byref(name))
+            keys.append(name.value.decode("utf-8"))
+        return keys
+
+    def committed(self, key, default=None):
+        """The value of `key` as the server last confirmed it, whatever is
+        pending; `default` when there is none (an insert, or not cached)."""
+        from .context import _convert
+        from .errors import NotCachedError
+        v = _lib.tether_value()
+        try:
+            _lib.tether_object_committed(self._h, _key(key), byref(v))
+        except NotCachedError:
+            return default
+        try:
+            return _convert(v)
+        finally:
+            _lib.tether_value_clear(byref(v))
+
+    def related(self, key):
+        """The Object the to-one relationship `key` refers to (a fault until
+        read), or None when the reference is null."""
+        out = c_void_p()
+        _lib.tether_object_related(self._h, _key(key), byref(out))
+        return self._ctx._wrap(out.value, owned=True) if out.value else None
+
+
+class Conflict:
+    """A change the server refused because its record moved on: ``object``,
+    ``local_version`` (None for an insert), ``server_version`` and
+    ``server`` (the server's values by name; both None if it deleted the
+    record), and ``keys``, those whose local and server values differ."""
+
+    def __init__(self, obj, local_version, server_version, keys, server):
+        self.object = obj
+        self.local_version = local_version
+        self.server_version = server_version
+        self.keys = keys
+        self.server = server
+
+    def __repr__(self):
+        return "<tether.Conflict %r keys=%r server_version=%r>" % (self.object, self.keys, self.server_version)
+
+
+class SaveReport:
+    """What a save settled: ``saved`` (confirmed by the server),
+    ``discarded`` (dropped for the server's record, by ``server_wins``),
+    ``failures`` (each (object, exception), still pending) and
+    ``conflicts`` (the failures that are conflicts, as Conflicts)."""
+
+    def __init__(self, saved=0, discarded=0, failures=(), conflicts=()):
+        self.saved = saved
+        self.discarded = discarded
+        self.failures = list(failures)
+        self.conflicts = list(conflicts)
+
+    def __repr__(self):
+        return "<tether.SaveReport saved=%d discarded=%d failures=%d>" % (
+            self.saved, self.discarded, len(self.failures))
+
+
+def _read_report(ctx, report):
+    """The borrowed report copied into a SaveReport, during the callback."""
+    from .context import _convert
+    saved, discarded, count = c_size_t(), c_size_t(), c_size_t()
+    _lib.tether_save_report_counts(report, byref(saved), byref(discarded))
+    _lib.tether_save_report_failure_count(report, byref(count))
+    failures, conflicts = [], []
+    obj_h, status, message = c_void_p(), c_int(), c_char_p()
+    local, server_version, nkeys = c_int64(), c_int64(), c_size_t()
+    for i in range(count.value):
+        _lib.tether_save_report_failure_at(report, i, byref(obj_h), byref(status), byref(message))
+        obj = ctx._wrap(obj_h.value, owned=False)
+        error = make_error(status.value, (message.value or b"").decode("utf-8", "replace"), _lib.errstr(status.value))
+        failures.append((obj, error))
+        try:
+            _lib.tether_save_report_conflict_at(report, i, byref(local), byref(server_version), byref(nkeys))
+        except Exception:
+            continue   # not a conflict
+        name = c_char_p()
+        keys = []
+        for k in range(nkeys.value):
+            _lib.tether_save_report_conflict_key_at(report, i, k, byref(name))
+            keys.append(name.value.decode("utf-8"))
+        server = None
+        if server_version.value >= 0:
+            server = {}
+            v = _lib.tether_value()
+            for attribute in obj.entity.attributes:
+                _lib.tether_save_report_server_value(report, i, attribute.name.encode("utf-8"), byref(v))
+                try:
+                    server[attribute.name] = _convert(v)
+                finally:
+                    _lib.tether_value_clear(byref(v))
+        conflicts.append(Conflict(obj, local.value if local.value >= 0 else None,
+                                  server_version.value if server_version.value >= 0 else None, keys, server))
+    return SaveReport(saved.value, discarded.value, failures, conflicts)
+
+
+@_lib.SAVE_CB
+def _save_trampoline(task, status, message, report, userdata):
+    from .context import _registry, _report
+    try:
+        entry = _registry.get(userdata)
+        if entry is None:
+            from .context import log
+            log.warning("tether: save callback for unknown or finished save %r (status %d)", userdata, status)
+            return
+        entry._deliver(task, status, message, report)
+    except BaseException:
+        _report("save", None)
+
+
+class SaveTask:
+    """An asynchronous save: ``done``, ``status``, ``message``, ``report``
+    (a SaveReport) and ``error`` (the exception a failed save raises,
+    carrying the report's ``saved``, ``discarded``, ``failures`` and
+    ``conflicts``) are filled by its one final callback."""
+
+    def __init__(self, ctx, callback=None, progress=None, on_done=None):
+        from .context import _tokens
+        self._ctx = ctx
+        self.callback = callback
+        self._progress_cb = progress
+        self._on_done = on_done
+        self._h = None
+        self._event = threading.Event()
+        self.done = False
+        self.status = None
+        self.message = None
+        self.report = None
+        self.error = None
+        self._token = next(_tokens)
+
+    def _register(self):
+        from .context import _registry
+        _registry[self._token] = self
+        self._ctx._pending[self._token] = self
+
+    def _unregister(self):
+        from .context import _registry
+        _registry.pop(self._token, None)
+        self._ctx._pending.pop(self._token, None)
+
+    def _deliver(self, task_h, status, message, report):
+        from .context import _report
+        prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
+        try:
+            if self._h is None and task_h:
+                self._h = task_h
+            msg = (message or b"").decode("utf-8", "replace")
+            try:
+                self.report = _read_report(self._ctx, report)
+            except BaseException:
+                _report("save (reading the report)", self.callback)
+                self.report = SaveReport()
+            self.status, self.message = status, msg
+            if status != 0:
+                error = make_error(status, msg, _lib.errstr(status))
+                error.saved, error.discarded = self.report.saved, self.report.discarded
+                error.failures, error.conflicts = self.report.failures, self.report.conflicts
+                self.error = error
+            if self.callback is not None:
+                try:
+                    self.callback(status, msg, self.report)
+                except BaseException:
+                    _report("save", self.callback)
+        finally:
+            self._ctx._cb_thread = prev
+            self.done = True
+            self._unregister()
+            self._event.set()
+            if self._on_done is not None:
+                try:
+                    self._on_done(self)
+                except BaseException:
+                    _report("save (internal done hook)", self._on_done)
+            self.callback = self._on_done = self._progress_cb = None
+
+    def _progress(self, task_h, answered, total):
+        if self._h is None and task_h:
+            self._h = task_h
+        progress = self._progress_cb
+        if progress is None or self.done:
+            return
+        from .context import _report
+        try:
+            progress(answered, total)
+        except BaseException:
+            _report("save progress", progress)
+
+    def cancel(self):
+        """Cancels: the final callback comes with TETHER_E_CANCELLED. What the
+        server already took is still recorded; the rest stays pending."""
+        if self.done or self._h is None:
+            return False
+        try:
+            _lib.tether_task_cancel(self._h)
+        except HandleError:
+            return False
+        return True
+
+    def wait(self, timeout=None):
+        """Waits for the final callback; True if it came (polls in poll mode)."""
+        ctx = self._ctx
+        if ctx._delivery == _lib.DELIVER_POLL:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not self.done:
+                left = 1.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    break
+                ctx.poll(max(1, min(1000, int(left * 1000))))
+            return self.done
+        if ctx._cb_thread == threading.get_ident() and not self.done:
+            raise BusyError("cannot wait for a save from inside a callback of its context", status=E_BUSY)
+        return self._event.wait(timeout)
+
+    def __repr__(self):
+        return "<tether.SaveTask %s>" % ("done status=%s" % self.status if self.done else "running")
+
+
+def _merge(merge):
+    if merge is None:
+        return -1
+    try:
+        return _lib.MERGE_POLICIES[merge]
+    except KeyError:
+        raise ValueError("merge must be one of %s, not %r" % (", ".join(sorted(_lib.MERGE_POLICIES)), merge)) from None
+
+
+class ContextSaving:
+    """The editing and saving half of tether.Context."""
+
+    def insert(self, entity, values=None, id=None):
+        """A new Object of `entity`, with `values` (a dict by name) set: a
+        pending insert. `id` None: a UUID made here, so a retried insert can
+        never make two records."""
+        out = c_void_p()
+        _lib.tether_context_insert(self._h, _key(entity), None if id is None else _key(id), byref(out))
+        obj = self._wrap(out.value, owned=True)
+        for key, value in (values or {}).items():
+            obj.set(key, value)
+        return obj
+
+    def rollback(self):
+        """Forgets every unsaved change of this context."""
+        _lib.tether_context_rollback(self._h)
+
+    @property
+    def change_count(self):
+        out = c_size_t()
+        _lib.tether_context_change_count(self._h, byref(out))
+        return out.value
+
+    @property
+    def has_changes(self):
+        return self.change_count > 0
+
+    def start_save(self, *, merge=None, callback=None, progress=None, _on_done=None):
+        """Starts saving every unsaved change; returns a SaveTask.
+        callback(status, message, report) runs once, at the end; progress
+        (answered, total) as the server answers. merge: "report" (the
+        default: conflicts are reported, changes kept), "server_wins",
+        "client_wins" or "merge_properties"; None: the context's."""
+        from .context import _progress_trampoline
+        options = _lib.tether_save_options()
+        _lib.tether_save_options_init(byref(options), _lib.SAVE_OPTIONS_VERSION)
+        options.merge_policy = _merge(merge)
+        if progress is not None:
+            options.progress = _progress_trampoline
+        task = SaveTask(self, callback, progress, _on_done)
+        task._register()
+        out = c_void_p()
+        try:
+            _lib.tether_save_start(self._h, byref(options), _save_trampoline, task._token, byref(out))
+        except BaseException:
+            task._unregister()
+            raise
+        if task._h is None:
+            task._h = out.value
+        return task
+
+    def save(self, *, merge=None, progress=None, timeout=None):
+        """Saves every unsaved change and waits: returns a SaveReport, or
+        raises the save's error (ConflictError with ``conflicts``, ...) with
+        the report's counts on it. Changes not saved stay pending."""
+        task = self.start_save(merge=merge, progress=progress)
+        if not task.wait(timeout):
+            task.cancel()
+            task.wait(5)
+            raise TimeoutError("tether: the save did not finish in %s s" % timeout)
+        if task.error is not None:
+            raise task.error
+        return task.report
+
+    async def save_async(self, *, merge=None, progress=None):
+        """As save(), for asyncio: the context's callbacks are delivered into
+        the running loop (in poll mode, its descriptor watched by the loop)."""
+        from .context import _call_in_loop, _resolve
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def done(task):
+            _call_in_loop(loop, _resolve, future, task.report, task.error)
+
+        attached = self._delivery == _lib.DELIVER_POLL
+        if attached:
+            self._loop_acquire(loop)
+        try:
+            task = self.start_save(merge=merge, progress=progress, _on_done=done)
+            try:
+                return await future
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+        finally:
+            if attached:
+                self._loop_release()
+
+    def open_sibling(self, name, *, delivery=None):
+        """Another Context on this store, model and connection, with its own
+        objects and unsaved changes (kept in the store under `name`): a
+        background context beside a main one. A save in either updates the
+        objects of the other. Close it as any context."""
+        from .context import Context
+        return Context._sibling(self, name, delivery or self.delivery)
+
+    def local(self, obj):
+        """This context's Object for the record `obj` (of a sibling) stands for."""
+        out = c_void_p()
+        _lib.tether_context_local_object(self._h, obj._h, byref(out))
+        return self._wrap(out.value, owned=True)
