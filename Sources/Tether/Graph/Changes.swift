@@ -255,18 +255,18 @@ extension Context {
         let entity = object.entity
         let (observers, held) = try object.state.withLock { state -> ([KeyObserver], Bool) in
             var draft = state
-            let before = state.observers.map { state.visible($0.attributeIndex) }
+            let before = state.observedValues
             guard var change = try body(&draft) else {
                 if state.pending != nil { try store.discardChange(name, entity, id: object.id) }
                 draft.pending = nil
                 state = draft
-                return (zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0), false)
+                return (state.observers(changedSince: before), false)
             }
             change.revision = (state.pending?.revision ?? change.revision) + 1
             change.sequence = try store.recordChange(name, entity, id: object.id, change)
             draft.pending = change
             state = draft
-            return (zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0), true)
+            return (state.observers(changedSince: before), true)
         }
         if held { hold(object) } else { release(object) }
         for observer in observers { observer.notify() }

@@ -288,7 +288,7 @@ public final class Context: Sendable {
         guard let object = objectsInMemory(entity, [id]).first else { return }
         let now = wallClockMilliseconds()
         let observers = object.state.withLock { state -> [KeyObserver] in
-            let before = state.observers.map { state.visible($0.attributeIndex) }
+            let before = state.observedValues
             if let record {
                 state.record = record
                 state.loaded = true
@@ -298,7 +298,7 @@ public final class Context: Sendable {
                 if state.pending == nil { state.record = nil }
                 state.deletedOnServer = true
             }
-            return zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0)
+            return state.observers(changedSince: before)
         }
         for observer in observers { observer.notify() }
         tellLiveFetches(entity, [id])
@@ -433,14 +433,12 @@ public final class Context: Sendable {
                 // As in the store: an older version than the one held is not taken.
                 if !acceptingOlder, case .integer(let held)? = state.record?.values[versionIndex],
                    case .integer(let sent) = record.values[versionIndex], sent < held { return }
-                let before = state.observers.map { state.visible($0.attributeIndex) }
+                let before = state.observedValues
                 state.record = record
                 state.loaded = true
                 state.fetchedAt = fetchedAt
                 state.deletedOnServer = false
-                for (observer, old) in zip(state.observers, before) where old != state.visible(observer.attributeIndex) {
-                    changed.append(observer)
-                }
+                changed += state.observers(changedSince: before)
             }
         }
         for observer in changed { observer.notify() }

@@ -46,6 +46,14 @@ public final class ManagedObject: Sendable {
             if case .value(let value) = read(index) { return value }
             return nil
         }
+
+        /// What each observer's key reads now, to compare after a change.
+        var observedValues: [Value?] { observers.map { visible($0.attributeIndex) } }
+
+        /// The observers whose key reads otherwise than in `before` (from `observedValues`).
+        func observers(changedSince before: [Value?]) -> [KeyObserver] {
+            zip(observers, before).filter { $1 != visible($0.attributeIndex) }.map(\.0)
+        }
     }
 
     init(context: Context, entity: Entity, id: String) {

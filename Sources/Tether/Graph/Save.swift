@@ -348,7 +348,7 @@ extension Context {
         let entity = object.entity
         let now = wallClockMilliseconds()
         let observers = try object.state.withLock { state -> [KeyObserver] in
-            let before = state.observers.map { state.visible($0.attributeIndex) }
+            let before = state.observedValues
             var remaining: PendingChange?
             if var pending = state.pending, pending.revision != sent.revision {
                 // Edited while on the wire: what is new stays, against the new version.
@@ -367,7 +367,7 @@ extension Context {
             state.deletedOnServer = record == nil
             state.pending = remaining
             state.conflict = nil
-            return zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0)
+            return state.observers(changedSince: before)
         }
         afterSettling(object, observers)
     }
@@ -384,7 +384,7 @@ extension Context {
         let now = wallClockMilliseconds()
         var outcome = Settled.saved
         let observers = try object.state.withLock { state -> [KeyObserver] in
-            let before = state.observers.map { state.visible($0.attributeIndex) }
+            let before = state.observedValues
             guard var pending = state.pending else { return [] }  // rolled back meanwhile
             // Edited while on the wire: the conflict is reported, the edit kept as it is.
             let policy = pending.revision == sent.revision ? policy : .report
@@ -443,7 +443,7 @@ extension Context {
                 state.deletedOnServer = current == nil
             }
             state.pending = remaining
-            return zip(state.observers, before).filter { $1 != state.visible($0.attributeIndex) }.map(\.0)
+            return state.observers(changedSince: before)
         }
         afterSettling(object, observers)
         return outcome

@@ -44,7 +44,7 @@ from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass
 
 from . import _lib
-from .saving import ContextSaving, ObjectEditing
+from .saving import ContextSaving, ObjectEditing, Request
 from .errors import (BusyError, HandleError, NotFoundError, TetherError, make_error, E_BUSY,
                      E_CANCELLED, E_HANDLE)
 
@@ -1212,7 +1212,7 @@ class LiveFetch:
 
 # ------------------------------------------------------------------ tasks
 
-class Task:
+class Task(Request):
     """An asynchronous fetch.
 
     Attributes, filled as the callbacks arrive: ``cached`` (the cached
@@ -1229,6 +1229,8 @@ class Task:
     (None when it is not told as changes); it ends only when cancelled or
     when its context closes, so its ``error`` is then a CancelledError.
     """
+
+    _kind = "fetch"
 
     def __init__(self, ctx, entity, callback, on_done=None, shape=None, progress=None,
                  live=False, on_answer=None):
@@ -1253,14 +1255,6 @@ class Task:
         self.error = None
         self.objects = None
         self._token = next(_tokens)
-
-    def _register(self):
-        _registry[self._token] = self
-        self._ctx._pending[self._token] = self
-
-    def _unregister(self):
-        _registry.pop(self._token, None)
-        self._ctx._pending.pop(self._token, None)
 
     def _deliver(self, task_h, phase, status, message, results):
         # Marks the whole delivery (hooks included) as inside a callback of
@@ -1358,41 +1352,6 @@ class Task:
             _report("progress", progress)
         finally:
             self._ctx._cb_thread = prev
-
-    def cancel(self):
-        """Cancels the fetch: its callback runs once more, FINAL with
-        TETHER_E_CANCELLED. True if cancelled now, False if it had already
-        finished."""
-        if self.done or self._h is None:
-            return False
-        try:
-            _lib.tether_task_cancel(self._h)
-        except HandleError:
-            return False
-        return True
-
-    def wait(self, timeout=None):
-        """Waits for the final callback; True if it came. In poll mode this
-        calls Context.poll() while waiting (so do not call it from inside a
-        callback of the same context)."""
-        if self._ctx._delivery == _lib.DELIVER_POLL:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self.done:
-                if deadline is None:
-                    ms = 1000
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    ms = max(1, min(1000, int(left * 1000)))
-                self._ctx.poll(ms)
-            return self.done
-        if self._ctx._cb_thread == threading.get_ident() and not self.done:
-            # Callbacks of a context run one at a time: waiting here would
-            # wait for ourselves.
-            raise BusyError("cannot wait for a fetch from inside a callback of its context",
-                            status=E_BUSY)
-        return self._event.wait(timeout)
 
     def __repr__(self):
         state = "done status=%s" % self.status if self.done else "running"

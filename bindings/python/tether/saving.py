@@ -215,11 +215,61 @@ def _save_trampoline(task, status, message, report, userdata):
         _report("save", None)
 
 
-class SaveTask:
+class Request:
+    """What a fetch (Task) and a save (SaveTask) share: their place in the
+    callback registry until the final callback, cancel and wait."""
+
+    _kind = "request"
+
+    def _register(self):
+        from .context import _registry
+        _registry[self._token] = self
+        self._ctx._pending[self._token] = self
+
+    def _unregister(self):
+        from .context import _registry
+        _registry.pop(self._token, None)
+        self._ctx._pending.pop(self._token, None)
+
+    def cancel(self):
+        """Cancels: the callback runs once more, final, with
+        TETHER_E_CANCELLED. True if cancelled now, False if it had already
+        finished."""
+        if self.done or self._h is None:
+            return False
+        try:
+            _lib.tether_task_cancel(self._h)
+        except HandleError:
+            return False
+        return True
+
+    def wait(self, timeout=None):
+        """Waits for the final callback; True if it came. In poll mode this
+        calls Context.poll() while waiting (so do not call it from inside a
+        callback of the same context)."""
+        ctx = self._ctx
+        if ctx._delivery == _lib.DELIVER_POLL:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not self.done:
+                left = 1.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    break
+                ctx.poll(max(1, min(1000, int(left * 1000))))
+            return self.done
+        if ctx._cb_thread == threading.get_ident() and not self.done:
+            # Callbacks of a context run one at a time: waiting here would
+            # wait for ourselves.
+            raise BusyError("cannot wait for a %s from inside a callback of its context" % self._kind, status=E_BUSY)
+        return self._event.wait(timeout)
+
+
+class SaveTask(Request):
     """An asynchronous save: ``done``, ``status``, ``message``, ``report``
     (a SaveReport) and ``error`` (the exception a failed save raises,
     carrying the report's ``saved``, ``discarded``, ``failures`` and
     ``conflicts``) are filled by its one final callback."""
+
+    _kind = "save"
 
     def __init__(self, ctx, callback=None, progress=None, on_done=None):
         from .context import _tokens
@@ -235,16 +285,6 @@ class SaveTask:
         self.report = None
         self.error = None
         self._token = next(_tokens)
-
-    def _register(self):
-        from .context import _registry
-        _registry[self._token] = self
-        self._ctx._pending[self._token] = self
-
-    def _unregister(self):
-        from .context import _registry
-        _registry.pop(self._token, None)
-        self._ctx._pending.pop(self._token, None)
 
     def _deliver(self, task_h, status, message, report):
         from .context import _report
@@ -292,32 +332,6 @@ class SaveTask:
             progress(answered, total)
         except BaseException:
             _report("save progress", progress)
-
-    def cancel(self):
-        """Cancels: the final callback comes with TETHER_E_CANCELLED. What the
-        server already took is still recorded; the rest stays pending."""
-        if self.done or self._h is None:
-            return False
-        try:
-            _lib.tether_task_cancel(self._h)
-        except HandleError:
-            return False
-        return True
-
-    def wait(self, timeout=None):
-        """Waits for the final callback; True if it came (polls in poll mode)."""
-        ctx = self._ctx
-        if ctx._delivery == _lib.DELIVER_POLL:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self.done:
-                left = 1.0 if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    break
-                ctx.poll(max(1, min(1000, int(left * 1000))))
-            return self.done
-        if ctx._cb_thread == threading.get_ident() and not self.done:
-            raise BusyError("cannot wait for a save from inside a callback of its context", status=E_BUSY)
-        return self._event.wait(timeout)
 
     def __repr__(self):
         return "<tether.SaveTask %s>" % ("done status=%s" % self.status if self.done else "running")
