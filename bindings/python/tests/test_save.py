@@ -212,3 +212,59 @@ def test_siblings(kinto, kinto_url, bucket, tmp_path, open_ctx, notes, recorder)
         assert shown.peek("Title") == "imported"
     finally:
         background.close()
+
+
+REQUIRED = {"type": "object", "properties": {"Title": {"type": "string"}, "Rank": {"type": "integer"}},
+            "required": ["Title"]}
+
+
+def test_a_batch_partly_refused(kinto, kinto_url, bucket, tmp_path, open_ctx):
+    """A record the server's schema refuses (400) fails alone; the rest of
+    its batch lands, and it stays pending until it is fixed."""
+    kinto.create_collection(bucket, "strict", REQUIRED)
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "strict.db")
+    good = [ctx.insert("strict", {"Title": "ok %d" % i}) for i in range(3)]
+    bad = ctx.insert("strict", {"Rank": 1})
+    with pytest.raises(tether.InvalidError) as raised:
+        ctx.save()
+    assert raised.value.saved == 3
+    assert [obj for obj, _ in raised.value.failures] == [bad]
+    assert "400" in str(raised.value.failures[0][1])
+    assert bad.pending == "insert" and all(g.pending is None for g in good)
+    bad.Title = "fixed"
+    assert ctx.save().saved == 1
+    assert kinto.get_record(bucket, "strict", bad.id)["Title"] == "fixed"
+
+
+def test_a_batch_cut_midway_is_sent_again_and_applied_once(kinto, kinto_url, bucket, tmp_path, open_ctx, faultproxy):
+    """The connection breaks inside the batch's answer after the server
+    applied it: the batch is sent again (its writes are conditional), the
+    server's records are recognised as these changes, and each lands once."""
+    kinto.create_collection(bucket, "cut", REQUIRED)
+    kinto.put_records(bucket, "cut", [("c%d" % i, {"Title": "c%d" % i, "Rank": i}) for i in range(5)])
+    ctx = open_ctx(faultproxy.url, bucket, tmp_path / "cut.db")
+    ctx.fetch_wait("cut", policy="server_only")
+    made = [ctx.insert("cut", {"Title": "new %d" % i}) for i in range(10)]
+    for i in range(5):
+        ctx.object("cut", "c%d" % i).Rank = 100 + i
+    faultproxy.set("reset", match="/batch", count=1)
+    report = ctx.save()
+    assert report.saved == 15 and report.failures == []
+    assert len([l for l in faultproxy.log() if "/batch" in l]) >= 2, "the batch was sent again"
+    _, final = ctx.fetch_wait("cut", policy="server_only")
+    assert len(final) == 15, "each insert once"
+    assert sorted(kinto.get_record(bucket, "cut", "c%d" % i)["Rank"] for i in range(5)) == [100, 101, 102, 103, 104]
+    assert {kinto.get_record(bucket, "cut", o.id)["Title"] for o in made} == {"new %d" % i for i in range(10)}
+
+
+@pytest.mark.parametrize("status,error", [(403, tether.AuthError), (500, tether.ServerError)])
+def test_server_errors_keep_every_change(kinto, kinto_url, bucket, tmp_path, open_ctx, faultproxy, status, error):
+    kinto.create_collection(bucket, "errs%d" % status, REQUIRED)
+    ctx = open_ctx(faultproxy.url, bucket, tmp_path / "errs.db")
+    made = [ctx.insert("errs%d" % status, {"Title": "t%d" % i}) for i in range(4)]
+    faultproxy.set("status", status=status, match="/batch")
+    with pytest.raises(error):
+        ctx.save()
+    assert ctx.change_count == 4 and all(o.pending == "insert" for o in made)
+    faultproxy.reset()
+    assert ctx.save().saved == 4

@@ -596,6 +596,10 @@ public final class KintoConnection: Connection {
             return .deleted
         case 404 where write.kind != .create:
             return .conflict(current: nil)
+        case 400:
+            // The record itself was refused (Kinto: its schema, an id it does not take).
+            let message = (try? JSON.parse(response.body))?["message"]?.stringValue.map { ": \($0)" } ?? ""
+            return .failed(TetherError(.invalid, "the server refused \(what) (HTTP 400)\(message)"))
         default:
             do {
                 _ = try checked(.success(response), what: what)
