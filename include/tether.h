@@ -166,10 +166,49 @@ typedef enum tether_merge_policy {
     TETHER_MERGE_PROPERTIES = 3
 } tether_merge_policy;
 
-/* Version 2 added object_cache_size, version 3 merge_policy. A struct of an
- * earlier version is still accepted (its missing fields take their
- * defaults). */
-#define TETHER_CONTEXT_OPTIONS_VERSION 3
+/* A local-only store attached beside the server's (Core Data's several
+ * stores, one per configuration): a SQLite file holding the entities its
+ * configuration defines, for records that never go to the server (private
+ * annotations on server records, say). They are edited, fetched, observed
+ * and saved as server records are, but a save writes them to this file, their
+ * only copy, under the same conditions a server applies (a change made
+ * against an older version conflicts), and a fetch answers once, from the
+ * file (phase FINAL, whatever the policy); get starts no refresh. Their
+ * unsaved changes are kept in this file too. A relationship from an entity
+ * of one store to one of another holds the target's object URI (see
+ * tether_object_uri) instead of its id; when the target is deleted (by this
+ * context, or by the server: seen in a fetch or a refresh) the referring
+ * records follow the inverse's delete rule at once (cascade deletes them;
+ * nullify, and deny, which cannot refuse a deletion already made, clear the
+ * reference). A reference whose target's store is not attached is kept
+ * untouched, and read as a plain TEXT attribute (tether_object_related gives
+ * TETHER_E_NOT_FOUND); references to server records deleted while the store
+ * was not attached are cleaned up soon after an open that attaches it (the
+ * records not cached are asked for in the background). A server collection
+ * named as a local entity is left out of the model, with a diagnostic. */
+#define TETHER_LOCAL_STORE_VERSION 1
+
+typedef struct tether_local_store {
+    unsigned int version;       /* TETHER_LOCAL_STORE_VERSION */
+    const char *configuration;  /* names the store in object URIs: 1 to 64 ASCII
+                                   letters, digits, '-' or '_', not "server" */
+    const char *path;           /* SQLite file, created if missing; not the
+                                   server's store nor another local store's */
+    const char *specs_json;     /* the entities: a JSON object of entity name to
+                                   JSON schema, as a Kinto collection's (types,
+                                   "required", "enum", "x-tether-code",
+                                   "x-tether-to"...). Each entity also has "id"
+                                   (TEXT) and "version" (INTEGER, set by saves) */
+} tether_local_store;
+
+/* Fills `store` with defaults (all NULL) for the given struct version.
+ * TETHER_E_MISUSE if `store` is NULL or the version is unknown. */
+TETHER_API int tether_local_store_init(tether_local_store *store, unsigned int version);
+
+/* Version 2 added object_cache_size, version 3 merge_policy, version 4
+ * local_stores. A struct of an earlier version is still accepted (its
+ * missing fields take their defaults). */
+#define TETHER_CONTEXT_OPTIONS_VERSION 4
 
 typedef struct tether_context_options {
     unsigned int version;      /* TETHER_CONTEXT_OPTIONS_VERSION */
@@ -192,6 +231,11 @@ typedef struct tether_context_options {
     /* since version 3 */
     tether_merge_policy merge_policy; /* for saves that do not name one;
                                          default TETHER_MERGE_REPORT */
+    /* since version 4 */
+    const tether_local_store *local_stores; /* local_store_count stores to
+                                               attach (borrowed: read during
+                                               open only); default NULL */
+    size_t local_store_count;               /* default 0 */
 } tether_context_options;
 
 /* Fills `opts` with defaults for the given struct version. Returns
@@ -324,8 +368,14 @@ TETHER_API int tether_entity_name(tether_entity *entity, const char **out);
  * Borrowed: valid until the context closes. */
 TETHER_API int tether_entity_route(tether_entity *entity, const char **out);
 
+/* The configuration of the store holding the entity's records: "" for the
+ * server's, else a local store's (see tether_local_store). Borrowed: valid
+ * until the context closes. */
+TETHER_API int tether_entity_configuration(tether_entity *entity, const char **out);
+
 /* The entity's code: stable across runs and model changes, as attribute
- * codes are, and never given to another entity. */
+ * codes are, and never given to another entity of its store (a local
+ * store's entities have codes of their own). */
 TETHER_API int tether_entity_code(tether_entity *entity, int *out);
 
 /* The operations the server allows on the entity (TETHER_OP_* bits). */
@@ -439,6 +489,24 @@ TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_val
  * obj is not cached. The target need not be cached: reads of it then give
  * TETHER_E_NOT_CACHED until a fetch or a get brings it. */
 TETHER_API int tether_object_related(tether_object *obj, const char *key, tether_object **out);
+
+/* Points the to-one relationship `key` of `obj` at `target` (NULL: at
+ * nothing): an unsaved change, as tether_object_set of the target's id, or
+ * of its object URI when the two are in different stores.
+ * TETHER_E_INVALID if `key` is not a relationship or target is another
+ * context's; TETHER_E_TYPE if target is not of the relationship's entity. */
+TETHER_API int tether_object_set_related(tether_object *obj, const char *key, tether_object *target);
+
+/* The object's URI, its name across stores: "tether://<store>/<entity>/<id>",
+ * <store> being "server" or a local store's configuration, entity and id
+ * percent-encoded. On success *out is TEXT: release it with
+ * tether_value_clear. */
+TETHER_API int tether_object_uri(tether_object *obj, tether_value *out);
+
+/* The object an object URI names, as tether_context_object (*out is a new
+ * reference). TETHER_E_INVALID if `uri` is not one; TETHER_E_NOT_FOUND if
+ * its store is not attached to ctx or its entity unknown. */
+TETHER_API int tether_context_object_for_uri(tether_context *ctx, const char *uri, tether_object **out);
 
 /* peek and get by the attribute's numeric code. */
 TETHER_API int tether_object_peek_code(tether_object *obj, int code, tether_value *out);

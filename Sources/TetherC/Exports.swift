@@ -132,6 +132,7 @@ private func contextOptionsSize(_ version: UInt32) -> Int {
     switch version {
     case 1: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.object_cache_size)!
     case 2: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.merge_policy)!
+    case 3: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.local_stores)!
     default: return MemoryLayout<tether_context_options>.size
     }
 }
@@ -228,6 +229,7 @@ public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
         options.stalenessMilliseconds = raw.staleness_ms
         options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
         options.mergePolicy = try mergePolicy(Int32(bitPattern: raw.merge_policy.rawValue))
+        options.localStores = try localStores(raw.local_stores, count: raw.local_store_count)
         try output(out, try register(Context.open(options, kinto: kinto)))
     }
 }
@@ -242,7 +244,7 @@ func register(_ context: Context) throws -> OpaquePointer {
     box.entityHandles = try context.model.entities.map { entity in
         try Handles.shared.register(EntityBox(entity), kind: .entity, owner: token,
                                     strings: [entity.name, entity.route] + entity.attributes.map(\.name)
-                                        + context.model.inverses(of: entity).map(\.name)).handle
+                                        + context.model.inverses(of: entity).map(\.name) + [entity.configuration]).handle
     }
     return handle
 }
@@ -331,6 +333,11 @@ public func tether_entity_name(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<
 @_cdecl("tether_entity_route")
 public func tether_entity_route(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
     call { try output(out, UnsafePointer(try entity(e).1[1])) }
+}
+
+@_cdecl("tether_entity_configuration")
+public func tether_entity_configuration(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call { try output(out, UnsafePointer(try entity(e).1.last!)) }
 }
 
 @_cdecl("tether_entity_code")

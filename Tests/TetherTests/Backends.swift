@@ -22,11 +22,12 @@ protocol Backend: AnyObject {
 }
 
 extension Backend {
-    func open(_ mode: DeliveryMode = .thread, cacheSize: Int = 1024,
+    func open(_ mode: DeliveryMode = .thread, cacheSize: Int = 1024, localStores: [LocalStoreOptions] = [],
               wrapping wrap: (any Connection) -> any Connection = { $0 }) throws -> Context {
         var options = ContextOptions(storePath: storePath)
         options.delivery = mode
         options.objectCacheSize = cacheSize
+        options.localStores = localStores
         return try Context.open(options, connection: wrap(connection()))
     }
 }

@@ -180,8 +180,7 @@ public final class FetchTask: Sendable {
         }
         let asked = try request.predicate.map { try Predicate.parse($0, entity: entity, arguments: request.arguments) }
         if let related, let owner = request.related?.owner {
-            let refers = Predicate.comparison(Comparison(attribute: related.attribute, operator: .equal, options: [],
-                                                         values: [.text(owner.id)]))
+            let refers = context.refers(related, to: owner)
             predicate = asked.map { .and([refers, $0]) } ?? refers
         } else {
             predicate = asked
@@ -327,7 +326,7 @@ public final class FetchTask: Sendable {
     private func settle(_ error: TetherError?, _ results: FetchedResults) {
         // The versions of the rows the host is given, to tell updates later.
         let ids = results.allIDs
-        let versions = (try? context.store.versions(entity, ids: ids.map(\.string))) ?? [:]
+        let versions = (try? context.store(for: entity).versions(entity, ids: ids.map(\.string))) ?? [:]
         let first = machine.withLock { machine -> Bool in
             guard case .running = machine.state else { return false }
             machine.state = .watching
@@ -398,16 +397,16 @@ public final class FetchTask: Sendable {
                 // An unsaved change moves no version: its revision stands in (negative, never a server's).
                 let answer = try readCache()
                 let ids = answer.allIDs
-                let versions = try context.store.versions(entity, ids: ids.map(\.string))
+                let versions = try context.store(for: entity).versions(entity, ids: ids.map(\.string))
                 var revisions: [ExactString: Int64] = [:]
                 for row in pending { revisions[ExactString(row.object.id)] = -row.revision }
                 rows = ids.map { ResultChanges.Row(id: $0, version: revisions[$0] ?? versions[$0]) }
                 count = answer.count
             } else if request.resultType == .count {
                 rows = []
-                count = Int(try context.store.count(entity, where: predicate, limit: request.limit, offset: request.offset))
+                count = Int(try context.store(for: entity).count(entity, where: predicate, limit: request.limit, offset: request.offset))
             } else {
-                rows = try context.store.versions(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
+                rows = try context.store(for: entity).versions(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
                     .map { ResultChanges.Row(id: ExactString($0.id), version: $0.version) }
                 count = rows.count
             }
@@ -443,7 +442,8 @@ public final class FetchTask: Sendable {
     private func run() {
         guard isRunning else { return }
         do {
-            switch request.policy {
+            // A local entity's store is its truth: the cache answers, once.
+            switch entity.isLocal ? .cacheOnly : request.policy {
             case .cacheOnly:
                 finish(nil, try readCache())
             case .cacheThenServer:
@@ -464,7 +464,7 @@ public final class FetchTask: Sendable {
 
     /// The cache's answer, reading only what the result type needs.
     private func readCache() throws -> FetchedResults {
-        let store = context.store
+        let store = context.store(for: entity)
         let keys = (predicate?.indexableAttributes ?? []) + sort.prefix(1).map(\.index)
         try store.ensureIndexes(entity, on: keys.filter { $0 != entity.idIndex })  // the id has its own
         let pending = context.pendingRows(entity)
@@ -492,7 +492,7 @@ public final class FetchTask: Sendable {
 
     /// The cache's answer with unsaved changes in it.
     private func readCache(with pending: PendingResults) throws -> FetchedResults {
-        let store = context.store
+        let store = context.store(for: entity)
         if request.resultType == .count {
             let total = try store.count(entity, where: predicate)
             return .counted(Int(pending.count(stored: total, offset: request.offset, limit: request.limit)))
@@ -515,14 +515,14 @@ public final class FetchTask: Sendable {
             return .batchedValues(IDList(ids), properties: properties, context: context, entity: entity, batchSize: request.batchSize)
         case .values:
             let visible = pending.visibleByID
-            let stored = try context.store.rows(entity, ids: ids.filter { visible[ExactString($0)] == nil })
+            let stored = try context.store(for: entity).rows(entity, ids: ids.filter { visible[ExactString($0)] == nil })
             let present = ids.filter { visible[ExactString($0)] != nil || stored[ExactString($0)] != nil }
             return .values(present, present.map { id in
                 let values = visible[ExactString(id)] ?? stored[ExactString(id)]!.record.values
                 return properties.map { values[$0] }
             }, properties: properties, context: context, entity: entity)
         case .objects:
-            let stored = try context.store.rows(entity, ids: ids)
+            let stored = try context.store(for: entity).rows(entity, ids: ids)
             let objects = context.uniqueObjects(entity, ids)
             _ = context.adopt(objects.compactMap { stored[ExactString($0.id)] }, of: entity)
             return .objects(objects)
@@ -556,14 +556,14 @@ public final class FetchTask: Sendable {
     private func fetchFromServer() {
         do {
             let plan: ServerPlan
-            if request.resultType == .count, server.isExact, try context.store.syncVersion(entity) == nil || request.serverQuery != nil {
+            if request.resultType == .count, server.isExact, try context.store(for: entity).syncVersion(entity) == nil || request.serverQuery != nil {
                 return countOnServer()
             } else if request.serverQuery != nil {
                 plan = .query
-            } else if let since = try context.store.syncVersion(entity) {
+            } else if let since = try context.store(for: entity).syncVersion(entity) {
                 plan = .sync(since: since)
             } else if isWholeListing {
-                plan = .wholeListing(firstWrite: try context.store.nextWrite(), afterLostHistory: false)
+                plan = .wholeListing(firstWrite: try context.store(for: entity).nextWrite(), afterLostHistory: false)
             } else {
                 plan = .query
             }
@@ -670,8 +670,8 @@ public final class FetchTask: Sendable {
         do {
             if case .failure(let error) = result, error.kind == .expired {
                 // The server lost the history since our version: list it all again.
-                try context.store.clearSyncVersion(entity)
-                return start(.wholeListing(firstWrite: try context.store.nextWrite(), afterLostHistory: true))
+                try context.store(for: entity).clearSyncVersion(entity)
+                return start(.wholeListing(firstWrite: try context.store(for: entity).nextWrite(), afterLostHistory: true))
             }
             let page = try result.get()
             // The host's own server query says which records: not filtered here.
@@ -699,7 +699,7 @@ public final class FetchTask: Sendable {
                 // The whole filtered answer is in: rows the cache still thinks
                 // match, but the server did not name, changed or went.
                 let named = Set(machine.withLock { $0.results }.map { ExactString($0.id) })
-                let cached = try context.store.idList(entity, where: predicate, sort: nil)
+                let cached = try context.store(for: entity).idList(entity, where: predicate, sort: nil)
                 let stale = (0..<cached.count).map { cached[$0] }.filter { !named.contains(ExactString($0)) }
                 if !stale.isEmpty { return verify(context.connection.idBatches(stale), cursor: nil, seen: []) }
             }
@@ -724,12 +724,12 @@ public final class FetchTask: Sendable {
         let (results, version) = machine.withLock { ($0.results, $0.version) }
         switch plan {
         case .sync:
-            if let version { try context.store.setSyncVersion(entity, version) }
+            if let version { try context.store(for: entity).setSyncVersion(entity, version) }
             return try readCache()
         case .wholeListing(let firstWrite, _):
             // What a whole listing did not include is gone from the server.
-            context.markDeleted(try context.store.deleteRows(of: entity, writtenBefore: firstWrite), of: entity)
-            if let version { try context.store.setSyncVersion(entity, version) }
+            context.markDeleted(try context.store(for: entity).deleteRows(of: entity, writtenBefore: firstWrite), of: entity)
+            if let version { try context.store(for: entity).setSyncVersion(entity, version) }
             // After lost history the request may be any: the cache answers it.
             return keepsPageObjects(plan) ? answer(SortOrder(entity: entity, keys: sort).sorted(results)) : try readCache()
         case .query:
@@ -738,7 +738,7 @@ public final class FetchTask: Sendable {
             let ordered = request.serverQuery == nil ? SortOrder(entity: entity, keys: sort).sorted(results) : results
             let pending = context.pendingRows(entity)
             if !pending.isEmpty {
-                let store = context.store
+                let store = context.store(for: entity)
                 let ids = PendingResults(entity: entity, rows: pending, predicate: predicate, sort: sort)
                     .ids(stored: ordered.map(\.id), offset: request.offset, limit: request.limit,
                          inServerOrder: request.serverQuery != nil) { [entity] id in
@@ -764,7 +764,7 @@ public final class FetchTask: Sendable {
                     seen.formUnion(try context.absorb(page.decode(), of: entity).map { ExactString($0.id) })
                     if let next = page.next { return verify(batches, cursor: next, seen: seen) }
                     let gone = batch.filter { !seen.contains(ExactString($0)) }
-                    try context.store.delete(ids: gone, of: entity)
+                    try context.store(for: entity).delete(ids: gone, of: entity)
                     context.markDeleted(gone, of: entity)
                     if batches.count > 1 { return verify(Array(batches.dropFirst()), cursor: nil, seen: []) }
                     finish(nil, try listingEnded(.query))

@@ -198,7 +198,7 @@ public final class FetchedResults: Sendable {
     private func storedRows(_ ids: [String]) throws -> [ExactString: Record] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
-        var rows = try context.store.rows(entity, ids: ids).mapValues(\.record)
+        var rows = try context.store(for: entity).rows(entity, ids: ids).mapValues(\.record)
         for row in context.pendingRows(entity) where ids.contains(row.object.id) {
             // As the host sees it: an unsaved insert or edit, or gone if deleted.
             rows[ExactString(row.object.id)] = row.visible.map { Record(id: row.object.id, values: $0, extra: []) }
@@ -212,7 +212,7 @@ public final class FetchedResults: Sendable {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
         guard reading else { return context.uniqueObjects(entity, ids) }
-        let stored = try context.store.rows(entity, ids: ids)
+        let stored = try context.store(for: entity).rows(entity, ids: ids)
         let objects = context.uniqueObjects(entity, ids)
         _ = context.adopt(objects.compactMap { stored[ExactString($0.id)] }, of: entity)
         return objects

@@ -8,6 +8,8 @@ extension Context {
     static let refreshGatherLimitMilliseconds: Int64 = 100
 
     func scheduleRefresh(_ object: ManagedObject) {
+        // A local entity's store is its truth: there is nothing to refresh from.
+        guard !object.entity.isLocal else { return }
         let staleness = options.stalenessMilliseconds
         let wanted = object.state.withLock { state -> Bool in
             guard !state.refreshInFlight else {
@@ -78,7 +80,7 @@ extension Context {
             seen.formUnion(try absorb(page.decode(), of: entity).map { ExactString($0.id) })
             if let next = page.next { return refresh(objects, of: entity, cursor: next, seen: seen) }
             let gone = objects.map(\.id).filter { !seen.contains(ExactString($0)) }
-            try store.delete(ids: gone, of: entity)
+            try store(for: entity).delete(ids: gone, of: entity)
             markDeleted(gone, of: entity)
         } catch {
             // The cache stays as it was and the next get tries again; the

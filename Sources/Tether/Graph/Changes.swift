@@ -71,11 +71,12 @@ extension Context {
     /// Reads the outbox into the graph at open: each changed object is in
     /// memory, with its change, until the server confirms it.
     func restoreChanges() throws {
-        for row in try store.pendingChanges(name, model) {
-            guard let entity = model.entities.first(where: { $0.code == row.entityCode }) else { continue }
-            let object = uniqueObjects(entity, [row.id])[0]
+        for (storeIndex, store) in stores.enumerated() {
+          for row in try store.pendingChanges(name, model.entities.filter { $0.storeIndex == storeIndex }) {
+            let object = uniqueObjects(row.entity, [row.id])[0]
             object.state.withLock { $0.pending = row.change }
             hold(object)
+          }
         }
     }
 
@@ -108,7 +109,7 @@ extension Context {
         let id = id ?? Self.randomID()
         guard !id.isEmpty else { throw TetherError(.invalid, "a record id cannot be empty") }
         try checkOpen()
-        if try store.load(entity, id: id) != nil {
+        if try store(for: entity).load(entity, id: id) != nil {
             throw TetherError(.conflict, "\(entity.name)/\(id) already exists")
         }
         let object = uniqueObjects(entity, [id])[0]
@@ -117,7 +118,7 @@ extension Context {
                 throw TetherError(.conflict, "\(entity.name)/\(id) already exists")
             }
             var change = PendingChange(kind: .insert, values: [entity.idIndex: .text(id)], baseVersion: nil, revision: 1)
-            change.sequence = try store.recordChange(name, entity, id: id, change)
+            change.sequence = try store(for: entity).recordChange(name, entity, id: id, change)
             state.pending = change
             state.discarded = false
             state.loaded = true
@@ -148,6 +149,7 @@ extension Context {
             throw TetherError(.invalid, "\(entity.name).\(attribute.name) is set by the server")
         }
         let checked = try Self.checked(value, for: attribute, of: entity)
+        try checkReference(checked, index, of: entity)
         try ensureLoaded(object)
         try editing(object) { state in
             var change: PendingChange
@@ -257,13 +259,13 @@ extension Context {
             var draft = state
             let before = state.observedValues
             guard var change = try body(&draft) else {
-                if state.pending != nil { try store.discardChange(name, entity, id: object.id) }
+                if state.pending != nil { try store(for: entity).discardChange(name, entity, id: object.id) }
                 draft.pending = nil
                 state = draft
                 return (state.observers(changedSince: before), false)
             }
             change.revision = (state.pending?.revision ?? change.revision) + 1
-            change.sequence = try store.recordChange(name, entity, id: object.id, change)
+            change.sequence = try store(for: entity).recordChange(name, entity, id: object.id, change)
             draft.pending = change
             state = draft
             return (state.observers(changedSince: before), true)

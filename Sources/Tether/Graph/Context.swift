@@ -12,6 +12,9 @@ public struct ContextOptions: Sendable {
     public var objectCacheSize = 1024
     /// For saves that do not name one.
     public var mergePolicy = MergePolicy.report
+    /// Local-only stores attached beside the server's, each holding the
+    /// entities its configuration defines.
+    public var localStores: [LocalStoreOptions] = []
     /// The cache is allocated up front: a larger size is refused, not attempted.
     public static let maximumObjectCacheSize = 1 << 20
 
@@ -33,7 +36,10 @@ public final class Context: Sendable {
     /// Whose changes in the store's outbox are this context's: "" for the
     /// first context on a store, a sibling's name for a sibling.
     public let name: String
+    /// The server's store.
     let store: Store
+    /// The server's store, then each local store (an entity's `storeIndex`).
+    let stores: [Store]
     let connection: any Connection
     /// The contexts sharing this one's store and connection.
     let coordinator: Coordinator
@@ -122,14 +128,15 @@ public final class Context: Sendable {
         weak var object: ManagedObject?
     }
 
-    private init(model: Model, isOnline: Bool, options: ContextOptions, store: Store, connection: any Connection,
+    private init(model: Model, isOnline: Bool, options: ContextOptions, stores: [Store], connection: any Connection,
                  delivery: Delivery, name: String = "", coordinator: Coordinator = Coordinator()) {
         self.model = model
         self.isOnline = isOnline
         self.options = options
         self.name = name
         self.coordinator = coordinator
-        self.store = store
+        self.stores = stores
+        store = stores[0]
         self.connection = connection
         self.delivery = delivery
         worker = WorkQueue()
@@ -159,18 +166,27 @@ public final class Context: Sendable {
             connection.shutdown()
             throw error
         }
-        // A failed open leaves no new file behind: the store is as it was.
-        let storeExisted = access(options.storePath, F_OK) == 0
-        var store: Store?
+        // A failed open leaves no new file behind: each store is as it was.
+        let paths = [options.storePath] + options.localStores.map(\.path)
+        let existed = paths.map { access($0, F_OK) == 0 }
+        var stores: [Store] = []
+        var routed: (any Connection)?
         do {
-            let opened = try Store(path: options.storePath)
-            store = opened
-            try opened.claim()
-            let saved = try opened.savedModel(identity: connection.identity)
-            let (model, online) = try connect(connection, saved: saved, store: opened)
+            try LocalStoreOptions.validate(options.localStores)
+            for path in paths {
+                let opened = try Store(path: path)
+                stores.append(opened)
+                try opened.claim()
+            }
+            let saved = try stores[0].savedModel(identity: connection.identity)
+            let (serverModel, online) = try connect(connection, saved: saved, store: stores[0])
+            let model = try attachLocalStores(options.localStores, stores: Array(stores.dropFirst()), to: serverModel)
+            let routing = model.entities.contains(where: \.isLocal)
+                ? RoutedConnection(server: connection, local: LocalConnection(model: model, stores: stores)) : connection
+            routed = routing
             let delivery = try Delivery(mode: options.delivery)
-            let context = Context(model: model, isOnline: online, options: options, store: opened,
-                                  connection: connection, delivery: delivery)
+            let context = Context(model: model, isOnline: online, options: options, stores: stores,
+                                  connection: routing, delivery: delivery)
             try context.coordinator.join(context)
             do {
                 try context.restoreChanges()
@@ -178,12 +194,13 @@ public final class Context: Sendable {
                 try? context.close()
                 throw error
             }
+            if online { context.checkCrossStoreReferences() }
             return context
         } catch {
-            connection.shutdown()
-            store?.close()
-            if !storeExisted {
-                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(options.storePath + suffix) }
+            (routed ?? connection).shutdown()
+            for opened in stores { opened.close() }
+            for (path, existed) in zip(paths, existed) where !existed {
+                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
             }
             throw error
         }
@@ -234,7 +251,7 @@ public final class Context: Sendable {
         if last { connection.shutdown() }
         worker.shutdown()
         delivery.shutdown()
-        if last { store.close() }
+        if last { for store in stores { store.close() } }
         // Objects the host still holds keep their identity and die with their
         // handles. The rest are released here, outside the lock.
         var dropped = Graph(entities: 0, cacheSize: 0)
@@ -258,7 +275,7 @@ public final class Context: Sendable {
         try checkOpen()
         var siblingOptions = options
         siblingOptions.delivery = mode ?? options.delivery
-        let sibling = Context(model: model, isOnline: isOnline, options: siblingOptions, store: store, connection: connection,
+        let sibling = Context(model: model, isOnline: isOnline, options: siblingOptions, stores: stores, connection: connection,
                               delivery: try Delivery(mode: siblingOptions.delivery), name: name, coordinator: coordinator)
         do {
             try coordinator.join(sibling)
@@ -308,6 +325,9 @@ public final class Context: Sendable {
         if isClosed { throw TetherError.contextClosed }
     }
 
+    /// The store that holds `entity`'s records.
+    func store(for entity: Entity) -> Store { stores[entity.storeIndex] }
+
     // MARK: objects
 
     /// The one object in memory for a record of `entity`; it need not be cached yet.
@@ -355,7 +375,7 @@ public final class Context: Sendable {
 
     func read(_ object: ManagedObject, _ index: Int, refresh: Bool) throws -> Value {
         if let value = try readInMemory(object, index, refresh: refresh) { return value }
-        let stored = try store.load(object.entity, id: object.id)
+        let stored = try store(for: object.entity).load(object.entity, id: object.id)
         let outcome = object.state.withLock { state in
             if state.record == nil && !state.loaded {
                 state.loaded = true
@@ -415,7 +435,7 @@ public final class Context: Sendable {
         let records = try content.records.map { try Record(entity: entity, fields: $0) }
         defer { tellLiveFetches(entity, records.map(\.id)) }
         let now = wallClockMilliseconds()
-        try store.write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+        try store(for: entity).write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         markDeleted(content.deletedIDs, of: entity)
         let objects = merge(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         guard let predicate else { return objects }
@@ -464,7 +484,10 @@ public final class Context: Sendable {
     /// Records the server no longer has (already removed from the store).
     func markDeleted(_ ids: [String], of entity: Entity) {
         guard !ids.isEmpty else { return }
-        defer { tellLiveFetches(entity, ids) }
+        defer {
+            tellLiveFetches(entity, ids)
+            cleanUpReferences(to: ids, of: entity)
+        }
         var changed: [KeyObserver] = []
         for object in objectsInMemory(entity, ids) {
             object.state.withLock { state in

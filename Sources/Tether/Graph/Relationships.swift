@@ -13,10 +13,14 @@ extension Context {
         guard let index = entity.attributeIndex(named: key) else {
             throw TetherError(.notFound, "\(entity.name) has no key \(key.debugDescription)")
         }
-        guard let reference = entity.attributes[index].reference, let target = model.entity(named: reference.target) else {
+        let attribute = entity.attributes[index]
+        guard let target = model.target(of: attribute) else {
+            if let field = entity.spec.fields.first(where: { $0.name.hasSameBytes(as: key) }), let reference = field.reference {
+                throw TetherError(.notFound, "\(entity.name).\(key) refers to \(reference.target), which is in no store attached to this context")
+            }
             throw TetherError(.invalid, "\(entity.name).\(key) is not a relationship")
         }
-        guard case .text(let id) = try read(object, index, refresh: refresh), !id.isEmpty else { return nil }
+        guard let id = try referencedID(read(object, index, refresh: refresh), attribute, of: entity, to: target) else { return nil }
         return uniqueObjects(target, [id])[0]
     }
 
@@ -52,11 +56,16 @@ extension Context {
         return inverse
     }
 
+    /// Records of `inverse.source` whose reference names `target`.
+    func refers(_ inverse: Inverse, to target: ManagedObject) -> Predicate {
+        .comparison(Comparison(attribute: inverse.attribute, operator: .equal, options: [],
+                               values: [referenceValue(of: inverse.source, to: target.entity, id: target.id)]))
+    }
+
     /// The objects referring to `target` through `inverse`, unsaved changes counted.
     func referrers(_ inverse: Inverse, of target: ManagedObject) throws -> [ManagedObject] {
-        let refers = Predicate.comparison(Comparison(attribute: inverse.attribute, operator: .equal, options: [],
-                                                     values: [.text(target.id)]))
-        let stored = try store.idList(inverse.source, where: refers, sort: nil)
+        let refers = refers(inverse, to: target)
+        let stored = try store(for: inverse.source).idList(inverse.source, where: refers, sort: nil)
         let ids = PendingResults(entity: inverse.source, rows: pendingRows(inverse.source), predicate: refers, sort: [])
             .ids(stored: (0..<stored.count).map { stored[$0] }, offset: 0, limit: 0, inServerOrder: true) { _ in nil }
         return uniqueObjects(inverse.source, ids)

@@ -167,7 +167,10 @@ public final class SaveTask: Sendable {
         tally.total = items.count + tally.failures.count
         guard !items.isEmpty else { return finish(tally) }
         do {
-            try context.store.markSent(context.name, items.filter { $0.change.kind == .insert && !$0.change.sent }.map { ($0.object.entity, $0.object.id) })
+            let unsent = items.filter { $0.change.kind == .insert && !$0.change.sent }.map { ($0.object.entity, $0.object.id) }
+            for (storeIndex, store) in context.stores.enumerated() {
+                try store.markSent(context.name, unsent.filter { $0.0.storeIndex == storeIndex })
+            }
         } catch {
             for item in items { tally.failures.append(SaveFailure(object: item.object, error: TetherError.wrap(error), conflict: nil)) }
             return finish(tally)
@@ -360,7 +363,7 @@ extension Context {
                 }
                 remaining = pending
             }
-            try store.settle(name, entity, id: object.id, server: record, fetchedAt: now, remaining: remaining)
+            try store(for: entity).settle(name, entity, id: object.id, server: record, fetchedAt: now, remaining: remaining)
             state.record = record
             state.loaded = true
             state.fetchedAt = now
@@ -433,10 +436,10 @@ extension Context {
             if current == nil, remaining != nil {
                 // Gone on the server, still wanted here: the last values the
                 // server sent are kept, as a policy may make the record again.
-                try store.recordChange(name, entity, id: object.id, remaining!)
+                try store(for: entity).recordChange(name, entity, id: object.id, remaining!)
                 state.deletedOnServer = true
             } else {
-                try store.settle(name, entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
+                try store(for: entity).settle(name, entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
                 state.record = current
                 state.loaded = true
                 state.fetchedAt = now

@@ -75,6 +75,9 @@ public struct Inverse: Sendable {
     public let source: Entity
     public let attribute: Int
     public let deleteRule: Reference.DeleteRule
+    /// The source's records are in another store than the target's: their
+    /// references hold object URIs, not ids.
+    public let crossesStores: Bool
 }
 
 /// A record type, built from its spec.
@@ -82,8 +85,15 @@ public final class Entity: Sendable {
     public let name: String
     /// Stable across runs, as attribute codes are; names its table in the store.
     public let code: Int
-    /// Its position in the model (entities sorted by name).
+    /// Its position in the model: the server's entities sorted by name,
+    /// then each local store's.
     public let index: Int
+    /// The configuration whose store holds its records: "" for the
+    /// server's, else the name of a local-only store attached beside it.
+    public let configuration: String
+    /// Which of the context's stores holds it: 0 for the server's, then
+    /// the local stores in the order they were attached.
+    let storeIndex: Int
     /// The spec it was built from; what the connection is asked about.
     public let spec: Spec
     /// Records' path under the server root.
@@ -101,10 +111,13 @@ public final class Entity: Sendable {
     private let nameBytes: [UInt8]
     private let nameSpans: [(start: Int, count: Int)]
 
-    init(index: Int, code: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int) {
+    init(index: Int, code: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int,
+         configuration: String = "", storeIndex: Int = 0) {
         name = spec.name
         self.code = code
         self.index = index
+        self.configuration = configuration
+        self.storeIndex = storeIndex
         self.spec = spec
         self.codeHighWater = codeHighWater
         route = spec.route
@@ -142,6 +155,22 @@ public final class Entity: Sendable {
     public func attributeIndex(code: Int) -> Int? { indexByCode[code] }
 
     private static let widestScanned = 32
+
+    /// Records kept only here, in a local store: its table is their truth.
+    public var isLocal: Bool { storeIndex != 0 }
+
+    /// This entity at another place in a combined model; references to
+    /// `dropping` are plain attributes there (their target is not the one
+    /// the spec meant).
+    func placed(at index: Int, configuration: String, storeIndex: Int, dropping: Set<ExactString> = []) -> Entity {
+        let kept = attributes.map { attribute in
+            var attribute = attribute
+            if let target = attribute.reference?.target, dropping.contains(ExactString(target)) { attribute.reference = nil }
+            return attribute
+        }
+        return Entity(index: index, code: code, spec: spec, attributes: kept, codeHighWater: codeHighWater,
+                      configuration: configuration, storeIndex: storeIndex)
+    }
 }
 
 /// What the model builder left out or changed, and why: for the host to read.
@@ -152,7 +181,8 @@ public struct Diagnostic: Sendable, Equatable {
     public let message: String
 }
 
-/// Every entity a connection offers, sorted by name.
+/// Every entity a connection offers, sorted by name, then those of the
+/// local stores attached beside it.
 public final class Model: Sendable {
     public let entities: [Entity]
     /// The highest entity code ever given; removed entities' codes are not reused.
@@ -164,7 +194,7 @@ public final class Model: Sendable {
     /// Each entity's to-many relationships, by entity index.
     private let inverses: [[Inverse]]
 
-    /// `entities` must be sorted by name, each at its index, names and codes unique.
+    /// `entities` each at its index, names unique (codes: within a store).
     init(entities: [Entity], entityCodeHighWater: Int, diagnostics: [Diagnostic] = []) {
         precondition(entities.enumerated().allSatisfy { $0.offset == $0.element.index })
         self.entities = entities
@@ -177,7 +207,8 @@ public final class Model: Sendable {
             for (index, attribute) in source.attributes.enumerated() {
                 guard let reference = attribute.reference, let target = byName[ExactString(reference.target)] else { continue }
                 inverses[target.index].append(Inverse(name: reference.inverse, source: source, attribute: index,
-                                                      deleteRule: reference.deleteRule))
+                                                      deleteRule: reference.deleteRule,
+                                                      crossesStores: source.storeIndex != target.storeIndex))
             }
         }
         self.inverses = inverses
@@ -187,4 +218,33 @@ public final class Model: Sendable {
     public func inverses(of entity: Entity) -> [Inverse] { inverses[entity.index] }
 
     public func entity(named name: String) -> Entity? { entityByName[ExactString(name)] }
+
+    /// The target of a reference attribute, if the model has it.
+    func target(of attribute: Attribute) -> Entity? { attribute.reference.flatMap { entity(named: $0.target) } }
+
+    /// This model's entities, then each local store's after them (their
+    /// store numbered from 1). A server entity named as a local one is left
+    /// out with a diagnostic: the host asked for its own, whose records
+    /// exist only here, while the server's stay on the server.
+    func attaching(_ locals: [(configuration: String, model: Model)]) -> Model {
+        guard !locals.isEmpty else { return self }
+        let localNames = Set(locals.flatMap { $0.model.entities.map { ExactString($0.name) } })
+        var diagnostics = self.diagnostics
+        var placed: [Entity] = []
+        for entity in entities {
+            guard !localNames.contains(ExactString(entity.name)) else {
+                diagnostics.append(Diagnostic(entity: entity.name, attribute: nil,
+                                              message: "a local store defines an entity of this name; the server's is left out"))
+                continue
+            }
+            placed.append(entity.placed(at: placed.count, configuration: "", storeIndex: 0, dropping: localNames))
+        }
+        for (offset, local) in locals.enumerated() {
+            diagnostics += local.model.diagnostics
+            for entity in local.model.entities {
+                placed.append(entity.placed(at: placed.count, configuration: local.configuration, storeIndex: offset + 1))
+            }
+        }
+        return Model(entities: placed, entityCodeHighWater: entityCodeHighWater, diagnostics: diagnostics)
+    }
 }

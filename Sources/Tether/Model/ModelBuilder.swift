@@ -7,7 +7,8 @@ enum ModelBuilder {
     /// Codes are C ints at the boundary.
     static let largestCode = Int(Int32.max)
 
-    static func build(specs: [Spec], previous: Model?) -> Model {
+    /// `otherTargets`: entities of other stores that references may name.
+    static func build(specs: [Spec], previous: Model?, otherTargets: Set<ExactString> = []) -> Model {
         var diagnostics: [Diagnostic] = []
         var accepted: [Spec] = []
         var names = Set<ExactString>()
@@ -40,7 +41,8 @@ enum ModelBuilder {
             nextEntityCode += 1
         }
         let entities = sorted.enumerated().map { index, spec in
-            let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name), known: names, &diagnostics)
+            let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name),
+                                             known: names.union(otherTargets), &diagnostics)
             return Entity(index: index, code: entityCodes[ExactString(spec.name)]!, spec: spec, attributes: attributes.list,
                           codeHighWater: attributes.highWater)
         }

@@ -81,6 +81,16 @@ struct Record: Sendable {
         self.values = values
         self.extra = extra
     }
+
+    /// The record as a server would send it: each value that is not null
+    /// (a misfit's as it came, from the extra fields), then the extra fields.
+    func fields(of entity: Entity) -> RecordFields {
+        var fields: RecordFields = []
+        for (value, attribute) in zip(values, entity.attributes) where value != .null && !Self.isMisfit(value, attribute.type) {
+            fields.append((attribute.name, value.json))
+        }
+        return fields + extra
+    }
 }
 
 /// A record read back from the store.

@@ -41,3 +41,47 @@ public enum WriteOutcome: Sendable {
     /// Not known to be applied.
     case failed(TetherError)
 }
+
+extension RecordWrite {
+    /// What a server that keeps its own records does with a write, given
+    /// whether it holds the record and at which version: the one rule the
+    /// memory server and local stores follow, as Kinto does.
+    enum Verdict: Equatable {
+        /// Refused: the record exists (create) or is another version.
+        case conflict
+        /// Nothing to do, and this is the outcome (a delete of a record gone
+        /// is done; a patch of one is a conflict with nothing).
+        case settled(gone: Bool)
+        case apply
+    }
+
+    func verdict(holding version: Int64?, exists: Bool) -> Verdict {
+        switch (kind, exists) {
+        case (.create, true): return .conflict
+        case (.delete, false): return .settled(gone: true)
+        case (.patch, false), (.replace, false): return .settled(gone: false)
+        case (_, true) where ifVersion != nil && version != ifVersion: return .conflict
+        default: return .apply
+        }
+    }
+
+    /// The outcome of a write that was not applied, with the record held.
+    func outcome(of verdict: Verdict, current: RecordFields?) -> WriteOutcome {
+        switch verdict {
+        case .settled(gone: true): return .deleted
+        case .settled(gone: false): return .conflict(current: nil)
+        default: return .conflict(current: current)
+        }
+    }
+
+    /// The fields (without id and version) a record holds after this
+    /// create, patch or replace: a patch's over `current`.
+    func applied(to current: RecordFields) -> RecordFields {
+        var fields = kind == .patch ? current : []
+        for (key, value) in self.fields where key != spec.idField && key != spec.versionField {
+            if let index = fields.firstIndex(where: { $0.key == key }) { fields[index].value = value }
+            else { fields.append((key, value)) }
+        }
+        return fields
+    }
+}

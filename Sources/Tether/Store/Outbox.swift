@@ -23,7 +23,7 @@ extension Store {
 
     struct OutboxRow: Sendable {
         let sequence: Int64
-        let entityCode: Int
+        let entity: Entity
         let id: String
         let change: PendingChange
         /// Values by attribute code, as stored.
@@ -64,10 +64,11 @@ extension Store {
             .run([.text(owner), .integer(Int64(entity.code)), .text(id)])
     }
 
-    /// Every change, in order. Rows of entities the model no longer has
-    /// stay in the store, untouched, for a model that has them again.
-    func pendingChanges(_ owner: String, _ model: Model) throws -> [OutboxRow] {
-        let entities = Dictionary(model.entities.map { ($0.code, $0) }, uniquingKeysWith: { first, _ in first })
+    /// Every change to these entities (this store's), in order. Rows of
+    /// entities the model no longer has stay in the store, untouched, for a
+    /// model that has them again.
+    func pendingChanges(_ owner: String, _ entities: [Entity]) throws -> [OutboxRow] {
+        let entities = Dictionary(entities.map { ($0.code, $0) }, uniquingKeysWith: { first, _ in first })
         return try withDatabase { database in
             var rows: [OutboxRow] = []
             try database.statement("""
@@ -94,7 +95,7 @@ extension Store {
                 if case .integer(let flag) = row[7] { sent = flag != 0 }
                 let change = PendingChange(kind: kind, values: values, baseVersion: base, revision: revision,
                                            sequence: sequence, sent: sent)
-                rows.append(OutboxRow(sequence: sequence, entityCode: entity.code, id: id, change: change, values: coded))
+                rows.append(OutboxRow(sequence: sequence, entity: entity, id: id, change: change, values: coded))
             }
             return rows
         }

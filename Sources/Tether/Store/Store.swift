@@ -361,10 +361,22 @@ final class Store: Sendable {
     }
 
     func load(_ entity: Entity, id: String) throws -> StoredRecord? {
-        let sql = sql(entity)
+        try withReader { database in try load(entity, id: id, database) }
+    }
+
+    /// `load` on `database`: inside a transaction the caller holds on the writing connection.
+    func load(_ entity: Entity, id: String, _ database: Database) throws -> StoredRecord? {
+        try database.statement(sql(entity).load).first([.text(id)]) { Self.decode($0, entity) }
+    }
+
+    /// The distinct non-null texts of one attribute (a reference's targets).
+    func distinctValues(_ entity: Entity, attribute index: Int) throws -> [String] {
+        let column = Identifier.column(code: entity.attributes[index].code)
         return try withReader { database in
-            let select = try database.statement(sql.load)
-            return try select.first([.text(id)]) { Self.decode($0, entity) }
+            var values: [String] = []
+            try database.statement("SELECT DISTINCT \(column) FROM \(Self.table(entity)) WHERE \(column) IS NOT NULL")
+                .each { row in if case .text(let text) = row[0] { values.append(text) } }
+            return values
         }
     }
 

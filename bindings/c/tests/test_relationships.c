@@ -52,41 +52,6 @@ static size_t index_of(tether_entity *entity, const char *name)
     return index;
 }
 
-typedef struct saved {
-    pthread_mutex_t mu;
-    int finals, status;
-} saved;
-
-static void on_save(tether_task *task, int status, const char *message, tether_save_report *report, void *userdata)
-{
-    saved *s = userdata;
-    (void)task;
-    (void)report;
-    if (status != TETHER_OK)
-        fprintf(stderr, "save: %s\n", message);
-    pthread_mutex_lock(&s->mu);
-    s->finals++;
-    s->status = status;
-    pthread_mutex_unlock(&s->mu);
-}
-
-static int save(tether_context *ctx)
-{
-    saved s = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
-    int64_t deadline = tu_now_ms() + TU_WAIT_MS;
-    int done = 0;
-    if (CHECK_OK(tether_save_start(ctx, NULL, on_save, &s, NULL)) != TETHER_OK)
-        return TETHER_E_ERROR;
-    while (!done && tu_now_ms() < deadline) {
-        tu_sleep_ms(5);
-        pthread_mutex_lock(&s.mu);
-        done = s.finals;
-        pthread_mutex_unlock(&s.mu);
-    }
-    CHECK_INT(done, 1);
-    return done ? s.status : TETHER_E_ERROR;
-}
-
 static long record_status(const char *collection, const char *id, char **body)
 {
     char path[512];
@@ -224,7 +189,7 @@ static void test_delete_rules(tether_context *ctx)
         CHECK_INT(v.type, TETHER_TYPE_NULL);
     CHECK_OK(tether_context_change_count(ctx, &count));
     CHECK_INT(count, 4); /* Ann, Rex, Tom, the note */
-    CHECK_CODE(save(ctx), TETHER_OK);
+    CHECK_CODE(tu_save(ctx, NULL), TETHER_OK);
     CHECK_INT(record_status("owners", "o1", NULL), 404);
     CHECK_INT(record_status("pets", "p1", NULL), 404);
     CHECK_INT(record_status("pets", "p2", NULL), 404);
@@ -239,7 +204,7 @@ static void test_delete_rules(tether_context *ctx)
     CHECK_OK(tether_object_delete(bob));
     CHECK_OK(tether_object_pending(p3, &pending));
     CHECK_INT(pending, TETHER_PENDING_DELETE);
-    CHECK_CODE(save(ctx), TETHER_OK);
+    CHECK_CODE(tu_save(ctx, NULL), TETHER_OK);
     CHECK_INT(record_status("pets", "p3", NULL), 404);
     tether_object_release(bob);
     tether_object_release(ann);

@@ -11,49 +11,6 @@
 
 static char bucket[128];
 
-typedef struct saved {
-    pthread_mutex_t mu;
-    int finals, status;
-    size_t saved;
-} saved;
-
-static void on_save(tether_task *task, int status, const char *message, tether_save_report *report, void *userdata)
-{
-    saved *s = userdata;
-    size_t count = 0;
-    (void)task;
-    (void)message;
-    tether_save_report_counts(report, &count, NULL);
-    pthread_mutex_lock(&s->mu);
-    s->finals++;
-    s->status = status;
-    s->saved = count;
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Saves ctx (THREAD delivery) and waits for the one final callback. */
-static int save(tether_context *ctx, size_t *out_saved)
-{
-    saved s = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
-    int64_t deadline = tu_now_ms() + TU_WAIT_MS;
-    int finals = 0;
-    if (CHECK_OK(tether_save_start(ctx, NULL, on_save, &s, NULL)) != TETHER_OK)
-        return TETHER_E_ERROR;
-    while (tu_now_ms() < deadline) {
-        pthread_mutex_lock(&s.mu);
-        finals = s.finals;
-        pthread_mutex_unlock(&s.mu);
-        if (finals)
-            break;
-        tu_sleep_ms(5);
-    }
-    tu_sleep_ms(50);
-    CHECK_INT(s.finals, 1);
-    if (out_saved)
-        *out_saved = s.saved;
-    return finals ? s.status : TETHER_E_ERROR;
-}
-
 static void fetch_all(tether_context *ctx)
 {
     tu_fetch f;
@@ -126,7 +83,7 @@ static void test_siblings(const char *store)
         set_text(n2, "title", "main's own");
 
     tu_section("a save in the sibling reaches main's object and observer");
-    CHECK_CODE(save(other, &saved_count), TETHER_OK);
+    CHECK_CODE(tu_save(other, &saved_count), TETHER_OK);
     CHECK_INT(saved_count, 1);
     CHECK(tu_obs_wait_changes(&ob, 1, TU_WAIT_MS));
     CHECK_OK(tu_peek_text(shown, "title", buf, sizeof buf));
@@ -167,7 +124,7 @@ static void test_siblings(const char *store)
     if (main_ctx) {
         CHECK_OK(tether_context_change_count(main_ctx, &count));
         CHECK_INT(count, 1); /* main's own change to n2 */
-        CHECK_CODE(save(main_ctx, &saved_count), TETHER_OK);
+        CHECK_CODE(tu_save(main_ctx, &saved_count), TETHER_OK);
         CHECK_INT(tether_context_close(main_ctx), TETHER_OK);
     }
     tu_obs_destroy(&ob);

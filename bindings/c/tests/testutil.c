@@ -1173,3 +1173,48 @@ const char *tu_ns(tether_object **objs, size_t count, char *buf, size_t size)
     }
     return buf;
 }
+
+/* ------------------------------------------------------------ save */
+
+typedef struct tu_saved {
+    pthread_mutex_t mu;
+    int finals, status;
+    size_t saved;
+} tu_saved;
+
+static void tu_on_save(tether_task *task, int status, const char *message, tether_save_report *report, void *userdata)
+{
+    tu_saved *s = userdata;
+    size_t count = 0;
+    (void)task;
+    if (status != TETHER_OK)
+        fprintf(stderr, "save: %s\n", message);
+    tether_save_report_counts(report, &count, NULL);
+    pthread_mutex_lock(&s->mu);
+    s->finals++;
+    s->status = status;
+    s->saved = count;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int tu_save(tether_context *ctx, size_t *out_saved)
+{
+    tu_saved s = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+    int64_t deadline = tu_now_ms() + TU_WAIT_MS;
+    int finals = 0;
+    if (CHECK_OK(tether_save_start(ctx, NULL, tu_on_save, &s, NULL)) != TETHER_OK)
+        return TETHER_E_ERROR;
+    while (tu_now_ms() < deadline) {
+        pthread_mutex_lock(&s.mu);
+        finals = s.finals;
+        pthread_mutex_unlock(&s.mu);
+        if (finals)
+            break;
+        tu_sleep_ms(5);
+    }
+    tu_sleep_ms(50);
+    CHECK_INT(s.finals, 1);
+    if (out_saved)
+        *out_saved = s.saved;
+    return finals ? s.status : TETHER_E_ERROR;
+}

@@ -284,6 +284,13 @@ int tu_obs_wait_cancel(tu_obs *o, int timeout_ms);
 int tu_obs_changes(tu_obs *o);
 int tu_obs_cancels(tu_obs *o);
 
+/* ------------------------------------------------------------ save */
+
+/* Saves ctx (THREAD delivery), waits (bounded) for the one final callback,
+ * and checks no other follows. Returns its status (TETHER_E_ERROR if none
+ * came); *out_saved (may be NULL) gets the report's count of saved changes. */
+int tu_save(tether_context *ctx, size_t *out_saved);
+
 /* ------------------------------------------------------------ proxy */
 
 /* A TCP proxy on 127.0.0.1 in front of the server of TETHER_TEST_URL, so a

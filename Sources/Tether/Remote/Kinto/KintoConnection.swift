@@ -20,14 +20,6 @@ public struct KintoOptions: Sendable {
 public final class KintoConnection: Connection {
     static let idField = "id"
     static let versionField = "last_modified"
-    /// The schema keyword that gives a property a stable code.
-    static let codeKeyword = "x-tether-code"
-    /// The schema keywords of a relationship: a text property naming a
-    /// record of another collection by id (`x-tether-to`: the collection),
-    /// its inverse's name on that collection (`x-tether-inverse`, default
-    /// this collection's name) and what deleting the target does to the
-    /// records referring to it (`x-tether-delete`: nullify, cascade, deny).
-    static let referenceKeywords = (to: "x-tether-to", inverse: "x-tether-inverse", delete: "x-tether-delete")
     /// Bytes of ids in one `in_id` listing: the ids go in the URL, and Kinto
     /// repeats them in its Next-Page header.
     static let idBytesPerRequest = 4_000
@@ -122,31 +114,12 @@ public final class KintoConnection: Connection {
     }
 
     /// A collection of Kinto's listing as a spec: its JSON schema's properties
-    /// are the fields (type, `x-tether-code`, `required`).
+    /// are the fields (see `SchemaFields`).
     static func spec(from collection: JSON, bucket: String, operations: Operations) -> Spec {
         // A collection without a text id becomes a spec without a name, which
         // the model builder leaves out with a diagnostic.
         let name = collection["id"]?.stringValue ?? ""
-        let schema = collection["schema"]
-        let required = Set((schema?["required"]?.arrayValue ?? []).compactMap(\.stringValue))
-        let fields = (schema?["properties"]?.objectValue ?? []).map { field, property in
-            var spec = FieldSpec(name: field, type: attributeType(of: property),
-                                 code: property[codeKeyword].map(explicitCode), isRequired: required.contains(field),
-                                 allowedValues: property["enum"]?.arrayValue.map { values in
-                                     values.map { Value(json: $0, type: attributeType(of: property)) }
-                                 })
-            if let target = property[referenceKeywords.to]?.stringValue {
-                let rule: Reference.DeleteRule
-                switch property[referenceKeywords.delete]?.stringValue {
-                case "cascade": rule = .cascade
-                case "deny": rule = .deny
-                default: rule = .nullify
-                }
-                spec.reference = Reference(target: target, inverse: property[referenceKeywords.inverse]?.stringValue ?? name,
-                                           deleteRule: rule)
-            }
-            return spec
-        }
+        let fields = SchemaFields.fields(of: collection["schema"], entity: name)
         // Escaped: the id comes from the server and goes into URLs.
         return Spec(name: name, route: "/buckets/\(escape(bucket))/collections/\(escape(name))/records",
                     idField: idField, versionField: versionField, fields: fields, operations: operations)
@@ -187,36 +160,6 @@ public final class KintoConnection: Connection {
         if granted.contains("write") { operations.formUnion([.insert, .update, .delete]) }
         if granted.contains("record:create") { operations.insert(.insert) }
         return operations
-    }
-
-    /// A schema's `x-tether-code` as the model builder takes it: a value that
-    /// is not a code in range stays out of range, so that it is refused with
-    /// a diagnostic rather than dropped without a word.
-    static func explicitCode(_ value: JSON) -> Int64 {
-        switch value {
-        case .integer(let code): return code
-        case .number(let text): return text.hasPrefix("-") ? .min : .max
-        case .real(let real) where real.rounded() == real:
-            return real >= 0x1p63 ? .max : real < -0x1p63 ? .min : Int64(real)
-        default: return 0
-        }
-    }
-
-    static func attributeType(of property: JSON) -> AttributeType {
-        var names: [String] = []
-        switch property["type"] {
-        case .string(let name)?: names = [name]
-        case .array(let items)?: names = items.compactMap(\.stringValue).filter { $0 != "null" }
-        default: break
-        }
-        guard names.count == 1 else { return .json }
-        switch names[0] {
-        case "string": return .text
-        case "integer": return .integer
-        case "number": return .real
-        case "boolean": return .boolean
-        default: return .json
-        }
     }
 
     /// Every item of a paginated listing, following Next-Page.

@@ -152,25 +152,16 @@ public final class MemoryServer: Sendable {
             return try answer { state in
                 let spec = try self.spec(write.spec.name, in: state)
                 let current = state.tables[spec.name]?.records[write.id]
-                let rendered = current.map { Self.render(spec, write.id, $0) }
-                switch (write.kind, current) {
-                case (.create, _?): return .conflict(current: rendered)
-                case (.delete, nil): return .deleted
-                case (.patch, nil), (.replace, nil): return .conflict(current: nil)
-                case (_, let row?) where write.ifVersion != nil && row.version != write.ifVersion:
-                    return .conflict(current: rendered)
-                default: break
+                let verdict = write.verdict(holding: current?.version, exists: current != nil)
+                guard verdict == .apply else {
+                    return write.outcome(of: verdict, current: current.map { Self.render(spec, write.id, $0) })
                 }
                 state.clock += 1
                 if write.kind == .delete {
                     state.tables[spec.name]?.remove(write.id, version: state.clock)
                     return .deleted
                 }
-                var fields = write.kind == .patch ? current?.fields ?? [] : []
-                for (key, value) in write.fields where key != spec.idField && key != spec.versionField {
-                    if let index = fields.firstIndex(where: { $0.key == key }) { fields[index].value = value }
-                    else { fields.append((key, value)) }
-                }
+                let fields = write.applied(to: current?.fields ?? [])
                 state.tables[spec.name, default: Table()].set(write.id, fields, version: state.clock)
                 return .written(Self.render(spec, write.id, (fields, state.clock)))
             }
@@ -202,33 +193,18 @@ public final class MemoryServer: Sendable {
 /// on a thread of the connection's own, as a network connection's would.
 public final class MemoryConnection: Connection {
     public let server: MemoryServer
-    private let queue = WorkQueue()
-    private let stopped = Lock(false)
+    private let requests = RequestQueue()
 
     public init(_ server: MemoryServer) { self.server = server }
 
     public var identity: String { "memory server \(server.name)" }
 
-    public func shutdown() {
-        stopped.withLock { $0 = true }
-        // Requests still queued see `stopped` and end cancelled.
-        queue.shutdown()
-    }
+    public func shutdown() { requests.shutdown() }
 
-    /// Runs `work` on the connection's thread; `done` exactly once.
+    /// Runs `work` on the connection's thread after the server's latency; `done` exactly once.
     private func respond<T: Sendable>(_ done: @escaping @Sendable (Result<T, TetherError>) -> Void,
                                       _ work: @escaping @Sendable () throws -> T) -> any Cancellable {
-        let request = MemoryRequest()
-        let latency = UInt32(server.latencyMilliseconds * 1000)
-        let queued = queue.async { [self] in
-            // Latency is waited out in turn, as a slow server's would be; not
-            // by a request already cancelled, nor at shutdown.
-            if latency > 0 && !request.isCancelled && !stopped.withLock({ $0 }) { usleep(latency) }
-            let cancelled = request.end() || stopped.withLock { $0 }
-            done(cancelled ? .failure(.cancelled) : .tether(work))
-        }
-        if !queued { done(.failure(.cancelled)) }
-        return request
+        requests.respond(latencyMilliseconds: server.latencyMilliseconds, done, work)
     }
 
     public func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
@@ -292,15 +268,6 @@ public final class MemoryConnection: Connection {
             }
         }) { [server] in writes.map { server.apply($0) } }
     }
-}
-
-/// A queued memory request: cancel wins if it comes before the answer starts.
-private final class MemoryRequest: Cancellable {
-    private let ended = Atomic<Bool>(false)
-    var isCancelled: Bool { ended.load(ordering: .acquiring) }
-    /// Marks the request answered; true if it had been cancelled first.
-    func end() -> Bool { ended.exchange(true, ordering: .acquiringAndReleasing) }
-    func cancel() { ended.store(true, ordering: .releasing) }
 }
 
 extension JSON {
