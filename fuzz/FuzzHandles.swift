@@ -69,9 +69,12 @@ private struct Input {
     mutating func pick<T>(_ items: [T]) -> T? { items.isEmpty ? nil : items[next() % items.count] }
 }
 
-private let keys = ["Title", "Rank", "Data", "TitlePeek", "id", "last_modified", "Body", "", "nope", "Title\u{1}"]
+private let keys = ["Title", "Rank", "Data", "TitlePeek", "id", "last_modified", "Body", "", "nope", "Title\u{1}",
+                    "Item", "Item.Title", "Text", "version"]
 private let ids = ["i0", "i1", "i5", "i11", "missing", "n0", "é"]
-private let entities = ["items", "notes", "nope", ""]
+private let entities = ["items", "notes", "nope", "", "remarks"]
+private let uris = ["tether://server/items/i1", "tether://private/remarks/r", "tether://server/items/%zz", "tether://x/items/i1",
+                    "tether://server/items/", "items/i1", ""]
 private let sorts: [String?] = [nil, "Rank", "-Rank", "Title,-Rank", "nope", ",", "-"]
 
 private func live(_ what: tether_live) -> Int64 {
@@ -132,6 +135,11 @@ private func anyValue(_ input: inout Input, _ storage: inout [UnsafeMutablePoint
 public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     var input = Input(bytes: UnsafeBufferPointer(start: data, count: size))
     var options = ContextOptions(storePath: ":memory:")
+    // A local store beside the server's: its entity refers to the server's items.
+    options.localStores = [LocalStoreOptions(configuration: "private", path: ":memory:", specs: #"""
+        {"remarks": {"properties": {"Text": {"type": "string"},
+         "Item": {"type": "string", "x-tether-to": "items", "x-tether-delete": "cascade"}}}}
+        """#)]
     options.delivery = input.next() % 2 == 0 ? .thread : .poll
     options.objectCacheSize = input.next() % 8
     // Only the handle is kept, as a C host has it: the context must be freed once closed.
@@ -159,7 +167,7 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     }
 
     for _ in 0..<200 where !input.isEmpty {
-        switch input.next() % 22 {
+        switch input.next() % 23 {
         case 0:
             var object: OpaquePointer?
             let status = tether_context_object(ctx, input.pick(entities)!, input.pick(ids)!, &object)
@@ -318,6 +326,27 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
                         require(tether_object_release(local) == TETHER_OK, "release of a local object")
                     }
                 }
+            }
+        case 22:
+            switch input.next() % 3 {
+            case 0:
+                check(tether_object_set_related(anyObject(&input), input.pick(keys)!, anyObject(&input)), "set related")
+            case 1:
+                var value = tether_value()
+                let status = tether_object_uri(anyObject(&input), &value)
+                check(status, "uri")
+                if status == TETHER_OK {
+                    var object: OpaquePointer?
+                    let found = tether_context_object_for_uri(ctx, value.text, &object)
+                    check(found, "object for its own uri")
+                    if found == TETHER_OK { owned.append(object!) }
+                }
+                tether_value_clear(&value)
+            default:
+                var object: OpaquePointer?
+                let status = tether_context_object_for_uri(ctx, input.pick(uris)!, &object)
+                check(status, "object for uri")
+                if status == TETHER_OK { owned.append(object!) }
             }
         default:
             if input.next() % 4 == 0 {

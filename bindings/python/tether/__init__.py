@@ -30,7 +30,7 @@ from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeM
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED)
-from .context import (Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch,
+from .context import (Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
                       Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
 from .saving import Conflict, SaveReport, SaveTask
 from ._lib import MERGE_POLICIES
@@ -38,7 +38,7 @@ from ._lib import MERGE_POLICIES
 __version__ = "0.2.0"
 
 __all__ = [
-    "Context", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Results", "Task",
+    "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Results", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "POLICIES", "RESULT_TYPES", "MERGE_POLICIES",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",

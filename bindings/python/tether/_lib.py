@@ -90,7 +90,8 @@ POLICY_CACHE_ONLY = 1
 POLICY_SERVER_ONLY = 2
 POLICY_CACHE_ELSE_SERVER = 3
 
-CONTEXT_OPTIONS_VERSION = 3
+CONTEXT_OPTIONS_VERSION = 4
+LOCAL_STORE_VERSION = 1
 SAVE_OPTIONS_VERSION = 1
 
 # What a save does with a conflict (tether_merge_policy), by the binding's names.
@@ -138,6 +139,15 @@ class tether_value(Structure):
     ]
 
 
+class tether_local_store(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("configuration", c_char_p),
+        ("path", c_char_p),
+        ("specs_json", c_char_p),
+    ]
+
+
 class tether_context_options(Structure):
     _fields_ = [
         ("version", c_uint),
@@ -153,6 +163,9 @@ class tether_context_options(Structure):
         ("object_cache_size", c_size_t),
         # since version 3
         ("merge_policy", c_int),
+        # since version 4
+        ("local_stores", POINTER(tether_local_store)),  # borrowed for the open call
+        ("local_store_count", c_size_t),
     ]
 
 
@@ -280,6 +293,8 @@ tether_context_entity = _declare(
     "tether_context_entity", c_int, [c_void_p, c_char_p, POINTER(c_void_p)])
 tether_entity_name = _declare("tether_entity_name", c_int, [c_void_p, POINTER(c_char_p)])
 tether_entity_route = _declare("tether_entity_route", c_int, [c_void_p, POINTER(c_char_p)])
+tether_entity_configuration = _declare("tether_entity_configuration", c_int, [c_void_p, POINTER(c_char_p)])
+tether_local_store_init = _declare("tether_local_store_init", c_int, [POINTER(tether_local_store), c_uint])
 tether_entity_operations = _declare("tether_entity_operations", c_int, [c_void_p, POINTER(c_uint)])
 tether_entity_code = _declare("tether_entity_code", c_int, [c_void_p, POINTER(c_int)])
 tether_context_diagnostic_count = _declare("tether_context_diagnostic_count", c_int, [c_void_p, POINTER(c_size_t)])
@@ -362,6 +377,10 @@ tether_object_committed = _declare(
     "tether_object_committed", c_int, [c_void_p, c_char_p, POINTER(tether_value)])
 tether_context_change_count = _declare("tether_context_change_count", c_int, [c_void_p, POINTER(c_size_t)])
 tether_object_related = _declare("tether_object_related", c_int, [c_void_p, c_char_p, POINTER(c_void_p)])
+tether_object_set_related = _declare("tether_object_set_related", c_int, [c_void_p, c_char_p, c_void_p])
+tether_object_uri = _declare("tether_object_uri", c_int, [c_void_p, POINTER(tether_value)])
+tether_context_object_for_uri = _declare(
+    "tether_context_object_for_uri", c_int, [c_void_p, c_char_p, POINTER(c_void_p)])
 tether_context_open_sibling = _declare(
     "tether_context_open_sibling", c_int, [c_void_p, c_char_p, c_int, POINTER(c_void_p)])
 tether_context_local_object = _declare(

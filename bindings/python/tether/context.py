@@ -507,9 +507,41 @@ class Attribute:
     index: int
 
 
+@dataclass(frozen=True)
+class LocalStore:
+    """A local-only store to attach beside the server's (Context's
+    ``local_stores``): a SQLite file at ``path`` holding the entities that
+    ``specs`` defines (a dict, or JSON text, of entity name to JSON schema,
+    as a Kinto collection's), saved there and never sent to the server.
+    ``configuration`` names it in object URIs (letters, digits, - and _)."""
+    configuration: str
+    path: str
+    specs: object
+
+
+def _local_stores(stores, keep):
+    """Local stores -> (ctypes array or None, count); the strings the array
+    points to are appended to `keep`, which the caller holds across the open."""
+    stores = list(stores or ())
+    if not stores:
+        return None, 0
+    array = (_lib.tether_local_store * len(stores))()
+    for i, store in enumerate(stores):
+        if not isinstance(store, LocalStore):
+            raise TypeError("local_stores must hold tether.LocalStore, not %s" % type(store).__name__)
+        specs = store.specs if isinstance(store.specs, str) else json.dumps(store.specs)
+        _lib.tether_local_store_init(byref(array[i]), _lib.LOCAL_STORE_VERSION)
+        fields = [_cstr(store.configuration, "configuration"), _cstr(os.fspath(store.path), "path"),
+                  _cstr(specs, "specs")]
+        keep.extend(fields)
+        array[i].configuration, array[i].path, array[i].specs_json = fields
+    return array, len(stores)
+
+
 class Entity:
-    """A record type of the model (a Kinto collection). Read once, at first
-    use; its data stays readable after the context closes."""
+    """A record type of the model (a Kinto collection, or a local store's
+    entity). Read once, at first use; its data stays readable after the
+    context closes."""
 
     def __init__(self, ctx, handle):
         self._ctx = ctx
@@ -519,6 +551,9 @@ class Entity:
         self.name = _pystr(out.value)
         _lib.tether_entity_route(handle, byref(out))
         self.route = _pystr(out.value)
+        _lib.tether_entity_configuration(handle, byref(out))
+        # "" for the server's entities; a local store's configuration otherwise.
+        self.configuration = _pystr(out.value)
         code = c_int()
         _lib.tether_entity_code(handle, byref(code))
         self.code = code.value
@@ -1364,7 +1399,8 @@ class Context(ContextSaving):
     """A connection + store + object graph (tether_context)."""
 
     def __init__(self, url, bucket, store_path, *, username=None, password=None,
-                 delivery="thread", staleness_ms=0, timeout_ms=30000, object_cache_size=None, merge=None):
+                 delivery="thread", staleness_ms=0, timeout_ms=30000, object_cache_size=None, merge=None,
+                 local_stores=()):
         if object_cache_size is not None:
             if isinstance(object_cache_size, bool) or not isinstance(object_cache_size, int):
                 raise TypeError("object_cache_size must be an int or None")
@@ -1387,6 +1423,9 @@ class Context(ContextSaving):
             opts.object_cache_size = object_cache_size
         if merge is not None:
             opts.merge_policy = _lib.MERGE_POLICIES[merge]
+        stores, opts.local_store_count = _local_stores(local_stores, keep)
+        if stores is not None:
+            opts.local_stores = stores
         out = c_void_p()
         _lib.tether_context_open(byref(opts), byref(out))
         del keep
@@ -1714,6 +1753,13 @@ class Context(ContextSaving):
             entity = entity.name
         oh = c_void_p()
         _lib.tether_context_object(self._h, _cstr(entity, "entity"), _cstr(id, "id"), byref(oh))
+        return self._wrap(oh.value, owned=True)
+
+    def object_for_uri(self, uri):
+        """The Object an object URI (Object.uri) names. NotFoundError if its
+        store is not attached to this context."""
+        oh = c_void_p()
+        _lib.tether_context_object_for_uri(self._h, _cstr(uri, "uri"), byref(oh))
         return self._wrap(oh.value, owned=True)
 
     # -- fetch

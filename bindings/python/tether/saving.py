@@ -129,6 +129,22 @@ class ObjectEditing:
         return self._ctx._wrap(out.value, owned=True) if out.value else None
 
 
+    def set_related(self, key, target):
+        """Points the to-one relationship `key` at the Object `target` (None:
+        at nothing): its id in the same store, its URI across stores."""
+        _lib.tether_object_set_related(self._h, _key(key), None if target is None else target._h)
+
+    @property
+    def uri(self):
+        """The object's name across stores: tether://<store>/<entity>/<id>."""
+        value = _lib.tether_value()
+        _lib.tether_object_uri(self._h, byref(value))
+        try:
+            return ctypes.string_at(value.text, value.length).decode("utf-8")
+        finally:
+            _lib.tether_value_clear(byref(value))
+
+
 class Conflict:
     """A change the server refused because its record moved on: ``object``,
     ``local_version`` (None for an insert), ``server_version`` and
