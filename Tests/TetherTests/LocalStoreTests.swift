@@ -130,6 +130,26 @@ enum LocalStoreContract {
         let result = try SaveContract.save(context)
         XCTAssertNil(result.error, "the clean-up is no conflict: \(result.error?.message ?? "")")
         XCTAssertEqual(try note.peek("Item"), .null)
+
+        // Edited here, deleted there: once the server's side wins, the record is gone for good.
+        let edited = try Self.note(context, "about i8", on: "i8")
+        XCTAssertNil(try SaveContract.save(context).error)
+        try context.object(entity: "items", id: "i8").set("Title", .text("mine"))
+        try backend.deleteItem("i8")
+        XCTAssertEqual(try SaveContract.save(context).error?.kind, .conflict)
+        XCTAssertEqual(try edited.related("Item")?.id, "i8", "kept while the edit may make it again")
+        XCTAssertNil(try SaveContract.save(context, .serverWins).error)
+        XCTAssertEqual(try edited.peek("Item"), .null)
+
+        // Deleted here: the note's reference goes with the save, in the same save.
+        let mine = try Self.note(context, "about i9", on: "i9")
+        XCTAssertNil(try SaveContract.save(context).error)
+        try context.object(entity: "items", id: "i9").delete()
+        XCTAssertEqual(try mine.peek("Item"), .null, "the delete rule, planned at once")
+        XCTAssertEqual(try SaveContract.save(context).saved, 2)
+        XCTAssertNil(try backend.record("i9"))
+        XCTAssertEqual(try mine.peek("Item"), .null)
+        XCTAssertFalse(context.hasChanges)
     }
 
     /// Targets deleted while the local store was not attached are found at

@@ -457,6 +457,8 @@ extension Context {
         for sibling in coordinator.others(than: self) { sibling.takeSaved(gone ? nil : record, id: object.id, of: object.entity) }
         if object.state.withLock({ $0.pending == nil }) {
             _ = graph.withLock { $0.changed.removeValue(forKey: ObjectIdentifier(object)) }
+            // Gone for good: references from other stores follow their delete rule.
+            if gone { cleanUpReferences(to: [object.id], of: object.entity) }
         }
         for observer in observers { observer.notify() }
         tellLiveFetches(object.entity, [object.id])
