@@ -10,7 +10,7 @@ VENV         := .venv
 # exclusivity is checked at run time in debug and sanitizer builds only.
 RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivity=unchecked \
                  -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map
-APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev python3-venv gcc make
+APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv gcc make
 
 .PHONY: all deps build demo test test-swift test-c test-python bench fuzz clean
 

@@ -83,7 +83,7 @@ private func live(_ what: tether_live) -> Int64 {
     return count
 }
 
-private let documentedStatuses: ClosedRange<Int32> = TETHER_E_NOT_ALLOWED...TETHER_OK
+private let documentedStatuses: ClosedRange<Int32> = TETHER_E_EXPIRED...TETHER_OK
 
 private let saveCallback: tether_save_cb = { task, status, message, report, userdata in
     require(message != nil && report != nil, "a save callback without message or report")

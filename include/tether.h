@@ -95,6 +95,10 @@ TETHER_API int tether_version_number(void);
 #define TETHER_E_CONFLICT     -15  /* the server's record changed since it was read */
 #define TETHER_E_NOT_ALLOWED  -16  /* the server's spec does not allow the operation
                                       (insert, update or delete) on the entity */
+#define TETHER_E_EXPIRED      -17  /* the server no longer has the history a request
+                                      asked for (a host connection's answer to a page
+                                      `since` a version it forgot: the library lists
+                                      everything again) */
 
 /* The last failure's message on the calling thread. Borrowed: valid until
  * the next tether_* call on this thread. Never NULL ("" after success). */
@@ -991,6 +995,204 @@ TETHER_API int tether_results_change_at(tether_results *results, tether_change k
  * (TETHER_OK); a dead handle gives TETHER_E_HANDLE. */
 TETHER_API int tether_results_release(tether_results *results);
 
+/* ---------------------------------------------------------------- host connections */
+
+/* A context can talk to any server through a connection the host writes: the
+ * library asks, the host answers. Each question is a tether_request handle
+ * handed to tether_connection.request; the host reads it (tether_request_*
+ * getters), builds the answer (tether_request_set_* and _add_*), and ends it
+ * with tether_request_complete, exactly once, from any thread, at once or
+ * later. Everything above the connection — the store, uniquing, peek and get,
+ * coalescing, observers, the outbox, save and conflicts — is the library's,
+ * as with Kinto.
+ *
+ * Threads: request and cancel are called on a thread of the connection's own,
+ * one at a time, a request always before its cancel; they must not block (hand
+ * the request to your own thread, or answer it at once if the answer is at
+ * hand) and must not close the context.
+ *
+ * Every request ends exactly once for the library: with the host's answer, or
+ * cancelled when the library no longer wants it (a task cancelled, a refresh
+ * given up) or the context closes. The host is told of a cancel through
+ * `cancel`; it still completes the request to release it (the call then returns
+ * TETHER_E_CANCELLED and the answer is dropped). A request never completed
+ * holds nothing up but itself: a task waiting on it can be cancelled, and
+ * closing the context ends it (`cancel` is called for it, and its handle dies).
+ * A request handle is dead (TETHER_E_HANDLE) once completed, and once its
+ * context has closed; completing it twice gives TETHER_E_HANDLE. Strings a
+ * request lends (entity, cursor, ids, fields) are valid until it is completed
+ * or dead. */
+typedef struct tether_request tether_request;
+
+/* What a request asks. */
+typedef enum tether_request_kind {
+    TETHER_REQUEST_SERVER_INFO = 0, /* who the server is: answer with
+                                       tether_request_set_server_info (at open) */
+    TETHER_REQUEST_SPECS = 1,       /* every record type: tether_request_add_spec, one
+                                       each (at open; a context whose server cannot be
+                                       reached opens offline from its store when the
+                                       request completes with TETHER_E_NETWORK) */
+    TETHER_REQUEST_PAGE = 2,        /* a page of an entity's records, in the order its
+                                       sort keys say, after its cursor, at most its
+                                       limit in all: tether_request_add_record each,
+                                       then tether_request_set_page */
+    TETHER_REQUEST_COUNT = 3,       /* how many records the entity has:
+                                       tether_request_set_count */
+    TETHER_REQUEST_RECORDS = 4,     /* the records of these ids (absent: the server has
+                                       none): tether_request_add_record each, and
+                                       tether_request_set_page for a next cursor */
+    TETHER_REQUEST_WRITE = 5        /* writes to apply, each conditional:
+                                       tether_request_set_outcome for each */
+} tether_request_kind;
+
+/* A write's kind (TETHER_REQUEST_WRITE). Every write is conditional, so that
+ * one sent twice (a retry, a save again after a crash) is never applied twice. */
+typedef enum tether_write_kind {
+    TETHER_WRITE_CREATE = 0,  /* only if no record has the id: else a CONFLICT */
+    TETHER_WRITE_PATCH = 1,   /* these fields only (null: removed), only if the
+                                 record's version is if_version */
+    TETHER_WRITE_REPLACE = 2, /* every field, only if the version is if_version */
+    TETHER_WRITE_DELETE = 3   /* only if the version is if_version (none: any) */
+} tether_write_kind;
+
+/* What became of a write. */
+typedef enum tether_write_outcome {
+    TETHER_OUTCOME_WRITTEN = 0,  /* applied: record_json is the record as it now is */
+    TETHER_OUTCOME_DELETED = 1,  /* applied, or the record was gone already */
+    TETHER_OUTCOME_CONFLICT = 2, /* not applied: the record is another version, or
+                                    exists (create); record_json is the record the
+                                    host has, NULL if it has none */
+    TETHER_OUTCOME_FAILED = 3    /* not known to be applied: status and message say why */
+} tether_write_outcome;
+
+#define TETHER_CONNECTION_VERSION 1
+
+typedef struct tether_connection {
+    unsigned int version;  /* TETHER_CONNECTION_VERSION */
+    /* Names the server and the data set (required, copied at open): a store
+     * is tied to it, and opening it with another identity gives
+     * TETHER_E_STORE. Never put credentials in it. */
+    const char *identity;
+    /* A new request (required). */
+    void (*request)(tether_request *request, void *userdata);
+    /* The library no longer wants the request's answer (may be NULL). */
+    void (*cancel)(tether_request *request, void *userdata);
+    /* Called once, when the context has closed and every request has ended
+     * (or when the open fails): free userdata here (may be NULL). */
+    void (*release)(void *userdata);
+    void *userdata;
+} tether_connection;
+
+/* Fills `connection` with defaults (all NULL) for the given struct version.
+ * TETHER_E_MISUSE if `connection` is NULL or the version is unknown. */
+TETHER_API int tether_connection_init(tether_connection *connection, unsigned int version);
+
+/* Opens a context on a host-written connection, as tether_context_open does
+ * on Kinto: asks the server info and the specs (each a request to the host,
+ * so answer them from another thread than the one calling this, or at once),
+ * builds the model, opens the store and any local stores. opts->server_url,
+ * bucket, username, password and timeout_ms are not used. The connection's
+ * release is called once in every case: after the context closes, or before
+ * this returns an error. *out is owned by the caller: close it with
+ * tether_context_close. */
+TETHER_API int tether_context_open_host(const tether_context_options *opts, const tether_connection *connection,
+                                        tether_context **out);
+
+/* The request's kind. */
+TETHER_API int tether_request_get_kind(tether_request *request, tether_request_kind *out);
+
+/* PAGE, COUNT, RECORDS: the entity's name and its route (the name, unless the
+ * spec gave another). Borrowed. Each out may be NULL. TETHER_E_MISUSE for
+ * another kind. */
+TETHER_API int tether_request_entity(tether_request *request, const char **out_name, const char **out_route);
+
+/* PAGE, RECORDS: where the listing goes on (a cursor the host gave with
+ * tether_request_set_page), NULL for its first page. Borrowed. */
+TETHER_API int tether_request_cursor(tether_request *request, const char **out);
+
+/* PAGE: at most this many records in all (0: no limit). A host may send
+ * fewer per page, with a next cursor. */
+TETHER_API int tether_request_limit(tether_request *request, int64_t *out);
+
+/* PAGE: only what changed after this version of the data set (a version the
+ * host gave with tether_request_set_page), deletions included
+ * (tether_request_add_deleted); *out_has 0: the records as they stand. A host
+ * that no longer has that history completes with TETHER_E_EXPIRED; one that
+ * never gives versions is never asked. Either out may be NULL. */
+TETHER_API int tether_request_since(tether_request *request, int64_t *out, int *out_has);
+
+/* PAGE, COUNT: the fetch's raw server query (tether_fetch_options.server_query),
+ * in the host's own language, or NULL. Borrowed. */
+TETHER_API int tether_request_query(tether_request *request, const char **out);
+
+/* PAGE: the order, field by field: how many keys, and each one's field name
+ * (borrowed) and direction. */
+TETHER_API int tether_request_sort_count(tether_request *request, size_t *out);
+TETHER_API int tether_request_sort_at(tether_request *request, size_t index, const char **out_field,
+                                      int *out_descending);
+
+/* RECORDS: the ids asked for (borrowed). */
+TETHER_API int tether_request_id_count(tether_request *request, size_t *out);
+TETHER_API int tether_request_id_at(tether_request *request, size_t index, const char **out);
+
+/* WRITE: the writes, in order: each one's kind, entity (borrowed), record id
+ * (borrowed), fields as a JSON object (borrowed; without the id and version
+ * fields; "{}" for a delete) and the version it is conditional on (*out_has_version
+ * 0: none). Each out may be NULL. */
+TETHER_API int tether_request_write_count(tether_request *request, size_t *out);
+TETHER_API int tether_request_write_at(tether_request *request, size_t index, tether_write_kind *out_kind,
+                                       const char **out_entity, const char **out_id, const char **out_fields_json,
+                                       int64_t *out_if_version, int *out_has_version);
+
+/* The answers. Each returns TETHER_E_MISUSE for a request of another kind,
+ * TETHER_E_INVALID for text that is not what it should be (a record that is
+ * not a JSON object...), TETHER_E_CANCELLED once the library no longer wants
+ * the answer (stop, and complete the request), TETHER_E_HANDLE once it is
+ * completed. Strings are copied. */
+
+/* SERVER_INFO: the server's name and version. */
+TETHER_API int tether_request_set_server_info(tether_request *request, const char *name, const char *version);
+
+/* SPECS: one record type: its name (an entity of the model), the field that
+ * identifies a record, the field holding its version (an integer the host
+ * bumps on each change; updates and deletes are conditional on it), its
+ * fields as a JSON schema (as a Kinto collection's: "properties" with types,
+ * "required", "enum", "x-tether-code", "x-tether-to"...) and the operations it
+ * allows (TETHER_OP_* bits). */
+TETHER_API int tether_request_add_spec(tether_request *request, const char *name, const char *id_field,
+                                       const char *version_field, const char *schema_json, unsigned int operations);
+
+/* PAGE, RECORDS: a record, as a JSON object with the spec's id and version
+ * fields. Records that do not fit the spec are kept as the library keeps
+ * Kinto's (nothing lost). */
+TETHER_API int tether_request_add_record(tether_request *request, const char *record_json);
+
+/* PAGE with a since version: a record deleted since. */
+TETHER_API int tether_request_add_deleted(tether_request *request, const char *id);
+
+/* PAGE, RECORDS: the cursor of the next page (NULL: this is the last), the
+ * data set's version when answered (-1: none; give one and later fetches ask
+ * only for what changed since), and how many records the listing holds in
+ * all (-1: not known). */
+TETHER_API int tether_request_set_page(tether_request *request, const char *next_cursor, int64_t version,
+                                       int64_t total);
+
+/* COUNT: how many. */
+TETHER_API int tether_request_set_count(tether_request *request, int64_t count);
+
+/* WRITE: what became of the write at `index` (see tether_write_outcome;
+ * record_json as it says, status and message for FAILED: a negative
+ * TETHER_E_* code). A write left without an outcome fails with
+ * TETHER_E_PROTOCOL, and stays pending. */
+TETHER_API int tether_request_set_outcome(tether_request *request, size_t index, tether_write_outcome outcome,
+                                          const char *record_json, int status, const char *message);
+
+/* Ends the request: status TETHER_OK delivers the answer built, a negative
+ * TETHER_E_* code fails it with `message` (may be NULL). The handle is dead
+ * afterwards, whatever this returns: TETHER_E_CANCELLED if the library had
+ * cancelled it (nothing delivered), TETHER_E_HANDLE if it was dead already. */
+TETHER_API int tether_request_complete(tether_request *request, int status, const char *message);
+
 /* ---------------------------------------------------------------- diagnostics */
 
 /* What tether_live_count counts, process-wide. */
@@ -1002,11 +1204,13 @@ typedef enum tether_live {
     TETHER_LIVE_TASKS = 5,          /* fetch tasks not yet freed */
     TETHER_LIVE_OBSERVERS = 6,      /* observers not yet freed */
     TETHER_LIVE_THREADS = 7,        /* threads the library runs */
-    TETHER_LIVE_PREPARED_STATEMENTS = 8 /* not a live count but a running
+    TETHER_LIVE_PREPARED_STATEMENTS = 8, /* not a live count but a running
                                        total: SQL statements prepared so far,
                                        in every store. Each store prepares a
                                        statement once and keeps it, so
                                        repeating the same work leaves it put */
+    TETHER_LIVE_REQUESTS = 9        /* host connection requests handed to the
+                                       host and not yet completed */
 } tether_live;
 
 /* How many of `what` exist right now in this process, for leak checks in

@@ -23,7 +23,7 @@ private let statusNames: [Int32: UnsafeMutablePointer<CChar>] = ([
     TETHER_E_SERVER: "TETHER_E_SERVER", TETHER_E_PROTOCOL: "TETHER_E_PROTOCOL", TETHER_E_STORE: "TETHER_E_STORE",
     TETHER_E_CANCELLED: "TETHER_E_CANCELLED", TETHER_E_NOT_CACHED: "TETHER_E_NOT_CACHED", TETHER_E_BUSY: "TETHER_E_BUSY",
     TETHER_E_CONFLICT: "TETHER_E_CONFLICT",
-    TETHER_E_NOT_ALLOWED: "TETHER_E_NOT_ALLOWED",
+    TETHER_E_NOT_ALLOWED: "TETHER_E_NOT_ALLOWED", TETHER_E_EXPIRED: "TETHER_E_EXPIRED",
 ] as [Int32: String]).mapValues { strdup($0)! }
 private let unknownStatusName = strdup("TETHER_E_UNKNOWN")!
 
@@ -205,33 +205,45 @@ func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UI
 public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
                                 _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
-        guard let opts else { throw misuse("opts is NULL") }
-        guard out != nil else { throw misuse("out is NULL") }
-        let version = UnsafeRawPointer(opts).load(as: UInt32.self)
-        guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else {
-            throw misuse("unknown options version \(version): use tether_context_options_init")
-        }
-        // Read no further than the host's struct goes; later fields keep their defaults.
-        var raw = defaultContextOptions(version: version)
-        withUnsafeMutableBytes(of: &raw) { bytes in
-            bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: contextOptionsSize(version))
-        }
+        let raw = try contextOptions(opts, out)
         var kinto = KintoOptions(serverURL: try text(raw.server_url, "server_url"), bucket: try text(raw.bucket, "bucket"))
         kinto.username = try optionalText(raw.username, "username")
         kinto.password = try optionalText(raw.password, "password")
         kinto.timeoutMilliseconds = raw.timeout_ms
-        var options = ContextOptions(storePath: try text(raw.store_path, "store_path"))
-        switch raw.delivery {
-        case TETHER_DELIVER_THREAD: options.delivery = .thread
-        case TETHER_DELIVER_POLL: options.delivery = .poll
-        default: throw TetherError(.invalid, "unknown delivery mode \(raw.delivery.rawValue)")
-        }
-        options.stalenessMilliseconds = raw.staleness_ms
-        options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
-        options.mergePolicy = try mergePolicy(Int32(bitPattern: raw.merge_policy.rawValue))
-        options.localStores = try localStores(raw.local_stores, count: raw.local_store_count)
-        try output(out, try register(Context.open(options, kinto: kinto)))
+        try output(out, try register(Context.open(try coreOptions(raw), kinto: kinto)))
     }
+}
+
+/// The host's options struct, read no further than its version goes (later
+/// fields keep their defaults).
+func contextOptions(_ opts: UnsafePointer<tether_context_options>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) throws
+    -> tether_context_options {
+    guard let opts else { throw misuse("opts is NULL") }
+    guard out != nil else { throw misuse("out is NULL") }
+    let version = UnsafeRawPointer(opts).load(as: UInt32.self)
+    guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else {
+        throw misuse("unknown options version \(version): use tether_context_options_init")
+    }
+    var raw = defaultContextOptions(version: version)
+    withUnsafeMutableBytes(of: &raw) { bytes in
+        bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: contextOptionsSize(version))
+    }
+    return raw
+}
+
+/// The options every context takes, whatever its connection.
+func coreOptions(_ raw: tether_context_options) throws -> ContextOptions {
+    var options = ContextOptions(storePath: try text(raw.store_path, "store_path"))
+    switch raw.delivery {
+    case TETHER_DELIVER_THREAD: options.delivery = .thread
+    case TETHER_DELIVER_POLL: options.delivery = .poll
+    default: throw TetherError(.invalid, "unknown delivery mode \(raw.delivery.rawValue)")
+    }
+    options.stalenessMilliseconds = raw.staleness_ms
+    options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
+    options.mergePolicy = try mergePolicy(Int32(bitPattern: raw.merge_policy.rawValue))
+    options.localStores = try localStores(raw.local_stores, count: raw.local_store_count)
+    return options
 }
 
 /// A context's handle, and its entities' (the fuzzer registers contexts on
@@ -893,6 +905,7 @@ public func tether_live_count(_ what: tether_live, _ out: UnsafeMutablePointer<I
         case TETHER_LIVE_OBSERVERS: count = Live.count(.observers)
         case TETHER_LIVE_THREADS: count = Live.count(.threads)
         case TETHER_LIVE_PREPARED_STATEMENTS: count = Live.count(.prepares)
+        case TETHER_LIVE_REQUESTS: count = Handles.shared.count(.request)
         default: throw TetherError(.invalid, "unknown live count \(what.rawValue)")
         }
         try output(out, Int64(count))

@@ -43,6 +43,7 @@ static void test_errstr(void)
         {TETHER_E_BUSY, "TETHER_E_BUSY"},
         {TETHER_E_CONFLICT, "TETHER_E_CONFLICT"},
         {TETHER_E_NOT_ALLOWED, "TETHER_E_NOT_ALLOWED"},
+        {TETHER_E_EXPIRED, "TETHER_E_EXPIRED"},
     };
     size_t i;
     tu_section("errstr");
@@ -51,9 +52,10 @@ static void test_errstr(void)
     CHECK_INT(TETHER_E_BUSY, -14);
     CHECK_INT(TETHER_E_CONFLICT, -15);
     CHECK_INT(TETHER_E_NOT_ALLOWED, -16);
+    CHECK_INT(TETHER_E_EXPIRED, -17);
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
         CHECK_STR(tether_errstr(names[i].code), names[i].name);
-    CHECK_STR(tether_errstr(-17), "TETHER_E_UNKNOWN");
+    CHECK_STR(tether_errstr(-18), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(-9999), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(1), "TETHER_E_UNKNOWN");
     CHECK_STR(tether_errstr(2147483647), "TETHER_E_UNKNOWN");

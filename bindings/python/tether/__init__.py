@@ -26,10 +26,10 @@ from ._lib import version as library_version, version_number as library_version_
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
                      InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
                      StoreError, CancelledError, NotCachedError, BusyError, ConflictError,
-                     NotAllowedError, error_class)
+                     NotAllowedError, ExpiredError, error_class)
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
-                     E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED)
+                     E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED, E_EXPIRED)
 from .context import (Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
                       Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
 from .saving import Conflict, SaveReport, SaveTask
@@ -43,9 +43,9 @@ __all__ = [
     "POLICIES", "RESULT_TYPES", "MERGE_POLICIES",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
-    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "error_class",
+    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "error_class",
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
-    "E_CONFLICT", "E_NOT_ALLOWED", "library_path", "library_version", "library_version_number", "errstr",
+    "E_CONFLICT", "E_NOT_ALLOWED", "E_EXPIRED", "library_path", "library_version", "library_version_number", "errstr",
     "live_counts", "__version__",
 ]

@@ -17,6 +17,7 @@ E_NOT_CACHED = -13
 E_BUSY = -14
 E_CONFLICT = -15
 E_NOT_ALLOWED = -16
+E_EXPIRED = -17
 
 
 class TetherError(Exception):
@@ -109,6 +110,12 @@ class NotAllowedError(TetherError):
     status = E_NOT_ALLOWED
 
 
+class ExpiredError(TetherError):
+    """The server no longer has the history a request asked for (a host
+    connection raises it for a page `since` a version it forgot)."""
+    status = E_EXPIRED
+
+
 _BY_STATUS = {
     E_ERROR: TetherError,
     E_MISUSE: MisuseError,
@@ -126,6 +133,7 @@ _BY_STATUS = {
     E_BUSY: BusyError,
     E_CONFLICT: ConflictError,
     E_NOT_ALLOWED: NotAllowedError,
+    E_EXPIRED: ExpiredError,
 }
 
 _NAMES = {
@@ -145,6 +153,7 @@ _NAMES = {
     E_BUSY: "TETHER_E_BUSY",
     E_CONFLICT: "TETHER_E_CONFLICT",
     E_NOT_ALLOWED: "TETHER_E_NOT_ALLOWED",
+    E_EXPIRED: "TETHER_E_EXPIRED",
 }
 
 

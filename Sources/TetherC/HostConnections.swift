@@ -1,0 +1,276 @@
+import Glibc
+import Tether
+import CTetherABI
+
+// MARK: host-written connections
+
+/// The host's callbacks and userdata. @unchecked: C pointers force it; the
+/// host promises its callbacks may run on the connection's thread.
+private struct HostCallbacks: @unchecked Sendable {
+    let request: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void
+    let cancel: (@convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void)?
+    let release: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
+    let userdata: UnsafeMutableRawPointer?
+}
+
+/// A request as its handle lends it: the strings, laid out as
+/// `RequestStrings` says.
+private enum RequestStrings {
+    static let name = 0, route = 1, cursor = 2, query = 3, firstSort = 4
+
+    static func make(_ request: HostRequest) -> [String] {
+        let page = request.pageRequest
+        return [page?.spec.name ?? "", page?.spec.route ?? "", page?.cursor?.token ?? "", page?.rawQuery ?? ""]
+            + (page?.sort.map(\.field) ?? []) + request.ids
+            + request.writes.flatMap { [$0.spec.name, $0.id, JSON.object($0.fields).serialized()] }
+    }
+
+    static func firstID(_ request: HostRequest) -> Int { firstSort + (request.pageRequest?.sort.count ?? 0) }
+    static func firstWrite(_ request: HostRequest) -> Int { firstID(request) + request.ids.count }
+}
+
+@_cdecl("tether_connection_init")
+public func tether_connection_init(_ connection: UnsafeMutablePointer<tether_connection>?, _ version: UInt32) -> Int32 {
+    call {
+        guard version == UInt32(TETHER_CONNECTION_VERSION) else { throw misuse("unknown connection version \(version)") }
+        guard let connection else { throw misuse("connection is NULL") }
+        connection.pointee = tether_connection()
+        connection.pointee.version = version
+    }
+}
+
+@_cdecl("tether_context_open_host")
+public func tether_context_open_host(_ opts: UnsafePointer<tether_context_options>?, _ connection: UnsafePointer<tether_connection>?,
+                                     _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        guard let connection else { throw misuse("connection is NULL") }
+        let raw = connection.pointee
+        guard raw.version == UInt32(TETHER_CONNECTION_VERSION) else {
+            throw misuse("unknown connection version \(raw.version): use tether_connection_init")
+        }
+        // From here on, release is called once whatever happens: by the
+        // connection's shutdown once it exists (a failed open shuts it down),
+        // else here.
+        var host: HostConnection?
+        do {
+            guard let request = raw.request else { throw misuse("connection.request is NULL") }
+            let callbacks = HostCallbacks(request: request, cancel: raw.cancel, release: raw.release, userdata: raw.userdata)
+            let options = try coreOptions(try contextOptions(opts, out))
+            let made = try HostConnection(identity: try text(raw.identity, "connection.identity"), handlers: handlers(callbacks))
+            host = made
+            let context = try Context.open(options, connection: made)
+            do {
+                try output(out, try register(context))
+            } catch {
+                try? context.close()
+                throw error
+            }
+        } catch {
+            if host == nil { raw.release?(raw.userdata) }
+            throw error
+        }
+    }
+}
+
+private func handlers(_ callbacks: HostCallbacks) -> HostConnection.Handlers {
+    HostConnection.Handlers(
+        send: { request in
+            guard let handle = try? Handles.shared.register(request, kind: .request, owner: 0,
+                                                            strings: RequestStrings.make(request)).handle else {
+                try? request.complete(TetherError(.internal, "no handle for a host request"))
+                return
+            }
+            callbacks.request(handle, callbacks.userdata)
+        },
+        cancel: { request in
+            guard let handle = Handles.shared.existing(request) else { return }
+            callbacks.cancel?(handle, callbacks.userdata)
+        },
+        ended: { request in
+            if let handle = Handles.shared.existing(request) { Handles.shared.remove(handle) }
+        },
+        release: { callbacks.release?(callbacks.userdata) })
+}
+
+private func hostRequest(_ pointer: OpaquePointer?) throws -> (request: HostRequest, strings: [UnsafeMutablePointer<CChar>]) {
+    let resolved = try Handles.shared.resolveWithOwner(pointer, .request, as: HostRequest.self)
+    return (resolved.object, resolved.strings)
+}
+
+private func pageRequest(_ request: HostRequest) throws -> PageRequest {
+    guard let page = request.pageRequest else { throw misuse("a \(request.kind) request is about no entity") }
+    return page
+}
+
+@_cdecl("tether_request_get_kind")
+public func tether_request_get_kind(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<tether_request_kind>?) -> Int32 {
+    call { try output(out, tether_request_kind(rawValue: UInt32(try hostRequest(r).request.kind.rawValue))) }
+}
+
+@_cdecl("tether_request_entity")
+public func tether_request_entity(_ r: OpaquePointer?, _ outName: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                  _ outRoute: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call {
+        let (request, strings) = try hostRequest(r)
+        _ = try pageRequest(request)
+        outName?.pointee = UnsafePointer(strings[RequestStrings.name])
+        outRoute?.pointee = UnsafePointer(strings[RequestStrings.route])
+    }
+}
+
+@_cdecl("tether_request_cursor")
+public func tether_request_cursor(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call {
+        let (request, strings) = try hostRequest(r)
+        try output(out, try pageRequest(request).cursor == nil ? nil : UnsafePointer(strings[RequestStrings.cursor]))
+    }
+}
+
+@_cdecl("tether_request_limit")
+public func tether_request_limit(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int64>?) -> Int32 {
+    call { try output(out, try pageRequest(try hostRequest(r).request).limit) }
+}
+
+@_cdecl("tether_request_since")
+public func tether_request_since(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int64>?, _ outHas: UnsafeMutablePointer<Int32>?) -> Int32 {
+    call {
+        let since = try pageRequest(try hostRequest(r).request).since
+        out?.pointee = since ?? 0
+        outHas?.pointee = since == nil ? 0 : 1
+    }
+}
+
+@_cdecl("tether_request_query")
+public func tether_request_query(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call {
+        let (request, strings) = try hostRequest(r)
+        try output(out, try pageRequest(request).rawQuery == nil ? nil : UnsafePointer(strings[RequestStrings.query]))
+    }
+}
+
+@_cdecl("tether_request_sort_count")
+public func tether_request_sort_count(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try pageRequest(try hostRequest(r).request).sort.count) }
+}
+
+@_cdecl("tether_request_sort_at")
+public func tether_request_sort_at(_ r: OpaquePointer?, _ index: Int, _ outField: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                   _ outDescending: UnsafeMutablePointer<Int32>?) -> Int32 {
+    call {
+        let (request, strings) = try hostRequest(r)
+        let sort = try pageRequest(request).sort
+        guard sort.indices.contains(index) else { throw TetherError(.notFound, "no sort key at index \(index)") }
+        outField?.pointee = UnsafePointer(strings[RequestStrings.firstSort + index])
+        outDescending?.pointee = sort[index].descending ? 1 : 0
+    }
+}
+
+@_cdecl("tether_request_id_count")
+public func tether_request_id_count(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try hostRequest(r).request.ids.count) }
+}
+
+@_cdecl("tether_request_id_at")
+public func tether_request_id_at(_ r: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call {
+        let (request, strings) = try hostRequest(r)
+        guard request.ids.indices.contains(index) else { throw TetherError(.notFound, "no id at index \(index)") }
+        try output(out, UnsafePointer(strings[RequestStrings.firstID(request) + index]))
+    }
+}
+
+@_cdecl("tether_request_write_count")
+public func tether_request_write_count(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try hostRequest(r).request.writes.count) }
+}
+
+@_cdecl("tether_request_write_at")
+public func tether_request_write_at(_ r: OpaquePointer?, _ index: Int, _ outKind: UnsafeMutablePointer<tether_write_kind>?,
+                                    _ outEntity: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                    _ outID: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                    _ outFields: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                    _ outIfVersion: UnsafeMutablePointer<Int64>?, _ outHasVersion: UnsafeMutablePointer<Int32>?) -> Int32 {
+    call {
+        let (request, strings) = try hostRequest(r)
+        guard request.writes.indices.contains(index) else { throw TetherError(.notFound, "no write at index \(index)") }
+        let write = request.writes[index]
+        let first = RequestStrings.firstWrite(request) + 3 * index
+        let kinds: [RecordWrite.Kind: tether_write_kind] = [.create: TETHER_WRITE_CREATE, .patch: TETHER_WRITE_PATCH,
+                                                            .replace: TETHER_WRITE_REPLACE, .delete: TETHER_WRITE_DELETE]
+        outKind?.pointee = kinds[write.kind]!
+        outEntity?.pointee = UnsafePointer(strings[first])
+        outID?.pointee = UnsafePointer(strings[first + 1])
+        outFields?.pointee = UnsafePointer(strings[first + 2])
+        outIfVersion?.pointee = write.ifVersion ?? 0
+        outHasVersion?.pointee = write.ifVersion == nil ? 0 : 1
+    }
+}
+
+@_cdecl("tether_request_set_server_info")
+public func tether_request_set_server_info(_ r: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?) -> Int32 {
+    call { try hostRequest(r).request.setServerInfo(name: try text(name, "name"), version: try text(version, "version")) }
+}
+
+@_cdecl("tether_request_add_spec")
+public func tether_request_add_spec(_ r: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ idField: UnsafePointer<CChar>?,
+                                    _ versionField: UnsafePointer<CChar>?, _ schema: UnsafePointer<CChar>?, _ operations: UInt32) -> Int32 {
+    call {
+        try hostRequest(r).request.addSpec(name: try text(name, "name"), idField: try text(idField, "id_field"),
+                                           versionField: try text(versionField, "version_field"),
+                                           schema: try text(schema, "schema_json"), operations: Operations(rawValue: operations))
+    }
+}
+
+@_cdecl("tether_request_add_record")
+public func tether_request_add_record(_ r: OpaquePointer?, _ json: UnsafePointer<CChar>?) -> Int32 {
+    call { try hostRequest(r).request.addRecord(json: try text(json, "record_json")) }
+}
+
+@_cdecl("tether_request_add_deleted")
+public func tether_request_add_deleted(_ r: OpaquePointer?, _ id: UnsafePointer<CChar>?) -> Int32 {
+    call { try hostRequest(r).request.addDeleted(id: try text(id, "id")) }
+}
+
+@_cdecl("tether_request_set_page")
+public func tether_request_set_page(_ r: OpaquePointer?, _ next: UnsafePointer<CChar>?, _ version: Int64, _ total: Int64) -> Int32 {
+    call {
+        try hostRequest(r).request.setPage(next: try optionalText(next, "next_cursor"), version: version < 0 ? nil : version,
+                                           total: total < 0 ? nil : total)
+    }
+}
+
+@_cdecl("tether_request_set_count")
+public func tether_request_set_count(_ r: OpaquePointer?, _ count: Int64) -> Int32 {
+    call { try hostRequest(r).request.setCount(count) }
+}
+
+@_cdecl("tether_request_set_outcome")
+public func tether_request_set_outcome(_ r: OpaquePointer?, _ index: Int, _ outcome: tether_write_outcome,
+                                       _ json: UnsafePointer<CChar>?, _ status: Int32, _ message: UnsafePointer<CChar>?) -> Int32 {
+    call {
+        let request = try hostRequest(r).request
+        let converted: HostRequest.Outcome
+        switch outcome {
+        case TETHER_OUTCOME_WRITTEN: converted = .written(try text(json, "record_json"))
+        case TETHER_OUTCOME_DELETED: converted = .deleted
+        case TETHER_OUTCOME_CONFLICT: converted = .conflict(try optionalText(json, "record_json"))
+        case TETHER_OUTCOME_FAILED:
+            guard status < 0, let failure = error(ofStatus: status, try optionalText(message, "message")) else {
+                throw TetherError(.invalid, "a FAILED outcome needs a negative status")
+            }
+            converted = .failed(failure)
+        default: throw TetherError(.invalid, "unknown write outcome \(outcome.rawValue)")
+        }
+        try request.setOutcome(index, converted)
+    }
+}
+
+@_cdecl("tether_request_complete")
+public func tether_request_complete(_ r: OpaquePointer?, _ status: Int32, _ message: UnsafePointer<CChar>?) -> Int32 {
+    call {
+        let request = try hostRequest(r).request
+        guard status <= 0 else { throw TetherError(.invalid, "status \(status) is not TETHER_OK or a TETHER_E_* code") }
+        let text = message.flatMap { String(validatingCString: $0) }
+        try request.complete(error(ofStatus: status, text))
+    }
+}
