@@ -33,6 +33,8 @@ from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INV
 from .context import (Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
                       Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
 from .saving import Conflict, SaveReport, SaveTask
+from . import host
+from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
 from ._lib import MERGE_POLICIES
 
 __version__ = "0.2.0"
@@ -40,6 +42,7 @@ __version__ = "0.2.0"
 __all__ = [
     "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Results", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
+    "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",
     "POLICIES", "RESULT_TYPES", "MERGE_POLICIES",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",

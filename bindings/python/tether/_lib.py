@@ -118,6 +118,7 @@ LIVE_RESULTS = 4
 LIVE_TASKS = 5
 LIVE_OBSERVERS = 6
 LIVE_THREADS = 7
+LIVE_REQUESTS = 9
 LIVE_NAMES = {
     LIVE_CONTEXTS: "contexts",
     LIVE_OBJECTS: "objects",
@@ -126,6 +127,7 @@ LIVE_NAMES = {
     LIVE_TASKS: "tasks",
     LIVE_OBSERVERS: "observers",
     LIVE_THREADS: "threads",
+    LIVE_REQUESTS: "requests",
 }
 
 
@@ -219,6 +221,28 @@ FETCH_CB = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p, c_void_p, c_void_p)
 # void (*)(tether_task *, int status, const char *message,
 #          tether_save_report *report, void *userdata): report borrowed for the call.
 SAVE_CB = CFUNCTYPE(None, c_void_p, c_int, c_char_p, c_void_p, c_void_p)
+
+# void (*)(tether_request *, void *userdata): a host connection's request and cancel.
+REQUEST_CB = CFUNCTYPE(None, c_void_p, c_void_p)
+# void (*)(void *userdata)
+RELEASE_CB = CFUNCTYPE(None, c_void_p)
+
+CONNECTION_VERSION = 1
+(REQUEST_SERVER_INFO, REQUEST_SPECS, REQUEST_PAGE, REQUEST_COUNT, REQUEST_RECORDS,
+ REQUEST_WRITE) = range(6)
+OUTCOME_WRITTEN, OUTCOME_DELETED, OUTCOME_CONFLICT, OUTCOME_FAILED = range(4)
+
+
+class tether_connection(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("identity", c_char_p),
+        ("request", REQUEST_CB),
+        ("cancel", REQUEST_CB),
+        ("release", RELEASE_CB),
+        ("userdata", c_void_p),
+    ]
+
 
 # ------------------------------------------------------------------ declarations
 
@@ -447,3 +471,38 @@ def live_counts():
         tether_live_count(what, ctypes.byref(out))
         counts[name] = out.value
     return counts
+
+
+# ------------------------------------------------------------------ host connections
+
+tether_connection_init = _declare("tether_connection_init", c_int, [POINTER(tether_connection), c_uint])
+tether_context_open_host = _declare(
+    "tether_context_open_host", c_int,
+    [POINTER(tether_context_options), POINTER(tether_connection), POINTER(c_void_p)])
+tether_request_get_kind = _declare("tether_request_get_kind", c_int, [c_void_p, POINTER(c_int)])
+tether_request_entity = _declare("tether_request_entity", c_int, [c_void_p, POINTER(c_char_p), POINTER(c_char_p)])
+tether_request_cursor = _declare("tether_request_cursor", c_int, [c_void_p, POINTER(c_char_p)])
+tether_request_limit = _declare("tether_request_limit", c_int, [c_void_p, POINTER(c_int64)])
+tether_request_since = _declare("tether_request_since", c_int, [c_void_p, POINTER(c_int64), POINTER(c_int)])
+tether_request_query = _declare("tether_request_query", c_int, [c_void_p, POINTER(c_char_p)])
+tether_request_sort_count = _declare("tether_request_sort_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_request_sort_at = _declare("tether_request_sort_at", c_int,
+                                  [c_void_p, c_size_t, POINTER(c_char_p), POINTER(c_int)])
+tether_request_id_count = _declare("tether_request_id_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_request_id_at = _declare("tether_request_id_at", c_int, [c_void_p, c_size_t, POINTER(c_char_p)])
+tether_request_write_count = _declare("tether_request_write_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_request_write_at = _declare(
+    "tether_request_write_at", c_int,
+    [c_void_p, c_size_t, POINTER(c_int), POINTER(c_char_p), POINTER(c_char_p), POINTER(c_char_p),
+     POINTER(c_int64), POINTER(c_int)])
+tether_request_set_server_info = _declare("tether_request_set_server_info", c_int, [c_void_p, c_char_p, c_char_p])
+tether_request_add_spec = _declare("tether_request_add_spec", c_int,
+                                   [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_uint])
+tether_request_add_record = _declare("tether_request_add_record", c_int, [c_void_p, c_char_p])
+tether_request_add_deleted = _declare("tether_request_add_deleted", c_int, [c_void_p, c_char_p])
+tether_request_set_page = _declare("tether_request_set_page", c_int, [c_void_p, c_char_p, c_int64, c_int64])
+tether_request_set_count = _declare("tether_request_set_count", c_int, [c_void_p, c_int64])
+tether_request_set_outcome = _declare("tether_request_set_outcome", c_int,
+                                      [c_void_p, c_size_t, c_int, c_char_p, c_int, c_char_p])
+# Completing reports its status itself (a cancelled request's is expected).
+tether_request_complete_raw = _declare_raw("tether_request_complete", c_int, [c_void_p, c_int, c_char_p])

@@ -1401,6 +1401,39 @@ class Context(ContextSaving):
     def __init__(self, url, bucket, store_path, *, username=None, password=None,
                  delivery="thread", staleness_ms=0, timeout_ms=30000, object_cache_size=None, merge=None,
                  local_stores=()):
+        self._setup(url, bucket, store_path, delivery)
+        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores)
+        # Keep the bytes alive across the open call (the struct holds pointers).
+        keep += [_cstr(url, "url"), _cstr(bucket, "bucket"), _cstr_opt(username, "username"),
+                 _cstr_opt(password, "password")]
+        opts.server_url, opts.bucket, opts.username, opts.password = keep[-4:]
+        opts.timeout_ms = int(timeout_ms)
+        out = c_void_p()
+        _lib.tether_context_open(byref(opts), byref(out))
+        del keep
+        self._opened(out.value)
+
+    @classmethod
+    def with_connection(cls, connection, store_path, *, delivery="thread", staleness_ms=0, object_cache_size=None,
+                        merge=None, local_stores=()):
+        """A context on a connection written in Python (a tether.Connection
+        subclass) instead of Kinto: the library asks it for the server info,
+        the specs, pages, counts, records and writes; everything else (the
+        store, objects, peek and get, observers, saving) is as with Kinto."""
+        from .host import _HostBridge
+        self = cls.__new__(cls)
+        self._setup(None, None, store_path, delivery)
+        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores)
+        bridge = _HostBridge(connection)
+        out = c_void_p()
+        _lib.tether_context_open_host(byref(opts), byref(bridge.struct), byref(out))
+        del keep
+        self.connection = connection
+        self._opened(out.value)
+        return self
+
+    def _options(self, staleness_ms, object_cache_size, merge, local_stores):
+        """The options every context takes, and the buffers they point into."""
         if object_cache_size is not None:
             if isinstance(object_cache_size, bool) or not isinstance(object_cache_size, int):
                 raise TypeError("object_cache_size must be an int or None")
@@ -1408,17 +1441,12 @@ class Context(ContextSaving):
                 raise ValueError("object_cache_size must not be negative")
         if merge is not None and merge not in _lib.MERGE_POLICIES:
             raise ValueError("merge must be one of %s, not %r" % (", ".join(sorted(_lib.MERGE_POLICIES)), merge))
-        self._setup(url, bucket, store_path, delivery)
-
         opts = _lib.tether_context_options()
         _lib.tether_context_options_init(byref(opts), _lib.CONTEXT_OPTIONS_VERSION)
-        # Keep the bytes alive across the open call (the struct holds pointers).
-        keep = [_cstr(url, "url"), _cstr(bucket, "bucket"), _cstr(self.store_path, "store_path"),
-                _cstr_opt(username, "username"), _cstr_opt(password, "password")]
-        opts.server_url, opts.bucket, opts.store_path, opts.username, opts.password = keep
+        keep = [_cstr(self.store_path, "store_path")]
+        opts.store_path = keep[0]
         opts.delivery = self._delivery
         opts.staleness_ms = int(staleness_ms)
-        opts.timeout_ms = int(timeout_ms)
         if object_cache_size is not None:
             opts.object_cache_size = object_cache_size
         if merge is not None:
@@ -1426,10 +1454,11 @@ class Context(ContextSaving):
         stores, opts.local_store_count = _local_stores(local_stores, keep)
         if stores is not None:
             opts.local_stores = stores
-        out = c_void_p()
-        _lib.tether_context_open(byref(opts), byref(out))
-        del keep
-        self._h = out.value
+            keep.append(stores)
+        return opts, keep
+
+    def _opened(self, handle):
+        self._h = handle
         self._closed = False
         _open_contexts.add(self)
 
