@@ -268,6 +268,7 @@ static void test_live_count(void)
     static const tether_live kinds[] = {
         TETHER_LIVE_CONTEXTS, TETHER_LIVE_OBJECTS, TETHER_LIVE_OBJECT_HANDLES, TETHER_LIVE_RESULTS,
         TETHER_LIVE_TASKS,    TETHER_LIVE_OBSERVERS, TETHER_LIVE_THREADS, TETHER_LIVE_PREPARED_STATEMENTS,
+        TETHER_LIVE_REQUESTS,
     };
     int64_t n = 7;
     size_t i;
@@ -275,6 +276,7 @@ static void test_live_count(void)
     CHECK_INT(TETHER_LIVE_CONTEXTS, 1);
     CHECK_INT(TETHER_LIVE_THREADS, 7);
     CHECK_INT(TETHER_LIVE_PREPARED_STATEMENTS, 8);
+    CHECK_INT(TETHER_LIVE_REQUESTS, 9);
     for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         n = -1;
         CHECK_OK(tether_live_count(kinds[i], &n));
@@ -286,7 +288,7 @@ static void test_live_count(void)
     }
     n = 7;
     CHECK_STATUS(tether_live_count((tether_live)0, &n), TETHER_E_INVALID);
-    CHECK_STATUS(tether_live_count((tether_live)9, &n), TETHER_E_INVALID);
+    CHECK_STATUS(tether_live_count((tether_live)10, &n), TETHER_E_INVALID);
     CHECK_STATUS(tether_live_count((tether_live)-1, &n), TETHER_E_INVALID);
     CHECK_STATUS(tether_live_count((tether_live)0x7fffffff, &n), TETHER_E_INVALID);
     CHECK_INT(n, 7);

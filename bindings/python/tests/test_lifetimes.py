@@ -82,7 +82,7 @@ def assert_back(base, *names, timeout=10.0):
 def test_live_counts_names():
     counts = tether.live_counts()
     assert set(counts) == {"contexts", "objects", "object_handles", "results", "tasks",
-                           "observers", "threads"}
+                           "observers", "threads", "requests"}
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())
 
 
