@@ -289,5 +289,7 @@ final class SpecDefTests: XCTestCase {
         }
         XCTAssertEqual(try SpecDef.parse("A;code:1;val:///;;")[0].val, ["", "", "", ""])
         XCTAssertEqual(try SpecDef.parse("Ünïcode;code:1;;")[0].tag, "Ünïcode")
+        // Tags are told apart by their bytes, as the model names attributes.
+        XCTAssertEqual(try SpecDef.parse("e\u{301};code:1;;\u{E9};code:2;;").count, 2)
     }
 }

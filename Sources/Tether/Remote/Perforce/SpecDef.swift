@@ -105,17 +105,17 @@ public enum SpecDef {
         }
 
         var fields: [SpecDefField] = []
-        var fieldByTag: [String: Int] = [:]
+        var fieldByTag: [ExactString: Int] = [:]  // by bytes, as the model names attributes
         var fieldByCode: [Int: Int] = [:]
         for segment in segments where !segment.isEmpty {
             let field = try parseField(bytes, segment, number: fields.count + 1)
-            if let first = fieldByTag[field.tag] {
+            if let first = fieldByTag[ExactString(field.tag)] {
                 throw invalid("field \(fields.count + 1) repeats the tag \(quoted(field.tag)) of field \(first + 1)")
             }
             if let code = field.code, let first = fieldByCode[code] {
                 throw invalid("field \(quoted(field.tag)) has code \(code), as field \(quoted(fields[first].tag)) does")
             }
-            fieldByTag[field.tag] = fields.count
+            fieldByTag[ExactString(field.tag)] = fields.count
             if let code = field.code { fieldByCode[code] = fields.count }
             fields.append(field)
         }
@@ -138,11 +138,13 @@ public enum SpecDef {
     /// code, list types become one JSON list value, other types text; a
     /// select's values become its allowed values (a select without `val:`,
     /// such as a change's JobStatus, accepts any); `required` and `key`
-    /// fields are required.
+    /// fields are required. The model makes the id field text whatever its
+    /// type: specs that name no record (typemap, triggers, protect) get
+    /// their first field, a list, as a stand-in.
     public static func spec(name: String, route: String, fields: [SpecDefField]) -> Spec {
         let idField = fields.first(where: \.key)?.tag ?? (fields.isEmpty ? "" : fields[idFieldIndex(fields)].tag)
         var version = versionField
-        while fields.contains(where: { $0.tag == version }) { version += "_" }
+        while fields.contains(where: { $0.tag.hasSameBytes(as: version) }) { version += "_" }
         let fieldSpecs = fields.map { field in
             FieldSpec(name: field.tag, type: listTypes.contains(field.type) ? .json : .text,
                       code: field.code.map(Int64.init), isRequired: field.opt == "required" || field.opt == "key",
