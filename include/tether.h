@@ -41,6 +41,7 @@
  *                                                          (TETHER_E_CANCELLED) callback
  *   tether_entity     the context's model                the context, when it closes
  *   tether_value      tether_object_peek/get             tether_value_clear
+ *   tether_specdef    tether_specdef_parse               tether_specdef_free
  * Closing a context releases every handle that came from it: afterwards they
  * are dead (TETHER_E_HANDLE), and releasing one is harmless.
  */
@@ -116,6 +117,7 @@ typedef struct tether_object tether_object;       /* one record, uniqued per con
 typedef struct tether_task tether_task;           /* an asynchronous request */
 typedef struct tether_observer tether_observer;   /* a key observation */
 typedef struct tether_results tether_results;     /* the objects a fetch answered */
+typedef struct tether_specdef tether_specdef;     /* a parsed Perforce spec definition */
 
 /* ---------------------------------------------------------------- values */
 
@@ -1192,6 +1194,57 @@ TETHER_API int tether_request_set_outcome(tether_request *request, size_t index,
  * afterwards, whatever this returns: TETHER_E_CANCELLED if the library had
  * cancelled it (nothing delivered), TETHER_E_HANDLE if it was dead already. */
 TETHER_API int tether_request_complete(tether_request *request, int status, const char *message);
+
+/* ---------------------------------------------------------------- perforce */
+
+/* One field of a Perforce spec definition, in Perforce's own words, as
+ * tether_specdef_field_at fills it. Every string is borrowed from the
+ * tether_specdef: valid until tether_specdef_free. Numbers are -1 and
+ * strings NULL when the specdef does not give them. */
+typedef struct tether_specdef_field {
+    const char *tag;     /* the field's name, e.g. "Client" */
+    int code;            /* Perforce's code, e.g. 301 (always given) */
+    const char *type;    /* word, wlist, select, line, llist, date, text or
+                            bulk ("word" when the specdef gives none) */
+    const char *opt;     /* optional, default, required, once, always, empty
+                            or key; the old flags read as rq: required, ro:
+                            always, rq;ro: key */
+    int key;             /* 1 for the field that names a record (the opt key
+                            field, else the first required one), else 0 */
+    int len;
+    int words;
+    int maxwords;
+    int seq;
+    const char *fmt;     /* L, R, I or C, as the specdef spells it */
+    const char *open;    /* e.g. "isolate" or "propagate" (streams) */
+    const char *pre;     /* the preset, e.g. "$user" */
+    const char *val;     /* the values, joined by "/" as in the specdef */
+    size_t val_count;    /* how many values `val` holds (0 when NULL) */
+} tether_specdef_field;
+
+/* Parses `text`, a Perforce spec definition ("specdef") such as the
+ * `specdef` field of `p4 -ztag client -o`: fields ending in ";;", each a tag
+ * and ";"-separated attributes. Needs no server and no context. On success
+ * *out is a new handle owned by the caller: free it with
+ * tether_specdef_free. TETHER_E_INVALID, with a message naming the field,
+ * for a definition that is empty, cut short (not ending in ";;"), has a
+ * field without a tag or without a numeric code (1 to INT_MAX; the "NNN"
+ * placeholder included), a tag or code given twice, or an unknown type or
+ * opt. Unknown attributes are ignored. Any thread. */
+TETHER_API int tether_specdef_parse(const char *text, tether_specdef **out);
+
+/* How many fields `specdef` has, in the definition's order. Any thread. */
+TETHER_API int tether_specdef_field_count(tether_specdef *specdef, size_t *out);
+
+/* The field at `index` (0 ≤ index < count) into *out. Its strings are
+ * borrowed: valid until tether_specdef_free. TETHER_E_NOT_FOUND past the
+ * end. Any thread. */
+TETHER_API int tether_specdef_field_at(tether_specdef *specdef, size_t index, tether_specdef_field *out);
+
+/* Frees `specdef` and the strings its fields lent out. NULL is a no-op
+ * (TETHER_OK); a handle already freed gives TETHER_E_HANDLE. Any thread,
+ * but not while another thread reads the same handle's strings. */
+TETHER_API int tether_specdef_free(tether_specdef *specdef);
 
 /* ---------------------------------------------------------------- diagnostics */
 

@@ -3,7 +3,7 @@ import Tether
 
 /// The kinds of opaque handle the C ABI hands out.
 enum HandleKind {
-    case context, entity, object, task, observer, results, report, request
+    case context, entity, object, task, observer, results, report, request, specdef
 }
 
 /// Handles are registry tokens, not addresses: a stale, forged or

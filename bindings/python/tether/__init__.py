@@ -35,6 +35,7 @@ from .context import (Attribute, Changes, Context, Diagnostic, Entity, LiveAnswe
 from .saving import Conflict, SaveReport, SaveTask
 from . import host
 from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
+from . import perforce
 from ._lib import MERGE_POLICIES
 
 __version__ = "0.2.0"
@@ -50,5 +51,5 @@ __all__ = [
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
     "E_CONFLICT", "E_NOT_ALLOWED", "E_EXPIRED", "library_path", "library_version", "library_version_number", "errstr",
-    "live_counts", "__version__",
+    "live_counts", "perforce", "__version__",
 ]

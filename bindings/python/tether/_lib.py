@@ -209,6 +209,27 @@ class tether_save_options(Structure):
     ]
 
 
+class tether_specdef_field(Structure):
+    # Strings borrowed from the tether_specdef until tether_specdef_free;
+    # numbers -1 and strings NULL when the specdef does not give them.
+    _fields_ = [
+        ("tag", c_char_p),
+        ("code", c_int),
+        ("type", c_char_p),
+        ("opt", c_char_p),
+        ("key", c_int),
+        ("len", c_int),
+        ("words", c_int),
+        ("maxwords", c_int),
+        ("seq", c_int),
+        ("fmt", c_char_p),
+        ("open", c_char_p),
+        ("pre", c_char_p),
+        ("val", c_char_p),        # the values joined by "/"
+        ("val_count", c_size_t),
+    ]
+
+
 # Handles are opaque pointers, passed around as c_void_p (ints in Python).
 handle = c_void_p
 
@@ -426,6 +447,13 @@ tether_save_report_conflict_key_at = _declare(
     "tether_save_report_conflict_key_at", c_int, [c_void_p, c_size_t, c_size_t, POINTER(c_char_p)])
 tether_save_report_server_value = _declare(
     "tether_save_report_server_value", c_int, [c_void_p, c_size_t, c_char_p, POINTER(tether_value)])
+
+# Perforce spec definitions.
+tether_specdef_parse = _declare("tether_specdef_parse", c_int, [c_char_p, POINTER(c_void_p)])
+tether_specdef_field_count = _declare("tether_specdef_field_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_specdef_field_at = _declare("tether_specdef_field_at", c_int,
+                                   [c_void_p, c_size_t, POINTER(tether_specdef_field)])
+tether_specdef_free = _declare("tether_specdef_free", c_int, [c_void_p])
 
 # Diagnostics.
 tether_live_count = _declare("tether_live_count", c_int, [c_int, POINTER(c_int64)])
