@@ -1164,6 +1164,17 @@ TETHER_API int tether_request_set_server_info(tether_request *request, const cha
 TETHER_API int tether_request_add_spec(tether_request *request, const char *name, const char *id_field,
                                        const char *version_field, const char *schema_json, unsigned int operations);
 
+/* SPECS: a record type as a Perforce server describes it: a specdef string
+ * (the `specdef` field of `p4 -ztag client -o`; see tether_specdef_parse),
+ * each field keeping Perforce's code, list fields (wlist, llist) one list
+ * value, a select's values the allowed ones. Its records are then taken as
+ * Perforce's tagged output gives them: a list field's items as View0,
+ * View1, ... are folded into one list, View. Perforce has no version field:
+ * give each record a "tether_version" (an integer that changes when the
+ * record does). TETHER_E_INVALID for a malformed specdef, naming the field. */
+TETHER_API int tether_request_add_specdef(tether_request *request, const char *name, const char *specdef,
+                                          unsigned int operations);
+
 /* PAGE, RECORDS: a record, as a JSON object with the spec's id and version
  * fields. Records that do not fit the spec are kept as the library keeps
  * Kinto's (nothing lost). */

@@ -221,6 +221,15 @@ public func tether_request_add_spec(_ r: OpaquePointer?, _ name: UnsafePointer<C
     }
 }
 
+@_cdecl("tether_request_add_specdef")
+public func tether_request_add_specdef(_ r: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ specdef: UnsafePointer<CChar>?,
+                                       _ operations: UInt32) -> Int32 {
+    call {
+        try hostRequest(r).request.addSpecDef(name: try text(name, "name"), specdef: try text(specdef, "specdef"),
+                                              operations: Operations(rawValue: operations))
+    }
+}
+
 @_cdecl("tether_request_add_record")
 public func tether_request_add_record(_ r: OpaquePointer?, _ json: UnsafePointer<CChar>?) -> Int32 {
     call { try hostRequest(r).request.addRecord(json: try text(json, "record_json")) }

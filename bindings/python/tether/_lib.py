@@ -527,6 +527,7 @@ tether_request_set_server_info = _declare("tether_request_set_server_info", c_in
 tether_request_add_spec = _declare("tether_request_add_spec", c_int,
                                    [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_uint])
 tether_request_add_record = _declare("tether_request_add_record", c_int, [c_void_p, c_char_p])
+tether_request_add_specdef = _declare("tether_request_add_specdef", c_int, [c_void_p, c_char_p, c_char_p, c_uint])
 tether_request_add_deleted = _declare("tether_request_add_deleted", c_int, [c_void_p, c_char_p])
 tether_request_set_page = _declare("tether_request_set_page", c_int, [c_void_p, c_char_p, c_int64, c_int64])
 tether_request_set_count = _declare("tether_request_set_count", c_int, [c_void_p, c_int64])

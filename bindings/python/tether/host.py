@@ -41,12 +41,22 @@ class Spec:
     """A record type: its name, the field that identifies a record, the field
     holding its version (an integer the server bumps on each change), its
     fields as a JSON schema (a dict, as a Kinto collection's), and the
-    operations it allows."""
+    operations it allows. Or, from a Perforce server, its ``specdef``
+    string (see Spec.from_specdef)."""
     name: str
-    id_field: str
-    version_field: str
+    id_field: str = None
+    version_field: str = None
     schema: dict = dataclasses.field(default_factory=dict)
     operations: tuple = ("fetch", "insert", "update", "delete")
+    specdef: str = None
+
+    @classmethod
+    def from_specdef(cls, name, specdef, operations=("fetch",)):
+        """A record type as Perforce describes it: fields keep Perforce's
+        codes, list fields are one list (tagged output's View0, View1...
+        folded), the id is the key field; each record needs a
+        "tether_version" integer, which Perforce lacks."""
+        return cls(name, operations=tuple(operations), specdef=specdef)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,8 +335,11 @@ class _HostBridge:
                     ops = 0
                     for op in spec.operations:
                         ops |= OPERATIONS[op]
-                    _lib.tether_request_add_spec(h, spec.name.encode(), spec.id_field.encode(),
-                                                 spec.version_field.encode(), _dump(spec.schema), ops)
+                    if spec.specdef is not None:
+                        _lib.tether_request_add_specdef(h, spec.name.encode(), spec.specdef.encode(), ops)
+                    else:
+                        _lib.tether_request_add_spec(h, spec.name.encode(), spec.id_field.encode(),
+                                                     spec.version_field.encode(), _dump(spec.schema), ops)
             elif kind == _lib.REQUEST_COUNT:
                 _lib.tether_request_set_count(h, int(result))
             elif kind == _lib.REQUEST_WRITE:

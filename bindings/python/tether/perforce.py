@@ -1,4 +1,5 @@
-"""Perforce spec definitions ("specdef" strings), parsed with no server.
+"""Perforce spec definitions ("specdef" strings), parsed with no server,
+and a Perforce-style port: a connection whose entities are spec types.
 
     from tether import perforce
     fields = perforce.parse_specdef(specdef)    # e.g. the `specdef` field of
@@ -9,14 +10,21 @@ offline against what `p4 spec -o` shows. A malformed definition raises
 tether.InvalidError, its message naming the field.
 """
 
+import json
+import os
+import subprocess
+import threading
+import time
+import zlib
 from ctypes import byref, c_size_t, c_void_p
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from . import _lib
-from .errors import InvalidError
+from .errors import InvalidError, NetworkError, ProtocolError
+from .host import Connection, Page, Spec
 
-__all__ = ["SpecDefField", "parse_specdef"]
+__all__ = ["SpecDefField", "parse_specdef", "Port", "FileSource", "CommandSource"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +80,147 @@ def parse_specdef(text):
         return fields
     finally:
         _lib.tether_specdef_free(handle)
+
+
+# ------------------------------------------------------------------ a Perforce-style port
+
+class FileSource:
+    """Spec types and records kept in files, as a Perforce server would send
+    them: ``<type>.specdef`` (the `specdef` string) and ``<type>.jsonl``, one
+    record a line in the shape of ``p4 -ztag -Mj <type> -o`` (the spec's tags,
+    a list field's items as View0, View1, ...)."""
+
+    def __init__(self, directory):
+        self.directory = os.fspath(directory)
+        self.name = self.directory
+
+    def types(self):
+        return sorted(name[:-len(".specdef")] for name in os.listdir(self.directory) if name.endswith(".specdef"))
+
+    def specdef(self, spec_type):
+        with open(os.path.join(self.directory, spec_type + ".specdef"), encoding="utf-8") as f:
+            return f.read().strip()
+
+    def records(self, spec_type):
+        path = os.path.join(self.directory, spec_type + ".jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+class CommandSource:
+    """Spec types and records from a `p4` command line (``["p4", "-p",
+    "ssl:perforce:1666", "-u", "alice"]``): ``p4 -ztag -Mj spec -o <type>``
+    for a type's specdef (its ``specdef`` field), and ``p4 -ztag -Mj
+    <listing>`` for its records, one JSON object a line. `listings` names
+    the command listing each type (``{"client": ["clients"], "change":
+    ["changes", "-l", "-m", "500"]}``)."""
+
+    def __init__(self, command, listings, timeout=60):
+        self.command = list(command)
+        self.listings = dict(listings)
+        self.timeout = timeout
+        # What names the server in the store's identity: never a password (-P).
+        words = [w for i, w in enumerate(self.command) if w != "-P" and (i == 0 or self.command[i - 1] != "-P")]
+        self.name = " ".join(words)
+
+    def _run(self, args):
+        done = subprocess.run(self.command + ["-ztag", "-Mj"] + list(args), capture_output=True,
+                              timeout=self.timeout, check=False)
+        if done.returncode != 0:
+            raise NetworkError("%s: %s" % (" ".join(args), done.stderr.decode("utf-8", "replace").strip()
+                                           or "exit status %d" % done.returncode))
+        return [json.loads(line) for line in done.stdout.decode("utf-8").splitlines() if line.strip()]
+
+    def types(self):
+        return sorted(self.listings)
+
+    def specdef(self, spec_type):
+        for record in self._run(["spec", "-o", spec_type]):
+            if "specdef" in record:
+                return record["specdef"]
+        raise ProtocolError("p4 spec -o %s gave no specdef" % spec_type)
+
+    def records(self, spec_type):
+        return self._run(self.listings[spec_type])
+
+
+# Keys of Perforce's listings (`p4 changes -l`, `p4 clients`) that name spec tags otherwise.
+_LISTING_KEYS = {"desc": "Description", "time": "Date"}
+
+
+class Port(Connection):
+    """A Perforce-style connection: each spec type a server describes with a
+    specdef is an entity (fields addressed by Perforce's codes: a client's
+    Owner is 304), its records read from `source` (a FileSource or a
+    CommandSource). Read-only (edits may be allowed locally with
+    `operations`, but nothing is written back: Perforce's own forms,
+    `p4 client -i`, would carry writes). Perforce records have no version: each gets one that
+    grows when the record changes (see _version)."""
+
+    def __init__(self, source, identity=None, operations=("fetch",)):
+        self.source = source
+        self.operations = tuple(operations)
+        self.identity = identity or "perforce-style port over %s" % source.name
+        self._specs = {}
+        self._versions = {}   # (type, id) -> (checksum, version)
+        self._lock = threading.Lock()
+
+    def server_info(self):
+        return ("perforce-style port", "1")
+
+    def specs(self):
+        specs = []
+        for spec_type in self.source.types():
+            specdef = self.source.specdef(spec_type)
+            try:
+                fields = parse_specdef(specdef)
+            except InvalidError as error:
+                raise InvalidError("%s: %s" % (spec_type, error.message)) from None
+            with self._lock:
+                self._specs[spec_type] = fields
+            specs.append(Spec.from_specdef(spec_type, specdef, operations=self.operations))
+        return specs
+
+    def _record(self, spec_type, raw):
+        """A record as tagged output gives it, its keys in the spec's words."""
+        with self._lock:
+            fields = self._specs.get(spec_type, ())
+        tags = {f.tag.lower(): f.tag for f in fields}
+        record = {}
+        for key, value in raw.items():
+            name = _LISTING_KEYS.get(key, key)
+            record[tags.get(name.lower(), name)] = value
+        record["tether_version"] = self._version(spec_type, record)
+        return record
+
+    def _version(self, spec_type, record):
+        """A version that grows when the record changes, as the library needs
+        (an older version than the one it holds is not taken): the time in
+        µs when this port first saw the record as it is."""
+        key = (spec_type, json.dumps(record.get(self._id_tag(spec_type)), sort_keys=True))
+        digest = zlib.crc32(json.dumps(record, sort_keys=True).encode("utf-8"))
+        with self._lock:
+            seen = self._versions.get(key)
+            if seen is None or seen[0] != digest:
+                version = max(time.time_ns() // 1000, (seen[1] + 1) if seen else 0)
+                self._versions[key] = seen = (digest, version)
+            return seen[1]
+
+    def _id_tag(self, spec_type):
+        with self._lock:
+            fields = self._specs.get(spec_type, ())
+        return next((f.tag for f in fields if f.key), None)
+
+    def page(self, request):
+        records = [self._record(request.entity, raw) for raw in self.source.records(request.entity)]
+        return Page(records=records, total=len(records))
+
+    def count(self, request):
+        return len(self.source.records(request.entity))
+
+    def records(self, entity, ids, cursor):
+        wanted = set(ids)
+        key = self._id_tag(entity)
+        return [r for r in (self._record(entity, raw) for raw in self.source.records(entity)) if r.get(key) in wanted]

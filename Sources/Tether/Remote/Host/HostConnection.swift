@@ -42,6 +42,9 @@ public final class HostConnection: Connection {
     private struct State {
         var requests: [ObjectIdentifier: HostRequest] = [:]
         var stopped = false
+        /// The list fields of entities given as Perforce specdefs, by entity:
+        /// their records come in tagged output, lists one key per line.
+        var taggedLists: [String: Set<String>] = [:]
     }
     private let state = Lock(State())
 
@@ -72,6 +75,12 @@ public final class HostConnection: Connection {
     func deliver(_ job: @escaping @Sendable () -> Void) {
         if !queue.async(job) { job() }
     }
+
+    func noteTagged(_ entity: String, lists: Set<String>) {
+        state.withLock { $0.taggedLists[entity] = lists }
+    }
+
+    func taggedLists(_ entity: String) -> Set<String> { state.withLock { $0.taggedLists[entity] ?? [] } }
 
     func cancelled(_ request: HostRequest) {
         guard let cancel = handlers.cancel else { return }
@@ -278,9 +287,28 @@ public final class HostRequest: Cancellable, Sendable {
         try build([.specs], "a spec") { $0.specs.append(spec) }
     }
 
+    /// A record type as a Perforce server describes it: a specdef string
+    /// (the `specdef` field of `p4 -ztag client -o`), its fields keeping
+    /// Perforce's codes; its records then come as tagged output (a list
+    /// field's items as `View0`, `View1`, ...). The version field, which
+    /// Perforce lacks, is `tether_version`: the host gives each record one.
+    public func addSpecDef(name: String, specdef: String, operations: Operations) throws {
+        let fields: [SpecDefField]
+        do { fields = try SpecDef.parse(specdef) } catch let error as TetherError {
+            throw TetherError(error.kind, "\(name): \(error.message)")
+        }
+        var spec = SpecDef.spec(name: name, route: name, fields: fields)
+        spec.operations = operations
+        try addSpec(spec)
+        connection.noteTagged(name, lists: Set(fields.filter { SpecDef.listTypes.contains($0.type) }.map(\.tag)))
+    }
+
     /// A record (a JSON object's text) of a page or records answer.
     public func addRecord(json: String) throws {
-        let record = try Self.record(json)
+        var record = try Self.record(json)
+        if let entity = spec?.name {
+            record = TaggedRecords.folded(record, listTags: connection.taggedLists(entity))
+        }
         try build([.page, .records], "a record") { $0.records.append(record) }
     }
 
