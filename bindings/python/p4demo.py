@@ -11,6 +11,7 @@ record there, so give it a copy), STORE the SQLite file to cache into. With
 opens from its store.
 """
 
+import json
 import os
 import sys
 import threading
@@ -21,14 +22,7 @@ sys.path.insert(0, HERE)
 
 import tether  # noqa: E402
 from tether import perforce  # noqa: E402
-
-RULE = "-" * 72
-
-
-def section(n, title):
-    print()
-    print("%d. %s" % (n, title))
-    print(RULE)
+from demo import section  # noqa: E402  (the Kinto demo's, for the same look)
 
 
 class TalkingPort(perforce.Port):
@@ -57,7 +51,6 @@ def edit_change(data, number, description):
     path = os.path.join(data, "change.jsonl")
     with open(path, encoding="utf-8") as f:
         lines = f.readlines()
-    import json
     with open(path, "w", encoding="utf-8") as f:
         for line in lines:
             record = json.loads(line)

@@ -43,16 +43,6 @@ static tether_context *open_private(void)
     return ctx;
 }
 
-static void fetch_items(tether_context *ctx)
-{
-    tu_fetch f;
-    tu_fetch_init(&f);
-    CHECK_OK(tu_fetch_start(ctx, &f, "items", NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
-    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-    CHECK_CODE(f.final_status, TETHER_OK);
-    tu_fetch_destroy(&f);
-}
-
 static void test_misuse(void)
 {
     tether_local_store local;
@@ -112,7 +102,7 @@ static void test_model_and_save(void)
     CHECK(target == items);
 
     tu_section("a note on a server record, saved to the local file only");
-    fetch_items(ctx);
+    tu_fetch_all(ctx, "items");
     CHECK_OK(tether_context_insert(ctx, "notes", NULL, &note));
     CHECK_OK(tether_context_object(ctx, "items", "i1", &item));
     v.type = TETHER_TYPE_TEXT;
@@ -161,7 +151,7 @@ static void test_model_and_save(void)
     CHECK_STR(tu_id(related), "i1");
     tether_object_release(related);
     CHECK(tu_delete_record(bucket, "items", "i1"));
-    fetch_items(ctx);
+    tu_fetch_all(ctx, "items");
     {
         int64_t deadline = tu_now_ms() + TU_WAIT_MS;
         int status = TETHER_OK;

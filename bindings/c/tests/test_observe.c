@@ -23,16 +23,6 @@ static int seed(void)
            tu_put_record(bucket, "docs", "d3", "{\"title\": \"three\", \"body\": \"third\", \"rev\": 1}");
 }
 
-static void fetch_all(tether_context *ctx)
-{
-    tu_fetch f;
-    tu_fetch_init(&f);
-    CHECK_OK(tu_fetch_start(ctx, &f, "docs", NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
-    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-    CHECK_CODE(f.final_status, TETHER_OK);
-    tu_fetch_destroy(&f);
-}
-
 static void test_peek_get_observe(tether_context *ctx)
 {
     tether_object *d1 = NULL;
@@ -264,7 +254,7 @@ static void test_staleness(const char *store)
     o.staleness_ms = 600000;
     if (CHECK_OK(tether_context_open(&o, &ctx)) != TETHER_OK)
         return;
-    fetch_all(ctx); /* d3 is fresh now */
+    tu_fetch_all(ctx, "docs"); /* d3 is fresh now */
     CHECK_OK(tether_context_object(ctx, "docs", "d3", &d3));
     tu_obs_init(&ob, d3, "title", "title");
     CHECK_OK(tu_observe(&ob, &x));
@@ -281,7 +271,7 @@ static void test_staleness(const char *store)
      * still told, with the same handle, and can read it in the callback. */
     CHECK_OK(tether_object_release(d3));
     /* A fetch still brings the change, and tells the observer. */
-    fetch_all(ctx);
+    tu_fetch_all(ctx, "docs");
     CHECK(tu_obs_wait_changes(&ob, 1, TU_WAIT_MS));
     CHECK_STR(ob.peeked, "drei");
     CHECK_INT(ob.wrong_obj, 0);
@@ -307,7 +297,7 @@ int main(int argc, char **argv)
         return tu_finish();
     ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
     if (ctx) {
-        fetch_all(ctx);
+        tu_fetch_all(ctx, "docs");
         test_peek_get_observe(ctx);
         test_remove_in_callback(ctx);
         test_uncached_and_deleted(ctx);

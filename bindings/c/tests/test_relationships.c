@@ -35,16 +35,6 @@ static int seed(void)
            tu_put_record(bucket, "licences", "l1", "{\"Number\": \"42\", \"Holder\": \"o2\"}");
 }
 
-static void fetch_all(tether_context *ctx, const char *entity)
-{
-    tu_fetch f;
-    tu_fetch_init(&f);
-    CHECK_OK(tu_fetch_start(ctx, &f, entity, NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
-    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-    CHECK_CODE(f.final_status, TETHER_OK);
-    tu_fetch_destroy(&f);
-}
-
 static size_t index_of(tether_entity *entity, const char *name)
 {
     size_t index = 999;
@@ -226,10 +216,10 @@ int main(int argc, char **argv)
         return tu_finish();
     ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
     if (ctx) {
-        fetch_all(ctx, "owners");
-        fetch_all(ctx, "pets");
-        fetch_all(ctx, "notes");
-        fetch_all(ctx, "licences");
+        tu_fetch_all(ctx, "owners");
+        tu_fetch_all(ctx, "pets");
+        tu_fetch_all(ctx, "notes");
+        tu_fetch_all(ctx, "licences");
         test_model(ctx);
         test_reading(ctx);
         test_delete_rules(ctx);

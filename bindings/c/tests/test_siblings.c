@@ -11,16 +11,6 @@
 
 static char bucket[128];
 
-static void fetch_all(tether_context *ctx)
-{
-    tu_fetch f;
-    tu_fetch_init(&f);
-    CHECK_OK(tu_fetch_start(ctx, &f, "notes", NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
-    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-    CHECK_CODE(f.final_status, TETHER_OK);
-    tu_fetch_destroy(&f);
-}
-
 static void set_text(tether_object *obj, const char *key, const char *text)
 {
     tether_value v = {TETHER_TYPE_TEXT, 0, 0.0, (char *)text, strlen(text)};
@@ -39,7 +29,7 @@ static void test_siblings(const char *store)
     char *body = NULL;
     if (!main_ctx)
         return;
-    fetch_all(main_ctx);
+    tu_fetch_all(main_ctx, "notes");
 
     tu_section("open a sibling; misuse");
     CHECK_STATUS(tether_context_open_sibling(main_ctx, "", TETHER_DELIVER_THREAD, &other), TETHER_E_INVALID);

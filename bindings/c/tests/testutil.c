@@ -1218,3 +1218,13 @@ int tu_save(tether_context *ctx, size_t *out_saved)
         *out_saved = s.saved;
     return finals ? s.status : TETHER_E_ERROR;
 }
+
+void tu_fetch_all(tether_context *ctx, const char *entity)
+{
+    tu_fetch f;
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, entity, NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_CODE(f.final_status, TETHER_OK);
+    tu_fetch_destroy(&f);
+}

@@ -239,6 +239,9 @@ void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *
 /* Starts a fetch of `entity` with the recorder as callback. Returns the status. */
 int tu_fetch_start(tether_context *ctx, tu_fetch *f, const char *entity, const char *sort,
                    int64_t limit, tether_cache_policy policy, tether_task **out);
+/* Fetches every record of `entity` from the server (SERVER_ONLY), waits for
+ * the final callback and checks it succeeded. */
+void tu_fetch_all(tether_context *ctx, const char *entity);
 /* Cancels and marks the recorder (so later callbacks are checked). */
 int tu_fetch_cancel(tu_fetch *f, tether_task *task);
 /* THREAD mode: waits (bounded) for the FINAL callback. 1 if it came. */
