@@ -1180,6 +1180,12 @@ TETHER_API int tether_request_add_specdef(tether_request *request, const char *n
  * Kinto's (nothing lost). */
 TETHER_API int tether_request_add_record(tether_request *request, const char *record_json);
 
+/* PAGE, RECORDS: a record given field by field: `count` names and values
+ * (TEXT and JSON by their length; JSON's text parsed), as
+ * tether_request_add_record takes one JSON object. */
+TETHER_API int tether_request_add_record_values(tether_request *request, const char *const *names,
+                                                const tether_value *values, size_t count);
+
 /* PAGE with a since version: a record deleted since. */
 TETHER_API int tether_request_add_deleted(tether_request *request, const char *id);
 

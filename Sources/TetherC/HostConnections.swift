@@ -235,6 +235,18 @@ public func tether_request_add_record(_ r: OpaquePointer?, _ json: UnsafePointer
     call { try hostRequest(r).request.addRecord(json: try text(json, "record_json")) }
 }
 
+@_cdecl("tether_request_add_record_values")
+public func tether_request_add_record_values(_ r: OpaquePointer?, _ names: UnsafePointer<UnsafePointer<CChar>?>?,
+                                             _ values: UnsafePointer<tether_value>?, _ count: Int) -> Int32 {
+    call {
+        let request = try hostRequest(r).request
+        guard count >= 0, count == 0 || (names != nil && values != nil) else { throw misuse("names or values is NULL") }
+        try request.addRecord(values: try (0..<count).map { index in
+            (try text(names![index], "names[\(index)]"), try hostValue(values! + index))
+        })
+    }
+}
+
 @_cdecl("tether_request_add_deleted")
 public func tether_request_add_deleted(_ r: OpaquePointer?, _ id: UnsafePointer<CChar>?) -> Int32 {
     call { try hostRequest(r).request.addDeleted(id: try text(id, "id")) }

@@ -6,7 +6,7 @@ import CTetherABI
 // MARK: editing
 
 /// A value from the host, by its type: text by length, so it may hold NUL.
-private func hostValue(_ pointer: UnsafePointer<tether_value>?) throws -> Value {
+func hostValue(_ pointer: UnsafePointer<tether_value>?) throws -> Value {
     guard let pointer else { throw misuse("value is NULL") }
     let value = pointer.pointee
     func text() throws -> String {

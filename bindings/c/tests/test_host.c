@@ -272,12 +272,30 @@ static void test_misbehaving_host(void)
     CHECK_STATUS(tether_request_add_record(r, NULL), TETHER_E_MISUSE);
     CHECK_OK(tether_request_add_record(r, "{\"id\": \"a\", \"rev\": 1, \"Text\": \"held\", \"Extra\": [1]}"));
     CHECK_OK(tether_request_add_record(r, "{\"id\": \"b\", \"rev\": 1, \"Text\": 5}")); /* off spec: kept */
-    CHECK_OK(tether_request_set_page(r, NULL, -1, 2));
+    {   /* typed values, no JSON to write */
+        const char *names[] = {"id", "rev", "Text", "Extra"};
+        tether_value values[4] = {{TETHER_TYPE_TEXT, 0, 0.0, (char *)"c", 1}, {TETHER_TYPE_INTEGER, 4, 0.0, NULL, 0},
+                                  {TETHER_TYPE_TEXT, 0, 0.0, (char *)"typed", 5},
+                                  {TETHER_TYPE_JSON, 0, 0.0, (char *)"[true]", 6}};
+        tether_value bad = {TETHER_TYPE_JSON, 0, 0.0, (char *)"[tru", 4};
+        CHECK_STATUS(tether_request_add_record_values(r, names, NULL, 4), TETHER_E_MISUSE);
+        CHECK_STATUS(tether_request_add_record_values(r, names + 3, &bad, 1), TETHER_E_INVALID);
+        CHECK_OK(tether_request_add_record_values(r, names, values, 4));
+    }
+    CHECK_OK(tether_request_set_page(r, NULL, -1, 3));
     CHECK_OK(tether_request_complete(r, TETHER_OK, NULL));
     CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
     CHECK_CODE(f.final_status, TETHER_OK);
-    CHECK_INT(f.final_count, 2);
+    CHECK_INT(f.final_count, 3);
     tu_fetch_destroy(&f);
+    {
+        tether_object *typed = NULL;
+        char text[32];
+        CHECK_OK(tether_context_object(o.ctx, "notes", "c", &typed));
+        CHECK_OK(tu_peek_text(typed, "Text", text, sizeof text));
+        CHECK_STR(text, "typed");
+        tether_object_release(typed);
+    }
 
     tu_section("cancelled before its answer: one final CANCELLED; the host is told; its answer dropped");
     tu_fetch_init(&f);

@@ -304,8 +304,19 @@ public final class HostRequest: Cancellable, Sendable {
     }
 
     /// A record (a JSON object's text) of a page or records answer.
-    public func addRecord(json: String) throws {
-        var record = try Self.record(json)
+    public func addRecord(json: String) throws { try addRecord(fields: try Self.record(json)) }
+
+    /// A record given field by field, as typed values (a `.json` value's
+    /// text is parsed: it must be JSON).
+    public func addRecord(values: [(key: String, value: Value)]) throws {
+        try addRecord(fields: values.map { key, value in
+            if case .json(let text) = value { return (key, try Self.parse(text, "the value of \(key)")) }
+            return (key, value.json)
+        })
+    }
+
+    func addRecord(fields: RecordFields) throws {
+        var record = fields
         if let entity = spec?.name {
             record = TaggedRecords.folded(record, listTags: connection.taggedLists(entity))
         }
