@@ -43,7 +43,7 @@ deps:
 	@$(VENV)/bin/python -c 'import pytest' 2>/dev/null || $(VENV)/bin/pip install -q 'pytest==8.3.5'
 	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
 
-build: deps $(LIB)
+build: deps $(LIB) $(BUILD_DIR)/$(SONAME)
 	@$(MAKE) -s -C bindings/c all LIBDIR=$(CURDIR)/$(BUILD_DIR)
 
 # The release flags, kept in a file rewritten only when they change, so that a
@@ -61,6 +61,10 @@ $(LIB): Package.swift include/tether.h $(shell find Sources -type f) $(BUILD_DIR
 	@if ldd $(LIB).tmp | grep -qi swift; then echo "libtether.so links Swift libraries dynamically" >&2; exit 1; fi
 	@if ! readelf -d $(LIB).tmp | grep -q 'SONAME.*\[$(SONAME)\]'; then echo "libtether.so's soname is not $(SONAME)" >&2; exit 1; fi
 	mv -f $(LIB).tmp $(LIB)
+
+# Programs linked with -Lbuild -ltether need the soname: build/libtether.so.<major>.
+$(BUILD_DIR)/$(SONAME): $(LIB)
+	ln -sfn libtether.so $@
 
 # Installs the release library (building it if needed; not the demo's Kinto).
 # DESTDIR stages the files; tether.pc names $(PREFIX), where they will be used.
@@ -101,16 +105,16 @@ bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(
 bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save
 	BENCH_QUICK=1 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
-$(BUILD_DIR)/first_peek: bench/first_peek.c bench/benchutil.h include/tether.h $(LIB)
+$(BUILD_DIR)/first_peek: bench/first_peek.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
-$(BUILD_DIR)/peek: bench/peek.c bench/benchutil.h include/tether.h $(LIB)
+$(BUILD_DIR)/peek: bench/peek.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
-$(BUILD_DIR)/big_cache: bench/big_cache.c bench/benchutil.h include/tether.h $(LIB)
+$(BUILD_DIR)/big_cache: bench/big_cache.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
-$(BUILD_DIR)/save: bench/save.c bench/benchutil.h include/tether.h $(LIB)
+$(BUILD_DIR)/save: bench/save.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lpthread -o $@
 
 clean:
