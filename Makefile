@@ -6,13 +6,29 @@ PYTHON       ?= python3
 BUILD_DIR    := build
 LIB          := $(BUILD_DIR)/libtether.so
 VENV         := .venv
-# Release builds link the Swift runtime statically and export only tether_*;
-# exclusivity is checked at run time in debug and sanitizer builds only.
+# The version, read from the header (the one place it is written).
+version_part = $(shell sed -n 's/^\#define TETHER_VERSION_$(1)  *\([0-9][0-9]*\).*/\1/p' include/tether.h)
+VERSION_MAJOR := $(call version_part,MAJOR)
+VERSION_MINOR := $(call version_part,MINOR)
+VERSION_PATCH := $(call version_part,PATCH)
+VERSION      := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
+ifneq ($(words $(VERSION_MAJOR) $(VERSION_MINOR) $(VERSION_PATCH)),3)
+$(error include/tether.h: no TETHER_VERSION_MAJOR, _MINOR and _PATCH to read)
+endif
+SONAME       := libtether.so.$(VERSION_MAJOR)
+# Release builds link the Swift runtime statically, export only tether_* and
+# carry the soname libtether.so.<major>; exclusivity is checked at run time in
+# debug and sanitizer builds only.
 RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivity=unchecked \
-                 -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map
-APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv gcc make
+                 -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map \
+                 -Xlinker -soname=$(SONAME)
+APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv gcc make pkg-config
+# make install: $(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION) and its links,
+# include/tether.h, lib/pkgconfig/tether.pc (from tether.pc.in).
+PREFIX       ?= /usr/local
+DESTDIR      ?=
 
-.PHONY: all deps build demo test test-swift test-c test-python bench fuzz clean
+.PHONY: all deps build demo test test-swift test-c test-python bench fuzz clean install uninstall
 
 all: build
 
@@ -27,16 +43,45 @@ deps:
 	@$(VENV)/bin/python -c 'import pytest' 2>/dev/null || $(VENV)/bin/pip install -q 'pytest==8.3.5'
 	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
 
-build: deps $(LIB)
+build: deps $(LIB) $(BUILD_DIR)/$(SONAME)
 	@$(MAKE) -s -C bindings/c all LIBDIR=$(CURDIR)/$(BUILD_DIR)
 
-$(LIB): Package.swift include/tether.h $(shell find Sources -type f)
+# The release flags, kept in a file rewritten only when they change, so that a
+# change of flags (the soname's, say) relinks the library.
+$(BUILD_DIR)/release-flags: FORCE
+	@mkdir -p $(BUILD_DIR)
+	@echo '$(RELEASE_FLAGS)' | cmp -s - $@ || echo '$(RELEASE_FLAGS)' > $@
+.PHONY: FORCE
+
+$(LIB): Package.swift include/tether.h $(shell find Sources -type f) $(BUILD_DIR)/release-flags
 	$(SWIFT) build $(RELEASE_FLAGS)
 	@mkdir -p $(BUILD_DIR)
 	@# Copy, then rename: a process that has the old library mapped keeps it intact.
 	cp "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/libtether.so" $(LIB).tmp
+	@if ldd $(LIB).tmp | grep -qi swift; then echo "libtether.so links Swift libraries dynamically" >&2; exit 1; fi
+	@if ! readelf -d $(LIB).tmp | grep -q 'SONAME.*\[$(SONAME)\]'; then echo "libtether.so's soname is not $(SONAME)" >&2; exit 1; fi
 	mv -f $(LIB).tmp $(LIB)
-	@if ldd $(LIB) | grep -qi swift; then echo "libtether.so links Swift libraries dynamically" >&2; exit 1; fi
+
+# Programs linked with -Lbuild -ltether need the soname: build/libtether.so.<major>.
+$(BUILD_DIR)/$(SONAME): $(LIB)
+	ln -sfn libtether.so $@
+
+# Installs the release library (building it if needed; not the demo's Kinto).
+# DESTDIR stages the files; tether.pc names $(PREFIX), where they will be used.
+install: $(LIB)
+	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include"
+	install -m 755 $(LIB) "$(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION)"
+	ln -sfn libtether.so.$(VERSION) "$(DESTDIR)$(PREFIX)/lib/$(SONAME)"
+	ln -sfn $(SONAME) "$(DESTDIR)$(PREFIX)/lib/libtether.so"
+	install -m 644 include/tether.h "$(DESTDIR)$(PREFIX)/include/tether.h"
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' tether.pc.in > "$(DESTDIR)$(PREFIX)/lib/pkgconfig/tether.pc"
+	chmod 644 "$(DESTDIR)$(PREFIX)/lib/pkgconfig/tether.pc"
+
+# Removes exactly what install put there (directories stay).
+uninstall:
+	rm -f "$(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION)" "$(DESTDIR)$(PREFIX)/lib/$(SONAME)" \
+	      "$(DESTDIR)$(PREFIX)/lib/libtether.so" "$(DESTDIR)$(PREFIX)/include/tether.h" \
+	      "$(DESTDIR)$(PREFIX)/lib/pkgconfig/tether.pc"
 
 demo: build
 	scripts/demo
@@ -60,16 +105,16 @@ bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(
 bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save
 	BENCH_QUICK=1 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
-$(BUILD_DIR)/first_peek: bench/first_peek.c bench/benchutil.h include/tether.h $(LIB)
+$(BUILD_DIR)/first_peek: bench/first_peek.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
-$(BUILD_DIR)/peek: bench/peek.c bench/benchutil.h include/tether.h $(LIB)
+$(BUILD_DIR)/peek: bench/peek.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
-$(BUILD_DIR)/big_cache: bench/big_cache.c bench/benchutil.h include/tether.h $(LIB)
+$(BUILD_DIR)/big_cache: bench/big_cache.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
 
-$(BUILD_DIR)/save: bench/save.c bench/benchutil.h include/tether.h $(LIB)
+$(BUILD_DIR)/save: bench/save.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lpthread -o $@
 
 clean:
