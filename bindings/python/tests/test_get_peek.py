@@ -130,18 +130,36 @@ def test_staleness_window_skips_refresh(kinto, things, tmp_path, open_ctx, fault
 def test_get_uncached_starts_refresh(kinto, kinto_url, things, tmp_path, open_ctx, wait_for):
     ctx = open_ctx(kinto_url, things, tmp_path / "s.db")
     o = ctx.object("things", tid(4))
-    with pytest.raises(tether.NotCachedError):
-        o.peek("Key")
-    with pytest.raises(tether.NotCachedError):
-        o.get("Key")                      # ...and starts the refresh
+    # Not cached yet: None (or the default asked for), never an exception.
+    assert o.peek("Key") is None and o.peek("Key", "?") == "?"
+    assert not o.is_cached() and not o.is_cached("Key")
+    assert o.version is None
+    assert o.get("Key", default="later") == "later"     # ...and starts the refresh
+    assert wait_for(o.is_cached, timeout=10)
+    assert o.peek("Key") == "v4" and o.is_cached("Key") and o.version > 0
 
-    def cached():
-        try:
-            return o.peek("Num") is not None
-        except tether.NotCachedError:
-            return False
-    assert wait_for(cached, timeout=10)
-    assert o.peek("Key") == "v4"
+
+def test_attribute_of_uncached_record_is_none_then_value(kinto_url, things, tmp_path, open_ctx, wait_for):
+    """The README's first read: obj.Name on a fresh store is None, and the
+    get it made brings the value a moment later."""
+    ctx = open_ctx(kinto_url, things, tmp_path / "s.db")
+    o = ctx.object("things", tid(5))
+    assert o.Key is None
+    assert wait_for(lambda: o.KeyPeek == "v5", timeout=10)
+
+
+def test_is_cached_tells_null_from_not_cached(kinto, kinto_url, things, tmp_path, open_ctx):
+    kinto.create_collection(things, "sparse", SCHEMA)
+    kinto.put_record(things, "sparse", "no-num", {"Key": "k"})
+    ctx = open_ctx(kinto_url, things, tmp_path / "s.db")
+    ctx.fetch_wait("sparse")
+    o = ctx.object("sparse", "no-num")
+    assert o.peek("Num", "absent") is None and o.is_cached("Num")
+    assert ctx.object("sparse", "elsewhere").peek("Num", "absent") == "absent"
+    with pytest.raises(tether.NotFoundError):
+        o.is_cached("NoSuchKey")            # a bad key is still an error
+    with pytest.raises(tether.NotFoundError):
+        o.peek("NoSuchKey", default=0)
 
 
 def test_record_deleted_on_server(kinto, kinto_url, things, tmp_path, open_ctx, recorder):
@@ -151,8 +169,7 @@ def test_record_deleted_on_server(kinto, kinto_url, things, tmp_path, open_ctx, 
     o = ctx.object("things", "doomed")
     rec = recorder()
     o.observe("Key", rec)
-    with pytest.raises(tether.NotCachedError):
-        o.get("Key")
+    assert o.get("Key") is None
     # the refresh brings it in, and that is a change observers hear of
     assert rec.wait(lambda c: len(c) >= 1)
     assert rec.calls[0] == (o, "Key", 0) and o.peek("Key") == "d"

@@ -162,8 +162,7 @@ def test_what_a_method_raises_fails_its_request(tmp_path):
         row = ctx.object("rows", "r1")
         errors = []
         row.observe("Title", lambda obj, key, status: errors.append(status))
-        with pytest.raises(tether.NotCachedError):
-            row.Title
+        assert row.Title is None        # not cached: the get starts a refresh
         deadline = time.time() + 5
         while tether.E_AUTH not in errors and time.time() < deadline:
             time.sleep(0.01)

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 from . import _lib
 from .saving import ContextSaving, ObjectEditing, Request
-from .errors import (BusyError, HandleError, NotFoundError, TetherError, make_error, E_BUSY,
-                     E_CANCELLED, E_HANDLE)
+from .errors import (BusyError, HandleError, NotCachedError, NotFoundError, TetherError, make_error,
+                     E_BUSY, E_CANCELLED, E_HANDLE, E_NOT_CACHED)
 
 log = logging.getLogger("tether")
 
@@ -207,6 +207,9 @@ def _other_key(key, by_name, by_code):
                     % type(key).__name__)
 
 
+_NOT_CACHED = object()   # is_cached's default: no value can be it
+
+
 def _reader(name, by_name, by_code, doc):
     """Object.peek or Object.get: `by_name`/`by_code` the raw (unchecked)
     functions. Everything it uses is bound here, to spare global lookups."""
@@ -218,8 +221,9 @@ def _reader(name, by_name, by_code, doc):
     text_at, text_max = _text_at, _TEXT_MAX
     NULL, TEXT, INTEGER = _lib.TYPE_NULL, _lib.TYPE_TEXT, _lib.TYPE_INTEGER
     REAL, BOOLEAN = _lib.TYPE_REAL, _lib.TYPE_BOOLEAN
+    NOT_CACHED = E_NOT_CACHED
 
-    def read(self, key):
+    def read(self, key, default=None):
         if type(key) is str:
             arg = keys_get(key)
             if arg is None:
@@ -237,6 +241,10 @@ def _reader(name, by_name, by_code, doc):
             addr, view = value
             status = call(self._h, arg, addr)
             if status < 0:
+                # Not cached yet is an answer, not a failure: a get has
+                # started the refresh, and observers hear when it lands.
+                if status == NOT_CACHED:
+                    return default
                 raise error(status)   # nothing was written: nothing to clear
             # As _converted, with the commonest types first and inline.
             t, i, r, p, n = unpack(view)
@@ -667,6 +675,9 @@ class Object(ObjectEditing):
     cache and starts a background refresh; ``obj.Name`` is
     ``obj.get("Name")`` and ``obj.NamePeek`` is ``obj.peek("Name")``. Keys are
     attribute names (str) or codes (int).
+
+    A value not cached yet reads as None (or the ``default`` passed to peek
+    or get), as does a cached null: ``obj.is_cached(key)`` tells them apart.
     """
 
     def __init__(self, ctx, handle, entity=None):
@@ -706,18 +717,37 @@ class Object(ObjectEditing):
 
     @property
     def version(self):
-        """The cached server version (Kinto last_modified, ms).
-        NotCachedError if the record is not cached."""
+        """The cached server version (Kinto last_modified, ms), or None if
+        the record is not cached."""
         out = c_int64()
-        _lib.tether_object_version(self._h, byref(out))
+        try:
+            _lib.tether_object_version(self._h, byref(out))
+        except NotCachedError:
+            return None
         return out.value
 
     peek = _reader("peek", _lib.raw_object_peek, _lib.raw_object_peek_code,
-                   """The cached value of `key`; never touches the network.""")
+                   """peek(key, default=None): the cached value of `key`; never touches
+        the network. `default` if it is not cached (the record, or on a key
+        path the record it leads to). NotFoundError for a key the entity does
+        not have, or a record the server no longer has.""")
 
     get = _reader("get", _lib.raw_object_get, _lib.raw_object_get_code,
-                  """The cached value of `key`, and a background refresh of the object
-        (observers hear of changed values).""")
+                  """get(key, default=None): the cached value of `key`, and a background
+        refresh of the object (observers of `key` hear when the value changes,
+        including when a record not cached yet arrives). `default` if it is not
+        cached yet.""")
+
+    def is_cached(self, key=None):
+        """Whether the record (key None) or the value of `key` is cached,
+        so peek gives a stored value (None then means a null). On a key path
+        ("Client.Owner") every record along it must be. Never touches the
+        network."""
+        if key is None:   # a pending insert is in the store, unconfirmed
+            return self.version is not None or self.pending == "insert"
+        if self.peek(key, _NOT_CACHED) is _NOT_CACHED:
+            return False
+        return True
 
     def to_dict(self, peek=True):
         """Every attribute's value, by name (peek by default)."""
