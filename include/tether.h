@@ -44,7 +44,6 @@
  *   tether_request    a host connection's request        tether_request_complete (once;
  *                       callback                           close ends the rest)
  *   tether_specdef    tether_specdef_parse               tether_specdef_free
- *   tether_specdef    tether_specdef_parse               tether_specdef_free
  * Closing a context releases every handle that came from it: afterwards they
  * are dead (TETHER_E_HANDLE), and releasing one is harmless.
  */
