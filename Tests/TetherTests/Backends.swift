@@ -194,36 +194,52 @@ func fetch(_ context: Context, _ request: FetchRequest) throws -> [FetchResult] 
     }
 }
 
-/// A test case with a new Kinto bucket (or memory server) and a folder for
-/// its store, made before each test and removed after.
-class KintoTestCase: XCTestCase {
+/// A new, empty folder for a test's files (stores); removeDirectory() it after.
+func makeTemporaryDirectory(_ purpose: String) throws -> String {
+    let directory = NSTemporaryDirectory() + "tether-\(purpose)-\(UUID().uuidString)"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    return directory
+}
+
+func removeDirectory(_ directory: String?) {
+    if let directory { try? FileManager.default.removeItem(atPath: directory) }
+}
+
+/// A test case with a new folder for its stores, made before each test and
+/// removed after (named after the test class, to tell leftovers apart).
+class DirectoryTestCase: XCTestCase {
     var directory: String!
+
+    override func setUpWithError() throws { directory = try makeTemporaryDirectory(String(describing: Self.self)) }
+    override func tearDownWithError() throws { removeDirectory(directory) }
+}
+
+/// A test case with a new Kinto bucket and a folder for its store.
+class KintoTestCase: DirectoryTestCase {
     var backend: KintoBackend!
 
     override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-kinto-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try super.setUpWithError()
         backend = try KintoBackend(directory: directory)
     }
 
     override func tearDownWithError() throws {
         backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+        try super.tearDownWithError()
     }
 }
 
-class MemoryTestCase: XCTestCase {
-    var directory: String!
+/// A test case with a new memory server and a folder for its store.
+class MemoryTestCase: DirectoryTestCase {
     var backend: MemoryBackend!
 
     override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-memory-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try super.setUpWithError()
         backend = MemoryBackend(directory: directory)
     }
 
     override func tearDownWithError() throws {
         backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+        try super.tearDownWithError()
     }
 }

@@ -257,9 +257,8 @@ final class ForwardingConnection: Connection {
 final class HostileServerTests: XCTestCase {
     /// 0.1 trapped on a listing naming an id twice (issue 7, case 11).
     func testDuplicateIdsInAListingAreStoredOnceAndAnsweredOnce() throws {
-        let directory = NSTemporaryDirectory() + "tether-dup-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directory = try makeTemporaryDirectory("dup")
+        defer { removeDirectory(directory) }
         let backend = MemoryBackend(directory: directory)
         let context = try Context.open(ContextOptions(storePath: backend.storePath),
                                        connection: ForwardingConnection.duplicating(backend.connection()))

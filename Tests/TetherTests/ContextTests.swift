@@ -16,8 +16,7 @@ final class ContextTests: XCTestCase {
         }
         server = url
         bucket = "swift-\(UUID().uuidString.prefix(8).lowercased())"
-        directory = NSTemporaryDirectory() + "tether-context-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        directory = try makeTemporaryDirectory("context")
         admin = try HTTPEngine(credentials: HTTPCredentials(username: "test", password: "test"), timeoutMilliseconds: 10_000)
         try send("PUT", "/buckets/\(bucket!)", #"{"permissions": {"read": ["system.Everyone"]}}"#)
         try send("PUT", "/buckets/\(bucket!)/collections/items", """
@@ -32,7 +31,7 @@ final class ContextTests: XCTestCase {
 
     override func tearDownWithError() throws {
         admin?.shutdown()
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+        removeDirectory(directory)
     }
 
     @discardableResult

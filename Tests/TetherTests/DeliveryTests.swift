@@ -7,9 +7,8 @@ final class DeliveryTests: XCTestCase {
     /// callback is running: with a callback lock held across callbacks this
     /// deadlocked (0.1); now a cancel from inside a callback does not wait.
     func testCallbacksCancellingEachOthersTasksDoNotDeadlock() throws {
-        let directory = NSTemporaryDirectory() + "tether-delivery-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directory = try makeTemporaryDirectory("delivery")
+        defer { removeDirectory(directory) }
         let left = try MemoryBackend(directory: directory + "/l", latencyMilliseconds: 300).openCreatingDirectory()
         let right = try MemoryBackend(directory: directory + "/r", latencyMilliseconds: 300).openCreatingDirectory()
         defer {
@@ -46,9 +45,9 @@ final class DeliveryTests: XCTestCase {
     /// A thread blocked in poll returns when another thread closes the
     /// context, and the closer delivers the finals.
     func testCloseWakesABlockedPoller() throws {
-        let directory = NSTemporaryDirectory() + "tether-poll-\(UUID().uuidString)"
+        let directory = try makeTemporaryDirectory("poll")
+        defer { removeDirectory(directory) }
         let context = try MemoryBackend(directory: directory, latencyMilliseconds: 1_000).openCreatingDirectory(.poll)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
         var request = FetchRequest(entity: "items")
         request.policy = .serverOnly
         let final = ConditionLock<TetherError.Kind??>(nil)
@@ -72,8 +71,8 @@ final class DeliveryTests: XCTestCase {
     /// stress test's find). Now one closes; the others wait, then fail.
     func testClosesRacingEachOtherWaitForTheOne() throws {
         for mode in [DeliveryMode.thread, .poll] {
-            let directory = NSTemporaryDirectory() + "tether-closes-\(UUID().uuidString)"
-            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let directory = try makeTemporaryDirectory("closes")
+            defer { removeDirectory(directory) }
             let context = try MemoryBackend(directory: directory, latencyMilliseconds: 200).openCreatingDirectory(mode)
             // Finals that take a while, so a close is long under way.
             let lastCallback = ConditionLock<MonotonicTime?>(nil)

@@ -81,19 +81,18 @@ final class HostBackend: Backend {
     func loseHistory(syncedBy context: Context) throws { try memory.loseHistory(syncedBy: context) }
 }
 
-class HostTestCase: XCTestCase {
-    var directory: String!
+/// A test case with a new memory server behind a host-written connection.
+class HostTestCase: DirectoryTestCase {
     var backend: HostBackend!
 
     override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-host-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try super.setUpWithError()
         backend = HostBackend(directory: directory)
     }
 
     override func tearDownWithError() throws {
         backend = nil
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+        try super.tearDownWithError()
     }
 }
 
@@ -196,9 +195,8 @@ final class HostMisbehaviourTests: XCTestCase {
     /// A context over a host that never answers still opens offline from
     /// its store, cancels and closes.
     func testAContextOverASilentHostStillCancelsAndCloses() throws {
-        let directory = NSTemporaryDirectory() + "tether-silent-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directory = try makeTemporaryDirectory("silent")
+        defer { removeDirectory(directory) }
         let holder = Holder()
         let opened = Lock<Context?>(nil)
         let opening = Thread {

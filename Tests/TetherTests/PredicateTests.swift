@@ -75,9 +75,8 @@ final class PredicateTests: XCTestCase {
     /// memory must agree, row for row, for random predicates over awkward
     /// values (nulls, misfits, case, marks, NUL, wildcards in text).
     func testSQLAndMemoryAgree() throws {
-        let directory = NSTemporaryDirectory() + "tether-predicates-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directory = try makeTemporaryDirectory("predicates")
+        defer { removeDirectory(directory) }
         let store = try Store(path: directory + "/store.sqlite")
         defer { store.close() }
         let model = Model(entities: [entity], entityCodeHighWater: entity.code)

@@ -19,8 +19,7 @@ final class RelationshipTests: XCTestCase {
     }
 
     override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-rel-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        directory = try makeTemporaryDirectory("rel")
         server = MemoryServer(name: "rel-\(UUID().uuidString.prefix(8))", specs: [
             Self.spec("owners", [Self.field("Name")]),
             Self.spec("pets", [Self.field("Name"), Self.field("Owner", to: "owners", inverse: "pets", rule: .cascade)]),
@@ -39,7 +38,7 @@ final class RelationshipTests: XCTestCase {
     }
 
     override func tearDownWithError() throws {
-        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+        removeDirectory(directory)
     }
 
     private func open() throws -> Context {

@@ -1,17 +1,7 @@
 import XCTest
 @testable import Tether
 
-final class StoreTests: XCTestCase {
-    private var directory: String!
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "tether-store-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: directory)
-    }
+final class StoreTests: DirectoryTestCase {
 
     private func model(_ properties: String, previous: Model? = nil) throws -> Model {
         ModelBuilder.build(specs: [KintoConnection.spec(from: try JSON.parse(#"{"id": "users", "schema": {"properties": \#(properties)}}"#),

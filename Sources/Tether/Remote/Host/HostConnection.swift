@@ -223,6 +223,9 @@ public final class HostRequest: Cancellable, Sendable {
         }
     }
 
+    /// The entity's list fields given as tagged output (View0, View1...).
+    private let listTags: Set<String>
+
     init(_ connection: HostConnection, _ kind: Kind, page: PageRequest? = nil, ids: [String] = [], writes: [RecordWrite] = [],
          done: @escaping @Sendable (Result<Answer, TetherError>) -> Void) {
         self.connection = connection
@@ -231,6 +234,8 @@ public final class HostRequest: Cancellable, Sendable {
         self.ids = ids
         self.writes = writes
         self.done = done
+        // Read once here, not per record: a page may carry thousands.
+        listTags = page.map { connection.taggedLists($0.spec.name) } ?? []
         state.withLock { $0.answer.writeCount = writes.count }
     }
 
@@ -317,8 +322,8 @@ public final class HostRequest: Cancellable, Sendable {
 
     func addRecord(fields: RecordFields) throws {
         var record = fields
-        if let entity = spec?.name {
-            record = TaggedRecords.folded(record, listTags: connection.taggedLists(entity))
+        if spec != nil {
+            record = TaggedRecords.folded(record, listTags: listTags)
         }
         try build([.page, .records], "a record") { $0.records.append(record) }
     }
