@@ -778,13 +778,11 @@ function M.open(o)
                         Context)
 end
 
--- Raises the first error a callback raised during the last poll or close.
+-- Raises the first error a callback raised, after the poll (or close) that
+-- ran it has delivered everything waiting; others wait for the next poll.
 local function raise_callback_errors(ctx)
     local errs = ctx._callback_errors
-    if #errs > 0 then
-        ctx._callback_errors = {}
-        error(errs[1], 0)
-    end
+    if #errs > 0 then error(table.remove(errs, 1), 0) end
 end
 
 -- Closes the context: every pending task and observer gets its final

@@ -59,6 +59,36 @@ function H.patch(coll, id, json_data)
     assert(status == 200, "PATCH " .. coll .. "/" .. id .. " -> " .. tostring(status) .. " " .. tostring(body))
 end
 
+-- scripts/faultproxy.py in front of Kinto, passing everything: a server
+-- URL that can be made to stop answering (for the offline tests).
+-- Returns {url = ..., stop = function}; stopped after the test anyway.
+local proxies = {}
+function H.proxy()
+    local upstream = H.url:match("^(https?://[^/]+)")
+    local prefix = H.url:match("^https?://[^/]+(.*)$")
+    local out_file = H.tmp .. "/proxy" .. (#proxies + 1) .. ".out"
+    local pid = run("python3 " .. q(H.repo .. "/scripts/faultproxy.py") .. " --upstream " .. q(upstream)
+                    .. " --port 0 >" .. q(out_file) .. " 2>/dev/null & echo $!"):match("%d+")
+    local port
+    local deadline = H.now_ms() + 10000
+    while not port and H.now_ms() < deadline do
+        local f = io.open(out_file, "r")
+        if f then port = f:read("*l"); f:close() end
+        port = port and port:match("^%d+$")
+        if not port then os.execute("sleep 0.05") end
+    end
+    assert(port, "faultproxy did not print its port")
+    local p = {url = "http://127.0.0.1:" .. port .. prefix, pid = pid}
+    function p.stop()
+        if p.pid then
+            os.execute("kill " .. p.pid .. " 2>/dev/null; while kill -0 " .. p.pid .. " 2>/dev/null; do sleep 0.05; done")
+            p.pid = nil
+        end
+    end
+    proxies[#proxies + 1] = p
+    return p
+end
+
 -- ------------------------------------------------------------ data
 
 H.tmp = (run("mktemp -d /tmp/tether-lua.XXXXXX")):gsub("%s+$", "")
@@ -100,6 +130,8 @@ end
 function H.cleanup()
     for _, ctx in ipairs(opened) do pcall(ctx.close, ctx) end
     opened = {}
+    for _, p in ipairs(proxies) do p.stop() end
+    proxies = {}
     collectgarbage()
 end
 
