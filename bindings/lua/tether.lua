@@ -428,6 +428,12 @@ local function run_user(ctx, fn, ...)
 end
 
 local PHASES = {[1] = "cached", [2] = "final", [3] = "live"}
+
+-- A borrowed C string as Lua ("" for NULL, which the header never promises).
+local function str(p)
+    if p == nil then return "" end
+    return ffi.string(p)
+end
 local wrap_results
 
 local function on_fetch(_, phase, status, message, results, userdata)
@@ -441,11 +447,11 @@ local function on_fetch(_, phase, status, message, results, userdata)
     local r = wrap_results(results, ctx)
     local final = phase == 2
     if final then
-        task.done, task.status, task.message = true, status, ffi.string(message)
+        task.done, task.status, task.message = true, status, str(message)
     end
     if entry.fn then
         run_user(ctx, entry.fn, PHASES[tonumber(phase)] or tostring(phase), status,
-                 ffi.string(message), r, task)
+                 str(message), r, task)
     else
         r:release()
     end
@@ -456,7 +462,7 @@ local function on_observe(_, key, status, userdata)
     local id = tonumber(ffi.cast("intptr_t", userdata))
     local entry = registry[id]
     if entry == nil then return end
-    run_user(entry.ctx, entry.fn, entry.object, ffi.string(key), status)
+    run_user(entry.ctx, entry.fn, entry.object, str(key), status)
     -- TETHER_E_CANCELLED comes once, last: the library drops the observer.
     if status == M.E_CANCELLED then
         entry.observer.removed = true
@@ -472,7 +478,7 @@ local function on_save(_, status, message, report, userdata)
     local saved, discarded, failed = ffi.new("size_t[1]"), ffi.new("size_t[1]"), ffi.new("size_t[1]")
     C.tether_save_report_counts(report, saved, discarded)
     C.tether_save_report_failure_count(report, failed)
-    task.done, task.status, task.message = true, status, ffi.string(message)
+    task.done, task.status, task.message = true, status, str(message)
     task.saved, task.discarded, task.failed = tonumber(saved[0]), tonumber(discarded[0]), tonumber(failed[0])
     if entry.fn then
         run_user(entry.ctx, entry.fn, status, task.message, task)
