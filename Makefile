@@ -22,13 +22,13 @@ SONAME       := libtether.so.$(VERSION_MAJOR)
 RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivity=unchecked \
                  -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map \
                  -Xlinker -soname=$(SONAME)
-APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv gcc make pkg-config
+APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv gcc make pkg-config luajit curl
 # make install: $(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION) and its links,
 # include/tether.h, lib/pkgconfig/tether.pc (from tether.pc.in).
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: all deps build demo test test-swift test-c test-python bench fuzz clean install uninstall
+.PHONY: all deps build demo test test-swift test-c test-python test-lua bench fuzz clean install uninstall
 
 all: build
 
@@ -89,7 +89,7 @@ demo: build
 test: build
 	scripts/with-kinto scripts/run-tests
 
-test-swift test-c test-python: build
+test-swift test-c test-python test-lua: build
 	scripts/with-kinto scripts/run-tests $(patsubst test-%,%,$@)
 
 # The libFuzzer targets (fuzz/), FUZZ_SECONDS each (make test runs them briefly).
