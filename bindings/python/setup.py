@@ -50,6 +50,13 @@ def _log(message):
     print("tether: " + message, file=sys.stderr, flush=True)
 
 
+def _stderr_fd():
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):     # a stream with no descriptor
+        return None
+
+
 def _in_repository():
     return all(os.path.exists(os.path.join(REPO, p))
                for p in ("Package.swift", "Makefile", "include/tether.h", "Sources"))
@@ -103,7 +110,8 @@ def find_library():
             "cannot build the wheel: libtether.so is needed, and %s is not inside the Tether "
             "repository (no Swift sources at %s; an sdist does not carry them). Build from the "
             "repository: `pip install <repo>/bindings/python` or `pip wheel <repo>/bindings/python` "
-            "(`python -m build --wheel`, not an sdist). Or build the library first "
+            "(`python -m build --wheel`, not an sdist; pip older than 21.3 builds a copy in a "
+            "temporary folder: upgrade pip). Or build the library first "
             "(`make build/libtether.so` in the repository, Swift 6 needed) and set %s to it: "
             "%s=/path/to/libtether.so pip install ..." % (HERE, REPO, ENV, ENV))
     built = os.path.join(REPO, "build", LIBNAME)
@@ -119,7 +127,7 @@ def find_library():
          % (make, REPO, LIBNAME))
     try:
         # Its output to stderr: pip shows it with -v, and in full if it fails.
-        subprocess.run([make, "-C", REPO, "build/" + LIBNAME], stdout=sys.stderr, check=True)
+        subprocess.run([make, "-C", REPO, "build/" + LIBNAME], stdout=_stderr_fd(), check=True)
     except (OSError, subprocess.CalledProcessError) as e:
         raise LibraryError(
             "`%s -C %s build/%s` failed (%s). Build the library with `make build` in the "
