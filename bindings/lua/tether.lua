@@ -515,7 +515,7 @@ local function wrap_object(h, ctx)
                         Object)
 end
 
-local function read_value(self, verb, fn_name, fn_code, key)
+local function read_value(self, verb, fn_name, fn_code, key, default)
     local v = ffi.new("tether_value")
     local st
     if type(key) == "number" then
@@ -524,22 +524,34 @@ local function read_value(self, verb, fn_name, fn_code, key)
         need_string(key, verb, "key")
         st = fn_name(self._h, key, v)
     end
+    -- Not cached yet is an answer, not a failure (a get has started the
+    -- refresh): the default, and no type.
+    if st == M.E_NOT_CACHED then return default, nil end
     if st ~= 0 then raise(st, verb .. " " .. (type(key) == "number" and "#" or "") .. tostring(key)) end
     local value, t = from_value(v)
     C.tether_value_clear(v)
     return value, t
 end
 
--- peek(key): the cached value, never the network. key: a name, a key path
--- ("Client.Owner") or an attribute code. Returns value, type name.
-function Object:peek(key)
-    return read_value(self, "peek", C.tether_object_peek, C.tether_object_peek_code, key)
+-- peek(key [, default]): the cached value, never the network. key: a name,
+-- a key path ("Client.Owner") or an attribute code. Returns value, type
+-- name; `default` (nil if not given) and no type name when it is not cached.
+function Object:peek(key, default)
+    return read_value(self, "peek", C.tether_object_peek, C.tether_object_peek_code, key, default)
 end
 
--- get(key): as peek, and starts a background refresh; observers of the key
--- hear when the value changes.
-function Object:get(key)
-    return read_value(self, "get", C.tether_object_get, C.tether_object_get_code, key)
+-- get(key [, default]): as peek, and starts a background refresh; observers
+-- of the key hear when the value changes (also when a record that was not
+-- cached arrives).
+function Object:get(key, default)
+    return read_value(self, "get", C.tether_object_get, C.tether_object_get_code, key, default)
+end
+
+-- is_cached(key): whether peek(key) gives a stored value (nil then means a
+-- NULL), never the network.
+function Object:is_cached(key)
+    local _, t = self:peek(key)
+    return t ~= nil
 end
 
 -- An unsaved, durable local change (sent by ctx:save()). value: nil or
