@@ -611,10 +611,12 @@ public final class KintoConnection: Connection {
     /// The next page's URL. It must stay on this server: credentials go with it.
     private func nextPage(_ response: HTTPResponse) throws -> String? {
         guard let next = response.header("Next-Page"), !next.isEmpty else { return nil }
-        guard next.hasPrefix(root + "/") else {
-            throw TetherError(.protocol, "the server sent a Next-Page outside \(Log.redacted(root))")
+        // A root with user info: the server names itself without it.
+        let plain = Log.redacted(root)
+        guard next.hasPrefix(plain + "/") else {
+            throw TetherError(.protocol, "the server sent a Next-Page outside \(plain)")
         }
-        return next
+        return root + next.dropFirst(plain.count)
     }
 
     /// A batch answer's Next-Page. Kinto builds a subrequest's URLs itself,
