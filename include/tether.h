@@ -1265,6 +1265,67 @@ TETHER_API int tether_specdef_field_at(tether_specdef *specdef, size_t index, te
  * but not while another thread reads the same handle's strings. */
 TETHER_API int tether_specdef_free(tether_specdef *specdef);
 
+/* ---------------------------------------------------------------- logging */
+
+/* How much a log message matters. A hook asks for every message up to its
+ * level: TETHER_LOG_INFO gives errors, warnings and INFO messages. */
+typedef enum tether_log_level {
+    TETHER_LOG_OFF = 0,      /* no messages (as a maximum level only) */
+    TETHER_LOG_ERROR = 1,    /* the library failed in a way no status reports */
+    TETHER_LOG_WARNING = 2,  /* trouble: a request that failed (server unreachable,
+                                5xx after its retries), a context opened offline,
+                                a refresh that failed, a spec left out of the
+                                model, an SQL statement slower than 100 ms */
+    TETHER_LOG_INFO = 3,     /* what changed: a store opened, a model built and
+                                tables migrated, a context opened, a save's
+                                counts, a request retried (and its delay), the
+                                server's Backoff */
+    TETHER_LOG_DEBUG = 4     /* each HTTP request (method, path and query,
+                                status, bytes, time), each page fetched, each
+                                fetch's end, each failed save's record */
+} tether_log_level;
+
+/* A log hook. `level` is the message's (never above the hook's maximum);
+ * `category` one of "http", "sync", "store", "save", "migration", "context"
+ * (more may come); `message` one line of UTF-8 without a trailing newline.
+ * Both strings are borrowed for the call only: copy what you keep.
+ *
+ * What messages say: never credentials (no Authorization header, no password,
+ * no user info of a URL: requests are named by path and query, without scheme
+ * or host), and no record values above TETHER_LOG_DEBUG. At DEBUG a request's
+ * query (filter values, record ids) and a failed save's record id and server
+ * message (which may quote a value) appear.
+ *
+ * Threads: called on whichever thread logs: the library's own threads (the
+ * network thread, a context's worker) or a host thread inside a tether_* call.
+ * Calls are serialized process-wide: never two at the same time, so the hook
+ * needs no lock of its own. It runs while the library may hold its internal
+ * locks: keep it short, and do not call any tether_* function from it
+ * (tether_log_set fails there with TETHER_E_BUSY; a message the hook's own
+ * thread would log meanwhile is dropped). */
+typedef void (*tether_log_callback)(tether_log_level level, const char *category,
+                                    const char *message, void *userdata);
+
+/* Installs the process-wide log hook: `callback` gets every message up to
+ * `max_level`, with `userdata`. It replaces the hook installed before, if
+ * any. TETHER_LOG_OFF or a NULL callback removes the hook.
+ *
+ * Off by default, and free when off: the library checks one atomic level
+ * before building a message, so a message above the level (or any, without a
+ * hook) costs one load: no formatting, no allocation, no clock read.
+ *
+ * Replacing: when tether_log_set returns, the hook it replaced (or removed) is
+ * not running on any thread and will never be called again, so the host may
+ * free its userdata then. It waits for a call of that hook in progress to
+ * return: do not call tether_log_set while holding a lock the hook takes.
+ * Messages logged while the hook changes go to the old hook or the new one.
+ *
+ * Any thread, at any time (contexts open or not), except from inside the log
+ * hook itself: TETHER_E_BUSY there. TETHER_E_INVALID for a level outside
+ * TETHER_LOG_OFF..TETHER_LOG_DEBUG (the hook is then left as it was). */
+TETHER_API int tether_log_set(tether_log_level max_level, tether_log_callback callback,
+                              void *userdata);
+
 /* ---------------------------------------------------------------- diagnostics */
 
 /* What tether_live_count counts, process-wide. */

@@ -316,7 +316,11 @@ public final class FetchTask: Sendable {
                 return false
             }
         }
-        if first { post(.final, error, results) }
+        if first {
+            Log.debug(.sync, "fetch of \(entity.name) (\(request.policy)) ended: "
+                      + (error.map { "\($0.kind): \($0.message)" } ?? "\(results.count) results"))
+            post(.final, error, results)
+        }
     }
 
     // MARK: live
@@ -678,6 +682,8 @@ public final class FetchTask: Sendable {
             var acceptingOlder = false
             if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
             let content = try page.decode()
+            Log.debug(.sync, "\(entity.name): page of \(content.records.count) records, \(content.deletedIDs.count) deletions"
+                      + (page.next == nil ? ", the last" : ", more to come"))
             received(content.records.count + content.deletedIDs.count, total: page.total, last: page.next == nil)
             let objects = try context.absorb(content, of: entity, matching: request.serverQuery == nil ? predicate : nil,
                                              acceptingOlder: acceptingOlder)

@@ -82,11 +82,13 @@ extension Context {
             let gone = objects.map(\.id).filter { !seen.contains(ExactString($0)) }
             try store(for: entity).delete(ids: gone, of: entity)
             markDeleted(gone, of: entity)
+            Log.debug(.sync, "refreshed \(objects.count) \(entity.name) objects: \(seen.count) found, \(gone.count) gone")
         } catch {
             // The cache stays as it was and the next get tries again; the
             // observers hear why this one failed, unless the context is closing.
             let failure = TetherError.wrap(error)
             if failure.kind != .cancelled && !isClosed {
+                Log.warning(.sync, "refresh of \(objects.count) \(entity.name) objects failed (\(failure.kind)); the cache stays as it was")
                 for object in objects { object.state.withLock { $0.observers }.forEach { $0.notify(failure) } }
             }
         }

@@ -195,6 +195,7 @@ public final class Context: Sendable {
                 throw error
             }
             if online { context.checkCrossStoreReferences() }
+            Log.info(.context, "context opened \(online ? "online" : "offline"): \(model.entities.count) entities, store \(options.storePath)")
             return context
         } catch {
             (routed ?? connection).shutdown()
@@ -213,12 +214,18 @@ public final class Context: Sendable {
             _ = try connection.wait(connection.serverInfo).get()
             let specs = try connection.wait(connection.specs).get()
             let model = ModelBuilder.build(specs: specs, previous: saved)
+            Log.info(.migration, "model built from \(specs.count) specs: \(model.entities.count) entities"
+                     + (saved == nil ? " (new store)" : " (the store had \(saved!.entities.count))"))
+            for diagnostic in model.diagnostics {
+                Log.warning(.migration, "\(diagnostic.entity)\(diagnostic.attribute.map { "." + $0 } ?? ""): \(diagnostic.message)")
+            }
             try store.adopt(model, identity: connection.identity)
             return (model, true)
         } catch let error as TetherError where error.isUnreachable {
             guard let saved else {
                 throw TetherError(.network, "\(error.message); and the store has no model to open offline")
             }
+            Log.warning(.context, "opening offline, from the store's model: \(error.message)")
             return (saved, false)
         }
     }

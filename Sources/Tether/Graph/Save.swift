@@ -279,8 +279,25 @@ public final class SaveTask: Sendable {
             return true
         }
         guard ended, let id = machine.withLock({ $0.subscription }) else { return }
+        Self.log(tally)
         let result = SaveResult(error: Self.error(tally), saved: tally.saved, discarded: tally.discarded, failures: tally.failures)
         context.delivery.post(.final, to: id) { [self] in deliver(result) }
+    }
+
+    /// The outcome at INFO (counts only: a failure reaches the host anyway);
+    /// each failure at DEBUG, with its
+    /// record's id and the error (whose server text may quote a value).
+    private static func log(_ tally: Tally) {
+        Log.info(.save, {
+            let conflicts = tally.failures.filter { $0.conflict != nil }.count
+            return "save of \(tally.total) changes: \(tally.saved) saved, \(tally.discarded) discarded, "
+                + "\(tally.failures.count) not saved (\(conflicts) in conflict)"
+        }())
+        guard Log.isEnabled(.debug) else { return }
+        for failure in tally.failures {
+            Log.debug(.save, "not saved: \(failure.object.entity.name)/\(failure.object.id)"
+                      + (failure.conflict != nil ? " (conflict)" : "") + ": \(failure.error.message)")
+        }
     }
 
     /// The save's status: the conflicts first, as the failure a host most

@@ -113,8 +113,22 @@ final class Database: @unchecked Sendable {
     /// Drops every prepared statement: the schema changed under them.
     func clearStatements() { statements = [:] }
 
+    /// Logs a statement that ran since `start` if it was slow: its SQL (cut
+    /// when long), never a bound value.
+    static func noteTime(since start: MonotonicTime, _ sql: @autoclosure () -> String) {
+        let took = MonotonicTime.now().milliseconds(since: start)
+        guard took >= Log.slowStatementMilliseconds else { return }
+        Log.warning(.store, {
+            let text = sql()
+            let shown = text.utf8.count > 300 ? String(text.prefix(300)) + "… (\(text.utf8.count) bytes)" : text
+            return "slow statement (\(took) ms): \(shown)"
+        }())
+    }
+
     /// Runs statements that take no parameters and return no rows.
     func execute(_ sql: String) throws {
+        let start = Log.isEnabled(.warning) ? MonotonicTime.now() : nil
+        defer { if let start { Self.noteTime(since: start, sql) } }
         var message: UnsafeMutablePointer<CChar>?
         guard sqlite3_exec(handle, sql, nil, nil, &message) == SQLITE_OK else {
             let reason = message.map { String(cString: $0) } ?? "unknown error"
@@ -156,6 +170,18 @@ final class Statement {
 
     deinit { sqlite3_finalize(statement) }
 
+    /// Runs one use of the statement; when warnings are logged, times it
+    /// (with the reading of its rows) and logs it if slow: its SQL text,
+    /// which holds no values (they are bound), and the time. When they are
+    /// not, it costs one atomic load.
+    @inline(__always)
+    private func timed<T>(_ body: () throws -> T) rethrows -> T {
+        guard Log.isEnabled(.warning) else { return try body() }
+        let start = MonotonicTime.now()
+        defer { Database.noteTime(since: start, sqlite3_sql(statement).map { String(cString: $0) } ?? "?") }
+        return try body()
+    }
+
     private func bind(_ values: [SQLValue]) throws {
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)
@@ -196,9 +222,11 @@ final class Statement {
     }
 
     func run(_ values: [SQLValue] = []) throws {
-        defer { finish() }
-        try bind(values)
-        while try step() {}
+        try timed {
+            defer { finish() }
+            try bind(values)
+            while try step() {}
+        }
     }
 
     /// A result row read in place, lent only for the call that gives it:
@@ -211,17 +239,21 @@ final class Statement {
 
     /// Calls `body` with each row.
     func each(_ values: [SQLValue] = [], _ body: (Row) throws -> Void) throws {
-        defer { finish() }
-        try bind(values)
-        while try step() { try body(Row(statement: self)) }
+        try timed {
+            defer { finish() }
+            try bind(values)
+            while try step() { try body(Row(statement: self)) }
+        }
     }
 
     /// The first row given to `body`, nil without one; steps no further
     /// (for a lookup by a unique key, the step that would find no more).
     func first<T>(_ values: [SQLValue] = [], _ body: (Row) throws -> T) throws -> T? {
-        defer { finish() }
-        try bind(values)
-        return try step() ? body(Row(statement: self)) : nil
+        try timed {
+            defer { finish() }
+            try bind(values)
+            return try step() ? body(Row(statement: self)) : nil
+        }
     }
 
     func rows(_ values: [SQLValue] = []) throws -> [[SQLValue]] {
@@ -234,14 +266,16 @@ final class Statement {
     /// Each row's first column as raw bytes (empty for a non-text value),
     /// without building rows: for reading very many ids.
     func eachText(_ values: [SQLValue] = [], _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
-        defer { finish() }
-        try bind(values)
-        while try step() {
-            guard sqlite3_column_type(statement, 0) == SQLITE_TEXT else {
-                try body(UnsafeRawBufferPointer(start: nil, count: 0))
-                continue
+        try timed {
+            defer { finish() }
+            try bind(values)
+            while try step() {
+                guard sqlite3_column_type(statement, 0) == SQLITE_TEXT else {
+                    try body(UnsafeRawBufferPointer(start: nil, count: 0))
+                    continue
+                }
+                try body(UnsafeRawBufferPointer(start: sqlite3_column_text(statement, 0), count: Int(sqlite3_column_bytes(statement, 0))))
             }
-            try body(UnsafeRawBufferPointer(start: sqlite3_column_text(statement, 0), count: Int(sqlite3_column_bytes(statement, 0))))
         }
     }
 

@@ -88,6 +88,7 @@ final class Store: Sendable {
         let database = try Database(path: path)
         do {
             try Self.prepare(database)
+            Log.info(.store, "store opened: \(path)")
             connection = Lock(database)
             reader = Lock(database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true))
         } catch {
@@ -198,6 +199,7 @@ final class Store: Sendable {
                     .rows().compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } })
                 let wanted = Set(model.entities.map { "e\($0.code)" })
                 for table in existing.subtracting(wanted) {
+                    Log.info(.migration, "table \(table) dropped: its entity is gone")
                     try database.execute("DROP TABLE \(Identifier.quoted(table))")
                 }
                 // A table made or changed lacks what earlier syncs brought: its
@@ -252,6 +254,7 @@ final class Store: Sendable {
             } + ["\(Identifier.quoted(Self.extraColumn)) TEXT", "\(Identifier.quoted(Self.fetchedColumn)) INTEGER NOT NULL",
                  "\(Identifier.quoted(Self.writeColumn)) INTEGER NOT NULL DEFAULT 0"]
             try database.execute("CREATE TABLE \(table) (\(columns.joined(separator: ", ")))")
+            Log.info(.migration, "\(entity.name): table \(table) created, \(entity.attributes.count) attributes")
             return true
         }
         let current = try database.statement("SELECT name, type FROM pragma_table_info(?)")
@@ -260,6 +263,12 @@ final class Store: Sendable {
                 if case .text(let name) = row[0], case .text(let type) = row[1] { result[name] = type }
             }
         var changed = false
+        var dropped = 0, added = 0
+        defer {
+            if dropped + added > 0 {
+                Log.info(.migration, "\(entity.name): table \(table) migrated, \(dropped) columns dropped, \(added) added; its rows will be fetched again")
+            }
+        }
         if current[Self.writeColumn] == nil {  // a store from before reconciling by write
             try database.execute("ALTER TABLE \(table) ADD COLUMN \(Identifier.quoted(Self.writeColumn)) INTEGER NOT NULL DEFAULT 0")
         }
@@ -272,12 +281,14 @@ final class Store: Sendable {
                 }
                 try database.execute("ALTER TABLE \(table) DROP COLUMN \(Identifier.quoted(name))")
                 changed = true
+                dropped += 1
             }
         }
         for attribute in entity.attributes where current["a\(attribute.code)"] != Self.declaredType(attribute.type) {
             guard !attribute.isID else { continue }
             try database.execute("ALTER TABLE \(table) ADD COLUMN \(Identifier.column(code: attribute.code)) \(Self.declaredType(attribute.type))")
             changed = true
+            added += 1
         }
         if changed {
             // Rows lack the new columns' values until fetched again: mark them stale.

@@ -18,6 +18,10 @@ Object; a Results (a batched fetch's answer, batch=n) holds its results
 handle until closed or collected; tether.live_counts() shows what the library
 holds, for leak checks.
 
+The library's log messages go to the logger "tether" (children by category:
+"tether.http", "tether.save"...); after changing its level, call
+tether.log_to_python() (or tether.set_log_level(level)): see tether.logs.
+
 Set TETHER_LIBRARY to choose the libtether.so to load.
 """
 
@@ -37,6 +41,8 @@ from . import host
 from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
 from . import perforce
 from ._lib import MERGE_POLICIES
+from . import logs
+from .logs import log_to_python, set_log_level, stop_logging
 
 __version__ = "0.2.0"
 
@@ -51,5 +57,5 @@ __all__ = [
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
     "E_CONFLICT", "E_NOT_ALLOWED", "E_EXPIRED", "library_path", "library_version", "library_version_number", "errstr",
-    "live_counts", "perforce", "__version__",
+    "live_counts", "perforce", "logs", "log_to_python", "set_log_level", "stop_logging", "__version__",
 ]

@@ -458,6 +458,12 @@ tether_specdef_free = _declare("tether_specdef_free", c_int, [c_void_p])
 # Diagnostics.
 tether_live_count = _declare("tether_live_count", c_int, [c_int, POINTER(c_int64)])
 
+# Logging (tether.logs): the process-wide hook. The callback gets the level,
+# the category and the message (both borrowed for the call), and userdata.
+LOG_OFF, LOG_ERROR, LOG_WARNING, LOG_INFO, LOG_DEBUG = range(5)
+LOG_CB = CFUNCTYPE(None, c_int, c_char_p, c_char_p, c_void_p)
+tether_log_set = _declare("tether_log_set", c_int, [c_int, LOG_CB, c_void_p])
+
 # The hot paths' versions (see _declare_raw): status tested by the caller;
 # `out` (a tether_value * or const char **) passed as an address.
 raw_object_peek = _declare_raw("tether_object_peek", c_int, [c_void_p, c_char_p, c_void_p])

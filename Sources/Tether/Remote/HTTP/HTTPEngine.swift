@@ -236,6 +236,7 @@ private final class EngineLoop {
         while true {
             let work = engine.takeWork()
             for (id, completion) in work.cancels {
+                if let transfer = active[id] { Log.debug(.http, "\(transfer.request.method) \(Log.path(of: transfer.request.url)) cancelled") }
                 remove(id)
                 completion(.failure(.cancelled))
             }
@@ -255,6 +256,7 @@ private final class EngineLoop {
                       let id = byHandle[handle], let transfer = active[id] else { continue }
                 let outcome = transfer.outcome(message.pointee.data.result)
                 remove(id)
+                Log.debug(.http, transfer.summary(outcome))
                 engine.finished(id)?(outcome)
             }
             // Sleep until traffic, a wakeup, or the next waiting transfer's time.
@@ -265,6 +267,7 @@ private final class EngineLoop {
 
     private func begin(_ id: HTTPEngine.TransferID, _ request: HTTPRequest) {
         let transfer = Transfer(request: request, curl: engine.curl)
+        if Log.isEnabled(.debug) { transfer.started = MonotonicTime.now() }
         do {
             try transfer.configure(credentials: engine.credentials, timeoutMilliseconds: engine.timeoutMilliseconds)
         } catch {
@@ -298,6 +301,8 @@ private final class Transfer {
     var body: [UInt8] = []
     var headers: [(name: String, value: String)] = []
     var tooLarge = false
+    /// When it went on the wire, taken only when requests are logged.
+    var started: MonotonicTime?
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
 
@@ -358,6 +363,19 @@ private final class Transfer {
         }
         for line in lines { headerList = curl.slist_append(headerList, line) }
         try check(tether_curl_set_slist(curl.table, easy, CURLOPT_HTTPHEADER, headerList))
+    }
+
+    /// The request's log line: method, path (never the host, user info or
+    /// headers: no credentials), status or failure, size and time.
+    func summary(_ outcome: Result<HTTPResponse, TetherError>) -> String {
+        let took = started.map { ", \(MonotonicTime.now().milliseconds(since: $0)) ms" } ?? ""
+        let sent = request.body.map { ", sent \($0.count) bytes" } ?? ""
+        switch outcome {
+        case .success(let response):
+            return "\(request.method) \(Log.path(of: request.url)) -> \(response.status) (\(response.body.count) bytes\(sent)\(took))"
+        case .failure(let error):
+            return "\(request.method) \(Log.path(of: request.url)) failed: \(error.message)\(took.isEmpty ? "" : " (" + took.dropFirst(2) + ")")"
+        }
     }
 
     func outcome(_ code: CURLcode) -> Result<HTTPResponse, TetherError> {

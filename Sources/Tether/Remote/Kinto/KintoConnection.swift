@@ -70,7 +70,7 @@ public final class KintoConnection: Connection {
             done(.tether {
                 let info = try Self.body(of: Self.checked(result, what: "server info"), what: "server info")
                 guard info["http_api_version"] != nil || info["project_name"] != nil else {
-                    throw TetherError(.protocol, "\(self.root)/ does not answer like a Kinto server")
+                    throw TetherError(.protocol, "\(Log.redacted(self.root))/ does not answer like a Kinto server")
                 }
                 if case .integer(let limit)? = info["settings"]?["batch_max_requests"], limit > 0 {
                     self.batchLimit.withLock { $0 = Int(min(limit, Self.subrequestsPerBatch)) }
@@ -611,10 +611,12 @@ public final class KintoConnection: Connection {
     /// The next page's URL. It must stay on this server: credentials go with it.
     private func nextPage(_ response: HTTPResponse) throws -> String? {
         guard let next = response.header("Next-Page"), !next.isEmpty else { return nil }
-        guard next.hasPrefix(root + "/") else {
-            throw TetherError(.protocol, "the server sent a Next-Page outside \(root)")
+        // A root with user info: the server names itself without it.
+        let plain = Log.redacted(root)
+        guard next.hasPrefix(plain + "/") else {
+            throw TetherError(.protocol, "the server sent a Next-Page outside \(plain)")
         }
-        return next
+        return root + next.dropFirst(plain.count)
     }
 
     /// A batch answer's Next-Page. Kinto builds a subrequest's URLs itself,
@@ -629,7 +631,7 @@ public final class KintoConnection: Connection {
             return parts.count == 4 ? "/" + parts[3] : ""
         }
         guard let path = pathAndQuery(next), let rootPath = pathAndQuery(root), path.hasPrefix(rootPath + "/") else {
-            throw TetherError(.protocol, "the server sent a Next-Page outside \(root)")
+            throw TetherError(.protocol, "the server sent a Next-Page outside \(Log.redacted(root))")
         }
         return root + path.dropFirst(rootPath.count)
     }
@@ -691,11 +693,22 @@ final class Exchange: Cancellable {
     private func send(_ request: HTTPRequest, attempt: Int, afterMilliseconds delay: Int64,
                       _ then: @escaping HTTPEngine.Completion) {
         guard !state.withLock({ $0.cancelled }) else { return then(.failure(.cancelled)) }
-        let id = engine.start(request, afterMilliseconds: max(delay, backoff.remainingMilliseconds())) { [self] result in
+        let serverWait = backoff.remainingMilliseconds()
+        if serverWait > delay {
+            Log.debug(.http, "\(request.method) \(Log.path(of: request.url)) waits \(serverWait) ms: the server asked to back off")
+        }
+        let id = engine.start(request, afterMilliseconds: max(delay, serverWait)) { [self] result in
             if case .success(let response) = result { backoff.heed(response) }
-            if request.method == "GET" || request.repeatable, attempt < Self.maximumRetries, let wait = Self.retryDelay(result, attempt: attempt) {
+            let retryable = request.method == "GET" || request.repeatable
+            if retryable, attempt < Self.maximumRetries, let wait = Self.retryDelay(result, attempt: attempt) {
+                Log.info(.http, "\(request.method) \(Log.path(of: request.url)): \(Self.describe(result)); "
+                         + "retry \(attempt + 1) of \(Self.maximumRetries) in \(wait) ms")
                 send(request, attempt: attempt + 1, afterMilliseconds: wait, then)
             } else {
+                if Self.isTrouble(result) {
+                    Log.warning(.http, "\(request.method) \(Log.path(of: request.url)): \(Self.describe(result))"
+                                + (attempt > 0 ? " after \(attempt + 1) attempts" : ""))
+                }
                 then(result)
             }
         }
@@ -704,6 +717,24 @@ final class Exchange: Cancellable {
             return state.cancelled
         }
         if cancelledMeanwhile { engine.cancel(id) }
+    }
+
+    /// A failure worth a warning: no answer, or the server failing (5xx, 429).
+    /// Other statuses (404, 412...) are answers their callers expect.
+    private static func isTrouble(_ result: Result<HTTPResponse, TetherError>) -> Bool {
+        switch result {
+        case .success(let response): return response.status >= 500 || response.status == 429
+        case .failure(let error): return error.kind != .cancelled
+        }
+    }
+
+    /// An answer's status, or why there was none (no server text: it may
+    /// quote a record).
+    private static func describe(_ result: Result<HTTPResponse, TetherError>) -> String {
+        switch result {
+        case .success(let response): return "HTTP \(response.status)"
+        case .failure(let error): return error.message
+        }
     }
 
     /// How long to wait before trying `result`'s request again; nil: do not.
@@ -743,9 +774,12 @@ final class ServerBackoff: Sendable {
             return
         }
         let due = MonotonicTime.now().adding(milliseconds: wait)
-        until.withLock { until in
-            if until.map({ $0 < due }) ?? true { until = due }
+        let later = until.withLock { until -> Bool in
+            guard until.map({ $0 < due }) ?? true else { return false }
+            until = due
+            return true
         }
+        if later { Log.info(.http, "the server asked to back off: no new request for \(wait) ms") }
     }
 
     /// How long a request starting now must wait; 0 when not backing off.
