@@ -1528,7 +1528,7 @@ static int cmd_get(int argc, char **argv)
         rc = api_error(fresh_st);
         goto out;
     }
-    if (g.json) {
+    if (g.json && fresh_st == TETHER_OK) { /* else the error is the document */
         buf b = {0};
         buf_str(&b, "{\"entity\":");
         buf_json_cstr(&b, ent.name);
@@ -1548,7 +1548,7 @@ static int cmd_get(int argc, char **argv)
             buf_str(&b, "null");
         buf_printf(&b, ",\"refreshed_status\":\"%s\"}", tether_errstr(fresh_st));
         json_out(&b);
-    } else {
+    } else if (!g.json) {
         char *c = cached_st == TETHER_OK ? cell_value(&cached) : xstrdup("(not cached)");
         char *f = fresh_st == TETHER_OK            ? cell_value(&fresh)
                   : xstrdup("(no such record)");
