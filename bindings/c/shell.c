@@ -2019,9 +2019,15 @@ static int cmd_help(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    fputs(COMMANDS, g.json ? stderr : stdout);
-    if (g.json)
-        puts("{\"help\":\"see stderr\"}");
+    if (g.json) {
+        buf b = {0};
+        buf_str(&b, "{\"help\":");
+        buf_json_cstr(&b, COMMANDS);
+        buf_str(&b, "}");
+        json_out(&b);
+    } else {
+        fputs(COMMANDS, stdout);
+    }
     return SHELL_OK;
 }
 
