@@ -24,7 +24,7 @@ RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivit
                  -Xlinker -soname=$(SONAME)
 APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv gcc make pkg-config luajit curl
 # make install: $(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION) and its links,
-# include/tether.h, lib/pkgconfig/tether.pc (from tether.pc.in).
+# include/tether.h, lib/pkgconfig/tether.pc (from tether.pc.in), bin/tether (the shell).
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
@@ -66,10 +66,13 @@ $(LIB): Package.swift include/tether.h $(shell find Sources -type f) $(BUILD_DIR
 $(BUILD_DIR)/$(SONAME): $(LIB)
 	ln -sfn libtether.so $@
 
-# Installs the release library (building it if needed; not the demo's Kinto).
+# Installs the release library (building it if needed; not the demo's Kinto)
+# and the shell, linked to find the library in $(PREFIX)/lib.
 # DESTDIR stages the files; tether.pc names $(PREFIX), where they will be used.
-install: $(LIB)
-	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include"
+install: $(LIB) $(BUILD_DIR)/$(SONAME)
+	@$(MAKE) -s -C bindings/c install-shell LIBDIR=$(CURDIR)/$(BUILD_DIR) PREFIX=$(PREFIX)
+	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include" "$(DESTDIR)$(PREFIX)/bin"
+	install -m 755 bindings/c/build/install/tether "$(DESTDIR)$(PREFIX)/bin/tether"
 	install -m 755 $(LIB) "$(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION)"
 	ln -sfn libtether.so.$(VERSION) "$(DESTDIR)$(PREFIX)/lib/$(SONAME)"
 	ln -sfn $(SONAME) "$(DESTDIR)$(PREFIX)/lib/libtether.so"
@@ -81,7 +84,7 @@ install: $(LIB)
 uninstall:
 	rm -f "$(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION)" "$(DESTDIR)$(PREFIX)/lib/$(SONAME)" \
 	      "$(DESTDIR)$(PREFIX)/lib/libtether.so" "$(DESTDIR)$(PREFIX)/include/tether.h" \
-	      "$(DESTDIR)$(PREFIX)/lib/pkgconfig/tether.pc"
+	      "$(DESTDIR)$(PREFIX)/lib/pkgconfig/tether.pc" "$(DESTDIR)$(PREFIX)/bin/tether"
 
 demo: build
 	scripts/demo
