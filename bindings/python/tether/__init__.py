@@ -19,6 +19,9 @@ handle until closed or collected; tether.live_counts() shows what the library
 holds, for leak checks.
 
 Set TETHER_LIBRARY to choose the libtether.so to load.
+
+The package is typed (py.typed): tether.Value is what a value reads as and is
+set to, and `mypy --strict` passes on the package.
 """
 
 from ._lib import path as library_path, errstr, live_counts
@@ -37,6 +40,7 @@ from . import host
 from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
 from . import perforce
 from ._lib import MERGE_POLICIES
+from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase, Pending
 
 __version__ = "0.2.0"
 
@@ -45,6 +49,7 @@ __all__ = [
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",
     "POLICIES", "RESULT_TYPES", "MERGE_POLICIES",
+    "Value", "Key", "Policy", "ResultType", "MergePolicy", "Delivery", "Phase", "Pending",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
     "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "error_class",
