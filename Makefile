@@ -42,6 +42,9 @@ deps:
 	@scripts/kinto-install
 	@$(VENV)/bin/python -c 'import pytest' 2>/dev/null || $(VENV)/bin/pip install -q 'pytest==8.3.5'
 	@$(VENV)/bin/python -c 'import kinto_http' 2>/dev/null || $(VENV)/bin/pip install -q 'kinto-http==11.11.0'
+	@# mypy for the types suite: 1.19 is the last that checks for Python 3.9 (the
+	@# binding's oldest); the exact version, as misuse.py's expected errors follow it.
+	@$(VENV)/bin/python -c 'import mypy.version as v, sys; sys.exit(v.__version__ != "1.19.1")' 2>/dev/null || $(VENV)/bin/pip install -q 'mypy==1.19.1'
 
 build: deps $(LIB) $(BUILD_DIR)/$(SONAME)
 	@$(MAKE) -s -C bindings/c all LIBDIR=$(CURDIR)/$(BUILD_DIR)

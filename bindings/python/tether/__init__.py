@@ -23,6 +23,9 @@ The library's log messages go to the logger "tether" (children by category:
 tether.log_to_python() (or tether.set_log_level(level)): see tether.logs.
 
 Set TETHER_LIBRARY to choose the libtether.so to load.
+
+The package is typed (py.typed): tether.Value is what a value reads as and is
+set to, and `mypy --strict` passes on the package.
 """
 
 from ._lib import path as library_path, errstr, live_counts
@@ -43,6 +46,7 @@ from . import perforce
 from ._lib import MERGE_POLICIES
 from . import logs
 from .logs import log_to_python, set_log_level, stop_logging
+from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase, Pending
 
 __version__ = "0.2.0"
 
@@ -51,6 +55,7 @@ __all__ = [
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",
     "POLICIES", "RESULT_TYPES", "MERGE_POLICIES",
+    "Value", "Key", "Policy", "ResultType", "MergePolicy", "Delivery", "Phase", "Pending",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
     "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "error_class",

@@ -10,12 +10,16 @@ The library is loaded with ctypes.CDLL, which releases the GIL for the
 duration of each call (the library's own threads call back into Python).
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import Any, Dict, List, Optional, Tuple
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int,
                     c_int64, c_size_t, c_uint, c_void_p)
 
-from .errors import make_error
+from ._types import Pending
+from .errors import TetherError, make_error
 
 # ------------------------------------------------------------------ loading
 
@@ -25,7 +29,7 @@ _REPO = os.path.abspath(os.path.join(_HERE, "..", "..", ".."))
 _LIBNAME = "libtether.so"
 
 
-def candidate_paths():
+def candidate_paths() -> List[Tuple[str, str]]:
     """The places searched for the library, in order."""
     paths = []
     env = os.environ.get("TETHER_LIBRARY")
@@ -37,7 +41,7 @@ def candidate_paths():
     return paths
 
 
-def _load():
+def _load() -> Tuple[ctypes.CDLL, str]:
     tried = []
     for label, path in candidate_paths():
         if label == "$TETHER_LIBRARY":
@@ -95,9 +99,9 @@ LOCAL_STORE_VERSION = 1
 SAVE_OPTIONS_VERSION = 1
 
 # What a save does with a conflict (tether_merge_policy), by the binding's names.
-MERGE_POLICIES = {"report": 0, "server_wins": 1, "client_wins": 2, "merge_properties": 3}
+MERGE_POLICIES: Dict[str, int] = {"report": 0, "server_wins": 1, "client_wins": 2, "merge_properties": 3}
 # An object's unsaved change (tether_pending).
-PENDING_NAMES = {0: None, 1: "insert", 2: "update", 3: "delete"}
+PENDING_NAMES: Dict[int, Optional[Pending]] = {0: None, 1: "insert", 2: "update", 3: "delete"}
 # 2 added predicate, arguments, argument_count; 3 offset, server_query;
 # 4 result_type, properties, batch_size, progress; 5 live.
 FETCH_OPTIONS_VERSION = 5
@@ -268,7 +272,7 @@ class tether_connection(Structure):
 # ------------------------------------------------------------------ declarations
 
 
-def status_error(status):
+def status_error(status: int) -> TetherError:
     """The exception for a negative status, with the library's message. Call
     it at once after the failing call, on the same thread (the message is
     the thread's last): what the errcheck raises, for the hot paths that
@@ -278,13 +282,15 @@ def status_error(status):
     return make_error(status, msg.decode("utf-8", "replace") if msg else "", _errstr(status))
 
 
-def _status_check(result, func, args):
+def _status_check(result: int, func: Any, args: Any) -> int:
     if result < 0:
         raise status_error(result)
     return result
 
 
-def _declare(name, restype, argtypes, status=True):
+# The declared functions are typed Any: ctypes checks their arguments at
+# run time by argtypes, which a type checker does not read.
+def _declare(name: str, restype: Any, argtypes: List[Any], status: bool = True) -> Any:
     f = getattr(lib, name)
     f.restype = restype
     f.argtypes = argtypes
@@ -293,7 +299,7 @@ def _declare(name, restype, argtypes, status=True):
     return f
 
 
-def _declare_raw(name, restype, argtypes, dll=None):
+def _declare_raw(name: str, restype: Any, argtypes: List[Any], dll: Optional[ctypes.CDLL] = None) -> Any:
     """A second function object for `name`, with no errcheck: for the hot
     paths (peek, get, reading results), which test the status inline and
     raise status_error(status), exactly what the errcheck would. Pointers
@@ -313,7 +319,7 @@ tether_errstr = _declare("tether_errstr", c_char_p, [c_int], status=False)
 tether_value_clear = _declare("tether_value_clear", None, [POINTER(tether_value)], status=False)
 
 
-def _errstr(status):
+def _errstr(status: int) -> str:
     s = tether_errstr(status)
     return s.decode("ascii", "replace") if s else "TETHER_E_UNKNOWN"
 
@@ -481,21 +487,22 @@ raw_value_clear = _declare_raw("tether_value_clear", None, [c_void_p],
                                dll=ctypes.PyDLL(path))
 
 
-def errstr(status):
+def errstr(status: int) -> str:
     """The library's constant name for a status, e.g. "TETHER_E_NETWORK"."""
     return _errstr(status)
 
 
-def version():
+def version() -> str:
     """The version string of the loaded library."""
     return tether_version().decode("ascii")
 
 
-def version_number():
+def version_number() -> int:
+    """The library's version as a number (MAJOR * 1000000 + MINOR * 1000 + PATCH)."""
     return tether_version_number()
 
 
-def live_counts():
+def live_counts() -> Dict[str, int]:
     """How many contexts, objects, object handles, results, tasks, observers
     and library threads exist right now in this process (tether_live_count),
     by name: for leak checks in tests and long-running hosts."""

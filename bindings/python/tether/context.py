@@ -26,6 +26,8 @@ Live fetches (live=True) answer until cancelled; a LiveFetch (fetch_live)
 is one as an asyncio iterator, cancelled when its loop lets go of it.
 """
 
+from __future__ import annotations
+
 import asyncio
 import atexit
 import collections.abc
@@ -42,26 +44,48 @@ import time
 import weakref
 from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Literal, Mapping,
+                    Optional, Sequence, Tuple, Type, TypeVar, Union, overload)
 
 from . import _lib
+from ._types import Delivery, Key, MergePolicy, Phase, Policy, ResultType, Value
 from .saving import ContextSaving, ObjectEditing, Request
 from .errors import (BusyError, HandleError, NotCachedError, NotFoundError, TetherError, make_error,
                      E_BUSY, E_CANCELLED, E_HANDLE, E_NOT_CACHED)
 
+if TYPE_CHECKING:
+    from .host import Connection
+
 log = logging.getLogger("tether")
 
-PHASES = {_lib.PHASE_CACHED: "cached", _lib.PHASE_FINAL: "final", _lib.PHASE_LIVE: "live"}
+_T = TypeVar("_T")
+_C = TypeVar("_C", bound="Context")
 
-POLICIES = {
+# What a fetch takes and gives, by the types its options accept.
+Sort = Union[None, str, Sequence[str]]
+Argument = Union[None, bool, int, float, str]        # a predicate's $n
+Progress = Callable[[int, Optional[int]], object]     # progress(received, total or None)
+# callback(phase, status, message, answer); a live fetch's takes `changes` too.
+FetchCallback = Callable[[Phase, int, str, Any], object]
+LiveCallback = Callable[[Phase, int, str, Any, Optional["Changes"]], object]
+ObserverCallback = Callable[["Object", str, int], object]   # (obj, key, status)
+Row = Dict[str, Value]                                 # a "values" answer's row
+# An "objects" answer with `batch` set: a Results, or a list when there was
+# nothing to read (an empty answer, an error's, a cancel's).
+ObjectsAnswer = Union[List["Object"], "Results"]
+
+PHASES: Dict[int, Phase] = {_lib.PHASE_CACHED: "cached", _lib.PHASE_FINAL: "final", _lib.PHASE_LIVE: "live"}
+
+POLICIES: Dict[str, int] = {
     "cache_then_server": _lib.POLICY_CACHE_THEN_SERVER,
     "cache_only": _lib.POLICY_CACHE_ONLY,
     "server_only": _lib.POLICY_SERVER_ONLY,
     "cache_else_server": _lib.POLICY_CACHE_ELSE_SERVER,
 }
 
-DELIVERIES = {"thread": _lib.DELIVER_THREAD, "poll": _lib.DELIVER_POLL}
+DELIVERIES: Dict[str, int] = {"thread": _lib.DELIVER_THREAD, "poll": _lib.DELIVER_POLL}
 
-RESULT_TYPES = {
+RESULT_TYPES: Dict[str, int] = {
     "objects": _lib.RESULT_OBJECTS,
     "ids": _lib.RESULT_IDS,
     "count": _lib.RESULT_COUNT,
@@ -76,7 +100,7 @@ OPERATIONS = (("fetch", _lib.OP_FETCH), ("insert", _lib.OP_INSERT),
 
 # ------------------------------------------------------------------ helpers
 
-def _cstr(value, what):
+def _cstr(value: object, what: str) -> bytes:
     """str -> UTF-8 bytes for C; bytes pass through unchanged (so a caller can
     hand the library arbitrary bytes, e.g. to see it reject bad UTF-8)."""
     if isinstance(value, bytes):
@@ -90,15 +114,17 @@ def _cstr(value, what):
     return b
 
 
-def _cstr_opt(value, what):
+def _cstr_opt(value: object, what: str) -> Optional[bytes]:
     return None if value is None else _cstr(value, what)
 
 
-def _pystr(b):
+# Any: most are C strings the header promises are never NULL (names, ids),
+# typed str where they land; the others are Optional[str] there.
+def _pystr(b: Optional[bytes]) -> Any:
     return None if b is None else b.decode("utf-8", "replace")
 
 
-def _convert(v):
+def _convert(v: _lib.tether_value) -> Any:
     """A tether_value -> a Python value. Does not clear it."""
     t = v.type
     if t == _lib.TYPE_NULL:
@@ -131,7 +157,7 @@ def _convert(v):
 # atomic), so a buffer has one user at a time, whatever the threads, and a
 # read that runs inside another on the same thread (a finalizer, a signal
 # handler) takes one of its own. Between reads a buffer owns no text.
-_VALUES = []
+_VALUES: List[Tuple[int, memoryview]] = []
 _VALUE_SIZE = ctypes.sizeof(_lib.tether_value)
 # type, integer, real, text (an address), length, in one call.
 _VALUE_LAYOUT = struct.Struct("@iqdPN")
@@ -143,7 +169,7 @@ assert _VALUE_LAYOUT.size == _VALUE_SIZE and all(
     "tether_value's layout is not the one _VALUE_LAYOUT reads"
 
 
-def _new_value():
+def _new_value() -> Tuple[int, memoryview]:
     buf = ctypes.create_string_buffer(_VALUE_SIZE)
     return ctypes.addressof(buf), memoryview(buf)   # the view keeps buf alive
 
@@ -151,14 +177,15 @@ def _new_value():
 # A text's bytes by address: a view of "all memory" from there, sliced to the
 # text's length (one slice, where string_at is a foreign call of its own).
 _TEXT_MAX = sys.maxsize // 2
-_text_at = (ctypes.c_char * _TEXT_MAX).from_address
+# (Typed Any: a c_char array's slice is bytes, where typeshed says a list.)
+_text_at: Callable[[int], Any] = (ctypes.c_char * _TEXT_MAX).from_address
 
 
-def _bytes_at(p, n):
+def _bytes_at(p: int, n: int) -> bytes:
     return _text_at(p)[:n] if n <= _TEXT_MAX else ctypes.string_at(p, n)
 
 
-def _converted(addr, view):
+def _converted(addr: int, view: memoryview) -> Any:
     """The value filled in at `addr` -> a Python value, as _convert; clears
     it (frees its text) when it holds one, also if converting fails."""
     t, i, r, p, n = _unpack_value(view)
@@ -183,18 +210,18 @@ def _converted(addr, view):
 # peek/get keys (str) -> their UTF-8 bytes. Keys are attribute names, so few;
 # past _KEYS_MAX (some host reading arbitrary names) a key is encoded at each
 # read instead. Only valid keys are kept: a bad one fails each time.
-_KEYS = {}
+_KEYS: Dict[str, bytes] = {}
 _KEYS_MAX = 4096
 
 
-def _key_bytes(key):
+def _key_bytes(key: str) -> bytes:
     b = _cstr(key, "key")
     if len(_KEYS) < _KEYS_MAX:
         _KEYS[key] = b
     return b
 
 
-def _other_key(key, by_name, by_code):
+def _other_key(key: object, by_name: Any, by_code: Any) -> Tuple[Any, Any]:
     """A key that is not a str: (the function to call, its argument), or the
     TypeError/ValueError it always gave."""
     if isinstance(key, bool):
@@ -210,7 +237,7 @@ def _other_key(key, by_name, by_code):
 _NOT_CACHED = object()   # is_cached's default: no value can be it
 
 
-def _reader(name, by_name, by_code, doc):
+def _reader(name: str, by_name: Any, by_code: Any, doc: str) -> Callable[..., Any]:
     """Object.peek or Object.get: `by_name`/`by_code` the raw (unchecked)
     functions. Everything it uses is bound here, to spare global lookups."""
     keys_get = _KEYS.get
@@ -223,9 +250,9 @@ def _reader(name, by_name, by_code, doc):
     REAL, BOOLEAN = _lib.TYPE_REAL, _lib.TYPE_BOOLEAN
     NOT_CACHED = E_NOT_CACHED
 
-    def read(self, key, default=None):
+    def read(self: Object, key: Key, default: Any = None) -> Any:
         if type(key) is str:
-            arg = keys_get(key)
+            arg: Any = keys_get(key)
             if arg is None:
                 arg = _key_bytes(key)
             call = by_name
@@ -274,7 +301,7 @@ def _reader(name, by_name, by_code, doc):
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def _arguments(args):
+def _arguments(args: Optional[Iterable[Argument]]) -> Tuple[Any, int, Tuple[Any, ...]]:
     """A fetch's predicate arguments -> (ctypes array of tether_value or None,
     count, the buffers the array points into). The caller keeps the array and
     the buffers alive until tether_fetch_start returns (the library borrows
@@ -294,7 +321,7 @@ def _arguments(args):
     if not values:
         return None, 0, ()
     array = (_lib.tether_value * len(values))()
-    buffers = []
+    buffers: List[Any] = []
     for i, value in enumerate(values):
         v, n = array[i], i + 1
         if value is None:
@@ -322,7 +349,8 @@ def _arguments(args):
     return array, len(values), tuple(buffers)
 
 
-def _result_options(result, properties):
+def _result_options(result: str, properties: Optional[Iterable[str]]
+                    ) -> Tuple[int, Optional[bytes], Optional[List[str]]]:
     """`result` and `properties` of a fetch -> (RESULT_* code, the properties
     as the library reads them (bytes or None), their names (list or None)).
     Only Python types and what the library cannot express are judged here;
@@ -356,7 +384,7 @@ def _result_options(result, properties):
     return RESULT_TYPES[result], _cstr(",".join(names), "properties"), names
 
 
-def _refuse_live(live, where, instead):
+def _refuse_live(live: bool, where: str, instead: str) -> None:
     if live is False:
         return
     if not isinstance(live, bool):
@@ -365,18 +393,18 @@ def _refuse_live(live, where, instead):
                      "so there is no final answer to wait for; use %s" % (where, instead))
 
 
-def _report(kind, callback):
+def _report(kind: str, callback: object) -> None:
     log.exception("exception in a tether %s callback %r (ignored)", kind, callback)
 
 
-def _on_loop_thread(loop):
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
     try:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
 
 
-def _call_in_loop(loop, fn, *args):
+def _call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: Any) -> None:
     """Run fn(*args) in `loop`: directly if we are on its thread, else
     thread-safely. Silently dropped if the loop is closed."""
     if _on_loop_thread(loop):
@@ -388,7 +416,7 @@ def _call_in_loop(loop, fn, *args):
         pass
 
 
-def _resolve(fut, result=None, error=None):
+def _resolve(fut: asyncio.Future[Any], result: Any = None, error: Optional[BaseException] = None) -> None:
     if fut.done():
         return
     if error is not None:
@@ -401,7 +429,7 @@ def _resolve(fut, result=None, error=None):
 _CHUNK = 1024
 
 
-def _release_object(handle):
+def _release_object(handle: Optional[int]) -> None:
     """Gives back one reference to an object handle; a handle its closed
     context took with it is no error."""
     try:
@@ -413,10 +441,10 @@ def _release_object(handle):
 # ------------------------------------------------------------------ callback registry
 
 _tokens = itertools.count(1)
-_registry = {}   # token -> Task | Observer
+_registry: Dict[Optional[int], Any] = {}   # token -> Task | Observer (C's userdata: NULL is None)
 
 
-def _release_results(results):
+def _release_results(results: Optional[int]) -> None:
     """Releases a fetch callback's results handle: the callee owns it, so
     every callback ends with this, whatever else happened."""
     if not results:
@@ -428,7 +456,8 @@ def _release_results(results):
 
 
 @_lib.FETCH_CB
-def _fetch_trampoline(task, phase, status, message, results, userdata):
+def _fetch_trampoline(task: Optional[int], phase: int, status: int, message: Optional[bytes],
+                      results: Optional[int], userdata: Optional[int]) -> None:
     entry = None
     try:
         entry = _registry.get(userdata)
@@ -448,7 +477,8 @@ def _fetch_trampoline(task, phase, status, message, results, userdata):
 
 
 @_lib.OBSERVER_CB
-def _observer_trampoline(obj, key, status, userdata):
+def _observer_trampoline(obj: Optional[int], key: Optional[bytes], status: int,
+                         userdata: Optional[int]) -> None:
     try:
         entry = _registry.get(userdata)
         if entry is None:
@@ -461,7 +491,7 @@ def _observer_trampoline(obj, key, status, userdata):
 
 
 @_lib.PROGRESS_CB
-def _progress_trampoline(task, received, total, userdata):
+def _progress_trampoline(task: Optional[int], received: int, total: int, userdata: Optional[int]) -> None:
     try:
         entry = _registry.get(userdata)
         if entry is None:
@@ -477,11 +507,11 @@ def _progress_trampoline(task, received, total, userdata):
 
 # ------------------------------------------------------------------ exit
 
-_open_contexts = weakref.WeakSet()
+_open_contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
 
 @atexit.register
-def _close_open_contexts():
+def _close_open_contexts() -> None:
     """Closes the contexts still open at exit while the interpreter can still
     run their final callbacks. Once it is finalizing, a library thread that
     calls into Python never comes back, and a close waiting for that
@@ -499,7 +529,7 @@ def _close_open_contexts():
 class Diagnostic:
     """Something the model left out or changed, and why."""
     entity: str
-    attribute: "str | None"
+    attribute: Optional[str]
     message: str
 
 
@@ -523,11 +553,11 @@ class LocalStore:
     as a Kinto collection's), saved there and never sent to the server.
     ``configuration`` names it in object URIs (letters, digits, - and _)."""
     configuration: str
-    path: str
-    specs: object
+    path: Union[str, os.PathLike[str]]
+    specs: Union[str, Mapping[str, Any]]
 
 
-def _local_stores(stores, keep):
+def _local_stores(stores: Optional[Iterable[LocalStore]], keep: List[Any]) -> Tuple[Any, int]:
     """Local stores -> (ctypes array or None, count); the strings the array
     points to are appended to `keep`, which the caller holds across the open."""
     stores = list(stores or ())
@@ -551,7 +581,14 @@ class Entity:
     entity). Read once, at first use; its data stays readable after the
     context closes."""
 
-    def __init__(self, ctx, handle):
+    name: str
+    route: str
+    configuration: str
+    code: int
+    operations: frozenset[str]
+    attributes: List[Attribute]
+
+    def __init__(self, ctx: Context, handle: Optional[int]) -> None:
         self._ctx = ctx
         self._h = handle
         out = c_char_p()
@@ -588,7 +625,7 @@ class Entity:
         self._peek_forms = {a.name + "Peek": a.name for a in attrs
                             if a.name + "Peek" not in self._names}
 
-    def attribute(self, key):
+    def attribute(self, key: Key) -> Attribute:
         """The Attribute named `key` (str) or with code `key` (int), asking the
         library. NotFoundError if there is none."""
         idx = c_size_t()
@@ -601,14 +638,16 @@ class Entity:
         return self.attributes[idx.value]
 
     @property
-    def id_attribute(self):
+    def id_attribute(self) -> Optional[Attribute]:
+        """The attribute holding the record id (None if the model has none)."""
         return next((a for a in self.attributes if a.is_id), None)
 
     @property
-    def version_attribute(self):
+    def version_attribute(self) -> Optional[Attribute]:
+        """The attribute holding the record's server version, if any."""
         return next((a for a in self.attributes if a.is_version), None)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<tether.Entity %s (%d attributes)>" % (self.name, len(self.attributes))
 
 
@@ -619,11 +658,15 @@ class _LazyId:
     the Object's __dict__; a non-data descriptor, so later reads find it
     there as a plain attribute."""
 
-    def __init__(self, fget, doc):
+    def __init__(self, fget: Callable[[Object], str], doc: str) -> None:
         self.fget = fget
         self.__doc__ = doc
 
-    def __get__(self, obj, owner=None):
+    @overload
+    def __get__(self, obj: None, owner: Optional[type] = None) -> _LazyId: ...
+    @overload
+    def __get__(self, obj: Object, owner: Optional[type] = None) -> str: ...
+    def __get__(self, obj: Optional[Object], owner: Optional[type] = None) -> Union[_LazyId, str]:
         if obj is None:
             return self
         return self.fget(obj)
@@ -641,13 +684,15 @@ class _ObjectReference:
 
     __slots__ = ("handle",)
 
-    def __init__(self, handle):
+    handle: Optional[int]
+
+    def __init__(self, handle: Optional[int]) -> None:
         self.handle = handle
 
     # The defaults keep what __del__ needs through interpreter shutdown, when
     # module globals may already be gone.
-    def __del__(self, _release=_lib.tether_object_release, _HandleError=HandleError,
-                _finalizing=sys.is_finalizing):
+    def __del__(self, _release: Any = _lib.tether_object_release, _HandleError: Type[HandleError] = HandleError,
+                _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         handle, self.handle = self.handle, None
         if not handle:
             return
@@ -680,7 +725,10 @@ class Object(ObjectEditing):
     or get), as does a cached null: ``obj.is_cached(key)`` tells them apart.
     """
 
-    def __init__(self, ctx, handle, entity=None):
+    _ref: _ObjectReference
+    _h: Optional[int]
+
+    def __init__(self, ctx: Context, handle: Optional[int], entity: Optional[Entity] = None) -> None:
         """Takes over one reference to `handle` (use Context._wrap, which
         keeps Objects unique). `entity`: its Entity, if the caller knows it
         (else asked of the library). The id is read at first use."""
@@ -693,7 +741,7 @@ class Object(ObjectEditing):
             entity = ctx._entity_for(eh.value)
         self.entity = entity
 
-    def _read_id(self):
+    def _read_id(self) -> Any:   # str (an id is never NULL), as Object.id says
         d = self.__dict__
         # Under the objects lock: close() takes it to read the ids left
         # before the handles die, so the handle is alive here or the id kept.
@@ -712,11 +760,12 @@ class Object(ObjectEditing):
         not yet read before its handles die at close).""")
 
     @property
-    def context(self):
+    def context(self) -> Context:
+        """The Context this Object belongs to."""
         return self._ctx
 
     @property
-    def version(self):
+    def version(self) -> Optional[int]:
         """The cached server version (Kinto last_modified, ms), or None if
         the record is not cached."""
         out = c_int64()
@@ -726,19 +775,33 @@ class Object(ObjectEditing):
             return None
         return out.value
 
-    peek = _reader("peek", _lib.raw_object_peek, _lib.raw_object_peek_code,
-                   """peek(key, default=None): the cached value of `key`; never touches
-        the network. `default` if it is not cached (the record, or on a key
-        path the record it leads to). NotFoundError for a key the entity does
-        not have, or a record the server no longer has.""")
+    if TYPE_CHECKING:
+        # What _reader makes, as a type checker sees it: `default`'s type
+        # joins Value's where a value is not cached yet.
+        @overload
+        def peek(self, key: Key) -> Value: ...
+        @overload
+        def peek(self, key: Key, default: _T) -> Value | _T: ...
+        def peek(self, key: Key, default: Any = None) -> Any: ...
+        @overload
+        def get(self, key: Key) -> Value: ...
+        @overload
+        def get(self, key: Key, default: _T) -> Value | _T: ...
+        def get(self, key: Key, default: Any = None) -> Any: ...
+    else:
+        peek = _reader("peek", _lib.raw_object_peek, _lib.raw_object_peek_code,
+                       """peek(key, default=None): the cached value of `key`; never touches
+            the network. `default` if it is not cached (the record, or on a key
+            path the record it leads to). NotFoundError for a key the entity does
+            not have, or a record the server no longer has.""")
 
-    get = _reader("get", _lib.raw_object_get, _lib.raw_object_get_code,
-                  """get(key, default=None): the cached value of `key`, and a background
-        refresh of the object (observers of `key` hear when the value changes,
-        including when a record not cached yet arrives). `default` if it is not
-        cached yet.""")
+        get = _reader("get", _lib.raw_object_get, _lib.raw_object_get_code,
+                      """get(key, default=None): the cached value of `key`, and a background
+            refresh of the object (observers of `key` hear when the value changes,
+            including when a record not cached yet arrives). `default` if it is not
+            cached yet.""")
 
-    def is_cached(self, key=None):
+    def is_cached(self, key: Optional[Key] = None) -> bool:
         """Whether the record (key None) or the value of `key` is cached,
         so peek gives a stored value (None then means a null). On a key path
         ("Client.Owner") every record along it must be. Never touches the
@@ -749,12 +812,12 @@ class Object(ObjectEditing):
             return False
         return True
 
-    def to_dict(self, peek=True):
+    def to_dict(self, peek: bool = True) -> Dict[str, Value]:
         """Every attribute's value, by name (peek by default)."""
         read = self.peek if peek else self.get
         return {a.name: read(a.name) for a in self.entity.attributes}
 
-    def observe(self, key, callback):
+    def observe(self, key: Key, callback: ObserverCallback) -> Observer:
         """Calls callback(obj, key, status) when the value of `key` changes
         (status 0), and once more, last, with status TETHER_E_CANCELLED (-12)
         when the observer is removed or the context closes. `key` is a name,
@@ -768,7 +831,9 @@ class Object(ObjectEditing):
             raise TypeError("callback must be callable")
         return Observer(self, key, callback)
 
-    def __getattr__(self, name, _peek=peek, _get=get):
+    # obj.Name: a value (a get), as a type checker sees it too.
+    def __getattr__(self, name: str, _peek: Callable[..., Value] = peek,
+                    _get: Callable[..., Value] = get) -> Value:
         if name.startswith("_"):
             raise AttributeError(name)
         ent = self.__dict__.get("entity")
@@ -783,14 +848,14 @@ class Object(ObjectEditing):
             raise AttributeError("%s object %r has no attribute %r"
                                  % (self.entity.name, self.id, name)) from e
 
-    def __dir__(self):
+    def __dir__(self) -> List[str]:
         names = list(super().__dir__())
         ent = self.__dict__.get("entity")
         if ent is not None:
             names.extend(a.name for a in ent.attributes)
         return names
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         d = self.__dict__
         ent = d.get("entity")
         ident = d.get("id")
@@ -802,10 +867,10 @@ class Object(ObjectEditing):
         return "<tether.Object %s/%s>" % (ent.name if ent else "?", ident)
 
 
-def _adopted(ctx, ref, entity, _new=object.__new__):
+def _adopted(ctx: Context, ref: _ObjectReference, entity: Entity, _new: Any = object.__new__) -> Object:
     """An Object of `entity` taking over `ref`, an _ObjectReference: what
     Object(ctx, ref.handle, entity) makes, for the thousands of a fetch."""
-    obj = _new(Object)
+    obj: Object = _new(Object)
     # Straight into the dict: Object.__setattr__ (which sets model
     # attributes through the library) is not paid for thousands of objects.
     obj.__dict__.update(_ref=ref, _ctx=ctx, _h=ref.handle, entity=entity)
@@ -815,7 +880,10 @@ def _adopted(ctx, ref, entity, _new=object.__new__):
 class Observer:
     """A key observation; remove() it when done (closing the context does too)."""
 
-    def __init__(self, obj, key, callback):
+    callback: Optional[ObserverCallback]
+    _h: Optional[int]
+
+    def __init__(self, obj: Object, key: Union[str, bytes], callback: ObserverCallback) -> None:
         self.object = obj
         self.key = key if isinstance(key, str) else key.decode("utf-8", "replace")
         self.callback = callback
@@ -836,11 +904,11 @@ class Observer:
             raise
         self._h = out.value
 
-    def _unregister(self):
+    def _unregister(self) -> None:
         _registry.pop(self._token, None)
         self._ctx._pending.pop(self._token, None)
 
-    def _deliver(self, obj_h, key, status):
+    def _deliver(self, obj_h: Optional[int], key: Optional[bytes], status: int) -> None:
         final = status == E_CANCELLED
         prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
         try:
@@ -851,7 +919,7 @@ class Observer:
                     obj = self._ctx._wrap(obj_h, owned=False)
                 except TetherError:
                     _report("observer (wrapping the object)", self.callback)
-            self.callback(obj, _pystr(key) if key is not None else self.key, status)
+            self.callback(obj, _pystr(key) if key is not None else self.key, status)  # type: ignore[misc]  # None only after the final call
         except BaseException:
             _report("observer", self.callback)
         finally:
@@ -862,7 +930,7 @@ class Observer:
                 self._unregister()
                 self._final.set()
 
-    def remove(self):
+    def remove(self) -> bool:
         """Removes the observer: its callback runs once more, with
         TETHER_E_CANCELLED. True if removed now, False if it was already."""
         if self.removed or self._h is None:
@@ -873,13 +941,13 @@ class Observer:
             return False
         return True
 
-    def __enter__(self):
+    def __enter__(self) -> Observer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.remove()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<tether.Observer %r on %r%s>" % (self.key, self.object,
                                                  " removed" if self.removed else "")
 
@@ -893,13 +961,13 @@ class _Shape:
 
     __slots__ = ("type", "names", "keys", "lazy")
 
-    def __init__(self, type, names=(), lazy=False):
+    def __init__(self, type: int, names: Iterable[str] = (), lazy: bool = False) -> None:
         self.type = type
         self.names = tuple(names)
         self.keys = tuple(n.encode("utf-8") for n in self.names)
         self.lazy = lazy
 
-    def empty(self):
+    def empty(self) -> Any:
         return 0 if self.type == _lib.RESULT_COUNT else []
 
 
@@ -911,11 +979,14 @@ class _ResultsReference:
 
     __slots__ = ("handle", "ctx")
 
-    def __init__(self, ctx, handle):
+    handle: Optional[int]
+
+    def __init__(self, ctx: Context, handle: Optional[int]) -> None:
         self.ctx = ctx
         self.handle = handle
 
-    def release(self, _release=_lib.tether_results_release, _HandleError=HandleError):
+    def release(self, _release: Any = _lib.tether_results_release,
+                _HandleError: Type[HandleError] = HandleError) -> None:
         handle, self.handle = self.handle, None
         if not handle or self.ctx._closed:
             return  # closing the context released it with every other handle
@@ -924,7 +995,7 @@ class _ResultsReference:
         except _HandleError:
             pass  # the context closed meanwhile
 
-    def __del__(self, _finalizing=sys.is_finalizing):
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         handle = self.handle
         try:
             self.release()
@@ -937,7 +1008,7 @@ class _ResultsReference:
                     pass
 
 
-class Results(collections.abc.Sequence):
+class Results(collections.abc.Sequence[Object]):
     """The objects of one phase of a batched fetch (``batch > 0``), read on
     demand: a read-only sequence (``len``, ``results[i]`` with negative
     indexes, slices, iteration) over the library's results handle.
@@ -957,39 +1028,39 @@ class Results(collections.abc.Sequence):
     Readable from any thread.
     """
 
-    def __init__(self, ctx, handle):
+    def __init__(self, ctx: Context, handle: Optional[int]) -> None:
         """Takes over `handle`: it is released even if this fails."""
         self._ref = _ResultsReference(ctx, handle)  # first: owns the handle from here
         self._ctx = ctx
         # Serializes row reads against close(): a row's object handle is
         # borrowed from the results until _wrap has retained it.
         self._lock = threading.Lock()
-        self._entity = None   # its rows' Entity, once a row has been read
+        self._entity: Optional[Entity] = None   # its rows' Entity, once a row has been read
         n = c_size_t()
         _lib.tether_results_count(handle, byref(n))
         self._len = n.value
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """True once released (close(), or the context has closed)."""
         return self._ref.handle is None or self._ctx._closed
 
-    def close(self):
+    def close(self) -> None:
         """Releases the results handle (idempotent). Objects already read
         stay valid."""
         with self._lock:
             self._ref.release()
 
-    def __enter__(self):
+    def __enter__(self) -> Results:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._len
 
-    def _object(self, i):
+    def _object(self, i: int) -> Object:
         with self._lock:
             handle = self._ref.handle
             if handle is None:
@@ -1002,7 +1073,11 @@ class Results(collections.abc.Sequence):
             self._entity = obj.entity
             return obj
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> Object: ...
+    @overload
+    def __getitem__(self, index: slice) -> List[Object]: ...
+    def __getitem__(self, index: Union[int, slice]) -> Union[Object, List[Object]]:
         if isinstance(index, slice):
             return [self._object(i) for i in range(*index.indices(self._len))]
         try:
@@ -1016,12 +1091,12 @@ class Results(collections.abc.Sequence):
             raise IndexError("results index out of range")
         return self._object(i)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Object]:
         # Reads row by row: nothing but the current row's Object is kept here.
         for i in range(self._len):
             yield self._object(i)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<tether.Results %d rows%s>" % (self._len, " closed" if self.closed else "")
 
 
@@ -1038,19 +1113,19 @@ class Changes:
     inserted and moved rows (new indexes, ascending) turns the previous
     answer into this one. A "count" answer has no rows: it comes when the
     count moves, its changes always empty. False when there are none."""
-    deleted: list
-    inserted: list
-    moved: list
-    updated: list
+    deleted: List[int]
+    inserted: List[int]
+    moved: List[Tuple[int, int]]
+    updated: List[Tuple[int, int]]
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self.deleted or self.inserted or self.moved or self.updated)
 
 
-def _read_changes(results):
+def _read_changes(results: Optional[int]) -> Changes:
     """A results handle's changes (tether_results_change_*) as a Changes."""
     n, old, new = c_size_t(), c_size_t(), c_size_t()
-    found = {}
+    found: Dict[int, List[Tuple[int, int]]] = {}
     for kind in (_lib.CHANGE_DELETE, _lib.CHANGE_INSERT, _lib.CHANGE_MOVE, _lib.CHANGE_UPDATE):
         _lib.tether_results_change_count(results, kind, byref(n))
         pairs = []
@@ -1075,20 +1150,20 @@ class LiveAnswer:
     what you show with it. `status`/`message`/`error`: 0, "" and None, or the
     first live answer's error when the server could not be asked (its answer
     is then the cache's, and the fetch goes on watching the cache)."""
-    phase: str
-    answer: object
-    changes: "Changes | None"
+    phase: str   # Phase: "cached" or "live" (an unknown phase's number as text)
+    answer: Any
+    changes: Optional[Changes]
     status: int
     message: str
-    error: "TetherError | None"
+    error: Optional[TetherError]
 
 
-def _close_answer(answer):
+def _close_answer(answer: object) -> None:
     if isinstance(answer, Results):
         answer.close()
 
 
-def _live_push(ref, item):
+def _live_push(ref: weakref.ref[LiveFetch], item: LiveAnswer) -> None:
     # On the loop thread: the LiveFetch is dereferenced here, so that its
     # last reference never goes away on a library thread.
     live = ref()
@@ -1098,7 +1173,7 @@ def _live_push(ref, item):
         live._push(item)
 
 
-def _live_finish(ref, task):
+def _live_finish(ref: weakref.ref[LiveFetch], task: Task) -> None:
     live = ref()
     if live is not None:
         live._finish(task)
@@ -1126,16 +1201,18 @@ class LiveFetch:
     `task` is the fetch's Task.
     """
 
-    def __init__(self, ctx, loop, options):
+    task: Optional[Task]
+
+    def __init__(self, ctx: Context, loop: asyncio.AbstractEventLoop, options: Dict[str, Any]) -> None:
         self._ctx = ctx
         self._loop = loop
-        self._queue = collections.deque()
-        self._waiter = None     # the future __anext__ awaits, while it does
-        self._current = None    # the Results last yielded, closed at the next
+        self._queue: collections.deque[LiveAnswer] = collections.deque()
+        self._waiter: Optional[asyncio.Future[None]] = None     # the future __anext__ awaits, while it does
+        self._current: Optional[Results] = None    # the Results last yielded, closed at the next
         self._ended = False     # the FINAL callback came
         self._closing = False   # aclose() or __del__: no more answers
-        self._failure = None    # a FINAL error other than cancelled, raised once
-        self._final = loop.create_future()
+        self._failure: Optional[TetherError] = None    # a FINAL error other than cancelled, raised once
+        self._final: asyncio.Future[None] = loop.create_future()
         self.task = None
         poll_mode = ctx._delivery == _lib.DELIVER_POLL
         # The hooks hold the iterator weakly: the task stays in the registry
@@ -1143,10 +1220,10 @@ class LiveFetch:
         # iterator (and its fetch) alive for ever.
         ref = weakref.ref(self)
 
-        def on_answer(item):
+        def on_answer(item: LiveAnswer) -> None:
             _call_in_loop(loop, _live_push, ref, item)
 
-        def on_done(task):
+        def on_done(task: Task) -> None:
             if poll_mode:
                 ctx._loop_release()
             _call_in_loop(loop, _live_finish, ref, task)
@@ -1162,25 +1239,25 @@ class LiveFetch:
 
     # -- from the hooks, on the loop thread
 
-    def _push(self, item):
+    def _push(self, item: LiveAnswer) -> None:
         if self._closing:
             _close_answer(item.answer)
             return
         self._queue.append(item)
         self._wake()
 
-    def _finish(self, task):
+    def _finish(self, task: Task) -> None:
         self._ended = True
         if task.status not in (0, E_CANCELLED):
             self._failure = task.error
         _resolve(self._final)
         self._wake()
 
-    def _wake(self):
+    def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def _release(self):
+    def _release(self) -> None:
         """Closes the Results yielded last and those still queued."""
         current, self._current = self._current, None
         if current is not None:
@@ -1190,10 +1267,10 @@ class LiveFetch:
 
     # -- iteration
 
-    def __aiter__(self):
+    def __aiter__(self) -> LiveFetch:
         return self
 
-    async def __anext__(self):
+    async def __anext__(self) -> LiveAnswer:
         if self._waiter is not None:
             raise RuntimeError("tether: another coroutine is already waiting for this live fetch")
         while not self._queue:
@@ -1218,7 +1295,7 @@ class LiveFetch:
             self._current = item.answer
         return item
 
-    async def aclose(self):
+    async def aclose(self) -> None:
         """Cancels the fetch and waits for its FINAL callback; releases
         every answer's Results still held. Idempotent."""
         self._closing = True
@@ -1232,13 +1309,13 @@ class LiveFetch:
                 await asyncio.shield(self._final)
         self._release()
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> LiveFetch:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def __del__(self, _finalizing=sys.is_finalizing):
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         # `async for` drops its iterator when the loop is left: cancel there
         # and then, so that no answer comes after the loop.
         try:
@@ -1269,7 +1346,7 @@ class LiveFetch:
             except BaseException:
                 pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "ended" if self._ended else "closing" if self._closing else "live"
         return "<tether.LiveFetch %s %s, %d queued>" % (
             self.task.entity if self.task else "?", state, len(self._queue))
@@ -1297,8 +1374,17 @@ class Task(Request):
 
     _kind = "fetch"
 
-    def __init__(self, ctx, entity, callback, on_done=None, shape=None, progress=None,
-                 live=False, on_answer=None):
+    callback: Optional[Callable[..., object]]
+    cached: Any
+    answer: Any
+    changes: Optional[Changes]
+    result: Any
+    objects: Any
+
+    def __init__(self, ctx: Context, entity: str, callback: Optional[Callable[..., object]],
+                 on_done: Optional[Callable[[Task], object]] = None, shape: Optional[_Shape] = None,
+                 progress: Optional[Progress] = None, live: bool = False,
+                 on_answer: Optional[Callable[[LiveAnswer], object]] = None) -> None:
         self._ctx = ctx
         self.entity = entity
         self.callback = callback
@@ -1314,14 +1400,15 @@ class Task(Request):
         self.answer = None
         self.changes = None
         self.done = False
-        self.status = None
-        self.message = None
+        self.status: Optional[int] = None
+        self.message: Optional[str] = None
         self.result = None
-        self.error = None
+        self.error: Optional[TetherError] = None
         self.objects = None
         self._token = next(_tokens)
 
-    def _deliver(self, task_h, phase, status, message, results):
+    def _deliver(self, task_h: Optional[int], phase: int, status: int, message: Optional[bytes],
+                 results: Optional[int]) -> None:
         # Marks the whole delivery (hooks included) as inside a callback of
         # the context, for anything that must not wait for one from here.
         prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
@@ -1330,9 +1417,11 @@ class Task(Request):
         finally:
             self._ctx._cb_thread = prev
 
-    def _deliver_marked(self, task_h, phase, status, message, results):
+    def _deliver_marked(self, task_h: Optional[int], phase: int, status: int, message: Optional[bytes],
+                        results: Optional[int]) -> None:
         live = phase == _lib.PHASE_LIVE
-        changes = error = None
+        changes: Optional[Changes] = None
+        error: Optional[BaseException] = None
         # A live answer after the first is told as changes from the one
         # before; read them before _take lets the handle go.
         if live and self._live_answers > 0 and results:
@@ -1404,7 +1493,7 @@ class Task(Request):
                 # own task forms no cycle past the end.
                 self.callback = self._on_done = self._on_answer = self._progress_cb = None
 
-    def _progress(self, task_h, received, total):
+    def _progress(self, task_h: Optional[int], received: int, total: int) -> None:
         if self._h is None and task_h:
             self._h = task_h   # so that cancel() works from the first progress call on
         progress = self._progress_cb
@@ -1418,7 +1507,7 @@ class Task(Request):
         finally:
             self._ctx._cb_thread = prev
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "done status=%s" % self.status if self.done else "running"
         return "<tether.Task fetch %s %s>" % (self.entity, state)
 
@@ -1428,9 +1517,19 @@ class Task(Request):
 class Context(ContextSaving):
     """A connection + store + object graph (tether_context)."""
 
-    def __init__(self, url, bucket, store_path, *, username=None, password=None,
-                 delivery="thread", staleness_ms=0, timeout_ms=30000, object_cache_size=None, merge=None,
-                 local_stores=()):
+    name: str
+    url: Optional[str]
+    bucket: Optional[str]
+    store_path: str
+    delivery: Delivery
+    # A context opened with with_connection() only: the Connection it asks.
+    connection: Connection
+
+    def __init__(self, url: str, bucket: str, store_path: Union[str, os.PathLike[str]], *,
+                 username: Optional[str] = None, password: Optional[str] = None,
+                 delivery: Delivery = "thread", staleness_ms: int = 0, timeout_ms: int = 30000,
+                 object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
+                 local_stores: Iterable[LocalStore] = ()) -> None:
         self._setup(url, bucket, store_path, delivery)
         opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores)
         # Keep the bytes alive across the open call (the struct holds pointers).
@@ -1444,8 +1543,10 @@ class Context(ContextSaving):
         self._opened(out.value)
 
     @classmethod
-    def with_connection(cls, connection, store_path, *, delivery="thread", staleness_ms=0, object_cache_size=None,
-                        merge=None, local_stores=()):
+    def with_connection(cls, connection: Connection, store_path: Union[str, os.PathLike[str]], *,
+                        delivery: Delivery = "thread", staleness_ms: int = 0,
+                        object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
+                        local_stores: Iterable[LocalStore] = ()) -> Context:
         """A context on a connection written in Python (a tether.Connection
         subclass) instead of Kinto: the library asks it for the server info,
         the specs, pages, counts, records and writes; everything else (the
@@ -1462,7 +1563,8 @@ class Context(ContextSaving):
         self._opened(out.value)
         return self
 
-    def _options(self, staleness_ms, object_cache_size, merge, local_stores):
+    def _options(self, staleness_ms: int, object_cache_size: Optional[int], merge: Optional[str],
+                 local_stores: Optional[Iterable[LocalStore]]) -> Tuple[_lib.tether_context_options, List[Any]]:
         """The options every context takes, and the buffers they point into."""
         if object_cache_size is not None:
             if isinstance(object_cache_size, bool) or not isinstance(object_cache_size, int):
@@ -1473,7 +1575,7 @@ class Context(ContextSaving):
             raise ValueError("merge must be one of %s, not %r" % (", ".join(sorted(_lib.MERGE_POLICIES)), merge))
         opts = _lib.tether_context_options()
         _lib.tether_context_options_init(byref(opts), _lib.CONTEXT_OPTIONS_VERSION)
-        keep = [_cstr(self.store_path, "store_path")]
+        keep: List[Any] = [_cstr(self.store_path, "store_path")]
         opts.store_path = keep[0]
         opts.delivery = self._delivery
         opts.staleness_ms = int(staleness_ms)
@@ -1487,13 +1589,13 @@ class Context(ContextSaving):
             keep.append(stores)
         return opts, keep
 
-    def _opened(self, handle):
+    def _opened(self, handle: Optional[int]) -> None:
         self._h = handle
         self._closed = False
         _open_contexts.add(self)
 
     @classmethod
-    def _sibling(cls, parent, name, delivery):
+    def _sibling(cls, parent: Context, name: str, delivery: Delivery) -> Context:
         """A sibling of `parent` (see open_sibling)."""
         self = cls.__new__(cls)
         self._setup(parent.url, parent.bucket, parent.store_path, delivery)
@@ -1505,7 +1607,8 @@ class Context(ContextSaving):
         _open_contexts.add(self)
         return self
 
-    def _setup(self, url, bucket, store_path, delivery):
+    def _setup(self, url: Optional[str], bucket: Optional[str], store_path: Union[str, os.PathLike[str]],
+               delivery: Delivery) -> None:
         if delivery not in DELIVERIES:
             raise ValueError("delivery must be 'thread' or 'poll', not %r" % (delivery,))
         self.name = ""
@@ -1515,7 +1618,7 @@ class Context(ContextSaving):
         self.delivery = delivery
         # handle address -> the live Object holding it. Weak: the host's
         # references decide how long an Object (and its handle) lives.
-        self._objects = weakref.WeakValueDictionary()
+        self._objects: weakref.WeakValueDictionary[Optional[int], Object] = weakref.WeakValueDictionary()
         # Guards _objects (and the reading of Object ids, see close); never
         # held across a call that waits for a callback (a callback thread
         # may need it to wrap objects). Reentrant: a finalizer that runs
@@ -1524,20 +1627,20 @@ class Context(ContextSaving):
         # Set by close() before the handles die: Objects made from then on
         # read their id at once (it is otherwise read at first use).
         self._ids_now = False
-        self._entities = {}   # handle address -> Entity
-        self._pending = {}    # token -> Task | Observer, until its final callback
+        self._entities: Dict[Optional[int], Entity] = {}   # handle address -> Entity
+        self._pending: Dict[int, Any] = {}    # token -> Task | Observer, until its final callback
         self._lock = threading.RLock()
-        self._loop = None          # asyncio loop watching our fd (poll mode)
+        self._loop: Optional[asyncio.AbstractEventLoop] = None          # asyncio loop watching our fd (poll mode)
         self._loop_users = 0
         self._attached = False
-        self._cb_thread = None     # thread running one of our callbacks, if any
+        self._cb_thread: Optional[int] = None     # thread running one of our callbacks, if any
         self.url = url
         self.bucket = bucket
         self.store_path = os.fspath(store_path)
 
     # -- lifetime
 
-    def close(self):
+    def close(self) -> None:
         """Closes the context: pending fetches and observers get their final
         TETHER_E_CANCELLED callback before this returns. Idempotent. Raises
         BusyError if called from inside one of this context's callbacks."""
@@ -1565,9 +1668,9 @@ class Context(ContextSaving):
             self._loop_users = 0
             self._attached = False
 
-    _fd_cache = None
+    _fd_cache: Optional[int] = None
 
-    def _keep_ids(self):
+    def _keep_ids(self) -> None:
         """Reads the id of each live Object that has not read it yet, while
         the handles live (Object.id is read at first use, and close() kills
         them), and has Objects made from now on read theirs at once."""
@@ -1586,16 +1689,17 @@ class Context(ContextSaving):
         del live   # outside the lock: may drop the last reference to some
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
+        """True once close() has run (or the context never opened)."""
         return self._closed
 
-    def __enter__(self):
+    def __enter__(self: _C) -> _C:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self, _finalizing=sys.is_finalizing):
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         # Not while the interpreter finalizes: the library's thread could not
         # deliver the final callbacks close waits for (see _close_open_contexts).
         try:
@@ -1604,14 +1708,14 @@ class Context(ContextSaving):
         except BaseException:
             pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<tether.Context %s bucket=%s %s>" % (
             self.url, self.bucket, "closed" if self._closed else self.delivery)
 
     # -- state
 
     @property
-    def diagnostics(self):
+    def diagnostics(self) -> List[Diagnostic]:
         """What the model left out or changed when the context opened, and
         why: a list of Diagnostic(entity, attribute, message), attribute None
         when the whole entity is concerned."""
@@ -1625,27 +1729,27 @@ class Context(ContextSaving):
         return found
 
     @property
-    def online(self):
+    def online(self) -> bool:
         """True if the context reached the server when it opened."""
         out = c_int()
         _lib.tether_context_is_online(self._h, byref(out))
         return bool(out.value)
 
     @property
-    def pending(self):
+    def pending(self) -> int:
         """How many fetches and observers still await their final callback."""
         return len(self._pending)
 
     # -- model
 
-    def _entity_for(self, addr):
+    def _entity_for(self, addr: Optional[int]) -> Entity:
         ent = self._entities.get(addr)
         if ent is None:
             ent = self._entities.setdefault(addr, Entity(self, addr))
         return ent
 
     @property
-    def entities(self):
+    def entities(self) -> List[Entity]:
         """Every entity of the model, sorted by name."""
         n = c_size_t()
         _lib.tether_context_entity_count(self._h, byref(n))
@@ -1656,7 +1760,7 @@ class Context(ContextSaving):
             out.append(self._entity_for(eh.value))
         return out
 
-    def entity(self, name):
+    def entity(self, name: str) -> Entity:
         """The entity named `name`; NotFoundError if the model has none."""
         eh = c_void_p()
         _lib.tether_context_entity(self._h, _cstr(name, "entity name"), byref(eh))
@@ -1664,7 +1768,7 @@ class Context(ContextSaving):
 
     # -- objects
 
-    def _wrap(self, addr, owned, entity=None):
+    def _wrap(self, addr: Optional[int], owned: bool, entity: Optional[Entity] = None) -> Object:
         """The live Object for handle `addr`, made if there is none. `owned`:
         the caller hands over a reference (from tether_context_object).
         Otherwise the handle is borrowed (from a results handle or an
@@ -1687,7 +1791,7 @@ class Context(ContextSaving):
                 obj._read_id()   # close() is under way: read it while the handle lives
             return obj
 
-    def _adopt(self, handles, entity, into):
+    def _adopt(self, handles: Sequence[Optional[int]], entity: Optional[Entity], into: List[Object]) -> Entity:
         """Appends to `into` the live Object of each of `handles` (object
         handles of one entity, each with a reference handed over, from
         tether_results_objects). Each reference is taken over exactly once:
@@ -1703,7 +1807,7 @@ class Context(ContextSaving):
                 eh = c_void_p()
                 _lib.tether_object_entity(handles[0], byref(eh))
                 entity = self._entity_for(eh.value)
-            made = []
+            made: List[Object] = []
             for h in handles:
                 ref = _ObjectReference(h)
                 taken += 1   # `ref` releases it from here, whatever follows
@@ -1724,14 +1828,14 @@ class Context(ContextSaving):
                 _release_object(h)
         return entity
 
-    def _objects_of(self, results, count):
+    def _objects_of(self, results: Optional[int], count: int) -> List[Object]:
         """The Objects of the `count` rows of an objects answer, in order,
         read _CHUNK handles per call (tether_results_objects)."""
-        objs = []
+        objs: List[Object] = []
         chunk = min(count, _CHUNK)
         handles = (c_void_p * chunk)()
         got = c_size_t()
-        entity = None   # one results handle answers one entity: read once
+        entity: Optional[Entity] = None   # one results handle answers one entity: read once
         start = 0
         while start < count:
             _lib.tether_results_objects(results, start, handles, chunk, byref(got))
@@ -1742,7 +1846,7 @@ class Context(ContextSaving):
             entity = self._adopt(handles[:k], entity, objs)
         return objs
 
-    def _take(self, results, shape, status):
+    def _take(self, results: Optional[int], shape: _Shape, status: int) -> Any:
         """One phase's answer, as `shape` asks: Objects, ids, a count, values
         (dicts), or a Results (which then owns the handle). Otherwise the
         handle is released here, also when reading fails."""
@@ -1772,7 +1876,7 @@ class Context(ContextSaving):
                 out = c_char_p()
                 where = ctypes.addressof(out)
                 id_at = _lib.raw_results_id_at
-                ids = []
+                ids: List[Optional[str]] = []
                 add = ids.append
                 for i in range(n.value):
                     status = id_at(results, i, where)
@@ -1781,7 +1885,7 @@ class Context(ContextSaving):
                     b = out.value
                     add(None if b is None else b.decode("utf-8", "replace"))
                 return ids
-            rows = []
+            rows: List[Dict[str, Value]] = []
             columns = tuple(zip(shape.names, shape.keys))
             value_at = _lib.raw_results_value_at
             try:
@@ -1791,7 +1895,7 @@ class Context(ContextSaving):
             try:
                 addr, view = value
                 for i in range(n.value):
-                    row = {}
+                    row: Dict[str, Value] = {}
                     for name, key in columns:
                         status = value_at(results, i, key, addr)
                         if status < 0:
@@ -1804,7 +1908,7 @@ class Context(ContextSaving):
         finally:
             _release_results(results)
 
-    def object(self, entity, id):
+    def object(self, entity: Union[str, Entity], id: str) -> Object:
         """The Object for record `id` of `entity` (a name or an Entity): the
         same Object for as long as one is alive. The record need not be
         cached yet."""
@@ -1814,7 +1918,7 @@ class Context(ContextSaving):
         _lib.tether_context_object(self._h, _cstr(entity, "entity"), _cstr(id, "id"), byref(oh))
         return self._wrap(oh.value, owned=True)
 
-    def object_for_uri(self, uri):
+    def object_for_uri(self, uri: str) -> Object:
         """The Object an object URI (Object.uri) names. NotFoundError if its
         store is not attached to this context."""
         oh = c_void_p()
@@ -1823,10 +1927,15 @@ class Context(ContextSaving):
 
     # -- fetch
 
-    def fetch(self, entity, *, sort=None, limit=0, policy="cache_then_server", callback=None,
-              where=None, args=(), offset=0, server_query=None, result="objects",
-              properties=None, batch=0, progress=None, live=False, _on_done=None,
-              _on_answer=None):
+    def fetch(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
+              policy: Policy = "cache_then_server",
+              callback: Union[None, FetchCallback, LiveCallback] = None,
+              where: Optional[str] = None, args: Optional[Sequence[Argument]] = (), offset: int = 0,
+              server_query: Union[None, str, bytes] = None, result: ResultType = "objects",
+              properties: Optional[Sequence[str]] = None, batch: int = 0,
+              progress: Optional[Progress] = None, live: bool = False,
+              _on_done: Optional[Callable[[Task], None]] = None,
+              _on_answer: Optional[Callable[[LiveAnswer], None]] = None) -> Task:
         """Starts a fetch; returns a Task. callback(phase, status, message,
         answer) runs once per phase: phase "cached" then "final" for the
         default policy. `sort` is "A,-B" or a list of names ("-" descending).
@@ -1979,9 +2088,49 @@ class Context(ContextSaving):
             task._h = out.value
         return task
 
-    def fetch_wait(self, entity, *, sort=None, limit=0, policy="cache_then_server", timeout=30,
-                   callback=None, where=None, args=(), offset=0, server_query=None,
-                   result="objects", properties=None, batch=0, progress=None, live=False):
+    # What fetch_wait answers follows `result` (and `batch` for objects).
+    @overload
+    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                   policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
+                   where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                   server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
+                   properties: None = ..., batch: Literal[0] = ..., progress: Optional[Progress] = ...,
+                   live: Literal[False] = ...) -> Tuple[Optional[List[Object]], List[Object]]: ...
+    @overload
+    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                   policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
+                   where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                   server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
+                   properties: None = ..., batch: int, progress: Optional[Progress] = ...,
+                   live: Literal[False] = ...) -> Tuple[Optional[ObjectsAnswer], ObjectsAnswer]: ...
+    @overload
+    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                   policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
+                   where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                   server_query: Union[None, str, bytes] = ..., result: Literal["ids"],
+                   properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
+                   live: Literal[False] = ...) -> Tuple[Optional[List[str]], List[str]]: ...
+    @overload
+    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                   policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
+                   where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                   server_query: Union[None, str, bytes] = ..., result: Literal["count"],
+                   properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
+                   live: Literal[False] = ...) -> Tuple[Optional[int], int]: ...
+    @overload
+    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                   policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
+                   where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                   server_query: Union[None, str, bytes] = ..., result: Literal["values"],
+                   properties: Optional[Sequence[str]] = ..., batch: int = ..., progress: Optional[Progress] = ...,
+                   live: Literal[False] = ...) -> Tuple[Optional[List[Row]], List[Row]]: ...
+    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
+                   policy: Policy = "cache_then_server", timeout: Optional[float] = 30,
+                   callback: Optional[FetchCallback] = None, where: Optional[str] = None,
+                   args: Optional[Sequence[Argument]] = (), offset: int = 0,
+                   server_query: Union[None, str, bytes] = None, result: ResultType = "objects",
+                   properties: Optional[Sequence[str]] = None, batch: int = 0,
+                   progress: Optional[Progress] = None, live: bool = False) -> Tuple[Any, Any]:
         """Fetches and waits: returns (cached answer or None, final answer),
         or raises the final error. Works in both delivery modes (in poll mode
         it polls). On timeout the fetch is cancelled and TimeoutError raised.
@@ -2004,7 +2153,7 @@ class Context(ContextSaving):
 
     # -- poll mode
 
-    def fileno(self):
+    def fileno(self) -> int:
         """POLL mode: a descriptor readable while callbacks wait; call poll()
         when it is. MisuseError in thread mode."""
         out = c_int()
@@ -2012,7 +2161,7 @@ class Context(ContextSaving):
         self._fd_cache = out.value
         return out.value
 
-    def poll(self, timeout_ms=0):
+    def poll(self, timeout_ms: int = 0) -> int:
         """POLL mode: waits up to timeout_ms (0: no wait, -1: no limit), runs
         the waiting callbacks on this thread, returns how many ran."""
         n = c_size_t()
@@ -2021,14 +2170,14 @@ class Context(ContextSaving):
 
     # -- asyncio
 
-    def _on_readable(self):
+    def _on_readable(self) -> None:
         try:
             if not self._closed:
                 self.poll(0)
         except TetherError:
             log.exception("tether: poll from the event loop failed")
 
-    def _loop_acquire(self, loop):
+    def _loop_acquire(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
             if self._loop is None:
                 fd = self.fileno()
@@ -2038,7 +2187,7 @@ class Context(ContextSaving):
                 raise RuntimeError("tether: this context is attached to another event loop")
             self._loop_users += 1
 
-    def _loop_release(self):
+    def _loop_release(self) -> None:
         with self._lock:
             if self._loop_users > 0:
                 self._loop_users -= 1
@@ -2047,7 +2196,7 @@ class Context(ContextSaving):
                 if self._fd_cache is not None:
                     _call_in_loop(loop, loop.remove_reader, self._fd_cache)
 
-    def attach(self, loop=None):
+    def attach(self, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
         """POLL mode: lets an asyncio loop deliver every callback of this
         context (fetches and observers) by adding the context's descriptor to
         it with add_reader. Defaults to the running loop."""
@@ -2059,17 +2208,55 @@ class Context(ContextSaving):
                 self._loop_acquire(loop)
                 self._attached = True
 
-    def detach(self):
+    def detach(self) -> None:
         """Undoes attach()."""
         with self._lock:
             if self._attached:
                 self._attached = False
                 self._loop_release()
 
-    async def fetch_async(self, entity, *, sort=None, limit=0, policy="cache_then_server",
-                          callback=None, where=None, args=(), offset=0, server_query=None,
-                          result="objects", properties=None, batch=0, progress=None,
-                          live=False):
+    # What fetch_async answers follows `result` (and `batch` for objects).
+    @overload
+    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                          policy: Policy = ..., callback: Optional[FetchCallback] = ...,
+                          where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                          server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
+                          properties: None = ..., batch: Literal[0] = ..., progress: Optional[Progress] = ...,
+                          live: Literal[False] = ...) -> List[Object]: ...
+    @overload
+    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                          policy: Policy = ..., callback: Optional[FetchCallback] = ...,
+                          where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                          server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
+                          properties: None = ..., batch: int, progress: Optional[Progress] = ...,
+                          live: Literal[False] = ...) -> ObjectsAnswer: ...
+    @overload
+    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                          policy: Policy = ..., callback: Optional[FetchCallback] = ...,
+                          where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                          server_query: Union[None, str, bytes] = ..., result: Literal["ids"],
+                          properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
+                          live: Literal[False] = ...) -> List[str]: ...
+    @overload
+    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                          policy: Policy = ..., callback: Optional[FetchCallback] = ...,
+                          where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                          server_query: Union[None, str, bytes] = ..., result: Literal["count"],
+                          properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
+                          live: Literal[False] = ...) -> int: ...
+    @overload
+    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+                          policy: Policy = ..., callback: Optional[FetchCallback] = ...,
+                          where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
+                          server_query: Union[None, str, bytes] = ..., result: Literal["values"],
+                          properties: Optional[Sequence[str]] = ..., batch: int = ...,
+                          progress: Optional[Progress] = ..., live: Literal[False] = ...) -> List[Row]: ...
+    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
+                          policy: Policy = "cache_then_server", callback: Optional[FetchCallback] = None,
+                          where: Optional[str] = None, args: Optional[Sequence[Argument]] = (), offset: int = 0,
+                          server_query: Union[None, str, bytes] = None, result: ResultType = "objects",
+                          properties: Optional[Sequence[str]] = None, batch: int = 0,
+                          progress: Optional[Progress] = None, live: bool = False) -> Any:
         """Fetches and returns the final answer; raises the final error (a
         tether CancelledError if the fetch was cancelled, e.g. by close()).
         `where` and `args` (a predicate and its arguments), `offset`,
@@ -2084,10 +2271,10 @@ class Context(ContextSaving):
         live fetch has no final answer to return; use fetch_live()."""
         _refuse_live(live, "fetch_async", "fetch_live()")
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
         poll_mode = self._delivery == _lib.DELIVER_POLL
 
-        def done(task):
+        def done(task: Task) -> None:
             if poll_mode:
                 self._loop_release()
             if task.error is not None:
@@ -2113,9 +2300,12 @@ class Context(ContextSaving):
                 task.cancel()
             raise
 
-    def fetch_live(self, entity, *, sort=None, limit=0, policy="cache_then_server", where=None,
-                   args=(), offset=0, server_query=None, result="objects", properties=None,
-                   batch=0, progress=None):
+    def fetch_live(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
+                   policy: Policy = "cache_then_server", where: Optional[str] = None,
+                   args: Optional[Sequence[Argument]] = (), offset: int = 0,
+                   server_query: Union[None, str, bytes] = None, result: ResultType = "objects",
+                   properties: Optional[Sequence[str]] = None, batch: int = 0,
+                   progress: Optional[Progress] = None) -> LiveFetch:
         """Starts a live fetch (see fetch(live=True)) and returns it as an
         asyncio iterator, a LiveFetch: ``async for a in ctx.fetch_live(...)``
         gets a LiveAnswer (`phase`, `answer`, `changes`, `status`, `message`,

@@ -1,5 +1,13 @@
 """Exceptions: one class per TETHER_E_* status, all under TetherError."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Type
+
+if TYPE_CHECKING:
+    from .context import Object
+    from .saving import Conflict
+
 OK = 0
 E_ERROR = -1
 E_MISUSE = -2
@@ -27,9 +35,17 @@ class TetherError(Exception):
     (e.g. ``"TETHER_E_NETWORK"``) and ``message`` the library's message.
     """
 
-    status = E_ERROR
+    status: int = E_ERROR
+    name: str
+    message: str
+    # Set on the error a save raises (Context.save, SaveTask.error), from its
+    # SaveReport; an error raised by anything else has none of them.
+    saved: int
+    discarded: int
+    failures: List[Tuple[Object, TetherError]]
+    conflicts: List[Conflict]
 
-    def __init__(self, message="", status=None, name=None):
+    def __init__(self, message: str = "", status: Optional[int] = None, name: Optional[str] = None) -> None:
         if status is None:
             status = type(self).status
         self.status = status
@@ -37,12 +53,12 @@ class TetherError(Exception):
         self.message = message
         super().__init__(message)
 
-    def __str__(self):
+    def __str__(self) -> str:
         if self.message:
             return "%s (%s)" % (self.message, self.name)
         return self.name
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "%s(%r, status=%d)" % (type(self).__name__, self.message, self.status)
 
 
@@ -116,7 +132,7 @@ class ExpiredError(TetherError):
     status = E_EXPIRED
 
 
-_BY_STATUS = {
+_BY_STATUS: Dict[int, Type[TetherError]] = {
     E_ERROR: TetherError,
     E_MISUSE: MisuseError,
     E_HANDLE: HandleError,
@@ -136,7 +152,7 @@ _BY_STATUS = {
     E_EXPIRED: ExpiredError,
 }
 
-_NAMES = {
+_NAMES: Dict[int, str] = {
     E_ERROR: "TETHER_E_ERROR",
     E_MISUSE: "TETHER_E_MISUSE",
     E_HANDLE: "TETHER_E_HANDLE",
@@ -157,15 +173,15 @@ _NAMES = {
 }
 
 
-def _default_name(status):
+def _default_name(status: int) -> str:
     return _NAMES.get(status, "TETHER_E_UNKNOWN")
 
 
-def error_class(status):
+def error_class(status: int) -> Type[TetherError]:
     """The exception class for a status (TetherError for an unknown one)."""
     return _BY_STATUS.get(status, TetherError)
 
 
-def make_error(status, message="", name=None):
+def make_error(status: int, message: str = "", name: Optional[str] = None) -> TetherError:
     """An exception instance for a negative status."""
     return error_class(status)(message, status=status, name=name)

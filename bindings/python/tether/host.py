@@ -18,6 +18,8 @@ TetherError with its status, anything else as TETHER_E_ERROR. The library
 decides everything else: what is cached, when to ask, coalescing, saving.
 """
 
+from __future__ import annotations
+
 import asyncio
 import concurrent.futures
 import dataclasses
@@ -26,14 +28,26 @@ import json
 import logging
 import threading
 from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_void_p
+from typing import (Any, Awaitable, Callable, ClassVar, Dict, List, Literal, Mapping, Optional,
+                    Sequence, Set, Tuple, Union)
 
 from . import _lib
 from .errors import E_CANCELLED, E_ERROR, E_HANDLE, NotAllowedError, TetherError
 
 log = logging.getLogger("tether")
 
-OPERATIONS = {"fetch": _lib.OP_FETCH, "insert": _lib.OP_INSERT, "update": _lib.OP_UPDATE, "delete": _lib.OP_DELETE}
-WRITE_KINDS = {0: "create", 1: "patch", 2: "replace", 3: "delete"}
+# What a spec allows and what a write is.
+Operation = Literal["fetch", "insert", "update", "delete"]
+WriteKind = Literal["create", "patch", "replace", "delete"]
+# A record as a connection gives it: a dict, or its JSON text (str or bytes).
+Record = Union[Mapping[str, Any], str, bytes]
+# What Connection.write answers for each Write.
+Outcome = Union["Written", "Deleted", "Conflict", "Failed"]
+# What page and records answer: a Page, or the records alone.
+PageAnswer = Union["Page", Sequence[Record]]
+
+OPERATIONS: Dict[str, int] = {"fetch": _lib.OP_FETCH, "insert": _lib.OP_INSERT, "update": _lib.OP_UPDATE, "delete": _lib.OP_DELETE}
+WRITE_KINDS: Dict[int, WriteKind] = {0: "create", 1: "patch", 2: "replace", 3: "delete"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +58,14 @@ class Spec:
     operations it allows. Or, from a Perforce server, its ``specdef``
     string (see Spec.from_specdef)."""
     name: str
-    id_field: str = None
-    version_field: str = None
-    schema: dict = dataclasses.field(default_factory=dict)
-    operations: tuple = ("fetch", "insert", "update", "delete")
-    specdef: str = None
+    id_field: Optional[str] = None      # required unless specdef is given
+    version_field: Optional[str] = None  # required unless specdef is given
+    schema: Union[Mapping[str, Any], str, bytes] = dataclasses.field(default_factory=dict)
+    operations: Tuple[Operation, ...] = ("fetch", "insert", "update", "delete")
+    specdef: Optional[str] = None
 
     @classmethod
-    def from_specdef(cls, name, specdef, operations=("fetch",)):
+    def from_specdef(cls, name: str, specdef: str, operations: Sequence[Operation] = ("fetch",)) -> Spec:
         """A record type as Perforce describes it: fields keep Perforce's
         codes, list fields are one list (tagged output's View0, View1...
         folded), the id is the key field; each record needs a
@@ -66,11 +80,11 @@ class PageRequest:
     in all (0: no limit); `since`: only what changed after that version
     (deletions too); `query`: a fetch's raw server query."""
     entity: str
-    cursor: object = None
+    cursor: Optional[str] = None
     limit: int = 0
-    since: object = None
-    query: object = None
-    sort: tuple = ()
+    since: Optional[int] = None
+    query: Optional[str] = None
+    sort: Tuple[Tuple[str, bool], ...] = ()
 
 
 @dataclasses.dataclass
@@ -79,11 +93,11 @@ class Page:
     cursor of the next page (None: the last), the data set's version (give
     one and later fetches ask only for changes since), the listing's total,
     and ids deleted since the request's `since`."""
-    records: list = dataclasses.field(default_factory=list)
-    next: object = None
-    version: object = None
-    total: object = None
-    deleted: list = dataclasses.field(default_factory=list)
+    records: Sequence[Record] = dataclasses.field(default_factory=list)
+    next: Optional[object] = None      # sent as str(next)
+    version: Optional[int] = None
+    total: Optional[int] = None
+    deleted: Sequence[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,17 +105,17 @@ class Write:
     """A conditional write: kind "create" (only if no record has the id),
     "patch" (these fields; None removes one), "replace" or "delete" (only if
     the record's version is `if_version`, when given)."""
-    kind: str
+    kind: WriteKind
     entity: str
     id: str
-    fields: dict
-    if_version: object = None
+    fields: Dict[str, Any]
+    if_version: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Written:
     """The write was applied: the record as it now is."""
-    record: dict
+    record: Record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +127,7 @@ class Deleted:
 class Conflict:
     """Not applied: the record is another version, or exists (a create);
     `record` is the server's, None if it has none."""
-    record: object = None
+    record: Optional[Record] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,40 +137,47 @@ class Failed:
 
 
 class Connection:
-    """Subclass this and implement the methods (see the module's doc)."""
+    """Subclass this and implement the methods (see the module's doc).
 
-    identity = None
+    Each of server_info, specs, page, count, records and write may be a
+    plain method or an ``async def`` (hence the Awaitable in their hints);
+    cancelled and closed are plain."""
 
-    def server_info(self):
+    # A str naming the server and data set (the store keeps it): required.
+    identity: Optional[str] = None
+
+    def server_info(self) -> Union[Tuple[str, str], Awaitable[Tuple[str, str]]]:
+        """(server name, server version)."""
         return (type(self).__name__, "1")
 
-    def specs(self):
+    def specs(self) -> Union[Sequence[Spec], Awaitable[Sequence[Spec]]]:
         raise NotImplementedError
 
-    def page(self, request):
+    def page(self, request: PageRequest) -> Union[PageAnswer, Awaitable[PageAnswer]]:
         raise NotImplementedError
 
-    def count(self, request):
+    def count(self, request: PageRequest) -> Union[int, Awaitable[int]]:
         raise NotImplementedError
 
-    def records(self, entity, ids, cursor):
+    def records(self, entity: str, ids: List[str], cursor: Optional[str]
+                ) -> Union[PageAnswer, Awaitable[PageAnswer]]:
         raise NotImplementedError
 
-    def write(self, writes):
+    def write(self, writes: List[Write]) -> Union[Sequence[Outcome], Awaitable[Sequence[Outcome]]]:
         raise NotAllowedError("this connection does not write")
 
-    def cancelled(self, request_kind):
+    def cancelled(self, request_kind: int) -> None:
         """A request was cancelled (its answer will be dropped). Optional."""
 
-    def closed(self):
+    def closed(self) -> None:
         """The context has closed and every request has ended. Optional."""
 
 
-def _text(p):
+def _text(p: Optional[bytes]) -> Any:   # str, or None for NULL (typed where it lands)
     return p.decode("utf-8") if p is not None else None
 
 
-def _dump(record):
+def _dump(record: Record) -> bytes:
     if isinstance(record, (str, bytes)):
         return record if isinstance(record, bytes) else record.encode("utf-8")
     return json.dumps(record).encode("utf-8")
@@ -165,13 +186,13 @@ def _dump(record):
 class _Request:
     """One tether_request, read into Python values on the connection's thread."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: Optional[int]) -> None:
         self.h = handle
         kind = c_int()
         _lib.tether_request_get_kind(handle, byref(kind))
         self.kind = kind.value
         self.cancelled = False
-        self.future = None
+        self.future: Optional[concurrent.futures.Future[Any]] = None
 
 
 class _HostBridge:
@@ -179,20 +200,20 @@ class _HostBridge:
     kept referenced until its release, and the dispatch of each request to
     the pool or the event loop."""
 
-    _pool = None
+    _pool: ClassVar[Optional[concurrent.futures.ThreadPoolExecutor]] = None
     _pool_lock = threading.Lock()
 
-    def __init__(self, connection):
+    def __init__(self, connection: Connection) -> None:
         if not isinstance(connection, Connection):
             raise TypeError("connection must be a tether.Connection, not %s" % type(connection).__name__)
         if not connection.identity:
             raise ValueError("a connection needs an identity: a str naming its server and data set")
         self.connection = connection
         self._identity = connection.identity.encode("utf-8")
-        self._loop = None
-        self._loop_thread = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._loop_thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
-        self._open = {}   # handle -> _Request
+        self._open: Dict[Optional[int], _Request] = {}   # handle -> _Request
         self.struct = _lib.tether_connection()
         _lib.tether_connection_init(byref(self.struct), _lib.CONNECTION_VERSION)
         self.struct.identity = self._identity
@@ -207,13 +228,13 @@ class _HostBridge:
         _alive.add(self)
 
     @classmethod
-    def _executor(cls):
+    def _executor(cls) -> concurrent.futures.ThreadPoolExecutor:
         with cls._pool_lock:
             if cls._pool is None:
                 cls._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="tether-host")
             return cls._pool
 
-    def _event_loop(self):
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
@@ -223,7 +244,7 @@ class _HostBridge:
 
     # -- the library's calls (on the connection's thread: quick, never raising)
 
-    def _on_request(self, handle, userdata):
+    def _on_request(self, handle: Optional[int], userdata: Optional[int]) -> None:
         try:
             request = _Request(handle)
             with self._lock:
@@ -233,11 +254,11 @@ class _HostBridge:
                 request.future = asyncio.run_coroutine_threadsafe(method(*args), self._event_loop())
             else:
                 request.future = self._executor().submit(method, *args)
-            request.future.add_done_callback(lambda f, request=request: self._answer(request, f))
+            request.future.add_done_callback(lambda f, request=request: self._answer(request, f))  # type: ignore[misc]  # a lambda with a default
         except BaseException as error:   # never into C
             self._complete(handle, error)
 
-    def _on_cancel(self, handle, userdata):
+    def _on_cancel(self, handle: Optional[int], userdata: Optional[int]) -> None:
         try:
             with self._lock:
                 request = self._open.get(handle)
@@ -250,7 +271,7 @@ class _HostBridge:
         except BaseException:
             log.exception("tether: %r.cancelled raised", self.connection)
 
-    def _on_release(self, userdata):
+    def _on_release(self, userdata: Optional[int]) -> None:
         try:
             self.connection.closed()
         except BaseException:
@@ -264,7 +285,7 @@ class _HostBridge:
 
     # -- reading a request
 
-    def _call_for(self, request):
+    def _call_for(self, request: _Request) -> Tuple[Callable[..., Any], Tuple[Any, ...]]:
         c = self.connection
         h = request.h
         kind = request.kind
@@ -282,7 +303,7 @@ class _HostBridge:
             _lib.tether_request_cursor(h, byref(cursor))
             n = c_size_t()
             _lib.tether_request_id_count(h, byref(n))
-            ids = []
+            ids: List[str] = []
             for i in range(n.value):
                 _lib.tether_request_id_at(h, i, byref(name))
                 ids.append(_text(name.value))
@@ -297,7 +318,7 @@ class _HostBridge:
         _lib.tether_request_since(h, byref(since), byref(has))
         n = c_size_t()
         _lib.tether_request_sort_count(h, byref(n))
-        sort = []
+        sort: List[Tuple[str, bool]] = []
         for i in range(n.value):
             descending = c_int()
             _lib.tether_request_sort_at(h, i, byref(name), byref(descending))
@@ -305,22 +326,22 @@ class _HostBridge:
         return c.page, (PageRequest(entity, _text(cursor.value), limit.value, since.value if has.value else None,
                                     _text(query.value), tuple(sort)),)
 
-    def _writes(self, h):
+    def _writes(self, h: Optional[int]) -> List[Write]:
         n = c_size_t()
         _lib.tether_request_write_count(h, byref(n))
-        writes = []
+        writes: List[Write] = []
         for i in range(n.value):
             kind, version, has = c_int(), c_int64(), c_int()
             entity, rid, fields = c_char_p(), c_char_p(), c_char_p()
             _lib.tether_request_write_at(h, i, byref(kind), byref(entity), byref(rid), byref(fields),
                                          byref(version), byref(has))
             writes.append(Write(WRITE_KINDS[kind.value], _text(entity.value), _text(rid.value),
-                                json.loads(fields.value), version.value if has.value else None))
+                                json.loads(fields.value), version.value if has.value else None))  # type: ignore[arg-type]  # fields: never NULL
         return writes
 
     # -- answering
 
-    def _answer(self, request, future):
+    def _answer(self, request: _Request, future: concurrent.futures.Future[Any]) -> None:
         h = request.h
         if request.cancelled or future.cancelled():
             return self._complete(h, None, cancelled=True)
@@ -358,7 +379,7 @@ class _HostBridge:
         except BaseException as error:
             self._complete(h, error)
 
-    def _outcome(self, h, index, outcome):
+    def _outcome(self, h: Optional[int], index: int, outcome: object) -> None:
         if isinstance(outcome, Written):
             _lib.tether_request_set_outcome(h, index, _lib.OUTCOME_WRITTEN, _dump(outcome.record), 0, None)
         elif isinstance(outcome, Deleted):
@@ -373,7 +394,7 @@ class _HostBridge:
             raise TypeError("write %d: an outcome must be Written, Deleted, Conflict or Failed, not %s"
                             % (index, type(outcome).__name__))
 
-    def _complete(self, h, error, cancelled=False):
+    def _complete(self, h: Optional[int], error: Optional[BaseException], cancelled: bool = False) -> None:
         with self._lock:
             self._open.pop(h, None)
         status, message = (0, None) if error is None else _status_of(error)
@@ -382,11 +403,11 @@ class _HostBridge:
             log.error("tether: completing a request of %r gave status %d", self.connection, result)
 
 
-def _status_of(error):
+def _status_of(error: BaseException) -> Tuple[int, bytes]:
     if isinstance(error, TetherError):
         return error.status, (error.message or str(error)).encode("utf-8", "replace")
     return E_ERROR, ("%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")
 
 
 # Bridges whose connection the library may still call: kept until released.
-_alive = set()
+_alive: Set[_HostBridge] = set()

@@ -10,6 +10,8 @@ offline against what `p4 spec -o` shows. A malformed definition raises
 tether.InvalidError, its message naming the field.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import subprocess
@@ -18,11 +20,11 @@ import time
 import zlib
 from ctypes import byref, c_size_t, c_void_p
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 from . import _lib
 from .errors import InvalidError, NetworkError, ProtocolError
-from .host import Connection, Page, Spec
+from .host import Connection, Operation, Page, PageRequest, Spec
 
 __all__ = ["SpecDefField", "parse_specdef", "Port", "FileSource", "CommandSource"]
 
@@ -48,15 +50,15 @@ class SpecDefField:
     val: Tuple[str, ...] = ()
 
 
-def _text(b):
+def _text(b: Optional[bytes]) -> Any:   # str, or None for NULL (typed where it lands)
     return None if b is None else b.decode("utf-8")
 
 
-def _number(n):
+def _number(n: int) -> Optional[int]:
     return None if n < 0 else n
 
 
-def parse_specdef(text):
+def parse_specdef(text: Union[str, bytes]) -> List[SpecDefField]:
     """The fields of the spec definition ``text`` (str or UTF-8 bytes), in
     its order, as a list of SpecDefField."""
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
@@ -67,7 +69,7 @@ def parse_specdef(text):
     try:
         count = c_size_t()
         _lib.tether_specdef_field_count(handle, byref(count))
-        fields = []
+        fields: List[SpecDefField] = []
         for i in range(count.value):
             f = _lib.tether_specdef_field()
             _lib.tether_specdef_field_at(handle, i, byref(f))
@@ -90,18 +92,18 @@ class FileSource:
     record a line in the shape of ``p4 -ztag -Mj <type> -o`` (the spec's tags,
     a list field's items as View0, View1, ...)."""
 
-    def __init__(self, directory):
+    def __init__(self, directory: Union[str, os.PathLike[str]]) -> None:
         self.directory = os.fspath(directory)
         self.name = self.directory
 
-    def types(self):
+    def types(self) -> List[str]:
         return sorted(name[:-len(".specdef")] for name in os.listdir(self.directory) if name.endswith(".specdef"))
 
-    def specdef(self, spec_type):
+    def specdef(self, spec_type: str) -> str:
         with open(os.path.join(self.directory, spec_type + ".specdef"), encoding="utf-8") as f:
             return f.read().strip()
 
-    def records(self, spec_type):
+    def records(self, spec_type: str) -> List[Dict[str, Any]]:
         path = os.path.join(self.directory, spec_type + ".jsonl")
         if not os.path.exists(path):
             return []
@@ -117,7 +119,8 @@ class CommandSource:
     the command listing each type (``{"client": ["clients"], "change":
     ["changes", "-l", "-m", "500"]}``)."""
 
-    def __init__(self, command, listings, timeout=60):
+    def __init__(self, command: Sequence[str], listings: Mapping[str, Sequence[str]],
+                 timeout: Optional[float] = 60) -> None:
         self.command = list(command)
         self.listings = dict(listings)
         self.timeout = timeout
@@ -125,7 +128,7 @@ class CommandSource:
         words = [w for i, w in enumerate(self.command) if w != "-P" and (i == 0 or self.command[i - 1] != "-P")]
         self.name = " ".join(words)
 
-    def _run(self, args):
+    def _run(self, args: Sequence[str]) -> List[Dict[str, str]]:   # tagged output: all text
         done = subprocess.run(self.command + ["-ztag", "-Mj"] + list(args), capture_output=True,
                               timeout=self.timeout, check=False)
         if done.returncode != 0:
@@ -133,21 +136,32 @@ class CommandSource:
                                            or "exit status %d" % done.returncode))
         return [json.loads(line) for line in done.stdout.decode("utf-8").splitlines() if line.strip()]
 
-    def types(self):
+    def types(self) -> List[str]:
         return sorted(self.listings)
 
-    def specdef(self, spec_type):
+    def specdef(self, spec_type: str) -> str:
         for record in self._run(["spec", "-o", spec_type]):
             if "specdef" in record:
                 return record["specdef"]
         raise ProtocolError("p4 spec -o %s gave no specdef" % spec_type)
 
-    def records(self, spec_type):
+    def records(self, spec_type: str) -> List[Dict[str, str]]:
         return self._run(self.listings[spec_type])
 
 
 # Keys of Perforce's listings (`p4 changes -l`, `p4 clients`) that name spec tags otherwise.
 _LISTING_KEYS = {"desc": "Description", "time": "Date"}
+
+
+class Source(Protocol):
+    """What a Port reads (FileSource and CommandSource are two): a `name` for
+    the store's identity, the spec types, each one's specdef and records."""
+
+    name: str
+
+    def types(self) -> List[str]: ...
+    def specdef(self, spec_type: str) -> str: ...
+    def records(self, spec_type: str) -> List[Dict[str, Any]]: ...
 
 
 class Port(Connection):
@@ -159,18 +173,19 @@ class Port(Connection):
     `p4 client -i`, would carry writes). Perforce records have no version: each gets one that
     grows when the record changes (see _version)."""
 
-    def __init__(self, source, identity=None, operations=("fetch",)):
+    def __init__(self, source: Source, identity: Optional[str] = None,
+                 operations: Sequence[Operation] = ("fetch",)) -> None:
         self.source = source
         self.operations = tuple(operations)
         self.identity = identity or "perforce-style port over %s" % source.name
-        self._specs = {}
-        self._versions = {}   # (type, id) -> (checksum, version)
+        self._specs: Dict[str, List[SpecDefField]] = {}
+        self._versions: Dict[Tuple[str, str], Tuple[int, int]] = {}   # (type, id) -> (checksum, version)
         self._lock = threading.Lock()
 
-    def server_info(self):
+    def server_info(self) -> Tuple[str, str]:
         return ("perforce-style port", "1")
 
-    def specs(self):
+    def specs(self) -> List[Spec]:
         specs = []
         for spec_type in self.source.types():
             specdef = self.source.specdef(spec_type)
@@ -183,23 +198,23 @@ class Port(Connection):
             specs.append(Spec.from_specdef(spec_type, specdef, operations=self.operations))
         return specs
 
-    def _record(self, spec_type, raw):
+    def _record(self, spec_type: str, raw: Mapping[str, Any]) -> Dict[str, Any]:
         """A record as tagged output gives it, its keys in the spec's words."""
         with self._lock:
             fields = self._specs.get(spec_type, ())
         tags = {f.tag.lower(): f.tag for f in fields}
-        record = {}
+        record: Dict[str, Any] = {}
         for key, value in raw.items():
             name = _LISTING_KEYS.get(key, key)
             record[tags.get(name.lower(), name)] = value
         record["tether_version"] = self._version(spec_type, record)
         return record
 
-    def _version(self, spec_type, record):
+    def _version(self, spec_type: str, record: Mapping[str, Any]) -> int:
         """A version that grows when the record changes, as the library needs
         (an older version than the one it holds is not taken): the time in
         µs when this port first saw the record as it is."""
-        key = (spec_type, json.dumps(record.get(self._id_tag(spec_type)), sort_keys=True))
+        key = (spec_type, json.dumps(record.get(self._id_tag(spec_type)), sort_keys=True))  # type: ignore[arg-type]  # tag None: no key field
         digest = zlib.crc32(json.dumps(record, sort_keys=True).encode("utf-8"))
         with self._lock:
             seen = self._versions.get(key)
@@ -208,19 +223,19 @@ class Port(Connection):
                 self._versions[key] = seen = (digest, version)
             return seen[1]
 
-    def _id_tag(self, spec_type):
+    def _id_tag(self, spec_type: str) -> Optional[str]:
         with self._lock:
             fields = self._specs.get(spec_type, ())
         return next((f.tag for f in fields if f.key), None)
 
-    def page(self, request):
+    def page(self, request: PageRequest) -> Page:
         records = [self._record(request.entity, raw) for raw in self.source.records(request.entity)]
         return Page(records=records, total=len(records))
 
-    def count(self, request):
+    def count(self, request: PageRequest) -> int:
         return len(self.source.records(request.entity))
 
-    def records(self, entity, ids, cursor):
+    def records(self, entity: str, ids: List[str], cursor: Optional[str]) -> List[Dict[str, Any]]:
         wanted = set(ids)
         key = self._id_tag(entity)
-        return [r for r in (self._record(entity, raw) for raw in self.source.records(entity)) if r.get(key) in wanted]
+        return [r for r in (self._record(entity, raw) for raw in self.source.records(entity)) if r.get(key) in wanted]  # type: ignore[arg-type, operator]  # key None: no key field, nothing matches

@@ -7,18 +7,35 @@ before a save. ``ctx.save()`` waits and raises on failure (ConflictError with
 ``await ctx.save_async()`` suits asyncio.
 """
 
+from __future__ import annotations
+
 import asyncio
 import ctypes
 import json
 import threading
 import time
 from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_void_p
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional,
+                    Tuple, overload)
 
 from . import _lib
-from .errors import E_BUSY, BusyError, HandleError, make_error
+from ._types import Key, MergePolicy, Pending, Value
+from .errors import E_BUSY, BusyError, HandleError, TetherError, make_error
+
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    from ._types import Delivery
+    from .context import Context, Entity, Object
+
+    _T = TypeVar("_T")
+
+# save callback(status, message, report) and progress(answered, total).
+SaveCallback = Callable[[int, str, "SaveReport"], None]
+SaveProgress = Callable[[int, int], None]
 
 
-def _value(value):
+def _value(value: Value) -> Tuple[_lib.tether_value, Optional[ctypes.Array[ctypes.c_char]]]:
     """A Python value as a tether_value, and what keeps its text alive:
     None, bool, int, float, str, or a list/dict (as JSON)."""
     v = _lib.tether_value()
@@ -44,7 +61,7 @@ def _value(value):
     return v, keep
 
 
-def _key(key):
+def _key(key: Any) -> bytes:
     if isinstance(key, str):
         return key.encode("utf-8")
     raise TypeError("key must be an attribute name (str) or code (int), not %s" % type(key).__name__)
@@ -53,7 +70,12 @@ def _key(key):
 class ObjectEditing:
     """The editing half of tether.Object."""
 
-    def set(self, key, value):
+    # Set by Object (declared here for the methods below).
+    _h: Optional[int]
+    _ctx: Context
+    entity: Entity
+
+    def set(self, key: Key, value: Value) -> None:
         """Sets `key` (a name or code) to `value`, checked against the
         model's type and the spec's allowed values; in the store at once.
         Assigning an attribute (``obj.Title = "x"``) does the same."""
@@ -64,7 +86,7 @@ class ObjectEditing:
             _lib.tether_object_set(self._h, _key(key), byref(v))
         del keep
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Value) -> None:
         # Attributes of the model are set through the library; the Object's
         # own (underscored, or its entity) are plain.
         d = self.__dict__
@@ -74,39 +96,44 @@ class ObjectEditing:
         else:
             object.__setattr__(self, name, value)
 
-    def delete(self):
+    def delete(self) -> None:
         """Deletes the record: at once here (delete rules apply to records
         referring to it), on the server at the next save."""
         _lib.tether_object_delete(self._h)
 
-    def rollback(self):
+    def rollback(self) -> None:
         """Forgets the object's unsaved change (and its last conflict)."""
         _lib.tether_object_rollback(self._h)
 
     @property
-    def pending(self):
+    def pending(self) -> Optional[Pending]:
         """The unsaved change: None, "insert", "update" or "delete"."""
         out = c_int()
         _lib.tether_object_pending(self._h, byref(out))
         return _lib.PENDING_NAMES.get(out.value)
 
     @property
-    def has_changes(self):
+    def has_changes(self) -> bool:
+        """True while the object has an unsaved change (pending is not None)."""
         return self.pending is not None
 
     @property
-    def changed_keys(self):
+    def changed_keys(self) -> List[str]:
         """The attributes an unsaved insert or update sets, in model order."""
         count = c_size_t()
         _lib.tether_object_changed_key_count(self._h, byref(count))
         name = c_char_p()
-        keys = []
+        keys: List[str] = []
         for i in range(count.value):
             _lib.tether_object_changed_key_at(self._h, i, byref(name))
-            keys.append(name.value.decode("utf-8"))
+            keys.append(name.value.decode("utf-8"))  # type: ignore[union-attr]  # never NULL on success
         return keys
 
-    def committed(self, key, default=None):
+    @overload
+    def committed(self, key: Key) -> Value: ...
+    @overload
+    def committed(self, key: Key, default: _T) -> Value | _T: ...
+    def committed(self, key: Key, default: Any = None) -> Any:
         """The value of `key` as the server last confirmed it, whatever is
         pending; `default` when there is none (an insert, or not cached)."""
         from .context import _convert
@@ -121,7 +148,7 @@ class ObjectEditing:
         finally:
             _lib.tether_value_clear(byref(v))
 
-    def related(self, key):
+    def related(self, key: str) -> Optional[Object]:
         """The Object the to-one relationship `key` refers to (a fault until
         read), or None when the reference is null."""
         out = c_void_p()
@@ -129,13 +156,13 @@ class ObjectEditing:
         return self._ctx._wrap(out.value, owned=True) if out.value else None
 
 
-    def set_related(self, key, target):
+    def set_related(self, key: str, target: Optional[Object]) -> None:
         """Points the to-one relationship `key` at the Object `target` (None:
         at nothing): its id in the same store, its URI across stores."""
         _lib.tether_object_set_related(self._h, _key(key), None if target is None else target._h)
 
     @property
-    def uri(self):
+    def uri(self) -> str:
         """The object's name across stores: tether://<store>/<entity>/<id>."""
         value = _lib.tether_value()
         _lib.tether_object_uri(self._h, byref(value))
@@ -151,14 +178,21 @@ class Conflict:
     ``server`` (the server's values by name; both None if it deleted the
     record), and ``keys``, those whose local and server values differ."""
 
-    def __init__(self, obj, local_version, server_version, keys, server):
+    object: Object
+    local_version: Optional[int]
+    server_version: Optional[int]
+    keys: List[str]
+    server: Optional[Dict[str, Value]]
+
+    def __init__(self, obj: Object, local_version: Optional[int], server_version: Optional[int],
+                 keys: List[str], server: Optional[Dict[str, Value]]) -> None:
         self.object = obj
         self.local_version = local_version
         self.server_version = server_version
         self.keys = keys
         self.server = server
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<tether.Conflict %r keys=%r server_version=%r>" % (self.object, self.keys, self.server_version)
 
 
@@ -168,24 +202,27 @@ class SaveReport:
     ``failures`` (each (object, exception), still pending) and
     ``conflicts`` (the failures that are conflicts, as Conflicts)."""
 
-    def __init__(self, saved=0, discarded=0, failures=(), conflicts=()):
+    def __init__(self, saved: int = 0, discarded: int = 0,
+                 failures: Iterable[Tuple[Object, TetherError]] = (),
+                 conflicts: Iterable[Conflict] = ()) -> None:
         self.saved = saved
         self.discarded = discarded
         self.failures = list(failures)
         self.conflicts = list(conflicts)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<tether.SaveReport saved=%d discarded=%d failures=%d>" % (
             self.saved, self.discarded, len(self.failures))
 
 
-def _read_report(ctx, report):
+def _read_report(ctx: Context, report: Optional[int]) -> SaveReport:
     """The borrowed report copied into a SaveReport, during the callback."""
     from .context import _convert
     saved, discarded, count = c_size_t(), c_size_t(), c_size_t()
     _lib.tether_save_report_counts(report, byref(saved), byref(discarded))
     _lib.tether_save_report_failure_count(report, byref(count))
-    failures, conflicts = [], []
+    failures: List[Tuple[Object, TetherError]] = []
+    conflicts: List[Conflict] = []
     obj_h, status, message = c_void_p(), c_int(), c_char_p()
     local, server_version, nkeys = c_int64(), c_int64(), c_size_t()
     for i in range(count.value):
@@ -198,11 +235,11 @@ def _read_report(ctx, report):
         except Exception:
             continue   # not a conflict
         name = c_char_p()
-        keys = []
+        keys: List[str] = []
         for k in range(nkeys.value):
             _lib.tether_save_report_conflict_key_at(report, i, k, byref(name))
-            keys.append(name.value.decode("utf-8"))
-        server = None
+            keys.append(name.value.decode("utf-8"))  # type: ignore[union-attr]  # never NULL on success
+        server: Optional[Dict[str, Value]] = None
         if server_version.value >= 0:
             server = {}
             v = _lib.tether_value()
@@ -218,7 +255,8 @@ def _read_report(ctx, report):
 
 
 @_lib.SAVE_CB
-def _save_trampoline(task, status, message, report, userdata):
+def _save_trampoline(task: Optional[int], status: int, message: Optional[bytes], report: Optional[int],
+                     userdata: Optional[int]) -> None:
     from .context import _registry, _report
     try:
         entry = _registry.get(userdata)
@@ -236,18 +274,23 @@ class Request:
     callback registry until the final callback, cancel and wait."""
 
     _kind = "request"
+    _ctx: Context
+    _h: Optional[int]
+    _token: int
+    _event: threading.Event
+    done: bool
 
-    def _register(self):
+    def _register(self) -> None:
         from .context import _registry
         _registry[self._token] = self
         self._ctx._pending[self._token] = self
 
-    def _unregister(self):
+    def _unregister(self) -> None:
         from .context import _registry
         _registry.pop(self._token, None)
         self._ctx._pending.pop(self._token, None)
 
-    def cancel(self):
+    def cancel(self) -> bool:
         """Cancels: the callback runs once more, final, with
         TETHER_E_CANCELLED. True if cancelled now, False if it had already
         finished."""
@@ -259,7 +302,7 @@ class Request:
             return False
         return True
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits for the final callback; True if it came. In poll mode this
         calls Context.poll() while waiting (so do not call it from inside a
         callback of the same context)."""
@@ -287,7 +330,15 @@ class SaveTask(Request):
 
     _kind = "save"
 
-    def __init__(self, ctx, callback=None, progress=None, on_done=None):
+    callback: Optional[SaveCallback]
+    status: Optional[int]
+    message: Optional[str]
+    report: Optional[SaveReport]
+    error: Optional[TetherError]
+
+    def __init__(self, ctx: Context, callback: Optional[SaveCallback] = None,
+                 progress: Optional[SaveProgress] = None,
+                 on_done: Optional[Callable[[SaveTask], None]] = None) -> None:
         from .context import _tokens
         self._ctx = ctx
         self.callback = callback
@@ -302,7 +353,8 @@ class SaveTask(Request):
         self.error = None
         self._token = next(_tokens)
 
-    def _deliver(self, task_h, status, message, report):
+    def _deliver(self, task_h: Optional[int], status: int, message: Optional[bytes],
+                 report: Optional[int]) -> None:
         from .context import _report
         prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
         try:
@@ -337,7 +389,7 @@ class SaveTask(Request):
                     _report("save (internal done hook)", self._on_done)
             self.callback = self._on_done = self._progress_cb = None
 
-    def _progress(self, task_h, answered, total):
+    def _progress(self, task_h: Optional[int], answered: int, total: int) -> None:
         if self._h is None and task_h:
             self._h = task_h
         progress = self._progress_cb
@@ -349,11 +401,11 @@ class SaveTask(Request):
         except BaseException:
             _report("save progress", progress)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<tether.SaveTask %s>" % ("done status=%s" % self.status if self.done else "running")
 
 
-def _merge(merge):
+def _merge(merge: Optional[str]) -> int:
     if merge is None:
         return -1
     try:
@@ -365,7 +417,18 @@ def _merge(merge):
 class ContextSaving:
     """The editing and saving half of tether.Context."""
 
-    def insert(self, entity, values=None, id=None):
+    if TYPE_CHECKING:
+        # Context's (declared here for the methods below).
+        _h: Optional[int]
+        _delivery: int
+        delivery: Delivery
+
+        def _wrap(self, addr: Optional[int], owned: bool, entity: Optional[Entity] = None) -> Object: ...
+        def _loop_acquire(self, loop: asyncio.AbstractEventLoop) -> None: ...
+        def _loop_release(self) -> None: ...
+
+    def insert(self, entity: str, values: Optional[Mapping[Key, Value]] = None,
+               id: Optional[str] = None) -> Object:
         """A new Object of `entity`, with `values` (a dict by name) set: a
         pending insert. `id` None: a UUID made here, so a retried insert can
         never make two records."""
@@ -376,21 +439,25 @@ class ContextSaving:
             obj.set(key, value)
         return obj
 
-    def rollback(self):
+    def rollback(self) -> None:
         """Forgets every unsaved change of this context."""
         _lib.tether_context_rollback(self._h)
 
     @property
-    def change_count(self):
+    def change_count(self) -> int:
+        """How many objects of this context have an unsaved change."""
         out = c_size_t()
         _lib.tether_context_change_count(self._h, byref(out))
         return out.value
 
     @property
-    def has_changes(self):
+    def has_changes(self) -> bool:
+        """True while the context has unsaved changes (change_count > 0)."""
         return self.change_count > 0
 
-    def start_save(self, *, merge=None, callback=None, progress=None, _on_done=None):
+    def start_save(self, *, merge: Optional[MergePolicy] = None, callback: Optional[SaveCallback] = None,
+                   progress: Optional[SaveProgress] = None,
+                   _on_done: Optional[Callable[[SaveTask], None]] = None) -> SaveTask:
         """Starts saving every unsaved change; returns a SaveTask.
         callback(status, message, report) runs once, at the end; progress
         (answered, total) as the server answers. merge: "report" (the
@@ -402,7 +469,7 @@ class ContextSaving:
         options.merge_policy = _merge(merge)
         if progress is not None:
             options.progress = _progress_trampoline
-        task = SaveTask(self, callback, progress, _on_done)
+        task = SaveTask(self, callback, progress, _on_done)  # type: ignore[arg-type]  # self: a Context
         task._register()
         out = c_void_p()
         try:
@@ -414,7 +481,8 @@ class ContextSaving:
             task._h = out.value
         return task
 
-    def save(self, *, merge=None, progress=None, timeout=None):
+    def save(self, *, merge: Optional[MergePolicy] = None, progress: Optional[SaveProgress] = None,
+             timeout: Optional[float] = None) -> SaveReport:
         """Saves every unsaved change and waits: returns a SaveReport, or
         raises the save's error (ConflictError with ``conflicts``, ...) with
         the report's counts on it. Changes not saved stay pending."""
@@ -425,16 +493,17 @@ class ContextSaving:
             raise TimeoutError("tether: the save did not finish in %s s" % timeout)
         if task.error is not None:
             raise task.error
-        return task.report
+        return task.report  # type: ignore[return-value]  # set by the final callback, which came
 
-    async def save_async(self, *, merge=None, progress=None):
+    async def save_async(self, *, merge: Optional[MergePolicy] = None,
+                         progress: Optional[SaveProgress] = None) -> SaveReport:
         """As save(), for asyncio: the context's callbacks are delivered into
         the running loop (in poll mode, its descriptor watched by the loop)."""
         from .context import _call_in_loop, _resolve
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[SaveReport] = loop.create_future()
 
-        def done(task):
+        def done(task: SaveTask) -> None:
             _call_in_loop(loop, _resolve, future, task.report, task.error)
 
         attached = self._delivery == _lib.DELIVER_POLL
@@ -451,15 +520,15 @@ class ContextSaving:
             if attached:
                 self._loop_release()
 
-    def open_sibling(self, name, *, delivery=None):
+    def open_sibling(self, name: str, *, delivery: Optional[Delivery] = None) -> Context:
         """Another Context on this store, model and connection, with its own
         objects and unsaved changes (kept in the store under `name`): a
         background context beside a main one. A save in either updates the
         objects of the other. Close it as any context."""
         from .context import Context
-        return Context._sibling(self, name, delivery or self.delivery)
+        return Context._sibling(self, name, delivery or self.delivery)  # type: ignore[arg-type]  # self: a Context
 
-    def local(self, obj):
+    def local(self, obj: Object) -> Object:
         """This context's Object for the record `obj` (of a sibling) stands for."""
         out = c_void_p()
         _lib.tether_context_local_object(self._h, obj._h, byref(out))

@@ -1,0 +1,49 @@
+"""Mistakes the hints must catch: each line marked `# E: code` must fail to
+type-check with that mypy error code, and nothing else here may.
+check_misuse.py runs mypy on this file and compares (scripts/run-tests types).
+
+Nothing here runs; each of these would fail at run time (a ValueError or
+TypeError from the binding, or an AttributeError in the program).
+"""
+
+from __future__ import annotations
+
+import tether
+
+
+def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -> None:
+    # A policy, result type, merge policy or delivery that does not exist.
+    ctx.fetch("changes", policy="cache_first")  # E: arg-type
+    ctx.fetch_wait("changes", policy="cache_first")  # E: call-overload
+    ctx.fetch_wait("changes", result="rows")  # E: call-overload
+    ctx.save(merge="mine")  # E: arg-type
+    tether.Context("http://x/v1", "b", "s.db", delivery="threads")  # E: arg-type
+    tether.Spec("notes", "id", "rev", operations=("read",))  # E: arg-type
+
+    # Keys are str or int; ids are str; values are tether.Value.
+    obj.peek(3.5)  # E: call-overload
+    ctx.object("clients", 42)  # E: arg-type
+    obj.set("Title", b"bytes")  # E: arg-type
+    obj.Title = {1, 2}  # E: assignment
+    ctx.fetch("changes", where="Change == $1", args=[object()])  # E: list-item
+
+    # What a fetch answers follows `result`.
+    _, n = ctx.fetch_wait("changes", result="count")
+    n.append(1)  # E: attr-defined
+    _, ids = ctx.fetch_wait("changes", result="ids")
+    ids[0].peek("Owner")  # E: attr-defined
+    ctx.fetch_wait("changes", result="ids", properties=["Change"])  # E: call-overload
+    ctx.fetch_wait("changes", live=True)  # E: call-overload
+    ctx.fetch_live("changes", live=True)  # E: call-arg
+
+    # A value is a union: narrow it before using it as one type.
+    owner: str = obj.peek("Owner")  # E: assignment
+    # The server's side of a conflict is None when it deleted the record.
+    conflict.server["Title"]  # E: index
+    print(owner)
+
+    # An observer is called with (obj, key, status).
+    def changed(obj: tether.Object) -> None:
+        print(obj.id)
+
+    obj.observe("Owner", changed)  # E: arg-type
