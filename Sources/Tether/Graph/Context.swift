@@ -178,7 +178,8 @@ public final class Context: Sendable {
                 stores.append(opened)
                 try opened.claim()
             }
-            let saved = try stores[0].savedModel(identity: connection.identity)
+            let saved = try stores[0].savedModel(identity: connection.identity,
+                                                 formerIdentities: connection.formerIdentities)
             let (serverModel, online) = try connect(connection, saved: saved, store: stores[0])
             let model = try attachLocalStores(options.localStores, stores: Array(stores.dropFirst()), to: serverModel)
             let routing = model.entities.contains(where: \.isLocal)

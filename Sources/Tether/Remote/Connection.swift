@@ -12,6 +12,10 @@ public protocol Connection: AnyObject, Sendable {
     /// opened against another. Holds no credentials.
     var identity: String { get }
 
+    /// Identities an earlier version wrote for the same data set: a store
+    /// saved under one opens, and holds `identity` from its next online open.
+    var formerIdentities: [String] { get }
+
     func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable
 
     /// Every record type the server offers (in the connection's data set).
@@ -55,6 +59,10 @@ public protocol Connection: AnyObject, Sendable {
     /// Ends every request in flight with `.cancelled` (each `done` once) and
     /// refuses new ones the same way. Blocks until those `done`s have run.
     func shutdown()
+}
+
+extension Connection {
+    public var formerIdentities: [String] { [] }
 }
 
 /// A request in flight. Cancelling one that has already ended does nothing.

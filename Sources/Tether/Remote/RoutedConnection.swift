@@ -11,6 +11,7 @@ final class RoutedConnection: Connection {
     }
 
     var identity: String { server.identity }
+    var formerIdentities: [String] { server.formerIdentities }
 
     private func route(_ spec: Spec) -> any Connection { local.holds(spec) ? local : server }
 

@@ -174,11 +174,12 @@ final class Store: Sendable {
 
     /// The model saved for this server and bucket; nil for a new store.
     /// A store saved for another server is an error, not a silent reset.
-    func savedModel(identity: String) throws -> Model? {
+    /// `formerIdentities`: older names of the same data set, also accepted.
+    func savedModel(identity: String, formerIdentities: [String] = []) throws -> Model? {
         try withDatabase { database in
             guard let saved = try Self.meta("identity", database) else { return nil }
-            guard saved == identity else {
-                throw TetherError(.store, "the store belongs to \(saved), not \(identity)")
+            guard saved == identity || formerIdentities.contains(saved) else {
+                throw TetherError(.store, "the store belongs to \(Log.redacted(saved)), not \(identity)")
             }
             return try Self.meta("model", database).flatMap(ModelCoding.decode)
         }

@@ -32,6 +32,7 @@ public final class KintoConnection: Connection {
     /// The server's `Backoff`, shared by every exchange with it.
     let backoff = ServerBackoff()
     public let identity: String
+    public let formerIdentities: [String]
     /// Subrequests one `POST /v1/batch` may carry, from the server info
     /// (`batch_max_requests`); 1 until it is known: plain listings only.
     private let batchLimit = Lock(1)
@@ -54,7 +55,11 @@ public final class KintoConnection: Connection {
         }
         self.root = root
         bucket = options.bucket
-        identity = "server \(root), bucket \(options.bucket)"
+        // User info in the URL is a credential: never in the identity, which
+        // the store keeps. Before 0.2 it was, and such stores still open.
+        identity = "server \(Log.redacted(root)), bucket \(options.bucket)"
+        let unredacted = "server \(root), bucket \(options.bucket)"
+        formerIdentities = unredacted == identity ? [] : [unredacted]
         engine = try HTTPEngine(credentials: credentials, timeoutMilliseconds: options.timeoutMilliseconds)
     }
 
