@@ -109,6 +109,7 @@ final class HostGraphTests: HostTestCase {
     func testEditSaveAndReopen() throws { try SaveContract.editSaveAndReopen(backend) }
     func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
     func testConflictsAndPolicies() throws { try SaveContract.conflictsAndPolicies(backend) }
+    func testConflictAfterReopen() throws { try SaveContract.conflictAfterReopen(backend) }
     func testAChangeAlreadyAppliedIsConfirmed() throws { try SaveContract.aChangeAlreadyAppliedIsConfirmed(backend) }
     func testCancelEndsOnceAndLosesNothing() throws { try SaveContract.cancelEndsOnceAndLosesNothing(backend) }
     func testLocalStores() throws { try LocalStoreContract.referencesFollowAServerDeletion(backend) }

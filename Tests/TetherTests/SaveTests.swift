@@ -180,6 +180,36 @@ enum SaveContract {
         XCTAssertFalse(context.hasChanges)
     }
 
+    /// A conflict met by a later context than the edit's (the edit made,
+    /// the program restarted, then the save): the object's row is not in
+    /// memory then, and the conflict and the policies must still see it, not
+    /// nulls: only the keys that differ are reported, and client-wins writes
+    /// the row as it was, with the edit, not an object of nulls.
+    static func conflictAfterReopen(_ backend: Backend) throws {
+        var context = try backend.open()
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        try context.object(entity: "items", id: "i9").set("Title", .text("mine 9"))
+        try context.object(entity: "items", id: "i10").set("Title", .text("mine 10"))
+        try context.close()
+        try backend.setTitle("i9", "theirs 9")
+        try backend.setTitle("i10", "theirs 10")
+
+        context = try backend.open()
+        defer { try? context.close() }
+        let reported = try save(context)
+        XCTAssertEqual(reported.error?.kind, .conflict)
+        XCTAssertEqual(reported.failures.count, 2)
+        for failure in reported.failures {
+            let conflict = try XCTUnwrap(failure.conflict)
+            XCTAssertEqual(conflict.differingAttributes.map { conflict.object.entity.attributes[$0].name }, ["Title"],
+                           "\(conflict.object.id): only Title differs")
+        }
+        XCTAssertNil(try save(context, .clientWins).error)
+        XCTAssertEqual(field(try backend.record("i9"), "Title"), .string("mine 9"))
+        XCTAssertEqual(field(try backend.record("i9"), "Rank"), .integer(9), "the rest of the row, not a null")
+        XCTAssertEqual(field(try backend.record("i10"), "Rank"), .integer(10))
+    }
+
     /// A change the server already holds (its answer lost) is confirmed,
     /// not sent twice and not reported as a conflict.
     static func aChangeAlreadyAppliedIsConfirmed(_ backend: Backend) throws {
@@ -290,6 +320,7 @@ final class KintoSaveTests: KintoTestCase {
     func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
     func testBadEditsAreRefused() throws { try SaveContract.badEditsAreRefused(backend) }
     func testConflictsAndPolicies() throws { try SaveContract.conflictsAndPolicies(backend) }
+    func testConflictAfterReopen() throws { try SaveContract.conflictAfterReopen(backend) }
     func testAChangeAlreadyAppliedIsConfirmed() throws { try SaveContract.aChangeAlreadyAppliedIsConfirmed(backend) }
     func testManyChangesWithProgress() throws { try SaveContract.manyChangesWithProgress(backend) }
     func testCancelEndsOnceAndLosesNothing() throws { try SaveContract.cancelEndsOnceAndLosesNothing(backend) }
@@ -302,6 +333,7 @@ final class MemorySaveTests: MemoryTestCase {
     func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
     func testBadEditsAreRefused() throws { try SaveContract.badEditsAreRefused(backend) }
     func testConflictsAndPolicies() throws { try SaveContract.conflictsAndPolicies(backend) }
+    func testConflictAfterReopen() throws { try SaveContract.conflictAfterReopen(backend) }
     func testAChangeAlreadyAppliedIsConfirmed() throws { try SaveContract.aChangeAlreadyAppliedIsConfirmed(backend) }
     func testManyChangesWithProgress() throws { try SaveContract.manyChangesWithProgress(backend) }
     func testCancelEndsOnceAndLosesNothing() throws { try SaveContract.cancelEndsOnceAndLosesNothing(backend) }

@@ -347,6 +347,10 @@ extension Context {
                     try confirm(object, sent, server: current)
                     return .saved
                 }
+                // The committed row, read if it is not in memory (the edit
+                // came from an earlier run): the policies build on it, and
+                // without it every key not edited would seem null.
+                _ = try? read(object, entity.versionIndex, refresh: false)
                 return try resolve(object, sent, write, current: current, policy: policy)
             }
         } catch {
