@@ -597,6 +597,14 @@ TETHER_API int tether_object_committed(tether_object *obj, const char *key, teth
 /* How many objects have unsaved changes (*out 0: none). */
 TETHER_API int tether_context_change_count(tether_context *ctx, size_t *out);
 
+/* The objects with unsaved changes (inserts, updates and deletes), in the
+ * order they were first changed, as a results handle of type
+ * TETHER_RESULT_OBJECTS: read it as a fetch's (tether_results_count,
+ * tether_results_object_at); tether_object_pending says each one's change
+ * and tether_object_changed_key_at its keys. A snapshot: later edits and
+ * saves do not change it. Owned: release *out with tether_results_release. */
+TETHER_API int tether_context_changes(tether_context *ctx, tether_results **out);
+
 /* ---------------------------------------------------------------- observers */
 
 /* Called with status TETHER_OK each time the observed key's value changes

@@ -127,6 +127,17 @@ public func tether_context_change_count(_ ctx: OpaquePointer?, _ out: UnsafeMuta
     }
 }
 
+@_cdecl("tether_context_changes")
+public func tether_context_changes(_ ctx: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let (box, token) = try contextBox(ctx)
+        guard !box.context.isClosed else { throw TetherError(.closed, "the context is closed") }
+        guard let out else { throw misuse("out is NULL") }
+        let results = ResultsBox(box.context.changedObjectsResults, owner: token)
+        out.pointee = try Handles.shared.register(results, kind: .results, owner: token).handle
+    }
+}
+
 // MARK: relationships
 
 @_cdecl("tether_object_related")

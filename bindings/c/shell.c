@@ -104,10 +104,6 @@ static struct {
     int64_t timeout_ms;
     tether_context *ctx;
     int online;
-    /* Pending deletes made in this session: a fetch leaves them out, and the
-     * API has no way to list changes, so `pending` finds them here. */
-    char **deleted;
-    size_t deleted_count;
 } g = {.timeout_ms = 30000};
 
 static volatile sig_atomic_t g_interrupted;
@@ -1685,12 +1681,6 @@ static int cmd_delete(int argc, char **argv)
         return rc;
     int st = tether_object_delete(obj);
     if (st == TETHER_OK) {
-        buf b = {0};
-        buf_printf(&b, "%s", ent.name);
-        buf_add(&b, "", 1); /* entity NUL id: one string for both */
-        buf_str(&b, argv[2]);
-        g.deleted = xrealloc(g.deleted, (g.deleted_count + 1) * sizeof *g.deleted);
-        g.deleted[g.deleted_count++] = buf_take(&b);
         print_set(&ent, obj, NULL);
     } else {
         rc = api_error(st);
@@ -1787,10 +1777,8 @@ static void pending_object(tether_object *obj, const char *entity, table *t, buf
     }
 }
 
-/* The API tells how many objects have unsaved changes but not which: the
- * shell reads every cached object of every entity (pending inserts and
- * updates are among them), and adds this session's deletes, which fetches
- * leave out. Deletes from an earlier session can only be counted. */
+/* Every unsaved change, in the order made (tether_context_changes), key by
+ * key: the server's value and the local one. */
 static int cmd_pending(int argc, char **argv)
 {
     (void)argv;
@@ -1799,9 +1787,12 @@ static int cmd_pending(int argc, char **argv)
     int rc = need_ctx();
     if (rc != SHELL_OK)
         return rc;
-    size_t total = 0, listed = 0, n = 0;
-    tether_context_change_count(g.ctx, &total);
-    tether_context_entity_count(g.ctx, &n);
+    tether_results *changes;
+    int st = tether_context_changes(g.ctx, &changes);
+    if (st != TETHER_OK)
+        return api_error(st);
+    size_t total = 0;
+    tether_results_count(changes, &total);
     static const char *h[] = {"entity", "id", "change", "key", "server", "local"};
     table t;
     buf b = {0};
@@ -1810,58 +1801,25 @@ static int cmd_pending(int argc, char **argv)
         buf_str(&b, "{\"changes\":[");
     else
         table_init(&t, 6, h);
-    for (size_t i = 0; i < n && total; i++) {
+    for (size_t i = 0; i < total; i++) {
+        tether_object *obj;
         tether_entity *e;
         const char *name;
-        if (tether_context_entity_at(g.ctx, i, &e) != TETHER_OK || tether_entity_name(e, &name) != TETHER_OK)
+        if (tether_results_object_at(changes, i, &obj) != TETHER_OK)
             continue;
-        tether_fetch_options o;
-        tether_fetch_options_init(&o, TETHER_FETCH_OPTIONS_VERSION);
-        o.entity = name;
-        o.policy = TETHER_POLICY_CACHE_ONLY;
-        o.batch_size = 512; /* a big cache is read a batch at a time */
-        fetch_wait w;
-        if (run_fetch(&o, &w) != SHELL_OK) {
-            rc = SHELL_FAILED;
-            continue;
-        }
-        size_t rows = 0;
-        tether_results_count(w.results, &rows);
-        for (size_t r = 0; r < rows; r++) {
-            tether_object *obj;
-            tether_pending p = TETHER_PENDING_NONE;
-            if (tether_results_object_at(w.results, r, &obj) == TETHER_OK &&
-                tether_object_pending(obj, &p) == TETHER_OK && p != TETHER_PENDING_NONE) {
-                pending_object(obj, name, &t, &b, &first);
-                listed++;
-            }
-        }
-        tether_results_release(w.results);
-    }
-    for (size_t i = 0; i < g.deleted_count; i++) {
-        const char *entity = g.deleted[i], *id = entity + strlen(entity) + 1;
-        tether_object *obj;
-        tether_pending p = TETHER_PENDING_NONE;
-        if (tether_context_object(g.ctx, entity, id, &obj) != TETHER_OK)
-            continue;
-        if (tether_object_pending(obj, &p) == TETHER_OK && p == TETHER_PENDING_DELETE) {
-            pending_object(obj, entity, &t, &b, &first);
-            listed++;
-        }
+        if (tether_object_entity(obj, &e) == TETHER_OK && tether_entity_name(e, &name) == TETHER_OK)
+            pending_object(obj, name, &t, &b, &first);
         tether_object_release(obj);
     }
-    size_t unlisted = total > listed ? total - listed : 0;
+    tether_results_release(changes);
     if (g.json) {
-        buf_printf(&b, "],\"count\":%zu,\"unlisted\":%zu}", total, unlisted);
+        buf_printf(&b, "],\"count\":%zu}", total);
         json_out(&b);
     } else {
-        if (listed)
+        if (total)
             table_print(&t);
         table_free(&t);
         printf("(%zu unsaved %s)\n", total, total == 1 ? "change" : "changes");
-        if (unlisted)
-            printf("(%zu not listed: deletes made in an earlier session, which the API cannot list)\n",
-                   unlisted);
     }
     return rc;
 }
@@ -2258,9 +2216,6 @@ int main(int argc, char **argv)
 
     if (g.ctx && tether_context_close(g.ctx) != TETHER_OK)
         rc = api_error(TETHER_E_ERROR);
-    for (size_t k = 0; k < g.deleted_count; k++)
-        free(g.deleted[k]);
-    free(g.deleted);
     free(g.username);
     free(g.password);
     return rc;

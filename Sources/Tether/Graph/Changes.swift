@@ -52,8 +52,7 @@ extension ManagedObject {
     /// The value the server last confirmed, whatever is pending (an insert has none).
     public func committed(_ index: Int) throws -> Value {
         try context.checkOpen()
-        _ = try? context.read(self, index, refresh: false)  // loads the row if it is not in memory
-        return try state.withLock { state in
+        return try context.withCommittedRow(self) { state in
             guard let record = state.record, !state.deletedOnServer else {
                 throw TetherError(.notCached, "\(entity.name)/\(id) has no value from the server")
             }
@@ -95,6 +94,9 @@ extension Context {
     }
 
     public var hasChanges: Bool { graph.withLock { !$0.changed.isEmpty } }
+
+    /// changedObjects as a fetch's answer, for a host that reads answers.
+    public var changedObjectsResults: FetchedResults { .objects(changedObjects) }
 
     /// A new object of `entity`, saved as an insert at the next save. `id`
     /// nil: a random UUID, made here, so that an insert sent again can never
@@ -239,13 +241,9 @@ extension Context {
     }
 
     /// Loads the object's row if it is not in memory, so an edit knows the
-    /// version it applies to.
+    /// version it applies to (a record not cached: the edit says so).
     private func ensureLoaded(_ object: ManagedObject) throws {
-        do {
-            _ = try read(object, object.entity.versionIndex, refresh: false)
-        } catch let error as TetherError where error.kind == .notCached || error.kind == .notFound {
-            // The edit says what is missing.
-        }
+        try withCommittedRow(object) { _ in }
     }
 
     /// Runs one edit of `object` under its lock: `body` returns the change

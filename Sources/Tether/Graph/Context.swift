@@ -383,17 +383,26 @@ public final class Context: Sendable {
 
     func read(_ object: ManagedObject, _ index: Int, refresh: Bool) throws -> Value {
         if let value = try readInMemory(object, index, refresh: refresh) { return value }
-        let stored = try store(for: object.entity).load(object.entity, id: object.id)
-        let outcome = object.state.withLock { state in
+        let outcome = try withCommittedRow(object) { $0.read(index) }
+        if refresh { scheduleRefresh(object) }
+        return try value(outcome, object)
+    }
+
+    /// Runs `body` on the object's state with its committed row in memory,
+    /// read from the store first if it is not (nil there: not cached). An
+    /// object with a pending edit reads its edited keys without the row;
+    /// what compares or merges with the server's side needs it.
+    func withCommittedRow<T>(_ object: ManagedObject, _ body: (inout ManagedObject.State) throws -> T) throws -> T {
+        let loaded = object.state.withLock { $0.record != nil || $0.loaded }
+        let stored = loaded ? nil : try store(for: object.entity).load(object.entity, id: object.id)
+        return try object.state.withLock { state in
             if state.record == nil && !state.loaded {
                 state.loaded = true
                 state.record = stored?.record
                 state.fetchedAt = stored?.fetchedAt ?? 0
             }
-            return state.read(index)
+            return try body(&state)
         }
-        if refresh { scheduleRefresh(object) }
-        return try value(outcome, object)
     }
 
     /// A read that needs nothing from the store; nil (nothing done) when

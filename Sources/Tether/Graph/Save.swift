@@ -350,7 +350,7 @@ extension Context {
                 // The committed row, read if it is not in memory (the edit
                 // came from an earlier run): the policies build on it, and
                 // without it every key not edited would seem null.
-                _ = try? read(object, entity.versionIndex, refresh: false)
+                try withCommittedRow(object) { _ in }
                 return try resolve(object, sent, write, current: current, policy: policy)
             }
         } catch {

@@ -151,6 +151,37 @@ static void test_reading(tether_context *ctx)
     tether_object_release(note);
 }
 
+/* tether_context_changes, as "entity/id:change " for each, in order. */
+static void check_changes(tether_context *ctx, const char *expected)
+{
+    static const char *names[] = {"none", "insert", "update", "delete"};
+    tether_results *changes = NULL;
+    char listed[512] = "";
+    size_t count = 0;
+    if (CHECK_OK(tether_context_changes(ctx, &changes)) != TETHER_OK)
+        return;
+    CHECK_OK(tether_results_count(changes, &count));
+    for (size_t i = 0; i < count; i++) {
+        tether_object *obj = NULL;
+        tether_entity *entity = NULL;
+        const char *name = NULL, *id = NULL;
+        tether_pending pending = TETHER_PENDING_NONE;
+        if (CHECK_OK(tether_results_object_at(changes, i, &obj)) != TETHER_OK)
+            continue;
+        CHECK_OK(tether_object_entity(obj, &entity));
+        CHECK_OK(tether_entity_name(entity, &name));
+        CHECK_OK(tether_object_id(obj, &id));
+        CHECK_OK(tether_object_pending(obj, &pending));
+        snprintf(listed + strlen(listed), sizeof listed - strlen(listed), "%s/%s:%s ", name, id,
+                 (int)pending >= 0 && (int)pending < 4 ? names[pending] : "?");
+        tether_object_release(obj);
+    }
+    CHECK_STR(listed, expected);
+    CHECK_OK(tether_results_release(changes));
+    CHECK_STATUS(tether_context_changes(ctx, NULL), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_context_changes(NULL, &changes), TETHER_E_HANDLE);
+}
+
 static void test_delete_rules(tether_context *ctx)
 {
     tether_object *bob = NULL, *ann = NULL, *p1 = NULL, *p3 = NULL, *n1 = NULL, *l1 = NULL;
@@ -179,7 +210,10 @@ static void test_delete_rules(tether_context *ctx)
         CHECK_INT(v.type, TETHER_TYPE_NULL);
     CHECK_OK(tether_context_change_count(ctx, &count));
     CHECK_INT(count, 4); /* Ann, Rex, Tom, the note */
+    /* A cascade is planned from its leaves: the note first, Ann last. */
+    check_changes(ctx, "notes/n1:update pets/p2:delete pets/p1:delete owners/o1:delete ");
     CHECK_CODE(tu_save(ctx, NULL), TETHER_OK);
+    check_changes(ctx, "");
     CHECK_INT(record_status("owners", "o1", NULL), 404);
     CHECK_INT(record_status("pets", "p1", NULL), 404);
     CHECK_INT(record_status("pets", "p2", NULL), 404);

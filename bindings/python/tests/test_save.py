@@ -59,6 +59,9 @@ def test_edit_save_and_reopen(kinto, kinto_url, bucket, tmp_path, open_ctx, note
 
     ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
     assert ctx.change_count == 1, "the change survived the close"
+    (changed,) = ctx.changed_objects              # ...and says what it is
+    assert (changed.id, changed.pending, changed.changed_keys) == ("n1", "update", ["Title", "Tags"])
+    assert changed.committed("Title") == "note 1", "the server's side, read from the store in a new run"
     report = ctx.save()
     assert (report.saved, report.discarded, report.failures) == (1, 0, [])
     server = kinto.get_record(bucket, notes, "n1")
@@ -266,5 +269,6 @@ def test_server_errors_keep_every_change(kinto, kinto_url, bucket, tmp_path, ope
     with pytest.raises(error):
         ctx.save()
     assert ctx.change_count == 4 and all(o.pending == "insert" for o in made)
+    assert ctx.changed_objects == made, "every change, in the order made"
     faultproxy.reset()
     assert ctx.save().saved == 4

@@ -427,6 +427,7 @@ tether_object_changed_key_at = _declare(
 tether_object_committed = _declare(
     "tether_object_committed", c_int, [c_void_p, c_char_p, POINTER(tether_value)])
 tether_context_change_count = _declare("tether_context_change_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_context_changes = _declare("tether_context_changes", c_int, [c_void_p, POINTER(c_void_p)])
 tether_object_related = _declare("tether_object_related", c_int, [c_void_p, c_char_p, POINTER(c_void_p)])
 tether_object_set_related = _declare("tether_object_set_related", c_int, [c_void_p, c_char_p, c_void_p])
 tether_object_uri = _declare("tether_object_uri", c_int, [c_void_p, POINTER(tether_value)])

@@ -1037,7 +1037,8 @@ class Results(collections.abc.Sequence[Object]):
         self._lock = threading.Lock()
         self._entity: Optional[Entity] = None   # its rows' Entity, once a row has been read
         n = c_size_t()
-        _lib.tether_results_count(handle, byref(n))
+        if handle:    # none: a phase that answered no rows
+            _lib.tether_results_count(handle, byref(n))
         self._len = n.value
 
     @property
@@ -1850,10 +1851,10 @@ class Context(ContextSaving):
         """One phase's answer, as `shape` asks: Objects, ids, a count, values
         (dicts), or a Results (which then owns the handle). Otherwise the
         handle is released here, also when reading fails."""
+        if shape.lazy:   # a Results even with no handle (an empty one), as documented
+            return Results(self, results)  # owns the handle, also if this raises
         if not results:
             return shape.empty()
-        if shape.lazy:
-            return Results(self, results)  # owns the handle, also if this raises
         try:
             if status == 0:
                 # The library tells what it answered: a different type would

@@ -23,9 +23,12 @@ what reaches a handler is what the application configures (e.g.
 ``logging.basicConfig(level=logging.INFO)``).
 """
 
+from __future__ import annotations
+
 import atexit
 import logging
 import threading
+from typing import Dict, Optional, Union
 
 from . import _lib
 
@@ -37,12 +40,12 @@ logger.addHandler(logging.NullHandler())
 
 _TO_PYTHON = {_lib.LOG_ERROR: logging.ERROR, _lib.LOG_WARNING: logging.WARNING,
               _lib.LOG_INFO: logging.INFO, _lib.LOG_DEBUG: logging.DEBUG}
-_loggers = {}                 # category (bytes) -> logging.Logger
+_loggers: Dict[Optional[bytes], logging.Logger] = {}   # category -> its logger
 _lock = threading.Lock()      # serializes installs (not held by the callback)
 _installed = _lib.LOG_OFF
 
 
-def _category_logger(category):
+def _category_logger(category: Optional[bytes]) -> logging.Logger:
     found = _loggers.get(category)
     if found is None:
         name = category.decode("utf-8", "replace") if category else "unknown"
@@ -50,7 +53,7 @@ def _category_logger(category):
     return found
 
 
-def _on_log(level, category, message, userdata):
+def _on_log(level: int, category: Optional[bytes], message: Optional[bytes], userdata: Optional[int]) -> None:
     # On a library thread (or a thread inside a tether call), with the GIL
     # taken by ctypes. Nothing may escape into C: a failing handler or filter
     # is logging's business (Handler.handleError), anything else is dropped.
@@ -70,7 +73,7 @@ _CALLBACK = _lib.LOG_CB(_on_log)
 _NO_CALLBACK = _lib.LOG_CB()   # NULL
 
 
-def _c_level(python_level):
+def _c_level(python_level: int) -> int:
     """The library's level for messages at or above `python_level`."""
     if python_level <= logging.DEBUG:
         return _lib.LOG_DEBUG
@@ -83,7 +86,7 @@ def _c_level(python_level):
     return _lib.LOG_OFF
 
 
-def wanted_level():
+def wanted_level() -> int:
     """The library level Python wants now: from the lowest effective level of
     ``tether`` and its category loggers, above ``logging.disable``'s."""
     lowest = min([logger.getEffectiveLevel()]
@@ -94,7 +97,7 @@ def wanted_level():
     return _c_level(lowest)
 
 
-def log_to_python(level=None):
+def log_to_python(level: Union[int, str, None] = None) -> int:
     """Installs the hook with the level Python wants now (see the module's
     doc), or re-reads the levels after they changed. With `level` (a logging
     level: ``logging.DEBUG``, ``"INFO"``...), first sets the ``tether``
@@ -110,12 +113,12 @@ def log_to_python(level=None):
     return c_level
 
 
-def set_log_level(level):
+def set_log_level(level: Union[int, str]) -> int:
     """Sets the ``tether`` logger's level and the library's hook to match."""
     return log_to_python(level)
 
 
-def stop_logging():
+def stop_logging() -> None:
     """Removes the hook: the library builds no message at all until
     :func:`log_to_python` installs it again. When this returns, the hook is
     not running and will not run."""
@@ -125,12 +128,12 @@ def stop_logging():
         _installed = _lib.LOG_OFF
 
 
-def installed_level():
+def installed_level() -> int:
     """The library level this module last installed (0: off)."""
     return _installed
 
 
-def _at_exit():
+def _at_exit() -> None:
     try:
         stop_logging()
     except Exception:  # noqa: BLE001 - exiting; nothing to tell

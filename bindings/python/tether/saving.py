@@ -426,6 +426,7 @@ class ContextSaving:
         def _wrap(self, addr: Optional[int], owned: bool, entity: Optional[Entity] = None) -> Object: ...
         def _loop_acquire(self, loop: asyncio.AbstractEventLoop) -> None: ...
         def _loop_release(self) -> None: ...
+        def _objects_of(self, results: Optional[int], count: int) -> List[Object]: ...
 
     def insert(self, entity: str, values: Optional[Mapping[Key, Value]] = None,
                id: Optional[str] = None) -> Object:
@@ -454,6 +455,20 @@ class ContextSaving:
     def has_changes(self) -> bool:
         """True while the context has unsaved changes (change_count > 0)."""
         return self.change_count > 0
+
+    @property
+    def changed_objects(self) -> List[Object]:
+        """The Objects with an unsaved change (insert, update or delete), in
+        the order they were first changed; each one's ``pending`` says which,
+        ``changed_keys`` and ``committed()`` what."""
+        out = c_void_p()
+        _lib.tether_context_changes(self._h, byref(out))
+        try:
+            count = c_size_t()
+            _lib.tether_results_count(out, byref(count))
+            return self._objects_of(out.value, count.value)
+        finally:
+            _lib.tether_results_release(out)
 
     def start_save(self, *, merge: Optional[MergePolicy] = None, callback: Optional[SaveCallback] = None,
                    progress: Optional[SaveProgress] = None,

@@ -9,6 +9,7 @@ otherwise. misuse.py beside it holds what the hints must refuse.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import tether
@@ -76,6 +77,7 @@ def editing(ctx: tether.Context) -> None:
     note.delete()
     note.rollback()
     assert_type(ctx.change_count, int)
+    assert_type(ctx.changed_objects, List[tether.Object])
     ctx.rollback()
 
 
@@ -239,3 +241,6 @@ def opening() -> None:
     assert_type(error.status, int)
     value: tether.Value = {"nested": [1, "two", None]}
     print(value)
+    assert_type(tether.set_log_level(logging.DEBUG), int)
+    assert_type(tether.log_to_python(), int)
+    tether.stop_logging()
