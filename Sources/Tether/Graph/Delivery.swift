@@ -124,7 +124,7 @@ final class Delivery: Sendable {
     /// cancelled or finished.
     func cancel(_ subscription: SubscriptionID) throws {
         let me = pthread_self()
-        let mayWait = !CallbackScope.isInside
+        let mayWait = !callbackScope.isInside
         try state.withLock { state in
             guard var current = state.subscriptions[subscription], !current.cancelled, !current.finished else {
                 throw TetherError(.closed, "it has already been cancelled or finished")
@@ -249,7 +249,7 @@ final class Delivery: Sendable {
             return event
         }
         guard let event = next else { return false }
-        CallbackScope.run(event.run)
+        callbackScope.run(event.run)
         let finished = state.withLock { state -> (@Sendable (SubscriptionID) -> Void)? in
             state.delivering = nil
             guard var subscription = state.subscriptions[event.subscription] else { return nil }

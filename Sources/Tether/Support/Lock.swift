@@ -115,16 +115,24 @@ private final class ThreadBody: Sendable {
 /// Whether the current thread is running a host callback of any context, so
 /// that cancel can skip waiting for a callback on another thread: two
 /// callbacks cancelling each other's work would otherwise wait forever.
-enum CallbackScope {
-    private static let key: pthread_key_t = {
+let callbackScope = ThreadScope()
+
+/// Whether the calling thread is inside `run` of this scope (nested runs
+/// included): a thread-local flag, for code that must not wait on, or
+/// re-enter, what it is called from.
+final class ThreadScope: Sendable {
+    // Made once per scope, for the life of the process (scopes are globals).
+    private let key: pthread_key_t
+
+    init() {
         var key = pthread_key_t()
         pthread_key_create(&key, nil)
-        return key
-    }()
+        self.key = key
+    }
 
-    static var isInside: Bool { pthread_getspecific(key) != nil }
+    var isInside: Bool { pthread_getspecific(key) != nil }
 
-    static func run(_ body: () -> Void) {
+    func run(_ body: () -> Void) {
         let outer = pthread_getspecific(key)
         let depth = Int(bitPattern: outer) + 1
         pthread_setspecific(key, UnsafeRawPointer(bitPattern: depth))

@@ -65,7 +65,7 @@ public enum Log {
     /// or a nil sink removes it. When this returns the previous sink is not
     /// running and never runs again. Throws `.busy` from inside the sink.
     public static func install(_ level: LogLevel, _ sink: Sink?) throws {
-        guard !SinkScope.isInside else {
+        guard !sinkScope.isInside else {
             throw TetherError(.busy, "the log hook cannot be changed from inside the log callback")
         }
         let installed = sink == nil ? LogLevel.off : level
@@ -113,10 +113,10 @@ public enum Log {
     /// is already inside the sink or the sink no longer wants its level.
     @inline(never)
     private static func emit(_ level: LogLevel, _ category: LogCategory, _ message: String) {
-        guard !SinkScope.isInside else { return }
+        guard !sinkScope.isInside else { return }
         sink.withLock { state in
             guard let sink = state.sink, level <= state.level else { return }
-            SinkScope.run { sink(level, category, message) }
+            sinkScope.run { sink(level, category, message) }
         }
     }
 
@@ -148,18 +148,4 @@ public enum Log {
 /// Whether this thread is running the log sink, so that a message the sink
 /// causes (it called into the library) is dropped instead of deadlocking on
 /// the log's lock.
-private enum SinkScope {
-    private static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        pthread_key_create(&key, nil)
-        return key
-    }()
-
-    static var isInside: Bool { pthread_getspecific(key) != nil }
-
-    static func run(_ body: () -> Void) {
-        pthread_setspecific(key, UnsafeRawPointer(bitPattern: 1))
-        defer { pthread_setspecific(key, nil) }
-        body()
-    }
-}
+private let sinkScope = ThreadScope()
