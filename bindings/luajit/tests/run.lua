@@ -1,7 +1,7 @@
 -- A tiny test runner (no luarocks): runs every tests/test_*.lua against the
 -- Kinto at $TETHER_TEST_URL (start one with scripts/with-kinto):
 --
---   scripts/with-kinto luajit bindings/lua/tests/run.lua [PATTERN...]
+--   scripts/with-kinto luajit bindings/luajit/tests/run.lua [PATTERN...]
 --
 -- Each test file returns a list of {name, function(h) ... end}; h is the
 -- helpers module (tests/helpers.lua). A test fails by raising an error.

@@ -778,7 +778,7 @@ function M.open(o)
     local delivery = o.delivery or "poll"
     if delivery ~= "poll" then
         misuse("open", "delivery must be \"poll\": LuaJIT cannot run callbacks on the library's "
-               .. "threads (see bindings/lua/README.md)")
+               .. "threads (see bindings/luajit/README.md)")
     end
     local opts = ffi.new("tether_context_options")
     check(C.tether_context_options_init(opts, CONTEXT_OPTIONS_VERSION), "tether_context_options_init")

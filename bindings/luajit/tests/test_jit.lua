@@ -3,7 +3,7 @@
 
 return {
     {"polling from a hot, compiled loop runs callbacks without a bad-callback panic", function(h)
-        local cmd = "luajit " .. h.q(h.repo .. "/bindings/lua/tests/jit_poll_child.lua") .. " " .. h.q(h.url)
+        local cmd = "luajit " .. h.q(h.repo .. "/bindings/luajit/tests/jit_poll_child.lua") .. " " .. h.q(h.url)
             .. " " .. h.q(h.bucket) .. " " .. h.q(h.store()) .. " " .. h.q(h.auth_user) .. " "
             .. h.q(h.auth_password) .. " 2>&1"
         local p = io.popen(cmd)

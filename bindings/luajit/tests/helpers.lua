@@ -14,7 +14,7 @@ H.auth_user, H.auth_password = "test", "test"
 H.url = os.getenv("TETHER_TEST_URL")
 if not H.url or H.url == "" then
     io.stderr:write("TETHER_TEST_URL is not set: these tests need a running Kinto. Run them with\n"
-                    .. "  scripts/with-kinto luajit bindings/lua/tests/run.lua\n")
+                    .. "  scripts/with-kinto luajit bindings/luajit/tests/run.lua\n")
     os.exit(2)
 end
 H.url = H.url:gsub("/+$", "")

@@ -1,6 +1,6 @@
 -- Tether from LuaJIT: a tour against the seeded demo bucket.
 --
---   luajit bindings/lua/demo.lua URL BUCKET STORE [--offline]
+--   luajit bindings/luajit/demo.lua URL BUCKET STORE [--offline]
 --
 -- URL is the Kinto root (http://127.0.0.1:PORT/v1), BUCKET the bucket seeded
 -- by scripts/seed-demo ("demo"), STORE the SQLite file to cache into. Run it

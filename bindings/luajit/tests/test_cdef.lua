@@ -53,7 +53,7 @@ return {
             if not known[d] then missing[#missing + 1] = "  " .. d end
         end
         if #missing > 0 then
-            error("declarations in bindings/lua/tether.lua that include/tether.h does not have "
+            error("declarations in bindings/luajit/tether.lua that include/tether.h does not have "
                   .. "(copy them again from the header):\n" .. table.concat(missing, "\n"))
         end
     end},
