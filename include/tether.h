@@ -611,8 +611,10 @@ TETHER_API int tether_context_changes(tether_context *ctx, tether_results **out)
  * (a refresh or fetch landed with a different value, or the record was
  * deleted on the server); with an error status (TETHER_E_NETWORK,
  * TETHER_E_SERVER, TETHER_E_PROTOCOL...) each time a background refresh of
- * the object failed, the cached value staying as it was; and exactly once
- * more, last, with TETHER_E_CANCELLED when the observer is removed or its
+ * the object failed, the cached value staying as it was; once with
+ * TETHER_E_NOT_FOUND when a refresh finds that the server has no such record
+ * and none was ever cached (a get of a wrong id: no value will come); and
+ * exactly once more, last, with TETHER_E_CANCELLED when the observer is removed or its
  * context closes: free userdata then. `obj` and `key` (the key as it was observed) are borrowed
  * for the call; retain `obj` to keep it. An observer holds its object. */
 typedef void (*tether_observer_cb)(tether_object *obj, const char *key, int status, void *userdata);

@@ -112,6 +112,22 @@ enum GraphContract {
         XCTAssertThrowsError(try object.peek("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
     }
 
+    /// A get of a record the server never had: its observer hears, once,
+    /// that none will come (notFound), and peek says so.
+    static func getOfARecordTheServerLacksTellsObservers(_ backend: Backend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        let object = try context.object(entity: "items", id: "no-such-item")
+        let told = ConditionLock<[TetherError.Kind?]>([])
+        try object.makeObserver(key: "Title").activate { error in told.withLock { $0.append(error?.kind) } }
+        XCTAssertThrowsError(try object.get("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notCached) }
+        XCTAssertTrue(eventually { told.withLock { $0 } == [.notFound] }, "\(told.withLock { $0 })")
+        XCTAssertThrowsError(try object.peek("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        XCTAssertThrowsError(try object.get("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        usleep(200_000)
+        XCTAssertEqual(told.withLock { $0 }, [.notFound], "told once")
+    }
+
     static func cancelDeliversOneFinalCancelled(_ backend: Backend) throws {
         let context = try backend.open(.poll)
         defer { try? context.close() }
@@ -200,6 +216,7 @@ final class KintoGraphTests: KintoTestCase {
     func testPredicates() throws { try GraphContract.predicatesAnswerAlikeFromServerAndCache(backend) }
     func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }
     func testDeletedOnServerLeavesTheCache() throws { try GraphContract.deletedOnServerLeavesTheCache(backend) }
+    func testGetOfARecordTheServerLacks() throws { try GraphContract.getOfARecordTheServerLacksTellsObservers(backend) }
     func testCancelDeliversOneFinalCancelled() throws { try GraphContract.cancelDeliversOneFinalCancelled(backend) }
     func testLifetimesFollowWhatIsHeld() throws { try GraphContract.lifetimesFollowWhatIsHeld(backend) }
     func testCloseEndsEveryRequestOnce() throws { try GraphContract.closeEndsEveryRequestOnce(backend) }
@@ -232,6 +249,7 @@ final class MemoryGraphTests: MemoryTestCase {
     func testPredicates() throws { try GraphContract.predicatesAnswerAlikeFromServerAndCache(backend) }
     func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }
     func testDeletedOnServerLeavesTheCache() throws { try GraphContract.deletedOnServerLeavesTheCache(backend) }
+    func testGetOfARecordTheServerLacks() throws { try GraphContract.getOfARecordTheServerLacksTellsObservers(backend) }
     func testCancelDeliversOneFinalCancelled() throws { try GraphContract.cancelDeliversOneFinalCancelled(backend) }
     func testLifetimesFollowWhatIsHeld() throws { try GraphContract.lifetimesFollowWhatIsHeld(backend) }
     func testCloseEndsEveryRequestOnce() throws { try GraphContract.closeEndsEveryRequestOnce(backend) }

@@ -103,6 +103,7 @@ final class HostGraphTests: HostTestCase {
     func testPredicates() throws { try GraphContract.predicatesAnswerAlikeFromServerAndCache(backend) }
     func testGetRefreshesAndTellsObservers() throws { try GraphContract.getRefreshesAndTellsObserversOfBothForms(backend) }
     func testDeletedOnServerLeavesTheCache() throws { try GraphContract.deletedOnServerLeavesTheCache(backend) }
+    func testGetOfARecordTheServerLacks() throws { try GraphContract.getOfARecordTheServerLacksTellsObservers(backend) }
     func testCancelDeliversOneFinalCancelled() throws { try GraphContract.cancelDeliversOneFinalCancelled(backend) }
     func testLifetimesFollowWhatIsHeld() throws { try GraphContract.lifetimesFollowWhatIsHeld(backend) }
     func testCloseEndsEveryRequestOnce() throws { try GraphContract.closeEndsEveryRequestOnce(backend) }

@@ -506,16 +506,22 @@ public final class Context: Sendable {
             cleanUpReferences(to: ids, of: entity)
         }
         var changed: [KeyObserver] = []
+        var absent: [KeyObserver] = []
         for object in objectsInMemory(entity, ids) {
             object.state.withLock { state in
                 let wasKnown = state.record != nil
                 // A record edited here keeps its last values: a merge policy may make it again.
                 if state.pending == nil { state.record = nil }
+                // Never cached: its value did not change, but whoever waits
+                // for it (a get's observer) must hear that none will come.
+                if !wasKnown && !state.deletedOnServer { absent += state.observers }
                 state.deletedOnServer = true
                 if wasKnown { changed += state.observers }
             }
         }
         for observer in changed { observer.notify() }
+        let missing = TetherError(.notFound, "the server has no \(entity.name) record with this id")
+        for observer in absent { observer.notify(missing) }
     }
 
     // MARK: live fetches

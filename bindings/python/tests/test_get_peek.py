@@ -204,3 +204,17 @@ def test_key_misuse(kinto_url, things, tmp_path, open_ctx):
     with pytest.raises(TypeError):
         o.observe("Key", "not callable")
     assert ctx.pending == 0
+
+
+def test_get_of_a_record_the_server_lacks(kinto_url, things, tmp_path, open_ctx, recorder):
+    """A wrong id: the get's observer hears, once, that no value will come,
+    and peek then says so."""
+    ctx = open_ctx(kinto_url, things, tmp_path / "s.db")
+    o = ctx.object("things", "no-such-thing")
+    rec = recorder()
+    o.observe("Key", rec)
+    assert o.get("Key") is None                       # not cached: the refresh starts
+    assert rec.wait(lambda c: len(c) >= 1)
+    assert rec.calls == [(o, "Key", tether.E_NOT_FOUND)]
+    with pytest.raises(tether.NotFoundError):
+        o.peek("Key")

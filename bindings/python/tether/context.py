@@ -819,7 +819,9 @@ class Object(ObjectEditing):
 
     def observe(self, key: Key, callback: ObserverCallback) -> Observer:
         """Calls callback(obj, key, status) when the value of `key` changes
-        (status 0), and once more, last, with status TETHER_E_CANCELLED (-12)
+        (status 0), with an error status when a refresh fails (E_NOT_FOUND,
+        once, when the server has no such record and none was ever cached),
+        and once more, last, with status TETHER_E_CANCELLED (-12)
         when the observer is removed or the context closes. `key` is a name,
         a name + "Peek", or a code. Returns an Observer."""
         if isinstance(key, bool) or not isinstance(key, (str, bytes, int)):
