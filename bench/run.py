@@ -438,8 +438,9 @@ def wait_quiet(logpath, offset, quiet=0.5, limit=15.0):
 
 def gets_until_peek(tether, url, path, ids, limit, quiet_limit):
     """On a new store: get("Name") on each of `ids` (uncached objects), then
-    waits until peek succeeds for all of them, walking them in order (a
-    pending one is polled every millisecond; the walk goes on once it lands).
+    waits until each one's Name is cached (is_cached: a value not cached
+    yet reads as None), walking them in order (a pending one is polled every
+    millisecond; the walk goes on once it lands).
     Returns (seconds, the request.summary entries Kinto logged or None, the
     number of requests inside /batch or None)."""
     logpath = common.kinto_log_path()
@@ -450,21 +451,15 @@ def gets_until_peek(tether, url, path, ids, limit, quiet_limit):
         off = common.log_offset(logpath) if logpath else None
         t0 = now()
         for o in objs:
-            try:
-                o.get("Name")
-            except tether.NotCachedError:
-                pass
+            o.get("Name")
         deadline = time.monotonic() + limit
         k = 0
         while k < n:
-            try:
-                objs[k].peek("Name")
+            if objs[k].is_cached("Name"):
                 k += 1
                 continue
-            except tether.NotCachedError:
-                pass
             if time.monotonic() > deadline:
-                left = sum(1 for o in objs[k:] if not _peekable(tether, o))
+                left = sum(1 for o in objs[k:] if not o.is_cached("Name"))
                 raise RuntimeError("refreshes did not land: %d of %d objects still not cached %d s "
                                    "after get" % (left, n, limit))
             time.sleep(0.001)
@@ -474,14 +469,6 @@ def gets_until_peek(tether, url, path, ids, limit, quiet_limit):
     finally:
         ctx.close()
     return dt, reqs, subs
-
-
-def _peekable(tether, obj):
-    try:
-        obj.peek("Name")
-        return True
-    except tether.NotCachedError:
-        return False
 
 
 def in_id_urls(url, ids, listings):
