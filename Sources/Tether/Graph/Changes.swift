@@ -101,9 +101,9 @@ extension Context {
     /// A new object of `entity`, saved as an insert at the next save. `id`
     /// nil: a random UUID, made here, so that an insert sent again can never
     /// make a second record.
-    public func insert(entity name: String, id: String? = nil) throws -> ManagedObject {
-        guard let entity = model.entity(named: name) else {
-            throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
+    public func insert(entity entityName: String, id: String? = nil) throws -> ManagedObject {
+        guard let entity = model.entity(named: entityName) else {
+            throw TetherError(.notFound, "the model has no entity \(entityName.debugDescription)")
         }
         guard entity.operations.contains(.insert) else {
             throw TetherError(.notAllowed, "the server does not allow inserting into \(entity.name)")
