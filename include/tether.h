@@ -559,6 +559,20 @@ TETHER_API int tether_object_set_code(tether_object *obj, int code, const tether
  * not allow inserts. *out is a new reference, as from tether_context_object. */
 TETHER_API int tether_context_insert(tether_context *ctx, const char *entity, const char *id, tether_object **out);
 
+/* tether_context_insert with values: keys[i] (an attribute name) is set to
+ * values[i], for i below `count` (a key given twice: the later value). All
+ * or nothing: every key, type and allowed value is checked as
+ * tether_object_set checks one before anything changes, and a call that
+ * fails (TETHER_E_NOT_FOUND for a key the entity does not have,
+ * TETHER_E_TYPE, TETHER_E_INVALID...) inserts nothing. On success the insert
+ * and its values are in the outbox, as one change. `keys` and `values` are
+ * borrowed for the call (copied); both may be NULL when `count` is 0
+ * (TETHER_E_MISUSE otherwise). Any thread. *out is a new reference, as from
+ * tether_context_object. */
+TETHER_API int tether_context_insert_values(tether_context *ctx, const char *entity, const char *id,
+                                            const char *const *keys, const tether_value *values, size_t count,
+                                            tether_object **out);
+
 /* Deletes the record: a pending delete, conditional on the cached version
  * (its unsaved edits are dropped). A pending insert never sent is simply
  * dropped (reads then give TETHER_E_NOT_FOUND). Deleting twice is a no-op.

@@ -60,6 +60,20 @@ public func tether_context_insert(_ ctx: OpaquePointer?, _ entity: UnsafePointer
     }
 }
 
+@_cdecl("tether_context_insert_values")
+public func tether_context_insert_values(_ ctx: OpaquePointer?, _ entity: UnsafePointer<CChar>?, _ id: UnsafePointer<CChar>?,
+                                         _ keys: UnsafePointer<UnsafePointer<CChar>?>?, _ values: UnsafePointer<tether_value>?,
+                                         _ count: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let (box, token) = try contextBox(ctx)
+        guard out != nil else { throw misuse("out is NULL") }
+        guard count == 0 || (keys != nil && values != nil) else { throw misuse("keys or values is NULL") }
+        let pairs = try (0..<count).map { (key: try text(keys![$0], "key"), value: try hostValue(values! + $0)) }
+        let inserted = try box.context.insert(entity: try text(entity, "entity"), id: try optionalText(id, "id"), values: pairs)
+        try output(out, try objectHandle(inserted, owner: token))
+    }
+}
+
 @_cdecl("tether_object_delete")
 public func tether_object_delete(_ obj: OpaquePointer?) -> Int32 {
     call { try object(obj).object.delete() }

@@ -100,8 +100,11 @@ extension Context {
 
     /// A new object of `entity`, saved as an insert at the next save. `id`
     /// nil: a random UUID, made here, so that an insert sent again can never
-    /// make a second record.
-    public func insert(entity entityName: String, id: String? = nil) throws -> ManagedObject {
+    /// make a second record. `values` (by attribute name; a later one of a
+    /// name wins) are all checked, as `set` checks one, before anything
+    /// changes: an insert refused for one of them leaves nothing behind.
+    public func insert(entity entityName: String, id: String? = nil,
+                       values: [(key: String, value: Value)] = []) throws -> ManagedObject {
         guard let entity = model.entity(named: entityName) else {
             throw TetherError(.notFound, "the model has no entity \(entityName.debugDescription)")
         }
@@ -110,6 +113,13 @@ extension Context {
         }
         let id = id ?? Self.randomID()
         guard !id.isEmpty else { throw TetherError(.invalid, "a record id cannot be empty") }
+        var checkedValues: [Int: Value] = [:]
+        for (key, value) in values {
+            guard let index = entity.attributeIndex(named: key) else {
+                throw TetherError(.notFound, "\(entity.name) has no key \(key.debugDescription)")
+            }
+            checkedValues[index] = try checkedForEdit(value, index, of: entity)
+        }
         try checkOpen()
         if try store(for: entity).load(entity, id: id) != nil {
             throw TetherError(.conflict, "\(entity.name)/\(id) already exists")
@@ -119,7 +129,8 @@ extension Context {
             guard state.pending == nil, state.record == nil || state.deletedOnServer else {
                 throw TetherError(.conflict, "\(entity.name)/\(id) already exists")
             }
-            var change = PendingChange(kind: .insert, values: [entity.idIndex: .text(id)], baseVersion: nil, revision: 1)
+            checkedValues[entity.idIndex] = .text(id)
+            var change = PendingChange(kind: .insert, values: checkedValues, baseVersion: nil, revision: 1)
             change.sequence = try store(for: entity).recordChange(name, entity, id: id, change)
             state.pending = change
             state.discarded = false
@@ -144,14 +155,20 @@ extension Context {
         return text
     }
 
-    func set(_ object: ManagedObject, _ index: Int, _ value: Value) throws {
-        let entity = object.entity
+    /// `value` as attribute `index` of `entity` is to hold it, if a host may set it.
+    private func checkedForEdit(_ value: Value, _ index: Int, of entity: Entity) throws -> Value {
         let attribute = entity.attributes[index]
         guard !attribute.isID, !attribute.isVersion else {
             throw TetherError(.invalid, "\(entity.name).\(attribute.name) is set by the server")
         }
         let checked = try Self.checked(value, for: attribute, of: entity)
         try checkReference(checked, index, of: entity)
+        return checked
+    }
+
+    func set(_ object: ManagedObject, _ index: Int, _ value: Value) throws {
+        let entity = object.entity
+        let checked = try checkedForEdit(value, index, of: entity)
         try ensureLoaded(object)
         try editing(object) { state in
             var change: PendingChange

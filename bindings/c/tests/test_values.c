@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static char bucket[128];
 
@@ -217,6 +218,52 @@ int main(int argc, char **argv)
             expect_text(o, "s", "\xf0\x9f\x98\x80");
             CHECK_OK(tether_object_release(o));
         }
+    }
+    tu_section("insert with values: all or nothing (issue 22, case 5)");
+    {
+        const char *keys[3] = {"s", "i", "nosuch"};
+        tether_value values[3];
+        tether_object *o = NULL;
+        size_t changes = 99;
+        tether_pending pending;
+        memset(values, 0, sizeof values);
+        values[0].type = TETHER_TYPE_TEXT;
+        values[0].text = "new";
+        values[0].length = 3;
+        values[1].type = TETHER_TYPE_INTEGER;
+        values[1].integer = 7;
+        values[2].type = TETHER_TYPE_INTEGER;
+        values[2].integer = 1;
+        /* A key the entity lacks, after good ones: refused, nothing inserted. */
+        CHECK_STATUS(tether_context_insert_values(ctx, "vals", "n1", keys, values, 3, &o), TETHER_E_NOT_FOUND);
+        CHECK_STR(tether_errmsg(), "vals has no key \"nosuch\"");
+        CHECK(o == NULL);
+        CHECK_OK(tether_context_change_count(ctx, &changes));
+        CHECK_INT(changes, 0);
+        /* A value of the wrong type: the same. */
+        keys[2] = "b";
+        values[2].type = TETHER_TYPE_TEXT;
+        values[2].text = "yes";
+        values[2].length = 3;
+        CHECK_STATUS(tether_context_insert_values(ctx, "vals", "n1", keys, values, 3, &o), TETHER_E_TYPE);
+        CHECK_OK(tether_context_change_count(ctx, &changes));
+        CHECK_INT(changes, 0);
+        /* The id is free still: nothing was left behind. Good values: one insert holding them. */
+        values[2].type = TETHER_TYPE_BOOLEAN;
+        values[2].integer = 1;
+        CHECK_OK(tether_context_insert_values(ctx, "vals", "n1", keys, values, 3, &o));
+        if (o) {
+            CHECK_OK(tether_object_pending(o, &pending));
+            CHECK_INT(pending, TETHER_PENDING_INSERT);
+            expect_text(o, "s", "new");
+            expect_int(o, "i", TETHER_TYPE_INTEGER, 7);
+            expect_int(o, "b", TETHER_TYPE_BOOLEAN, 1);
+            CHECK_OK(tether_object_release(o));
+        }
+        CHECK_STATUS(tether_context_insert_values(ctx, "vals", NULL, NULL, NULL, 1, &o), TETHER_E_MISUSE);
+        CHECK_OK(tether_context_change_count(ctx, &changes));
+        CHECK_INT(changes, 1);
+        CHECK_OK(tether_context_rollback(ctx));
     }
     tu_section("values survive a reopen (read from the store)");
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
