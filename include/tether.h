@@ -262,6 +262,9 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
  * TETHER_E_NETWORK. A server that answers badly is not "offline": an answer
  * cut short or a dropped connection gives TETHER_E_NETWORK, refused
  * credentials TETHER_E_AUTH, an unknown bucket TETHER_E_NOT_FOUND, a
+ * server_url that Kinto redirects (its root without /v1) TETHER_E_INVALID,
+ * saying "add /v1" (not followed: the store is keyed by the URL given, and
+ * an offline open could not ask where it leads), a
  * malformed answer TETHER_E_PROTOCOL, a 5xx TETHER_E_SERVER. In each failure
  * the store is left as it was (a store file this call created is removed).
  * A store saved for another server or bucket gives TETHER_E_STORE, and a store
@@ -474,7 +477,10 @@ TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
 
 /* peek: the cached value of `key`; never touches the network.
  * TETHER_E_NOT_FOUND for a key the entity does not have, or a record that the
- * server no longer has; TETHER_E_NOT_CACHED if the record is not cached.
+ * server no longer has: "ENTITY/ID was deleted" for one cached here before,
+ * "no record ENTITY/ID on the server" for one the server was asked about
+ * (by a get's refresh) and never had, a wrong id; TETHER_E_NOT_CACHED if
+ * the record is not cached (nor known absent).
  * On success *out holds the value; release it with tether_value_clear.
  * `out` is written only on success. `key` may be a key path through to-one
  * relationships ("Client.Owner"). */
@@ -892,7 +898,8 @@ TETHER_API int tether_save_options_init(tether_save_options *opts, unsigned int 
  * changes not saved stay pending and `status` says why: TETHER_E_CONFLICT if
  * any met a conflict (see the report), else the first failure's status
  * (TETHER_E_NETWORK, TETHER_E_SERVER, TETHER_E_AUTH, TETHER_E_INVALID for a
- * record the server's schema refused, TETHER_E_NOT_ALLOWED...), and
+ * record the server's schema refused: its message names each field the
+ * server names, as "FIELD: what is wrong", TETHER_E_NOT_ALLOWED...), and
  * TETHER_E_CANCELLED when cancelled or closed. `message` (borrowed) says how
  * many changes were not saved and why the first was not. `report` is never
  * NULL; after a cancel it is empty. `task` is valid until the callback

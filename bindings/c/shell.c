@@ -1437,7 +1437,14 @@ static int cmd_peek(int argc, char **argv)
     tether_value *vals = xrealloc(NULL, nkeys * sizeof *vals);
     for (size_t i = 0; i < nkeys && rc == SHELL_OK; i++) {
         int st = read_key(obj, keys[i], 0, &vals[i]);
-        if (st != TETHER_OK) {
+        if (st == TETHER_E_NOT_CACHED) {
+            /* peek never asks the server, so it cannot say more: get can. */
+            char msg[300];
+            snprintf(msg, sizeof msg, "%s/%.200s is not cached (peek does not ask the server: get does)",
+                     ent.name, argv[2]);
+            rc = report(st, NULL, msg);
+            nkeys = i;
+        } else if (st != TETHER_OK) {
             rc = api_error(st);
             nkeys = i; /* the ones read so far are cleared below */
         }
@@ -1519,6 +1526,10 @@ static int cmd_get(int argc, char **argv)
         tether_results_release(w.results);
         tether_context_poll(g.ctx, 0, NULL); /* observers and the like, if any */
         fresh_st = read_key(obj, key, 0, &fresh);
+        /* The server answered without it: it has no such record (as the
+         * library says of a get whose refresh finds none). */
+        if (fresh_st == TETHER_E_NOT_CACHED)
+            fresh_st = TETHER_E_NOT_FOUND;
     }
     if (fresh_st != TETHER_OK && fresh_st != TETHER_E_NOT_CACHED && fresh_st != TETHER_E_NOT_FOUND) {
         rc = api_error(fresh_st);
@@ -1547,7 +1558,7 @@ static int cmd_get(int argc, char **argv)
     } else if (!g.json) {
         char *c = cached_st == TETHER_OK ? cell_value(&cached) : xstrdup("(not cached)");
         char *f = fresh_st == TETHER_OK            ? cell_value(&fresh)
-                  : xstrdup("(no such record)");
+                  : xstrdup("(no record on the server)");
         printf("cached     %s\n", c);
         if (!g.offline && g.online)
             printf("refreshed  %s\n", f);
@@ -1558,9 +1569,11 @@ static int cmd_get(int argc, char **argv)
      * a record still not cached is one the server does not have. */
     if (fresh_st != TETHER_OK) {
         char msg[300];
-        snprintf(msg, sizeof msg, "%s/%.200s: %s", ent.name, argv[2],
-                 g.offline || !g.online ? "not cached (offline: the server was not asked)"
-                                        : "the server has no such record");
+        if (g.offline || !g.online)
+            snprintf(msg, sizeof msg, "%s/%.200s is not cached (offline: the server was not asked)", ent.name,
+                     argv[2]);
+        else
+            snprintf(msg, sizeof msg, "no record %s/%.200s on the server", ent.name, argv[2]);
         rc = report(fresh_st, NULL, msg);
     }
 out:

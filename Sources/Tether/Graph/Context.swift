@@ -319,6 +319,7 @@ public final class Context: Sendable {
                 state.loaded = true
                 state.fetchedAt = now
                 state.deletedOnServer = false
+                state.neverOnServer = false
             } else {
                 if state.pending == nil { state.record = nil }
                 state.deletedOnServer = true
@@ -420,6 +421,7 @@ public final class Context: Sendable {
         switch outcome {
         case .value(let value): return value
         case .deleted: throw TetherError(.notFound, "\(object.entity.name)/\(object.id) was deleted")
+        case .absent: throw TetherError.noRecord(object.entity, object.id)
         case .notCached, .needsLoad: throw TetherError(.notCached, "\(object.entity.name)/\(object.id) is not cached yet")
         }
     }
@@ -475,6 +477,7 @@ public final class Context: Sendable {
                 state.loaded = true
                 state.fetchedAt = fetchedAt
                 state.deletedOnServer = false
+                state.neverOnServer = false
                 changed += state.observers(changedSince: before)
             }
         }
@@ -506,7 +509,7 @@ public final class Context: Sendable {
             cleanUpReferences(to: ids, of: entity)
         }
         var changed: [KeyObserver] = []
-        var absent: [KeyObserver] = []
+        var absent: [(id: String, observers: [KeyObserver])] = []
         for object in objectsInMemory(entity, ids) {
             object.state.withLock { state in
                 let wasKnown = state.record != nil
@@ -514,14 +517,20 @@ public final class Context: Sendable {
                 if state.pending == nil { state.record = nil }
                 // Never cached: its value did not change, but whoever waits
                 // for it (a get's observer) must hear that none will come.
-                if !wasKnown && !state.deletedOnServer { absent += state.observers }
+                if !wasKnown && !state.deletedOnServer {
+                    absent.append((object.id, state.observers))
+                    // Loaded with nothing: the store never had it either.
+                    state.neverOnServer = state.loaded
+                }
                 state.deletedOnServer = true
                 if wasKnown { changed += state.observers }
             }
         }
         for observer in changed { observer.notify() }
-        let missing = TetherError(.notFound, "the server has no \(entity.name) record with this id")
-        for observer in absent { observer.notify(missing) }
+        for (id, observers) in absent {
+            let missing = TetherError.noRecord(entity, id)
+            for observer in observers { observer.notify(missing) }
+        }
     }
 
     // MARK: live fetches
@@ -555,5 +564,13 @@ public final class Context: Sendable {
         guard !delivery.isInsideCallback else { throw TetherError(.busy, "poll cannot run inside a callback") }
         try checkOpen()
         return try delivery.poll(timeoutMilliseconds: timeoutMilliseconds)
+    }
+}
+
+extension TetherError {
+    /// A record the server says it lacks and that was never cached here:
+    /// a wrong id, which "was deleted" would misdescribe.
+    static func noRecord(_ entity: Entity, _ id: String) -> TetherError {
+        TetherError(.notFound, "no record \(entity.name)/\(id) on the server")
     }
 }

@@ -17,6 +17,9 @@ public final class ManagedObject: Sendable {
         var loaded = false
         var fetchedAt: Int64 = 0
         var deletedOnServer = false
+        /// With deletedOnServer: the server had no such record when asked, and
+        /// none was ever cached here (a wrong id, not a deletion).
+        var neverOnServer = false
         var refreshInFlight = false
         var refreshAgain = false
         var observers: [KeyObserver] = []
@@ -28,7 +31,7 @@ public final class ManagedObject: Sendable {
         /// An insert dropped before it was ever sent: the record never existed.
         var discarded = false
 
-        enum Read { case value(Value), deleted, notCached, needsLoad }
+        enum Read { case value(Value), deleted, absent, notCached, needsLoad }
 
         /// What a read of attribute `index` finds now: a pending value first.
         func read(_ index: Int) -> Read {
@@ -36,7 +39,7 @@ public final class ManagedObject: Sendable {
                 if let value = pending.values[index] { return .value(value) }
                 if pending.kind == .insert { return .value(.null) }
             }
-            if deletedOnServer || discarded { return .deleted }
+            if deletedOnServer || discarded { return neverOnServer && !discarded ? .absent : .deleted }
             if let record { return .value(record.values[index]) }
             return loaded ? .notCached : .needsLoad
         }

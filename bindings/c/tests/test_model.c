@@ -5,6 +5,8 @@
 
 #include "testutil.h"
 
+#include <string.h>
+
 #include <stdlib.h>
 
 static const char *SCHEMA_ALPHA =
@@ -359,6 +361,23 @@ int main(int argc, char **argv)
             CHECK_INT(tether_context_close(ctx), TETHER_OK);
             CHECK_STATUS(tether_context_diagnostic_count(ctx, &diagnostics), TETHER_E_HANDLE);
         }
+    }
+
+    tu_section("a server URL without /v1 is refused, saying to add it (issue 22, case 10)");
+    {
+        char root[512], want[1200], rootstore[512];
+        tether_context_options o;
+        tether_context *none = NULL;
+        size_t n = strlen(tu_url());
+        snprintf(root, sizeof root, "%.*s", (int)(n > 3 ? n - 3 : n), tu_url()); /* without "/v1" */
+        tu_store_path(rootstore, sizeof rootstore, "model-root");
+        tu_options(&o, root, bucket, rootstore, TETHER_DELIVER_THREAD, 10000);
+        CHECK_STATUS(tether_context_open(&o, &none), TETHER_E_INVALID);
+        snprintf(want, sizeof want,
+                 "%s/ redirects to %s/v1/ (HTTP 307): the server URL must be Kinto's API root; add /v1", root, root);
+        CHECK_STR(tether_errmsg(), want);
+        CHECK(none == NULL);
+        CHECK(!tu_file_exists(rootstore));
     }
     return tu_finish();
 }

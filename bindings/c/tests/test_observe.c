@@ -205,6 +205,8 @@ static void test_uncached_and_deleted(tether_context *ctx)
         while ((s = tether_object_peek(ghost, "title", &v)) == TETHER_E_NOT_CACHED && tu_now_ms() < end)
             tu_sleep_ms(50);
         CHECK_STATUS(s, TETHER_E_NOT_FOUND);
+        /* A wrong id, not a deletion (issue 22, case 10). */
+        CHECK_STR(tether_errmsg(), "no record docs/ghost on the server");
         tether_value_clear(&v);
         CHECK_OK(tether_object_release(ghost));
         ghost = NULL;
@@ -228,6 +230,7 @@ static void test_uncached_and_deleted(tether_context *ctx)
         tether_value_clear(&v);
         CHECK(tu_obs_wait_changes(&o2, 1, TU_WAIT_MS));
         CHECK_STATUS(tether_object_peek(d2, "title", &v), TETHER_E_NOT_FOUND);
+        CHECK_STR(tether_errmsg(), "docs/d2 was deleted");
         CHECK_OK(tether_observer_remove(x));
         CHECK(tu_obs_wait_cancel(&o2, TU_WAIT_MS));
         CHECK_OK(tether_object_release(d2));

@@ -202,8 +202,11 @@ def test_errors_have_a_status_a_message_and_a_status_code(sh):
     assert_error(sh, ["fetch", "changes", "--fields", "Status,Nope"], "TETHER_E_NOT_FOUND", "Nope")
     assert_error(sh, ["peek", "changes", "c1000", "Nope"], "TETHER_E_NOT_FOUND")
     assert_error(sh, ["peek", "changes", "c1000", "#999"], "TETHER_E_NOT_FOUND")
-    assert_error(sh, ["peek", "changes", "no-such-id", "Status"], "TETHER_E_NOT_CACHED")
-    assert_error(sh, ["get", "changes", "no-such-id", "Status"], "TETHER_E_NOT_CACHED", "no such record")
+    # A record the server never had: peek cannot know (it never asks), get says so (issue 22, case 10).
+    assert_error(sh, ["peek", "changes", "no-such-id", "Status"], "TETHER_E_NOT_CACHED",
+                 "changes/no-such-id is not cached (peek does not ask the server: get does)")
+    assert_error(sh, ["get", "changes", "no-such-id", "Status"], "TETHER_E_NOT_FOUND",
+                 "tether: TETHER_E_NOT_FOUND: no record changes/no-such-id on the server\n")
     assert_error(sh, ["set", "changes", "c1000", "Change", "many"], "TETHER_E_TYPE", "not an integer")
     assert_error(sh, ["set", "changes", "c1000", "Status", "lost"], "TETHER_E_INVALID")  # not in the enum
     assert_error(sh, ["set", "changes", "c1000", "id", "c1"], "TETHER_E_INVALID")

@@ -73,6 +73,14 @@ public final class KintoConnection: Connection {
         let exchange = Exchange(engine, backoff)
         exchange.send(HTTPRequest(url: root + "/")) { result in
             done(.tether {
+                // Kinto redirects a root without its API version to /v1/.
+                // Refused, not followed: the store is keyed by the URL given,
+                // and an offline open cannot ask where it would lead.
+                if case .success(let response) = result, (300..<400).contains(response.status) {
+                    let target = response.header("Location").map { " to \(Log.redacted($0))" } ?? ""
+                    throw TetherError(.invalid, "\(Log.redacted(self.root))/ redirects\(target) (HTTP \(response.status)):"
+                                      + " the server URL must be Kinto's API root; add /v1")
+                }
                 let info = try Self.body(of: Self.checked(result, what: "server info"), what: "server info")
                 guard info["http_api_version"] != nil || info["project_name"] != nil else {
                     throw TetherError(.protocol, "\(Log.redacted(self.root))/ does not answer like a Kinto server")
@@ -546,8 +554,7 @@ public final class KintoConnection: Connection {
             return .conflict(current: nil)
         case 400:
             // The record itself was refused (Kinto: its schema, an id it does not take).
-            let message = (try? JSON.parse(response.body))?["message"]?.stringValue.map { ": \($0)" } ?? ""
-            return .failed(TetherError(.invalid, "the server refused \(what) (HTTP 400)\(message)"))
+            return .failed(TetherError(.invalid, "the server refused \(what) (HTTP 400)\(refusal(response.body))"))
         default:
             do {
                 _ = try checked(.success(response), what: what)
@@ -579,6 +586,21 @@ public final class KintoConnection: Connection {
         default:
             throw TetherError(.server, "the server failed on \(what) (HTTP \(response.status))\(detail)")
         }
+    }
+
+    /// Why Kinto refused a record, naming the fields it names: its
+    /// `details` list each field (`name`) with what is wrong with it
+    /// (`description`); its `message` holds only the first, and not always
+    /// with its field.
+    static func refusal(_ body: [UInt8]) -> String {
+        guard let answer = try? JSON.parse(body) else { return "" }
+        let named = (answer["details"]?.arrayValue ?? []).compactMap { detail -> String? in
+            guard let name = detail["name"]?.stringValue, !name.isEmpty else { return nil }
+            let description = detail["description"]?.stringValue ?? "refused"
+            return "\(name): \(description)"
+        }
+        if !named.isEmpty { return ": " + named.joined(separator: "; ") }
+        return answer["message"]?.stringValue.map { ": \($0)" } ?? ""
     }
 
     private static func body(of response: HTTPResponse, what: String) throws -> JSON {
