@@ -416,6 +416,9 @@ tether_object_set = _declare("tether_object_set", c_int, [c_void_p, c_char_p, PO
 tether_object_set_code = _declare("tether_object_set_code", c_int, [c_void_p, c_int, POINTER(tether_value)])
 tether_context_insert = _declare(
     "tether_context_insert", c_int, [c_void_p, c_char_p, c_char_p, POINTER(c_void_p)])
+tether_context_insert_values = _declare(
+    "tether_context_insert_values", c_int,
+    [c_void_p, c_char_p, c_char_p, POINTER(c_char_p), POINTER(tether_value), c_size_t, POINTER(c_void_p)])
 tether_object_delete = _declare("tether_object_delete", c_int, [c_void_p])
 tether_object_rollback = _declare("tether_object_rollback", c_int, [c_void_p])
 tether_context_rollback = _declare("tether_context_rollback", c_int, [c_void_p])

@@ -41,16 +41,17 @@ import struct
 import sys
 import threading
 import time
+import warnings
 import weakref
 from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Literal, Mapping,
-                    Optional, Sequence, Tuple, Type, TypeVar, Union, overload)
+                    Optional, Sequence, Tuple, Type, TypeVar, Union, cast, overload)
 
 from . import _lib
 from ._types import Delivery, Key, MergePolicy, Phase, Policy, ResultType, Value
-from .saving import ContextSaving, ObjectEditing, Request
-from .errors import (BusyError, HandleError, NotCachedError, NotFoundError, TetherError, make_error,
+from .saving import ContextSaving, ObjectEditing, Request, _no_key
+from .errors import (BusyError, UnsavedChangesWarning, HandleError, NotCachedError, NotFoundError, TetherError, make_error,
                      E_BUSY, E_CANCELLED, E_HANDLE, E_NOT_CACHED)
 
 if TYPE_CHECKING:
@@ -847,8 +848,28 @@ class Object(ObjectEditing):
         try:
             return _get(self, name)
         except NotFoundError as e:
-            raise AttributeError("%s object %r has no attribute %r"
-                                 % (self.entity.name, self.id, name)) from e
+            if ent is not None and name in ent._names:
+                raise   # the key is there; the record is not (it says which)
+            raise AttributeError(_no_key(self, name)) from e
+
+    def __getitem__(self, key: Key) -> Value:
+        """``obj["Name"]`` is ``obj.get("Name")``: for keys an attribute
+        cannot spell, or that the Object's own names hide (``obj["id"]``,
+        ``obj["version"]``, a key named "delete")."""
+        return self.get(key)
+
+    def typed(self, shape: Type[_T]) -> _T:
+        """This Object as `shape` says, for a type checker: a class whose
+        annotations name model keys and their types (``class Job: Severity:
+        float``), so mypy flags ``job.Sevrity = 4.0``. At run time it is this
+        same Object; each annotated name is checked against the entity here
+        (AttributeError, with the nearest key, for one it lacks)."""
+        names = self.entity._names
+        for klass in reversed(shape.__mro__):
+            for name in getattr(klass, "__annotations__", {}):
+                if name not in names and name not in self.entity._peek_forms:
+                    raise AttributeError(_no_key(self, name))
+        return cast(_T, self)
 
     def __dir__(self) -> List[str]:
         names = list(super().__dir__())
@@ -1700,7 +1721,20 @@ class Context(ContextSaving):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Left in the outbox, not lost: said, so that a program that meant
+        # to save hears it did not (and a program that did not, where they wait).
+        count = 0
+        if not self._closed:
+            try:
+                count = self.change_count
+            except TetherError:
+                pass
         self.close()
+        if count:
+            warnings.warn(UnsavedChangesWarning(
+                "tether: the context %r closed with %d unsaved change%s: kept in its store's outbox under "
+                "its name, for the next context opened on the store to save"
+                % (self.name, count, "" if count == 1 else "s")), stacklevel=2)
 
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         # Not while the interpreter finalizes: the library's thread could not

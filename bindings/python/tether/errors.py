@@ -185,3 +185,12 @@ def error_class(status: int) -> Type[TetherError]:
 def make_error(status: int, message: str = "", name: Optional[str] = None) -> TetherError:
     """An exception instance for a negative status."""
     return error_class(status)(message, status=status, name=name)
+
+
+class UnsavedChangesWarning(UserWarning):
+    """Warned when a ``with Context(...)`` block exits with unsaved changes.
+    They are not lost: the store's outbox keeps them under the context's
+    name, and the next context opened on the store under that name (or a
+    sibling of that name) holds them and sends them at its save. A
+    UserWarning, not a ResourceWarning: Python hides those by default, and
+    nothing leaked."""

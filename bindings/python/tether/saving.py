@@ -67,6 +67,23 @@ def _key(key: Any) -> bytes:
     raise TypeError("key must be an attribute name (str) or code (int), not %s" % type(key).__name__)
 
 
+def _no_key(obj: Any, name: str) -> str:
+    """The AttributeError message for a name the entity does not have, with
+    the nearest key ("did you mean ...?") when one is near."""
+    import difflib
+    ent = obj.__dict__.get("entity")
+    ident = obj.__dict__.get("id")
+    if ident is None:
+        try:
+            ident = obj.id
+        except Exception:
+            ident = "?"
+    keys = [a.name for a in ent.attributes] + list(ent._peek_forms)
+    near = difflib.get_close_matches(name, keys, n=1)
+    hint = " (did you mean %s?)" % near[0] if near else ""
+    return "%s object %r has no attribute %r%s" % (ent.name, ident, name, hint)
+
+
 class ObjectEditing:
     """The editing half of tether.Object."""
 
@@ -88,13 +105,24 @@ class ObjectEditing:
 
     def __setattr__(self, name: str, value: Value) -> None:
         # Attributes of the model are set through the library; the Object's
-        # own (underscored, or its entity) are plain.
+        # own (underscored, its entity, its properties) are plain. Any other
+        # name is a mistake: kept on the Python object, it would read back
+        # and never be saved.
         d = self.__dict__
         ent = d.get("entity")
-        if name[0] != "_" and name != "entity" and ent is not None and name in ent._names:
-            self.set(name, value)
-        else:
+        if ent is None or name[0] == "_" or name == "entity":
             object.__setattr__(self, name, value)
+        elif name in ent._names:
+            self.set(name, value)
+        elif hasattr(type(self), name):
+            object.__setattr__(self, name, value)   # a property says itself what it allows
+        else:
+            raise AttributeError(_no_key(self, name))
+
+    def __setitem__(self, key: Key, value: Value) -> None:
+        """``obj["Name"] = v`` is ``obj.set("Name", v)``: for keys an
+        attribute cannot spell, or that the Object's own names hide."""
+        self.set(key, value)
 
     def delete(self) -> None:
         """Deletes the record: at once here (delete rules apply to records
@@ -427,18 +455,34 @@ class ContextSaving:
         def _loop_acquire(self, loop: asyncio.AbstractEventLoop) -> None: ...
         def _loop_release(self) -> None: ...
         def _objects_of(self, results: Optional[int], count: int) -> List[Object]: ...
+        def entity(self, name: str) -> Entity: ...
 
     def insert(self, entity: str, values: Optional[Mapping[Key, Value]] = None,
                id: Optional[str] = None) -> Object:
-        """A new Object of `entity`, with `values` (a dict by name) set: a
-        pending insert. `id` None: a UUID made here, so a retried insert can
-        never make two records."""
+        """A new Object of `entity`, with `values` (a dict by name or code)
+        set: a pending insert. All or nothing: a key the entity does not
+        have (NotFoundError), a value of the wrong type (TypeMismatchError)
+        or outside the allowed values (InvalidError) raises and inserts
+        nothing. `id` None: a UUID made here, so a retried insert can never
+        make two records."""
+        items = list((values or {}).items())
+        names: List[bytes] = []
+        for key, _ in items:
+            if isinstance(key, int) and not isinstance(key, bool):
+                names.append(self.entity(entity).attribute(key).name.encode("utf-8"))
+            else:
+                names.append(_key(key))
+        keys = (c_char_p * max(1, len(items)))(*names)
+        array = (_lib.tether_value * max(1, len(items)))()
+        keep = []
+        for i, (_, value) in enumerate(items):
+            array[i], text = _value(value)
+            keep.append(text)
         out = c_void_p()
-        _lib.tether_context_insert(self._h, _key(entity), None if id is None else _key(id), byref(out))
-        obj = self._wrap(out.value, owned=True)
-        for key, value in (values or {}).items():
-            obj.set(key, value)
-        return obj
+        _lib.tether_context_insert_values(self._h, _key(entity), None if id is None else _key(id),
+                                          keys, array, len(items), byref(out))
+        del keep
+        return self._wrap(out.value, owned=True)
 
     def rollback(self) -> None:
         """Forgets every unsaved change of this context."""

@@ -11,6 +11,10 @@ from __future__ import annotations
 import tether
 
 
+class Job:
+    Severity: float
+
+
 def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -> None:
     # A policy, result type, merge policy or delivery that does not exist.
     ctx.fetch("changes", policy="cache_first")  # E: arg-type
@@ -25,6 +29,11 @@ def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -
     ctx.object("clients", 42)  # E: arg-type
     obj.set("Title", b"bytes")  # E: arg-type
     obj.Title = {1, 2}  # E: assignment
+
+    # Declared keys (Object.typed): a misspelled one, a value of another type.
+    job = obj.typed(Job)
+    job.Sevrity = 4.0  # E: attr-defined
+    job.Severity = "high"  # E: assignment
     ctx.fetch("changes", where="Change == $1", args=[object()])  # E: list-item
 
     # What a fetch answers follows `result`.

@@ -60,9 +60,24 @@ def model_and_objects(ctx: tether.Context) -> None:
     c.observe(304, lambda obj, key, status: None).remove()
 
 
+class Job:
+    """A shape for typed(): the keys a program uses, with their types."""
+    Title: str
+    Severity: float
+
+
+def typed_objects(ctx: tether.Context) -> None:
+    job = ctx.object("jobs", "j1").typed(Job)
+    assert_type(job, Job)
+    job.Severity = 4.0
+    assert_type(job.Title, str)
+
+
 def editing(ctx: tether.Context) -> None:
     note = ctx.insert("notes", {"Title": "x", "Tags": ["a", "b"], "Size": 3}, id="n1")
     note.Title = "y"
+    note["Title"] = "z"
+    assert_type(note["id"], tether.Value)
     note.set("Title", None)
     note.set(305, {"json": [1, 2.5, None]})
     assert_type(note.pending, Optional[tether.Pending])
