@@ -19,13 +19,16 @@
 /// - `AND`/`&&`, `OR`/`||`, `NOT`/`!`, parentheses, `TRUEPREDICATE`,
 ///   `FALSEPREDICATE`. Keywords are case-insensitive.
 ///
-/// Semantics, the same everywhere:
+/// Semantics, the same everywhere (include/tether.h writes them in full):
 /// - a comparison with a null value is false, except `== nil` and `!= nil`;
 ///   `!=` against a value is true for null (Core Data's rule); `NOT` negates
 ///   that two-valued answer;
+/// - numbers compare by exact value, integers with reals (`NumberOrder`);
 /// - text compares by Unicode scalar values (UTF-8 byte order, SQLite's
 ///   BINARY collation); `[c]` compares lower-cased text, `[d]` text without
-///   combining marks (after canonical decomposition);
+///   combining marks (after canonical decomposition); on other types they
+///   are ignored, as NSPredicate does;
+/// - LIKE's `\` makes the next character literal (`LikePattern`);
 /// - a value whose type is not the attribute's (kept as JSON) counts as
 ///   null: it is not a value of the attribute;
 /// - attributes of JSON type compare only with `== nil` and `!= nil`.
