@@ -98,9 +98,10 @@ test: build
 test-swift test-c test-python test-lua: build
 	scripts/with-kinto scripts/run-tests $(patsubst test-%,%,$@)
 
-# The libFuzzer targets (fuzz/), FUZZ_SECONDS each (make test runs them briefly).
+# The libFuzzer targets (fuzz/), FUZZ_SECONDS each (make test runs them briefly),
+# and the differential test for FUZZ_SECONDS a connection (make test: a few).
 fuzz: deps
-	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz records schema predicates handles specdef differential
 
 # bench: Kinto on PostgreSQL (scripts/pg-start) holding 100,000 records seeded by SQL.
 bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save

@@ -731,7 +731,8 @@ typedef struct tether_fetch_options {
                                     value of another type than the
                                     attribute's, or none), then numbers and
                                     booleans by value, then text by Unicode
-                                    scalar values; ties by id. The cache's
+                                    scalar values; ties by id, ascending
+                                    (see "Sort order" below). The cache's
                                     answers and the server's alike (a server's
                                     page is put in this order; with a limit,
                                     which records make the cut is the
@@ -795,19 +796,61 @@ typedef struct tether_fetch_options {
  *     Status == 'pending' AND (User BEGINSWITH[c] $1 OR #205 IN {3, 5})
  *
  * Keys: an attribute name, any name in backquotes (`two words`), or a code
- * (#205). Values: 'text' or "text", integers, reals, true/false, nil, and
- * $1, $2... from `arguments`, so that nothing needs quoting. Comparisons:
- * == != < <= > >=, IN {a, b}, BETWEEN {low, high}, and on text BEGINSWITH,
- * ENDSWITH, CONTAINS, LIKE ('*' any run, '?' one character), each with [c]
- * (case-insensitive), [d] (diacritic-insensitive) or [cd]. AND (&&), OR
- * (||), NOT (!), parentheses, TRUEPREDICATE, FALSEPREDICATE.
+ * (#205). Values: 'text' or "text" (escapes \n \t \r \0, and \ before any
+ * other character gives that character), integers, reals, true/false
+ * (YES/NO), nil (NULL), and $1, $2... from `arguments`, so that nothing
+ * needs quoting. Comparisons: == (=), != (<>), <, <= (=<), >, >= (=>),
+ * IN {a, b}, BETWEEN {low, high}, and on text BEGINSWITH, ENDSWITH,
+ * CONTAINS, LIKE, each with [c] (case-insensitive), [d] (diacritic-
+ * insensitive) or [cd]. AND (&&), OR (||), NOT (!), parentheses,
+ * TRUEPREDICATE, FALSEPREDICATE. Keywords are case-insensitive.
  *
- * One meaning for the cache, the server and memory: a comparison with a
- * null value is false except == nil and != nil (`!=` a value is true for
- * null); text compares by Unicode scalar values; a value the server sent
- * with another type than the attribute's counts as null; JSON attributes
- * test only == nil and != nil. What the server cannot filter exactly is
- * fetched more broadly and filtered here, so results are always exact.
+ * One meaning for the cache, the server and memory (what the server cannot
+ * filter exactly is fetched more broadly and filtered here):
+ * - Null: a null value, a field the record lacks, and a value the server
+ *   sent with another type than the attribute's (a "misfit": text in an
+ *   integer attribute, 2^63 or more in any, an integer a double cannot hold
+ *   exactly in a real attribute; an integer it can hold is a real's value)
+ *   are all null. A comparison with null is false, except == nil, != nil,
+ *   and != a value, which is true for null (Core Data's rule). NOT negates
+ *   that two-valued answer, so NOT (n > 3) holds for a null n.
+ * - Numbers compare by exact value, integers with reals too: no rounding
+ *   through a double (2^53 + 1 is not equal to 2^53 as a real, nor below
+ *   it). A real against an integer attribute (age < 40.5) is accepted and
+ *   compared exactly; age == 40.5 matches nothing. Booleans: false < true.
+ * - Text compares by Unicode scalar values (UTF-8 byte order), as written:
+ *   no normalization ("e" + U+0301 is not U+00E9 unless [d]).
+ *   [c] replaces each scalar by its Unicode full lowercase mapping (the
+ *   Swift runtime's Unicode version; no locale and no context: "SS" is not
+ *   "ß", "Σ" is always "σ", "İ" is "i" + U+0307); not case folding, so "ß"
+ *   stays "ß". [d] decomposes canonically (NFD) and removes every scalar
+ *   whose canonical combining class is not 0 ("é" is "e"; "ø", which has no
+ *   decomposition, stays). [cd] does [c] then [d]. Both apply to the value
+ *   and to the operand.
+ * - On a non-text attribute, [c] and [d] are accepted and ignored (age
+ *   ==[c] 41 is age == 41), as NSPredicate does: they change only how text
+ *   compares, so a predicate written for Core Data works unchanged.
+ *   BEGINSWITH, ENDSWITH, CONTAINS and LIKE on a non-text attribute are
+ *   refused.
+ * - BEGINSWITH '', ENDSWITH '' and CONTAINS '' hold for every text (not
+ *   for null). IN {} holds for nothing (NOT of it for everything, null
+ *   included). BETWEEN {low, high} is >= low AND <= high: with low > high,
+ *   nothing.
+ * - LIKE: '*' matches any run of scalars (none included), '?' exactly one
+ *   scalar (after folding), and '\' makes the next character literal:
+ *   LIKE 'a\*b' matches the text a*b only, 'a\?b' a?b, 'a\\b' a\b. In a
+ *   LIKE literal, backslash escapes other than \n \t \r \0 reach the
+ *   pattern as written; a pattern given as an argument is read the same
+ *   (the C string "a\\*b"). A pattern ending in a lone '\' is refused.
+ * - JSON attributes test only == nil and != nil.
+ *
+ * Sort order (tether_fetch_options.sort), the same in every policy: per
+ * key, ascending: null first (null, missing and misfits alike), then
+ * numbers and booleans by exact value, then text by Unicode scalar values;
+ * a JSON attribute sorts by its value's compact JSON text (object keys
+ * sorted, no spaces) by bytes, so "[10]" < "[2]" < "{...}". Descending
+ * reverses a key (null last). Ties go by id bytes, ascending, whatever the
+ * keys' directions.
  *
  * NOT NOT cancels and nested ANDs (ORs) merge; what is still nested deeper
  * than 16 levels of NOT, AND and OR is refused (SQLite's parser has a fixed

@@ -45,9 +45,9 @@ final class PredicateTests: XCTestCase {
             ("Nope == 1", [], "no attribute \"Nope\" at column 1"),
             ("#999 == 1", [], "no attribute with code 999 at column 1"),
             ("Change == 'five'", [], "Change is integer; text does not compare with it at column 11"),
-            ("Change == 1.5", [], "Change is integer; a real does not compare with it at column 11"),
+            ("Change == true", [], "Change is integer; a boolean does not compare with it at column 11"),
             ("Change BEGINSWITH '1'", [], "Change is integer, not text at column 8"),
-            ("Change ==[c] 1", [], "[c] and [d] compare text; Change is integer at column 8"),
+            ("User LIKE $1", [.text("a\\")], "the LIKE pattern ends in a lone \\ (write \\\\ for a backslash) at column 6"),
             ("Change < nil", [], "nil compares only with == and != at column 8"),
             ("Tags == '[]'", [], "Tags holds JSON: only == nil and != nil test it at column 9"),
             ("Tags < nil", [], "Tags holds JSON: only == nil and != nil test it at column 1"),
@@ -192,5 +192,116 @@ final class PredicateTests: XCTestCase {
         XCTAssertTrue(kinto.supports(Filter(field: "User", .equal, [.string("a,b")])))
         XCTAssertFalse(kinto.supports(Filter(field: "User", .oneOf, [.string("a,b")])))
         XCTAssertTrue(kinto.supports(Filter(field: "User", .oneOf, [.string("a"), .string("é😀")])))
+    }
+
+    // MARK: the language's decisions, as tether.h writes them (issue 21, cases 7 and 8)
+
+    /// Ids matching `text` over these records, in SQL over a store and in
+    /// memory; fails if the two differ.
+    private func matching(_ text: String, _ arguments: [Value] = [], in rows: [RecordFields],
+                          file: StaticString = #filePath, line: UInt = #line) throws -> Set<String> {
+        let store = try Store(path: ":memory:")
+        defer { store.close() }
+        try store.adopt(Model(entities: [entity], entityCodeHighWater: entity.code), identity: "test")
+        let records = try rows.enumerated().map { index, fields in
+            try Record(entity: entity, fields: [("id", .string("r\(index)")), ("v", .integer(1))] + fields)
+        }
+        try store.write(records, of: entity, fetchedAt: 1)
+        let predicate = try parse(text, arguments)
+        let inSQL = Set(try store.query(entity, where: predicate, sort: [], limit: 0).map(\.record.id))
+        let inMemory = Set(records.filter { predicate.matches($0.values) }.map(\.id))
+        XCTAssertEqual(inSQL, inMemory, "\(text): SQL and memory differ", file: file, line: line)
+        return inSQL
+    }
+
+    func testIntegersAndRealsCompareByExactValue() throws {
+        let rows: [RecordFields] = [[("Score", .real(9007199254740992.0)), ("Change", .integer(9007199254740993))],
+                                    [("Score", .real(40.5)), ("Change", .integer(40))],
+                                    [("Score", .real(-9.5e18)), ("Change", .integer(Int64.max))]]
+        XCTAssertEqual(try matching("Score == 9007199254740993", in: rows), [], "2^53 + 1 is not 2^53")
+        XCTAssertEqual(try matching("Score == $1", [.integer(9007199254740993)], in: rows), [])
+        XCTAssertEqual(try matching("Score < 9007199254740993", in: rows), ["r0", "r1", "r2"])
+        XCTAssertEqual(try matching("Score IN {9007199254740993, 40.5}", in: rows), ["r1"])
+        XCTAssertEqual(try matching("Score BETWEEN {9007199254740993, 9007199254740994}", in: rows), [])
+        XCTAssertEqual(try matching("Score == 9007199254740992", in: rows), ["r0"])
+        XCTAssertEqual(try matching("Change == 9007199254740992.0", in: rows), [])
+        XCTAssertEqual(try matching("Change > 9007199254740992.0", in: rows), ["r0", "r2"])
+        XCTAssertEqual(try matching("Change < 9.2e18", in: rows), ["r0", "r1"], "2^63 - 1 is above 9.2e18")
+        XCTAssertEqual(try matching("Change < 40.5", in: rows), ["r1"], "a real against an integer: accepted, exact")
+        XCTAssertEqual(try matching("Change == 40.5", in: rows), [])
+        XCTAssertEqual(try matching("Change != 40.5", in: rows), ["r0", "r1", "r2"])
+        XCTAssertEqual(try matching("Change <= $1", [.real(40.0)], in: rows), ["r1"])
+        XCTAssertEqual(try matching("Change > 1e300", in: rows), [])
+        XCTAssertEqual(NumberOrder.compare(.integer(Int64.max), .real(9223372036854775807.0)), -1, "2^63 as a double")
+        XCTAssertEqual(NumberOrder.compare(.integer(Int64.min), .real(-9223372036854775808.0)), 0)
+        XCTAssertEqual(NumberOrder.compare(.real(-0.5), .integer(0)), -1)
+    }
+
+    func testLikeEscapesAndNSPredicateSpellings() throws {
+        let rows: [RecordFields] = [[("User", .string("a*b"))], [("User", .string("a?b"))], [("User", .string("a\\b"))],
+                                    [("User", .string("axb"))], [("User", .string(""))], [("Change", .integer(41))],
+                                    [("Change", .integer(3))]]
+        XCTAssertEqual(try matching("User LIKE 'a\\*b'", in: rows), ["r0"])
+        XCTAssertEqual(try matching("User LIKE 'a\\?b'", in: rows), ["r1"])
+        XCTAssertEqual(try matching("User LIKE 'a\\\\b'", in: rows), ["r2"], "\\\\ in a pattern's literal is one backslash")
+        XCTAssertEqual(try matching("User LIKE 'a?b'", in: rows), ["r0", "r1", "r2", "r3"])
+        XCTAssertEqual(try matching("User LIKE $1", [.text("a\\*b")], in: rows), ["r0"], "an argument is a pattern too")
+        XCTAssertEqual(try matching("User LIKE[c] 'A\\*B'", in: rows), ["r0"])
+        XCTAssertEqual(try matching("User == 'a\\*b'", in: rows), ["r0"], "outside LIKE, \\* is *")
+        XCTAssertEqual(try matching("User LIKE ''", in: rows), ["r4"])
+        XCTAssertEqual(try matching("User CONTAINS ''", in: rows), ["r0", "r1", "r2", "r3", "r4"], "every text, no null")
+        XCTAssertEqual(try matching("User BEGINSWITH '' AND User ENDSWITH ''", in: rows), ["r0", "r1", "r2", "r3", "r4"])
+        XCTAssertEqual(try parse("Change =< 5"), try parse("Change <= 5"))
+        XCTAssertEqual(try parse("Change => 5"), try parse("Change >= 5"))
+        XCTAssertEqual(try matching("Change =< 3", in: rows), ["r6"])
+        XCTAssertEqual(try matching("Change =>41", in: rows), ["r5"])
+        XCTAssertEqual(try parse("Change ==[c] 41"), try parse("Change == 41"), "[c] and [d] on a number are ignored")
+        XCTAssertEqual(try parse("Score <[cd] 2"), try parse("Score < 2"))
+        XCTAssertEqual(try parse("Tags ==[c] nil"), try parse("Tags == nil"))
+        XCTAssertEqual(try matching("Change ==[c] 41", in: rows), ["r5"])
+        XCTAssertEqual(try matching("Change IN {}", in: rows), [])
+        XCTAssertEqual(try matching("NOT Change IN {}", in: rows).count, rows.count, "nulls too")
+        XCTAssertEqual(try matching("Change BETWEEN {41, 3}", in: rows), [], "low > high: nothing")
+        XCTAssertEqual(try matching("Change BETWEEN {3, 41}", in: rows), ["r5", "r6"])
+    }
+
+    /// [c] is each scalar's full lowercase mapping (no locale, no context);
+    /// [d] removes the scalars whose canonical combining class is not 0
+    /// after canonical decomposition.
+    func testCaseAndDiacriticFoldingAsWritten() throws {
+        let rows: [RecordFields] = [[("User", .string("STRASSE"))], [("User", .string("straße"))], [("User", .string("ΟΔΟΣ"))],
+                                    [("User", .string("İ"))], [("User", .string("e\u{301}"))], [("User", .string("\u{E9}"))],
+                                    [("User", .string("ﬀ"))], [("User", .string("Ø"))]]
+        XCTAssertEqual(try matching("User ==[c] 'strasse'", in: rows), ["r0"], "lower-casing, not case folding: ß is not ss")
+        XCTAssertEqual(try matching("User ==[c] 'οδοσ'", in: rows), ["r2"], "final sigma: no context, Σ is σ")
+        XCTAssertEqual(try matching("User ==[c] 'i\u{307}'", in: rows), ["r3"], "İ lower-cases to i and a dot above")
+        XCTAssertEqual(try matching("User ==[cd] 'i'", in: rows), ["r3"])
+        XCTAssertEqual(try matching("User ==[d] 'e'", in: rows), ["r4", "r5"])
+        XCTAssertEqual(try matching("User == 'e\u{301}'", in: rows), ["r4"], "no [d]: scalars as written, no normalization")
+        XCTAssertEqual(try matching("User ==[c] 'ff'", in: rows), [], "no compatibility mapping")
+        XCTAssertEqual(try matching("User ==[cd] 'o'", in: rows), [], "Ø has no decomposition: it stays")
+    }
+
+    /// Descending keys reverse the key's order; ties go by id ascending,
+    /// whatever the direction. JSON attributes sort by their JSON text.
+    func testSortTieBreakAndJSONOrder() throws {
+        let store = try Store(path: ":memory:")
+        defer { store.close() }
+        try store.adopt(Model(entities: [entity], entityCodeHighWater: entity.code), identity: "test")
+        let fields: [(String, JSON?, JSON?)] = [("b", .integer(1), .array([.integer(2)])), ("a", .integer(1), .object([("k", .integer(1))])),
+                                                ("c", .integer(2), nil), ("d", .null, .array([.integer(10)]))]
+        let records = try fields.map { id, change, tags in
+            try Record(entity: entity, fields: [("id", .string(id)), ("v", .integer(1))]
+                       + (change.map { [("Change", $0)] } ?? []) + (tags.map { [("Tags", $0)] } ?? []))
+        }
+        try store.write(records, of: entity, fetchedAt: 1)
+        let change = index("Change"), tags = index("Tags")
+        for (keys, expected) in [([(change, true)], ["c", "a", "b", "d"]), ([(change, false)], ["d", "a", "b", "c"]),
+                                 ([(tags, false)], ["c", "d", "b", "a"]), ([(tags, true)], ["a", "b", "d", "c"])] {
+            let keys = keys.map { (index: $0.0, descending: $0.1) }
+            XCTAssertEqual(try store.query(entity, sort: keys, limit: 0).map(\.record.id), expected, "\(keys)")
+            let order = SortOrder(entity: entity, keys: keys)
+            XCTAssertEqual(records.sorted { order.precedes(($0.id, $0.values), ($1.id, $1.values)) }.map(\.id), expected)
+        }
     }
 }

@@ -19,13 +19,16 @@
 /// - `AND`/`&&`, `OR`/`||`, `NOT`/`!`, parentheses, `TRUEPREDICATE`,
 ///   `FALSEPREDICATE`. Keywords are case-insensitive.
 ///
-/// Semantics, the same everywhere:
+/// Semantics, the same everywhere (include/tether.h writes them in full):
 /// - a comparison with a null value is false, except `== nil` and `!= nil`;
 ///   `!=` against a value is true for null (Core Data's rule); `NOT` negates
 ///   that two-valued answer;
+/// - numbers compare by exact value, integers with reals (`NumberOrder`);
 /// - text compares by Unicode scalar values (UTF-8 byte order, SQLite's
 ///   BINARY collation); `[c]` compares lower-cased text, `[d]` text without
-///   combining marks (after canonical decomposition);
+///   combining marks (after canonical decomposition); on other types they
+///   are ignored, as NSPredicate does;
+/// - LIKE's `\` makes the next character literal (`LikePattern`);
 /// - a value whose type is not the attribute's (kept as JSON) counts as
 ///   null: it is not a value of the attribute;
 /// - attributes of JSON type compare only with `== nil` and `!= nil`.
@@ -135,30 +138,48 @@ extension Comparison {
     /// Set by the parser: the attribute is of JSON type (only nil tests).
     var isOnJSON: Bool { options.contains(.jsonAttribute) }
 
-    /// -1, 0, 1 as SQLite orders two values of the attribute's type.
+    /// -1, 0, 1 as SQLite orders two values of the attribute's type; 2:
+    /// not comparable (unequal, unordered).
     private func order(_ a: Value, _ b: Value) -> Int {
         switch (a, b) {
         case let (.text(x), .text(y)):
             let left = TextFolding.fold(x, options.folding), right = TextFolding.fold(y, options.folding)
             return left == right ? 0 : left.lexicographicallyPrecedes(right) ? -1 : 1
-        case let (.integer(x), .integer(y)): return x == y ? 0 : x < y ? -1 : 1
         case let (.boolean(x), .boolean(y)): return x == y ? 0 : !x ? -1 : 1
-        default:
-            guard let x = a.number, let y = b.number else { return 2 }  // not comparable: unequal, unordered
-            return x == y ? 0 : x < y ? -1 : 1
+        default: return NumberOrder.compare(a, b) ?? 2
         }
     }
 }
 
 private extension Value {
     var isJSON: Bool { if case .json = self { return true } else { return false } }
+}
 
-    var number: Double? {
-        switch self {
-        case .integer(let i): return Double(i)
-        case .real(let d): return d
+/// Numbers by exact value, as SQLite compares INTEGER with REAL: an integer
+/// is never rounded to a double (2^53 + 1 > 2^53 as a real).
+enum NumberOrder {
+    /// -1, 0 or 1; nil if either is not a number.
+    static func compare(_ a: Value, _ b: Value) -> Int? {
+        switch (a, b) {
+        case let (.integer(x), .integer(y)): return x == y ? 0 : x < y ? -1 : 1
+        case let (.real(x), .real(y)): return x == y ? 0 : x < y ? -1 : (x > y ? 1 : nil)
+        case let (.integer(x), .real(y)): return compare(x, y)
+        case let (.real(x), .integer(y)): return compare(y, x).map { -$0 }
         default: return nil
         }
+    }
+
+    /// An integer against a double, exactly: by the double's integer part,
+    /// then its fraction.
+    static func compare(_ integer: Int64, _ real: Double) -> Int? {
+        if real.isNaN { return nil }
+        if real >= 9_223_372_036_854_775_808.0 { return -1 }  // 2^63: above every Int64
+        if real < -9_223_372_036_854_775_808.0 { return 1 }
+        let whole = real.rounded(.towardZero)
+        let wholeInteger = Int64(whole)
+        if integer != wholeInteger { return integer < wholeInteger ? -1 : 1 }
+        let fraction = real - whole
+        return fraction == 0 ? 0 : fraction > 0 ? -1 : 1
     }
 }
 
@@ -187,13 +208,13 @@ enum TextFolding {
 enum TextMatch {
     static func matches(_ operator: Comparison.Operator, _ text: String, _ pattern: String,
                         _ options: Comparison.Options) -> Bool {
+        if `operator` == .like { return LikePattern.matches(text, pattern, options.folding) }
         let subject = TextFolding.fold(text, options.folding), wanted = TextFolding.fold(pattern, options.folding)
         switch `operator` {
         case .beginsWith: return subject.starts(with: wanted)
         case .endsWith: return subject.reversed().starts(with: wanted.reversed())
         case .contains:
             return wanted.isEmpty || subject.indices.contains { subject[$0...].starts(with: wanted) }
-        case .like: return LikePattern.matches(subject, wanted)
         default: return false
         }
     }
@@ -202,16 +223,52 @@ enum TextMatch {
     static let codes: [(Comparison.Operator, Int)] = [(.beginsWith, 1), (.endsWith, 2), (.contains, 3), (.like, 4)]
 }
 
-/// LIKE's `*` and `?` over scalars.
+/// LIKE's `*` (any run of scalars, none included) and `?` (one scalar) over
+/// the folded text; `\` makes the next scalar literal (`\*`, `\?`, `\\`).
 enum LikePattern {
-    static func matches(_ subject: [Unicode.Scalar], _ pattern: [Unicode.Scalar]) -> Bool {
+    enum Token: Equatable { case anyRun, one, scalar(Unicode.Scalar) }
+
+    /// The pattern's tokens; its literal runs folded as the text is.
+    static func tokens(_ pattern: String, _ folding: Comparison.Options) -> [Token] {
+        var tokens: [Token] = []
+        var run = String.UnicodeScalarView()
+        func flush() {
+            tokens += TextFolding.fold(String(run), folding).map(Token.scalar)
+            run = String.UnicodeScalarView()
+        }
+        var iterator = pattern.unicodeScalars.makeIterator()
+        while let c = iterator.next() {
+            switch c {
+            // A lone \ at the end is refused by the parser; here it is itself.
+            case "\\": run.append(iterator.next() ?? "\\")
+            case "*": flush(); tokens.append(.anyRun)
+            case "?": flush(); tokens.append(.one)
+            default: run.append(c)
+            }
+        }
+        flush()
+        return tokens
+    }
+
+    /// Whether the pattern ends in a lone `\` (escaping nothing).
+    static func hasDanglingEscape(_ pattern: String) -> Bool {
+        var escaped = false
+        for c in pattern.unicodeScalars { escaped = !escaped && c == "\\" }
+        return escaped
+    }
+
+    static func matches(_ text: String, _ pattern: String, _ folding: Comparison.Options) -> Bool {
+        matches(TextFolding.fold(text, folding), tokens(pattern, folding))
+    }
+
+    static func matches(_ subject: [Unicode.Scalar], _ pattern: [Token]) -> Bool {
         // Iterative, with one backtracking point: linear for most patterns, never recursive.
         var s = 0, p = 0, starP = -1, starS = 0
         while s < subject.count {
-            if p < pattern.count, pattern[p] == "?" || (pattern[p] != "*" && pattern[p] == subject[s]) {
+            if p < pattern.count, pattern[p] == .one || pattern[p] == .scalar(subject[s]) {
                 s += 1
                 p += 1
-            } else if p < pattern.count, pattern[p] == "*" {
+            } else if p < pattern.count, pattern[p] == .anyRun {
                 starP = p
                 starS = s
                 p += 1
@@ -223,7 +280,7 @@ enum LikePattern {
                 return false
             }
         }
-        while p < pattern.count, pattern[p] == "*" { p += 1 }
+        while p < pattern.count, pattern[p] == .anyRun { p += 1 }
         return p == pattern.count
     }
 }

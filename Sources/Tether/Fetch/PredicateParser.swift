@@ -185,10 +185,11 @@ struct PredicateParser {
         skipSpace()
         let operatorColumn = position
         let op: Comparison.Operator
-        if accept("==") || accept("=") { op = .equal }
-        else if accept("!=") || accept("<>") { op = .notEqual }
-        else if accept("<=") || accept("=<") { op = .lessOrEqual }
+        // =< and => before =, which would take their first character.
+        if accept("<=") || accept("=<") { op = .lessOrEqual }
         else if accept(">=") || accept("=>") { op = .greaterOrEqual }
+        else if accept("==") || accept("=") { op = .equal }
+        else if accept("!=") || accept("<>") { op = .notEqual }
         else if accept("<") { op = .less }
         else if accept(">") { op = .greater }
         else if accept(keyword: "IN") { op = .oneOf }
@@ -200,9 +201,9 @@ struct PredicateParser {
         else { throw failure("expected a comparison (==, !=, <, <=, >, >=, IN, BETWEEN, BEGINSWITH, ENDSWITH, CONTAINS, LIKE)") }
         var options = try parseOptions()
         let name = entity.attributes[attribute].name
-        if !options.isEmpty, type != .text {
-            throw failure("[c] and [d] compare text; \(name) is \(type.name)", at: operatorColumn)
-        }
+        // As NSPredicate: [c] and [d] change how text compares; on other
+        // types there is nothing to fold, and they are ignored.
+        if type != .text { options = [] }
         if [.beginsWith, .endsWith, .contains, .like].contains(op), type != .text {
             throw failure("\(name) is \(type.name), not text", at: operatorColumn)
         }
@@ -217,14 +218,17 @@ struct PredicateParser {
             try expect("{")
             values = []
             if !accept("}") {
-                repeat { values.append(try parseValue(for: attribute)) } while accept(",")
+                repeat { values.append(try parseValue(for: attribute, isPattern: false)) } while accept(",")
                 try expect("}")
             }
             if op == .between, values.count != 2 {
                 throw failure("BETWEEN takes {low, high}", at: operatorColumn)
             }
         default:
-            values = [try parseValue(for: attribute)]
+            values = [try parseValue(for: attribute, isPattern: op == .like)]
+        }
+        if op == .like, case .text(let pattern) = values[0], LikePattern.hasDanglingEscape(pattern) {
+            throw failure("the LIKE pattern ends in a lone \\ (write \\\\ for a backslash)", at: operatorColumn)
         }
         if values.contains(.null), !(allowsNull && values.count == 1) {
             throw failure("nil compares only with == and !=", at: operatorColumn)
@@ -248,8 +252,10 @@ struct PredicateParser {
         return options
     }
 
-    /// A literal or a parameter, converted to the attribute's type.
-    private mutating func parseValue(for attribute: Int) throws -> Value {
+    /// A literal or a parameter, converted to the attribute's type. A LIKE
+    /// pattern's literal keeps its backslash escapes (but `\n \t \r \0`) for
+    /// the pattern to read: `'a\*b'` is the pattern `a\*b`, matching `a*b`.
+    private mutating func parseValue(for attribute: Int, isPattern: Bool) throws -> Value {
         skipSpace()
         let start = position
         let value: Value
@@ -266,7 +272,7 @@ struct PredicateParser {
             usedArguments.insert(number - 1)
             value = arguments[number - 1]
         } else if let c = current, c == "'" || c == "\"" {
-            value = .text(try parseString())
+            value = .text(try parseString(keepingEscapes: isPattern))
         } else if let c = current, c == "-" || c == "+" || ("0"..."9").contains(c) {
             value = try parseNumber()
         } else if let word = peekWord() {
@@ -287,15 +293,18 @@ struct PredicateParser {
         let target = entity.attributes[attribute]
         switch (target.type, value) {
         case (_, .null), (.text, .text), (.integer, .integer), (.real, .real), (.boolean, .boolean): return value
-        case (.real, .integer(let i)): return .real(Double(i))
-        case (.integer, .real(let d)) where Int64(exactly: d) != nil: return .integer(Int64(exactly: d)!)
+        // Numbers compare by exact value: one that has no exact twin of the
+        // attribute's type stays as written (2^53 + 1 against a real, 40.5
+        // against an integer), never rounded.
+        case (.real, .integer(let i)): return Double(exactly: i).map(Value.real) ?? value
+        case (.integer, .real(let d)): return Int64(exactly: d).map(Value.integer) ?? value
         case (.json, _): throw failure("\(target.name) holds JSON: only == nil and != nil test it", at: column)
         default:
             throw failure("\(target.name) is \(target.type.name); \(value.typeName) does not compare with it", at: column)
         }
     }
 
-    private mutating func parseString() throws -> String {
+    private mutating func parseString(keepingEscapes: Bool = false) throws -> String {
         let start = position
         let quote = scalars[position]
         position += 1
@@ -312,7 +321,9 @@ struct PredicateParser {
                 case "t": text.append("\t")
                 case "r": text.append("\r")
                 case "0": text.append("\u{0}")
-                default: text.append(escaped)
+                default:
+                    if keepingEscapes { text.append("\\") }
+                    text.append(escaped)
                 }
             } else {
                 text.append(c)

@@ -35,9 +35,7 @@ struct SortOrder {
             return Array(s.utf8).lexicographicallyPrecedes(t.utf8) ? -1 : 1
         case (.text, _): return 1
         case (_, .text): return -1
-        default:
-            let (d, e) = (number(x), number(y))
-            return d < e ? -1 : (d > e ? 1 : 0)
+        default: return NumberOrder.compare(x, y) ?? 0
         }
     }
 
@@ -49,14 +47,6 @@ struct SortOrder {
         case .boolean(let b): return .integer(b ? 1 : 0)
         case .json(let text): return .text(text)
         default: return value
-        }
-    }
-
-    private static func number(_ value: Value) -> Double {
-        switch value {
-        case .integer(let i): return Double(i)
-        case .real(let d): return d
-        default: return 0
         }
     }
 }

@@ -17,7 +17,10 @@ static char bucket[128];
 
 /* items p000..p119: n = i, label "item i", score i.5 (a "tags" array column
  * too, never set); and three more: pnul (n 1001, label "a\0b"), pquote
- * (n 1002, label it's "q"), pfive (n 1003, label "5"). */
+ * (n 1002, label it's "q"), pfive (n 1003, label "5"); and for the
+ * language's decisions (issue 21, cases 7 and 8): pstar (n 1004, label
+ * "a*b", score 2^53 as a real), pquest (n 1005, "a?b"), pslash (n 1006,
+ * "a\b"). */
 static int seed(void)
 {
     return tu_seed_numbered(bucket, "items", "p%03d", "item",
@@ -25,7 +28,11 @@ static int seed(void)
                             "\"score\": %d.5", NITEMS) &&
            tu_put_record(bucket, "items", "pnul", "{\"n\": 1001, \"label\": \"a\\u0000b\"}") &&
            tu_put_record(bucket, "items", "pquote", "{\"n\": 1002, \"label\": \"it's \\\"q\\\"\"}") &&
-           tu_put_record(bucket, "items", "pfive", "{\"n\": 1003, \"label\": \"5\"}");
+           tu_put_record(bucket, "items", "pfive", "{\"n\": 1003, \"label\": \"5\"}") &&
+           tu_put_record(bucket, "items", "pstar",
+                         "{\"n\": 1004, \"label\": \"a*b\", \"score\": 9007199254740992.0}") &&
+           tu_put_record(bucket, "items", "pquest", "{\"n\": 1005, \"label\": \"a?b\", \"score\": 0.25}") &&
+           tu_put_record(bucket, "items", "pslash", "{\"n\": 1006, \"label\": \"a\\\\b\", \"score\": 0.5}");
 }
 
 static tether_value integer(int64_t i)
@@ -109,7 +116,7 @@ static void test_answers(tether_context *ctx)
         tu_fetch_init(&f);
         CHECK_OK(start(ctx, &f, NULL, NULL, 0, NULL, 0, TETHER_POLICY_SERVER_ONLY));
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
-        CHECK_INT(f.final_count, NITEMS + 3);
+        CHECK_INT(f.final_count, NITEMS + 6);
         tu_fetch_destroy(&f);
     }
 
@@ -150,6 +157,32 @@ static void test_answers(tether_context *ctx)
     EXPECT_ALL("label == $1", a, 1, "n", 0, "");
     a[0] = text(NULL, 0); /* empty text may come without a pointer */
     EXPECT_ALL("label == $1", a, 1, "n", 0, "");
+
+    tu_section("LIKE escapes: \\* \\? \\\\ are literal (issue 21, case 8)");
+    EXPECT_ALL("label LIKE 'a\\*b'", NULL, 0, "n", 0, "1004");
+    EXPECT_ALL("label LIKE 'a\\?b'", NULL, 0, "n", 0, "1005");
+    EXPECT_ALL("label LIKE 'a\\\\b'", NULL, 0, "n", 0, "1006");
+    EXPECT_ALL("label LIKE 'a?b'", NULL, 0, "n", 0, "1001,1004,1005,1006"); /* a\0b too */
+    a[0] = text("a\\*b", 4); /* an argument is a pattern too */
+    EXPECT_ALL("label LIKE $1", a, 1, "n", 0, "1004");
+
+    tu_section("an integer against a real compares exactly (issue 21, case 7)");
+    EXPECT_ALL("score == 9007199254740993", NULL, 0, "n", 0, "");
+    EXPECT_ALL("score < 9007199254740993 AND n > 1000", NULL, 0, "n", 0, "1004,1005,1006");
+    EXPECT_ALL("score == 9007199254740992", NULL, 0, "n", 0, "1004");
+    a[0] = integer(9007199254740993);
+    EXPECT_ALL("score >= $1", a, 1, "n", 0, "");
+
+    tu_section("=< and =>, a real against an integer, [c] on a number, empty sets and ranges (issue 21, case 8)");
+    EXPECT_ALL("n =< 2", NULL, 0, "n", 0, "0,1,2");
+    EXPECT_ALL("n => 118 AND n < 1000", NULL, 0, "n", 0, "118,119");
+    EXPECT_ALL("n < 2.5", NULL, 0, "n", 0, "0,1,2");
+    EXPECT_ALL("n == 2.5", NULL, 0, "n", 0, "");
+    EXPECT_ALL("n ==[cd] 41", NULL, 0, "n", 0, "41");
+    EXPECT_ALL("label CONTAINS '' AND n > 1000", NULL, 0, "n", 0, "1001,1002,1003,1004,1005,1006");
+    EXPECT_ALL("n IN {}", NULL, 0, "n", 0, "");
+    EXPECT_ALL("NOT n IN {} AND n < 2", NULL, 0, "n", 0, "0,1");
+    EXPECT_ALL("n BETWEEN {5, 3}", NULL, 0, "n", 0, "");
 
     tu_section("arguments are borrowed for the call only");
     {
@@ -230,7 +263,7 @@ static void test_version_1(tether_context *ctx)
         char got[64];
         CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
         CHECK_CODE(f.final_status, TETHER_OK);
-        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "1003,1002");
+        CHECK_STR(tu_ns(f.final_objs, f.final_count, got, sizeof got), "1006,1005");
     }
     tu_fetch_destroy(&f);
 
@@ -313,9 +346,8 @@ static void test_errors(tether_context *ctx)
     a[0] = integer(1);
     a[0].type = TETHER_TYPE_BOOLEAN;
     REFUSED("n == $1", a, 1, TETHER_E_INVALID, "column 6"); /* a BOOLEAN one */
-    a[0].type = TETHER_TYPE_REAL;
-    a[0].real = 1.5;
-    REFUSED("n == $1", a, 1, TETHER_E_INVALID, "column 6"); /* a REAL that is no integer */
+    a[0] = text("a\\", 2);
+    REFUSED("label LIKE $1", a, 1, TETHER_E_INVALID, "lone"); /* a pattern ending in one \ */
     a[0] = integer(1);
     REFUSED("n == $2", a, 1, TETHER_E_INVALID, "column 6"); /* too few arguments */
     REFUSED("n == $1", NULL, 0, TETHER_E_INVALID, "column 6");

@@ -180,6 +180,9 @@ def test_text_that_looks_like_a_number_matches_only_text(warm):
     check(warm, "Title == '5'", (), [1003])
     check(warm, "Title IN {$1, '6'}", ("5",), [1003])
     check(warm, "Rank == $1", (5,), [5])
+    # A real against an integer compares exactly (issue 21, case 8).
+    check(warm, "Rank == $1", (5.5,), [])
+    check(warm, "Rank < $1 AND Rank > 3", (5.5,), [4, 5])
     with pytest.raises(tether.InvalidError, match="column"):
         warm.fetch("items", where="Rank == $1", args=("5",))
     with pytest.raises(tether.InvalidError, match="column"):
@@ -202,7 +205,7 @@ BAD = [
     ("Rank BEGINSWITH 'x'", (), "column 6"),
     ("Tags == 'x'", (), "column 9"),
     ("Rank == $1", ("x",), "column 9"),               # an argument of the wrong type
-    ("Rank == $1", (1.5,), "column 9"),
+    ("Rank == $1", (True,), "column 9"),
     ("Open == $1", (1,), "column 9"),
     ("Rank == $2", (1,), "column 9"),                 # wrong argument count
     ("Rank == $1", (), "column 9"),
