@@ -228,7 +228,8 @@ typedef struct tether_context_options {
     tether_delivery delivery;  /* default TETHER_DELIVER_THREAD */
     int64_t staleness_ms;      /* get() skips its refresh while a value is younger
                                   than this; default 0: every get refreshes */
-    int64_t timeout_ms;        /* per HTTP request; default 30000 */
+    int64_t timeout_ms;        /* per HTTP request, and per request to a host
+                                  connection; default 30000 */
     /* since version 2 */
     size_t object_cache_size;  /* objects no handle, result or observer holds
                                   that the context keeps in memory anyway,
@@ -361,7 +362,16 @@ TETHER_API int tether_context_entity(tether_context *ctx, const char *name, teth
  * described twice) is left out and the rest of the model is built; a field
  * likewise (its values stay in each record's extra fields); an explicit code
  * out of range or taken gives the attribute another. One entry each; none
- * for a context opened offline. */
+ * for a context opened offline.
+ *
+ * Then, as pages come, what the context left out of them: a record without a
+ * usable id (none, not text, or empty) or an item that is no record, named
+ * by its entity, its place in the page and the reason, e.g. "record 3 of a
+ * page of jobs was left out: its id "id" is 5, not text"; the rest of the
+ * page is stored and answered. Each is also logged at TETHER_LOG_WARNING.
+ * These are kept once per entity and message, and at most 100 in all (the
+ * last saying so; the log still names each), so a long-running host's list
+ * stays small. The count only grows while the context is open. */
 TETHER_API int tether_context_diagnostic_count(tether_context *ctx, size_t *out);
 
 /* The diagnostic at `index` (0 ≤ index < count). Each out parameter may be
@@ -896,6 +906,11 @@ typedef void (*tether_fetch_cb)(tether_task *task, tether_phase phase, int statu
  * name are asked for by id, so that one changed or deleted there leaves the
  * store's answers too. A server query always asks the server exactly that.
  *
+ * A listing must move on: a next cursor (Kinto's Next-Page) that the
+ * listing gave before, or a page that names a next cursor yet brings no
+ * record or deletion the page before did not, ends the fetch with
+ * TETHER_E_PROTOCOL naming the cursor, instead of paging forever.
+ *
  * On success *out (may be NULL) is the task: it is
  * owned by the library, stays valid until its FINAL callback returns, and
  * then the library drops it, its callback and every reference to userdata.
@@ -956,8 +971,9 @@ typedef void (*tether_save_cb)(tether_task *task, int status, const char *messag
  * conditional: an insert only if the server has no record of its id, an
  * update or delete only if the server still has the version it was made
  * against. Kinto: PUT with If-None-Match: *, PATCH and DELETE with If-Match,
- * grouped in POST /v1/batch requests of at most the server's
- * batch_max_requests, one after another.
+ * grouped in POST /v1/batch requests of as many as the server's
+ * batch_max_requests (GET /v1/, read at open) allows, so in as few requests
+ * as it allows, one after another.
  *
  * As the server answers each change, the store and the object take the
  * record as the server now has it (its version and any value it set), in
@@ -1096,6 +1112,10 @@ TETHER_API int tether_results_release(tether_results *results);
  * TETHER_E_CANCELLED and the answer is dropped). A request never completed
  * holds nothing up but itself: a task waiting on it can be cancelled, and
  * closing the context ends it (`cancel` is called for it, and its handle dies).
+ * A request not completed within the context's timeout_ms ends as if the
+ * server could not be reached (TETHER_E_NETWORK, "did not answer ... within
+ * N ms"): `cancel` is called for it, and completing it later returns
+ * TETHER_E_CANCELLED.
  * A request handle is dead (TETHER_E_HANDLE) once completed, and once its
  * context has closed; completing it twice gives TETHER_E_HANDLE. Strings a
  * request lends (entity, cursor, ids, fields) are valid until it is completed
@@ -1113,7 +1133,12 @@ typedef enum tether_request_kind {
     TETHER_REQUEST_PAGE = 2,        /* a page of an entity's records, in the order its
                                        sort keys say, after its cursor, at most its
                                        limit in all: tether_request_add_record each,
-                                       then tether_request_set_page */
+                                       then tether_request_set_page. A listing must
+                                       move on: a next cursor given before in it, or
+                                       a page that names a next cursor but brings no
+                                       record or deletion the page before did not,
+                                       ends its fetch with TETHER_E_PROTOCOL naming
+                                       the cursor */
     TETHER_REQUEST_COUNT = 3,       /* how many records the entity has:
                                        tether_request_set_count */
     TETHER_REQUEST_RECORDS = 4,     /* the records of these ids (absent: the server has
@@ -1169,10 +1194,17 @@ TETHER_API int tether_connection_init(tether_connection *connection, unsigned in
  * on Kinto: asks the server info and the specs (each a request to the host,
  * so answer them from another thread than the one calling this, or at once),
  * builds the model, opens the store and any local stores. opts->server_url,
- * bucket, username, password and timeout_ms are not used. The connection's
- * release is called once in every case: after the context closes, or before
- * this returns an error. *out is owned by the caller: close it with
- * tether_context_close. */
+ * bucket, username and password are not used; opts->timeout_ms bounds each
+ * request (the context option, not one of the connection's: it means what
+ * it means for Kinto, how long one answer may take). A server info or specs
+ * request not completed in time fails the open with TETHER_E_NETWORK, or
+ * opens offline from a store holding a model, as an unreachable Kinto does.
+ * There is no context to close before this returns: to give up an open, the
+ * host completes the request it waits on with an error (TETHER_E_CANCELLED:
+ * this then returns TETHER_E_CANCELLED), from any thread; a host that does
+ * nothing is given up after timeout_ms. The connection's release is called
+ * once in every case: after the context closes, or before this returns an
+ * error. *out is owned by the caller: close it with tether_context_close. */
 TETHER_API int tether_context_open_host(const tether_context_options *opts, const tether_connection *connection,
                                         tether_context **out);
 
@@ -1253,7 +1285,9 @@ TETHER_API int tether_request_add_specdef(tether_request *request, const char *n
 
 /* PAGE, RECORDS: a record, as a JSON object with the spec's id and version
  * fields. Records that do not fit the spec are kept as the library keeps
- * Kinto's (nothing lost). */
+ * Kinto's (nothing lost); one without a usable id (none, not text, empty) is
+ * left out of the page with a diagnostic (see tether_context_diagnostic_count),
+ * the rest of the page taken. */
 TETHER_API int tether_request_add_record(tether_request *request, const char *record_json);
 
 /* PAGE, RECORDS: a record given field by field: `count` names and values
@@ -1283,9 +1317,13 @@ TETHER_API int tether_request_set_outcome(tether_request *request, size_t index,
                                           const char *record_json, int status, const char *message);
 
 /* Ends the request: status TETHER_OK delivers the answer built, a negative
- * TETHER_E_* code fails it with `message` (may be NULL). The handle is dead
+ * TETHER_E_* code fails it with `message` (may be NULL). Any other status
+ * (positive, or a code this version does not know) fails it too, as
+ * TETHER_E_PROTOCOL with a message naming the status (logged at WARNING), and
+ * returns TETHER_E_INVALID to say the status was bad. The handle is dead
  * afterwards, whatever this returns: TETHER_E_CANCELLED if the library had
- * cancelled it (nothing delivered), TETHER_E_HANDLE if it was dead already. */
+ * cancelled it or it timed out (nothing delivered), TETHER_E_HANDLE if it was
+ * dead already. */
 TETHER_API int tether_request_complete(tether_request *request, int status, const char *message);
 
 /* ---------------------------------------------------------------- perforce */

@@ -56,18 +56,23 @@ func status(of kind: TetherError.Kind) -> Int32 {
     }
 }
 
+/// The status codes a host may give, as the core's kinds.
+private let statusKinds: [Int32: TetherError.Kind] = [
+    TETHER_E_ERROR: .internal, TETHER_E_MISUSE: .misuse, TETHER_E_HANDLE: .closed, TETHER_E_NOT_FOUND: .notFound,
+    TETHER_E_TYPE: .type, TETHER_E_INVALID: .invalid, TETHER_E_NETWORK: .network, TETHER_E_AUTH: .auth,
+    TETHER_E_SERVER: .server, TETHER_E_PROTOCOL: .protocol, TETHER_E_STORE: .store, TETHER_E_CANCELLED: .cancelled,
+    TETHER_E_NOT_CACHED: .notCached, TETHER_E_BUSY: .busy, TETHER_E_CONFLICT: .conflict,
+    TETHER_E_NOT_ALLOWED: .notAllowed, TETHER_E_EXPIRED: .expired,
+]
+
+/// Whether `status` is TETHER_OK or a TETHER_E_* code of this version.
+func isStatus(_ status: Int32) -> Bool { status == TETHER_OK || statusKinds[status] != nil }
+
 /// A status the host gives (a host connection's answer) as an error; nil
-/// for TETHER_OK. An unknown or positive one is the host's misuse.
+/// for TETHER_OK. An unknown one (see `isStatus`) is an internal error.
 func error(ofStatus status: Int32, _ message: String?) -> TetherError? {
-    let kinds: [Int32: TetherError.Kind] = [
-        TETHER_E_ERROR: .internal, TETHER_E_MISUSE: .misuse, TETHER_E_HANDLE: .closed, TETHER_E_NOT_FOUND: .notFound,
-        TETHER_E_TYPE: .type, TETHER_E_INVALID: .invalid, TETHER_E_NETWORK: .network, TETHER_E_AUTH: .auth,
-        TETHER_E_SERVER: .server, TETHER_E_PROTOCOL: .protocol, TETHER_E_STORE: .store, TETHER_E_CANCELLED: .cancelled,
-        TETHER_E_NOT_CACHED: .notCached, TETHER_E_BUSY: .busy, TETHER_E_CONFLICT: .conflict,
-        TETHER_E_NOT_ALLOWED: .notAllowed, TETHER_E_EXPIRED: .expired,
-    ]
     guard status != TETHER_OK else { return nil }
-    let kind = kinds[status] ?? .internal
+    let kind = statusKinds[status] ?? .internal
     let text = message ?? ""
     // Network failures from a host are "unreachable": a context then opens offline.
     return TetherError(kind, text.isEmpty ? "the host connection failed (\(status))" : text, unreachable: kind == .network)

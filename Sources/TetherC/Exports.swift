@@ -153,16 +153,27 @@ func entityHandle(_ entity: Entity, owner: UInt) throws -> OpaquePointer {
 final class ContextBox {
     let context: Context
     var entityHandles: [OpaquePointer] = []
-    /// The model's diagnostics as C strings: entity, attribute (or nil), message.
-    let diagnostics: [(UnsafeMutablePointer<CChar>, UnsafeMutablePointer<CChar>?, UnsafeMutablePointer<CChar>)]
+    /// The context's diagnostics as C strings (entity, attribute or nil,
+    /// message), copied as they are first read: the list only grows, and
+    /// each string lives until the context's handle dies.
+    private let copied = Mutex<[(UnsafeMutablePointer<CChar>, UnsafeMutablePointer<CChar>?, UnsafeMutablePointer<CChar>)]>([])
 
     init(_ context: Context) {
         self.context = context
-        diagnostics = context.model.diagnostics.map { ($0.entity.cDuplicate, $0.attribute?.cDuplicate, $0.message.cDuplicate) }
+    }
+
+    var diagnostics: [(UnsafeMutablePointer<CChar>, UnsafeMutablePointer<CChar>?, UnsafeMutablePointer<CChar>)] {
+        let all = context.diagnostics
+        return copied.withLock { copied in
+            for diagnostic in all.dropFirst(copied.count) {
+                copied.append((diagnostic.entity.cDuplicate, diagnostic.attribute?.cDuplicate, diagnostic.message.cDuplicate))
+            }
+            return copied
+        }
     }
 
     deinit {
-        for (entity, attribute, message) in diagnostics {
+        for (entity, attribute, message) in copied.withLock({ $0 }) {
             free(entity)
             free(attribute)
             free(message)

@@ -55,8 +55,10 @@ public func tether_context_open_host(_ opts: UnsafePointer<tether_context_option
         do {
             guard let request = raw.request else { throw misuse("connection.request is NULL") }
             let callbacks = HostCallbacks(request: request, cancel: raw.cancel, release: raw.release, userdata: raw.userdata)
-            let options = try coreOptions(try contextOptions(opts, out))
-            let made = try HostConnection(identity: try text(raw.identity, "connection.identity"), handlers: handlers(callbacks))
+            let rawOptions = try contextOptions(opts, out)
+            let options = try coreOptions(rawOptions)
+            let made = try HostConnection(identity: try text(raw.identity, "connection.identity"),
+                                          timeoutMilliseconds: rawOptions.timeout_ms, handlers: handlers(callbacks))
             host = made
             let context = try Context.open(options, connection: made)
             do {
@@ -290,8 +292,8 @@ public func tether_request_set_outcome(_ r: OpaquePointer?, _ index: Int, _ outc
 public func tether_request_complete(_ r: OpaquePointer?, _ status: Int32, _ message: UnsafePointer<CChar>?) -> Int32 {
     call {
         let request = try hostRequest(r).request
-        guard status <= 0 else { throw TetherError(.invalid, "status \(status) is not TETHER_OK or a TETHER_E_* code") }
         let text = message.flatMap { String(validatingCString: $0) }
+        guard isStatus(status) else { return try request.complete(badStatus: Int(status), text) }
         try request.complete(error(ofStatus: status, text))
     }
 }

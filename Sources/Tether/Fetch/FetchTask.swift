@@ -118,6 +118,17 @@ public final class FetchTask: Sendable {
         /// The collection's version when the listing's first page was answered.
         var version: Int64?
         var firstPage = true
+        /// The listing's cursors so far, and the ids of its last page: a
+        /// listing must move on (see `CursorTrail`, `receive`).
+        var cursors = CursorTrail()
+        var lastPageIDs = Set<ExactString>()
+        /// Pages answered, pages found to move on, and the last page whose
+        /// next was requested: a next page leaves before its page is stored
+        /// only once the pages before are found to move on, so a listing
+        /// that goes round is not chased on the wire meanwhile.
+        var answeredPages = 0
+        var checkedPages = 0
+        var requestedAfter = -1
         /// The cache's answer, for a final error of CACHE_THEN_SERVER.
         var cached: FetchedResults?
 
@@ -129,6 +140,11 @@ public final class FetchTask: Sendable {
             received = 0
             version = nil
             firstPage = true
+            cursors = CursorTrail()
+            lastPageIDs = []
+            answeredPages = 0
+            checkedPages = 0
+            requestedAfter = -1
             sentByServer = 0
             total = nil
         }
@@ -655,12 +671,27 @@ public final class FetchTask: Sendable {
         }
         let readsToTheEnd = plan.readsToTheEnd || request.limit == 0
         let remote = context.connection.page(page) { [self] result in
+            var result = result
+            var index = 0
             // On the network thread: with no limit to watch, the next page
             // leaves now, while this one is decoded and stored on the worker.
-            if case .success(let answer) = result, let next = answer.next, readsToTheEnd, isRunning {
-                requestPage(next, plan)
+            let eager = machine.withLock { machine -> PageCursor? in
+                guard machine.plan == plan else { return nil }  // a page of a plan given up
+                index = machine.answeredPages
+                machine.answeredPages += 1
+                guard case .success(let answer) = result, let next = answer.next else { return nil }
+                do {
+                    try machine.cursors.advance(to: next, of: entity.name)
+                } catch {
+                    result = .failure(TetherError.wrap(error))
+                    return nil
+                }
+                guard readsToTheEnd, machine.checkedPages >= index, case .running = machine.state else { return nil }
+                machine.requestedAfter = index
+                return next
             }
-            context.worker.async { [self] in receive(result, plan) }
+            if let eager { requestPage(eager, plan) }
+            context.worker.async { [self, result, index] in receive(result, plan, page: index) }
         }
         sent(remote)
     }
@@ -669,10 +700,12 @@ public final class FetchTask: Sendable {
         sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
     }
 
-    private func receive(_ result: Result<Page, TetherError>, _ plan: ServerPlan) {
+    /// `index`: the page's place in the listing (0: the first).
+    private func receive(_ result: Result<Page, TetherError>, _ plan: ServerPlan, page index: Int) {
         guard isRunning, machine.withLock({ $0.plan == plan }) else { return }  // or a page of a plan given up
         do {
-            if case .failure(let error) = result, error.kind == .expired {
+            // (Only a sync can lose its history: a listing answered so again would start over forever.)
+            if case .failure(let error) = result, error.kind == .expired, case .sync = plan {
                 // The server lost the history since our version: list it all again.
                 try context.store(for: entity).clearSyncVersion(entity)
                 return start(.wholeListing(firstWrite: try context.store(for: entity).nextWrite(), afterLostHistory: true))
@@ -682,6 +715,8 @@ public final class FetchTask: Sendable {
             var acceptingOlder = false
             if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
             let content = try page.decode()
+            if let next = page.next { try checkProgress(content, next) }
+            machine.withLock { $0.checkedPages = index + 1 }
             Log.debug(.sync, "\(entity.name): page of \(content.records.count) records, \(content.deletedIDs.count) deletions"
                       + (page.next == nil ? ", the last" : ", more to come"))
             received(content.records.count + content.deletedIDs.count, total: page.total, last: page.next == nil)
@@ -698,7 +733,13 @@ public final class FetchTask: Sendable {
                 return machine.received
             }
             if let next = page.next {
-                if plan.readsToTheEnd || request.limit == 0 { return }  // already requested
+                if plan.readsToTheEnd || request.limit == 0 {
+                    let requested = machine.withLock { machine -> Bool in
+                        defer { machine.requestedAfter = max(machine.requestedAfter, index) }
+                        return machine.requestedAfter >= index
+                    }
+                    return requested ? () : requestPage(next, plan)
+                }
                 if received < needed { return requestPage(next, plan) }
             }
             if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
@@ -707,11 +748,30 @@ public final class FetchTask: Sendable {
                 let named = Set(machine.withLock { $0.results }.map { ExactString($0.id) })
                 let cached = try context.store(for: entity).idList(entity, where: predicate, sort: nil)
                 let stale = (0..<cached.count).map { cached[$0] }.filter { !named.contains(ExactString($0)) }
-                if !stale.isEmpty { return verify(context.connection.idBatches(stale), cursor: nil, seen: []) }
+                if !stale.isEmpty { return verify(context.connection.idBatches(stale), cursor: nil, seen: [], cursors: CursorTrail()) }
             }
             finish(nil, try listingEnded(plan))
         } catch {
             fail(error)
+        }
+    }
+
+    /// A page that names a next cursor must bring a record or deletion the
+    /// page before did not: else the listing goes round (a cursor that
+    /// changes while the pages do not), and ends with `.protocol`.
+    private func checkProgress(_ content: PageContent, _ next: PageCursor) throws {
+        let idField = entity.attributes[entity.idIndex].name
+        var ids = Set(content.deletedIDs.map(ExactString.init))
+        for fields in content.records {
+            if let id = fields.first(where: { $0.key == idField })?.value.stringValue { ids.insert(ExactString(id)) }
+        }
+        let moved = machine.withLock { machine -> Bool in
+            defer { machine.lastPageIDs = ids }
+            return !ids.isSubset(of: machine.lastPageIDs)
+        }
+        guard moved else {
+            throw TetherError(.protocol, "a page of \(entity.name) brought nothing new (\(content.records.count) records, "
+                                         + "none new) and named the cursor \(CursorTrail.name(next)): the listing would never end")
         }
     }
 
@@ -759,7 +819,7 @@ public final class FetchTask: Sendable {
 
     /// Asks the server for records by id, batch after batch; stores what
     /// it has, removes what it has not, then ends the fetch.
-    private func verify(_ batches: [[String]], cursor: PageCursor?, seen: Set<ExactString>) {
+    private func verify(_ batches: [[String]], cursor: PageCursor?, seen: Set<ExactString>, cursors: CursorTrail) {
         guard let batch = batches.first else { return }
         let remote = context.connection.records(entity.spec, ids: batch, cursor: cursor) { [self] result in
             context.worker.async { [self] in
@@ -768,11 +828,15 @@ public final class FetchTask: Sendable {
                     let page = try result.get()
                     var seen = seen
                     seen.formUnion(try context.absorb(page.decode(), of: entity).map { ExactString($0.id) })
-                    if let next = page.next { return verify(batches, cursor: next, seen: seen) }
+                    if let next = page.next {
+                        var cursors = cursors
+                        try cursors.advance(to: next, of: entity.name)
+                        return verify(batches, cursor: next, seen: seen, cursors: cursors)
+                    }
                     let gone = batch.filter { !seen.contains(ExactString($0)) }
                     try context.store(for: entity).delete(ids: gone, of: entity)
                     context.markDeleted(gone, of: entity)
-                    if batches.count > 1 { return verify(Array(batches.dropFirst()), cursor: nil, seen: []) }
+                    if batches.count > 1 { return verify(Array(batches.dropFirst()), cursor: nil, seen: [], cursors: CursorTrail()) }
                     finish(nil, try listingEnded(.query))
                 } catch {
                     fail(error)

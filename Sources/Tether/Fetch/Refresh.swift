@@ -60,25 +60,30 @@ extension Context {
             let entity = model.entities[index]
             let byID = Dictionary(objects.map { (ExactString($0.id), $0) }, uniquingKeysWith: { first, _ in first })
             for ids in connection.idBatches(byID.keys.map(\.string)) {
-                refresh(ids.compactMap { byID[ExactString($0)] }, of: entity, cursor: nil, seen: [])
+                refresh(ids.compactMap { byID[ExactString($0)] }, of: entity, cursor: nil, seen: [], cursors: CursorTrail())
             }
         }
     }
 
     /// Asks for one page of these objects' records; on the worker.
-    private func refresh(_ objects: [ManagedObject], of entity: Entity, cursor: PageCursor?, seen: Set<ExactString>) {
+    private func refresh(_ objects: [ManagedObject], of entity: Entity, cursor: PageCursor?, seen: Set<ExactString>,
+                         cursors: CursorTrail) {
         _ = connection.records(entity.spec, ids: objects.map(\.id), cursor: cursor) { [self] result in
-            worker.async { [self] in refreshed(objects, of: entity, result, seen: seen) }
+            worker.async { [self] in refreshed(objects, of: entity, result, seen: seen, cursors: cursors) }
         }
     }
 
     private func refreshed(_ objects: [ManagedObject], of entity: Entity, _ result: Result<Page, TetherError>,
-                           seen: Set<ExactString>) {
+                           seen: Set<ExactString>, cursors: CursorTrail) {
         var seen = seen
+        var cursors = cursors
         do {
             let page = try result.get()
             seen.formUnion(try absorb(page.decode(), of: entity).map { ExactString($0.id) })
-            if let next = page.next { return refresh(objects, of: entity, cursor: next, seen: seen) }
+            if let next = page.next {
+                try cursors.advance(to: next, of: entity.name)
+                return refresh(objects, of: entity, cursor: next, seen: seen, cursors: cursors)
+            }
             let gone = objects.map(\.id).filter { !seen.contains(ExactString($0)) }
             try store(for: entity).delete(ids: gone, of: entity)
             markDeleted(gone, of: entity)

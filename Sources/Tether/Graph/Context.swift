@@ -46,6 +46,8 @@ public final class Context: Sendable {
     let worker: WorkQueue
     let delivery: Delivery
     let graph: Lock<Graph>
+    /// Records the server sent that could not be taken (see `leaveOut`).
+    let leftOut = Lock(LeftOutRecords())
     private let closed = Atomic<Bool>(false)
     /// Set once a close has finished, for closes that raced it to wait on.
     private let closeDone = ConditionLock(false)
@@ -451,7 +453,7 @@ public final class Context: Sendable {
     /// Older versions than those held are not taken, unless `acceptingOlder`.
     func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
                 acceptingOlder: Bool = false) throws -> [ManagedObject] {
-        let records = try content.records.map { try Record(entity: entity, fields: $0) }
+        let records = takeable(content, of: entity)
         defer { tellLiveFetches(entity, records.map(\.id)) }
         let now = wallClockMilliseconds()
         try store(for: entity).write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)

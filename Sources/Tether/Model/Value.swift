@@ -59,7 +59,7 @@ struct Record: Sendable {
             return index
         }
         guard case .string(let id)? = found[entity.idIndex], !id.isEmpty else {
-            throw TetherError(.protocol, "a record of \(entity.name) has no text id")
+            throw TetherError(.protocol, Self.idProblem(found[entity.idIndex], field: entity.attributes[entity.idIndex].name))
         }
         self.id = id
         let values = zip(found, entity.attributes).map { Value(json: $0, type: $1.type) }
@@ -68,6 +68,15 @@ struct Record: Sendable {
         extra = zip(fields, indexes).compactMap { field, index in
             guard let index else { return field }
             return Self.isMisfit(values[index], entity.attributes[index].type) ? field : nil
+        }
+    }
+
+    /// Why `id` (the id field's JSON, nil if absent) identifies no record.
+    static func idProblem(_ id: JSON?, field: String) -> String {
+        switch id {
+        case nil: return "it has no id (no field \(field.debugDescription))"
+        case .string?: return "its id is empty"
+        case let other?: return "its id \(field.debugDescription) is \(other.serialized().prefix(40)), not text"
         }
     }
 

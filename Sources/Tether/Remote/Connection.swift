@@ -151,10 +151,25 @@ public struct PageContent: Sendable {
     public var records: [RecordFields]
     /// Records deleted on the server (in a listing with `since`).
     public var deletedIDs: [String]
+    /// Items of the page the connection could not read as a record or a
+    /// deletion: left out, the rest of the page taken (the core tells).
+    public var unreadable: [UnreadableItem] = []
 
     public init(records: [RecordFields], deletedIDs: [String] = []) {
         self.records = records
         self.deletedIDs = deletedIDs
+    }
+}
+
+/// An item of a page that is no record: where it was, and why.
+public struct UnreadableItem: Sendable {
+    /// Its index among the page's items (0: the first).
+    public var position: Int
+    public var reason: String
+
+    public init(position: Int, reason: String) {
+        self.position = position
+        self.reason = reason
     }
 }
 

@@ -1568,17 +1568,19 @@ class Context(ContextSaving):
 
     @classmethod
     def with_connection(cls, connection: Connection, store_path: Union[str, os.PathLike[str]], *,
-                        delivery: Delivery = "thread", staleness_ms: int = 0,
+                        delivery: Delivery = "thread", staleness_ms: int = 0, timeout_ms: int = 30000,
                         object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
                         local_stores: Iterable[LocalStore] = ()) -> Context:
         """A context on a connection written in Python (a tether.Connection
         subclass) instead of Kinto: the library asks it for the server info,
         the specs, pages, counts, records and writes; everything else (the
-        store, objects, peek and get, observers, saving) is as with Kinto."""
+        store, objects, peek and get, observers, saving) is as with Kinto.
+        A request not answered within timeout_ms fails with NetworkError."""
         from .host import _HostBridge
         self = cls.__new__(cls)
         self._setup(None, None, store_path, delivery)
         opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores)
+        opts.timeout_ms = int(timeout_ms)
         bridge = _HostBridge(connection)
         out = c_void_p()
         _lib.tether_context_open_host(byref(opts), byref(bridge.struct), byref(out))

@@ -8,7 +8,9 @@ import Synchronization
 /// Every request ends exactly once for the core: with the host's answer,
 /// or `.cancelled` when the core cancels it or the connection shuts down,
 /// whatever the host does after. A host that never answers delays nothing
-/// but that request; one that answers twice, or after a cancel, is told so.
+/// but that request, and that one only until its time-out: it then ends
+/// with a network error (the host is told as of a cancel); one that answers
+/// twice, or after a cancel, is told so.
 public final class HostConnection: Connection {
     /// How the host is reached. `send` and `cancel` run on the connection's
     /// own thread, in order (a request is sent before its cancel); they must
@@ -37,6 +39,8 @@ public final class HostConnection: Connection {
 
     public let identity: String
     private let handlers: Handlers
+    /// How long the host may take to complete a request.
+    let timeoutMilliseconds: Int64
     /// The core's completions run here, never inside a host's call.
     private let queue = WorkQueue()
     private struct State {
@@ -49,11 +53,14 @@ public final class HostConnection: Connection {
     private let state = Lock(State())
 
     /// `identity` names the server and the data set: a store is tied to it.
-    public init(identity: String, handlers: Handlers) throws {
+    /// `timeoutMilliseconds` bounds each request's answer.
+    public init(identity: String, timeoutMilliseconds: Int64 = 30_000, handlers: Handlers) throws {
         guard Identifier.isUsableName(identity) else {
             throw TetherError(.invalid, "a host connection needs an identity (non-empty, without U+0000)")
         }
+        guard timeoutMilliseconds > 0 else { throw TetherError(.invalid, "timeout must be positive") }
         self.identity = identity
+        self.timeoutMilliseconds = timeoutMilliseconds
         self.handlers = handlers
     }
 
@@ -68,6 +75,12 @@ public final class HostConnection: Connection {
             if request.markSent() { handlers.send(request) } else { ended(request) }  // cancelled before the host saw it
         }
         if !queued { request.end(by: .shutdown) }
+        if queued {
+            // Weak: a request completed in time is not held for the timer's sake.
+            queue.async(afterMilliseconds: timeoutMilliseconds) { [weak request, self] in
+                if let request, request.end(by: .timeout(timeoutMilliseconds)) { cancelled(request) }
+            }
+        }
         return request
     }
 
@@ -190,6 +203,8 @@ public final class HostRequest: Cancellable, Sendable {
     private struct State {
         var phase = Phase.open
         var sent = false
+        /// Cancelled by its time-out, not by the core.
+        var timedOut = false
         var answer = Answer()
     }
 
@@ -267,7 +282,9 @@ public final class HostRequest: Cancellable, Sendable {
         try state.withLock { state in
             switch state.phase {
             case .open: try body(&state.answer)
-            case .cancelled: throw TetherError(.cancelled, "the request was cancelled: complete it to release it")
+            case .cancelled:
+                throw TetherError(.cancelled, state.timedOut ? "the request timed out: complete it to release it"
+                                                              : "the request was cancelled: complete it to release it")
             case .ended: throw TetherError(.misuse, "the request is already completed")
             }
         }
@@ -367,15 +384,16 @@ public final class HostRequest: Cancellable, Sendable {
     /// error. `.cancelled` (nothing delivered) if the core dropped it,
     /// `.misuse` if already completed. Either way it is over for the host.
     public func complete(_ error: TetherError? = nil) throws {
-        let (previous, answer) = state.withLock { state -> (Phase, Answer) in
+        let (previous, answer, timedOut) = state.withLock { state -> (Phase, Answer, Bool) in
             defer { state.phase = .ended }
-            return (state.phase, state.answer)
+            return (state.phase, state.answer, state.timedOut)
         }
         switch previous {
         case .ended: throw TetherError(.misuse, "the request is already completed")
         case .cancelled:
             connection.ended(self)
-            throw TetherError(.cancelled, "the request was cancelled before it was completed; its answer is dropped")
+            throw TetherError(.cancelled, timedOut ? "the request timed out before it was completed; its answer is dropped"
+                                                   : "the request was cancelled before it was completed; its answer is dropped")
         case .open:
             let result: Result<Answer, TetherError> = error.map { .failure($0) } ?? .success(answer)
             let done = self.done
@@ -384,23 +402,44 @@ public final class HostRequest: Cancellable, Sendable {
         }
     }
 
+    /// Ends the request with a status that is no TETHER_* code (`status`,
+    /// as the host gave it): it fails with `.protocol`, logged, as the host
+    /// meant it to end; throws `.invalid` to tell the host its status was bad.
+    public func complete(badStatus status: Int, _ message: String?) throws {
+        let what = "the host completed a \(kind) request with status \(status), which is not TETHER_OK or a TETHER_E_* code"
+            + (message.map { $0.isEmpty ? "" : " (\($0))" } ?? "")
+        Log.warning(.sync, what)
+        try complete(TetherError(.protocol, what))
+        throw TetherError(.invalid, "status \(status) is not TETHER_OK or a TETHER_E_* code: the request ended as TETHER_E_PROTOCOL")
+    }
+
     // MARK: the core's side
 
-    enum Ending { case cancel, shutdown }
+    enum Ending: Equatable { case cancel, shutdown, timeout(Int64) }
 
-    /// The core's end of an open request: delivers `.cancelled`; true if
-    /// it was open. A cancel leaves it for the host to complete; a
-    /// shutdown ends it for the host too.
+    /// The core's end of an open request: delivers `.cancelled` (a network
+    /// error for a time-out); true if it was open. A cancel or time-out
+    /// leaves it for the host to complete; a shutdown ends it for the host too.
     @discardableResult
     func end(by ending: Ending) -> Bool {
         let wasOpen = state.withLock { state -> Bool in
             let open = state.phase == .open
             if open || ending == .shutdown { state.phase = ending == .shutdown ? .ended : .cancelled }
+            if open, case .timeout = ending { state.timedOut = true }
             return open
         }
         guard wasOpen else { return false }
+        let error: TetherError
+        if case .timeout(let milliseconds) = ending {
+            // As a server that never answers: unreachable, so an open goes offline from its store.
+            error = TetherError(.network, "the host connection did not answer the \(kind) request within \(milliseconds) ms",
+                                unreachable: true)
+            Log.warning(.sync, error.message)
+        } else {
+            error = .cancelled
+        }
         let done = self.done
-        connection.deliver { done(.failure(.cancelled)) }
+        connection.deliver { done(.failure(error)) }
         return true
     }
 

@@ -34,7 +34,7 @@ public final class KintoConnection: Connection {
     public let identity: String
     public let formerIdentities: [String]
     /// Subrequests one `POST /v1/batch` may carry, from the server info
-    /// (`batch_max_requests`); 1 until it is known: plain listings only.
+    /// (`batch_max_requests`); 1 until it is known: plain requests only.
     private let batchLimit = Lock(1)
 
     public init(_ options: KintoOptions) throws {
@@ -86,7 +86,7 @@ public final class KintoConnection: Connection {
                     throw TetherError(.protocol, "\(Log.redacted(self.root))/ does not answer like a Kinto server")
                 }
                 if case .integer(let limit)? = info["settings"]?["batch_max_requests"], limit > 0 {
-                    self.batchLimit.withLock { $0 = Int(min(limit, Self.subrequestsPerBatch)) }
+                    self.batchLimit.withLock { $0 = Int(min(limit, Int64(Int32.max))) }
                 }
                 return ServerInfo(name: info["project_name"]?.stringValue ?? "kinto",
                                   version: info["project_version"]?.stringValue ?? "")
@@ -175,15 +175,21 @@ public final class KintoConnection: Connection {
         return operations
     }
 
-    /// Every item of a paginated listing, following Next-Page.
-    private func listAll(_ exchange: Exchange, _ url: String, what: String, collected: [JSON] = [],
+    /// Every item of a paginated listing, following Next-Page (each URL
+    /// once: a server that names one again would be listed forever).
+    private func listAll(_ exchange: Exchange, _ url: String, what: String, collected: [JSON] = [], visited: Set<String> = [],
                          _ done: @escaping @Sendable (Result<[JSON], TetherError>) -> Void) {
         exchange.send(HTTPRequest(url: url)) { [self] result in
             do {
                 let response = try Self.checked(result, what: what)
                 let items = collected + (try Self.records(in: Self.body(of: response, what: what), what: what))
                 if let next = try nextPage(response) {
-                    listAll(exchange, next, what: what, collected: items, done)
+                    var visited = visited
+                    guard visited.insert(url).inserted, !visited.contains(next) else {
+                        throw TetherError(.protocol, "the server named the Next-Page \(Log.redacted(next).debugDescription) "
+                                                     + "again in the listing of \(what): it would never end")
+                    }
+                    listAll(exchange, next, what: what, collected: items, visited: visited, done)
                 } else {
                     done(.success(items))
                 }
@@ -254,7 +260,7 @@ public final class KintoConnection: Connection {
         }
         guard let first = urls.first else { return listing(HTTPRequest(url: root + spec.route + "?in_id="), since: nil, what: spec.route, done) }
         // Kinto refuses a batch holding a path with "/batch" in it.
-        let limit = spec.route.contains("/batch") ? 1 : batchLimit.withLock { $0 }
+        let limit = spec.route.contains("/batch") ? 1 : listingsPerBatch
         guard urls.count > 1, limit > 1 else {
             let waiting = Array(urls.dropFirst())
             return listing(HTTPRequest(url: first), since: nil, what: spec.route) { result in
@@ -358,13 +364,15 @@ public final class KintoConnection: Connection {
     /// worth, split as `records` splits them.
     public func idBatches(_ ids: [String]) -> [[String]] {
         let groups = Self.groups(ids, bytesEach: Self.idBytesPerRequest)
-        let limit = batchLimit.withLock { $0 }
+        let limit = listingsPerBatch
         return stride(from: 0, to: groups.count, by: limit).map { groups[$0..<min(groups.count, $0 + limit)].flatMap { $0 } }
     }
 
-    /// Most subrequests in one batch, whatever the server allows: an answer
-    /// holds every one of their pages.
-    static let subrequestsPerBatch: Int64 = 25
+    /// Most listings in one batch, whatever the server allows: an answer
+    /// holds every one of their pages. (Writes go as many as it allows.)
+    static let maximumListingsPerBatch = 25
+
+    private var listingsPerBatch: Int { min(batchLimit.withLock { $0 }, Self.maximumListingsPerBatch) }
 
     /// `ids` in order, split into lists whose escaped ids (comma-separated)
     /// take at most `bytesEach`.
@@ -429,7 +437,7 @@ public final class KintoConnection: Connection {
     // MARK: writes
 
     /// Each write is a subrequest of `POST /v1/batch`, as many per batch as
-    /// the server allows, batches one after another (in order: a later
+    /// the server allows (`batch_max_requests`), batches one after another (in order: a later
     /// write may depend on an earlier one). A batch is not a transaction:
     /// each subrequest has its own outcome. The batch may be sent again after
     /// a cut connection, as every write in it is conditional.
@@ -619,14 +627,19 @@ public final class KintoConnection: Connection {
     }
 
     /// A listing's records and tombstones.
+    /// An item that is neither is left out, named in `unreadable`.
     private static func collect(_ records: [JSON], into content: inout PageContent, what: String) throws {
-        for record in records {
+        let offset = content.records.count + content.deletedIDs.count + content.unreadable.count
+        for (index, record) in records.enumerated() {
             guard let fields = record.objectValue else {
-                throw TetherError(.protocol, "a record in \(what) is not an object")
+                content.unreadable.append(UnreadableItem(position: offset + index, reason: "it is not a JSON object"))
+                continue
             }
             if record["deleted"] == .bool(true) {
-                guard let id = record[idField]?.stringValue else {
-                    throw TetherError(.protocol, "a deleted record in \(what) has no text id")
+                guard let id = record[idField]?.stringValue, !id.isEmpty else {
+                    content.unreadable.append(UnreadableItem(
+                        position: offset + index, reason: "a deletion without a usable id: " + Record.idProblem(record[idField], field: idField)))
+                    continue
                 }
                 content.deletedIDs.append(id)
             } else {
