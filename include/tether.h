@@ -43,7 +43,8 @@
  *   tether_value      tether_object_peek/get             tether_value_clear
  *   tether_request    a host connection's request        tether_request_complete (once;
  *                       callback                           close ends the rest)
- *   tether_specdef    tether_specdef_parse               tether_specdef_free
+ *   tether_specdef    tether_specdef_parse or            tether_specdef_free
+ *                       tether_specdef_from_form
  * Closing a context releases every handle that came from it: afterwards they
  * are dead (TETHER_E_HANDLE), and releasing one is harmless.
  */
@@ -1330,39 +1331,78 @@ TETHER_API int tether_request_complete(tether_request *request, int status, cons
 
 /* One field of a Perforce spec definition, in Perforce's own words, as
  * tether_specdef_field_at fills it. Every string is borrowed from the
- * tether_specdef: valid until tether_specdef_free. Numbers are -1 and
- * strings NULL when the specdef does not give them. */
+ * tether_specdef: valid until tether_specdef_free. Strings are NULL when
+ * the field has none; numbers are always given. */
 typedef struct tether_specdef_field {
     const char *tag;     /* the field's name, e.g. "Client" */
-    int code;            /* Perforce's code, e.g. 301 (always given) */
+    int code;            /* Perforce's code, e.g. 301; the field's index
+                            (0, 1, ...) when the specdef gives none; 0 for
+                            `code:NNN`, Perforce's AutoId (a code the server
+                            gives when the spec is saved), which several
+                            fields may share */
     const char *type;    /* word, wlist, select, line, llist, date, text or
                             bulk ("word" when the specdef gives none) */
     const char *opt;     /* optional, default, required, once, always, empty
-                            or key; the old flags read as rq: required, ro:
-                            always, rq;ro: key */
-    int key;             /* 1 for the field that names a record (the opt key
-                            field, else the first required one), else 0 */
-    int len;
-    int words;
-    int maxwords;
-    int seq;
-    const char *fmt;     /* L, R, I or C, as the specdef spells it */
-    const char *open;    /* e.g. "isolate" or "propagate" (streams) */
+                            or key: `z` makes it empty; without an opt the
+                            old flags decide (rq: required, ro: always,
+                            rq;ro: key); opt:required with ro is key */
+    int key;             /* 1 for the field that names a record, else 0: the
+                            opt key field; in specs without one (job, protect,
+                            triggers, typemap, spec, license, hotfiles, ldap)
+                            the first required field (a job's 101 Job, the
+                            spec of specs' Fields, ldap's Name), else the
+                            first field (the one-record tables: protect's
+                            SubPath, Triggers, TypeMap, License, HotFiles) */
+    int len;             /* 0 unless given */
+    int words;           /* 1 unless given; at most 10 */
+    int maxwords;        /* 0 unless given */
+    int seq;             /* 0 unless given */
+    const char *fmt;     /* L, R, I or C; NULL for Perforce's normal (none
+                            given, or one Perforce does not know) */
+    const char *open;    /* "isolate" or "propagate" (streams); NULL: none */
     const char *pre;     /* the preset, e.g. "$user" */
     const char *val;     /* the values, joined by "/" as in the specdef */
     size_t val_count;    /* how many values `val` holds (0 when NULL) */
 } tether_specdef_field;
 
 /* Parses `text`, a Perforce spec definition ("specdef") such as the
- * `specdef` field of `p4 -ztag client -o`: fields ending in ";;", each a tag
- * and ";"-separated attributes. Needs no server and no context. On success
- * *out is a new handle owned by the caller: free it with
- * tether_specdef_free. TETHER_E_INVALID, with a message naming the field,
- * for a definition that is empty, cut short (not ending in ";;"), has a
- * field without a tag or without a numeric code (1 to INT_MAX; the "NNN"
- * placeholder included), a tag or code given twice, or an unknown type or
- * opt. Unknown attributes are ignored. Any thread. */
+ * `specdef` field of `p4 -ztag client -o`, as Perforce's own decoder
+ * (SpecElem::Decode, support/specdef.cc) reads it: fields of a tag and
+ * ";"-separated attributes, each ending at ";;" (the last may end with one
+ * ";" or nothing); attributes in any order, numbers read as C's atoi,
+ * unknown attributes and an unknown fmt ignored; codes not checked (fields
+ * may share one). Needs no server and no context. On success *out is a new
+ * handle owned by the caller: free it with tether_specdef_free.
+ * TETHER_E_INVALID, with a message naming the field, for an unknown type,
+ * opt or open (as Perforce refuses them), and, beyond Perforce, for what no
+ * form could address: an empty definition, a field with attributes but no
+ * tag, a tag holding a space, a control character or ':', a tag given
+ * twice. Given to tether_request_add_specdef, fields whose code the model
+ * cannot keep (0, or one given twice) get codes of their own, each with a
+ * diagnostic (tether_context_diagnostic_at); the others keep Perforce's.
+ * Any thread. */
 TETHER_API int tether_specdef_parse(const char *text, tether_specdef **out);
+
+/* The spec of specs: `form_json`, a JSON object of the form `p4 spec -o
+ * TYPE` or `p4 jobspec -o` shows, as tagged output gives it (`p4 -ztag -Mj
+ * jobspec -o`: "Fields0", "Fields1", ...) or with each list whole
+ * ("Fields": [...] as P4Python's fetch_jobspec gives, or one text a line
+ * each), into the definition it describes: Fields lines `code name type
+ * length opt` (`NNN` is code 0), Words and Maxwords `name count`, Formats
+ * `name order format`, Values `name a/b/c`, Presets `name value` (in double
+ * quotes if it has spaces), Openable `name isolate|propagate`; Comments and
+ * other keys ignored. *out is a new handle, as tether_specdef_parse gives:
+ * tether_specdef_text is the specdef to give tether_request_add_specdef.
+ * TETHER_E_INVALID, naming the line: not a JSON object, no Fields, a line
+ * of the wrong length, an unknown type, opt or open, a line naming a field
+ * Fields lacks, a ';' (a specdef cannot carry one). Any thread. */
+TETHER_API int tether_specdef_from_form(const char *form_json, tether_specdef **out);
+
+/* The definition as a specdef string, written as Perforce's Spec::Encode
+ * writes one (a code left out where it is the field's index; opt empty as
+ * "opt:default;z"); tether_specdef_parse reads it into the same fields.
+ * Borrowed: valid until tether_specdef_free. Any thread. */
+TETHER_API int tether_specdef_text(tether_specdef *specdef, const char **out);
 
 /* How many fields `specdef` has, in the definition's order. Any thread. */
 TETHER_API int tether_specdef_field_count(tether_specdef *specdef, size_t *out);

@@ -8,6 +8,8 @@ import CTetherABI
 /// whose strings it owns: they live until the handle is freed.
 final class SpecDefBox {
     let fields: [tether_specdef_field]
+    /// The fields as a specdef (SpecDef.encode), lent by tether_specdef_text.
+    let text: UnsafeMutablePointer<CChar>
     private let strings: [UnsafeMutablePointer<CChar>]
 
     init(_ parsed: [SpecDefField]) {
@@ -18,7 +20,7 @@ final class SpecDefBox {
             strings.append(text.cDuplicate)
             return UnsafePointer(strings.last!)
         }
-        func number(_ value: Int?) -> Int32 { value.map { Int32(clamping: $0) } ?? -1 }
+        func number(_ value: Int) -> Int32 { Int32(clamping: value) }
         fields = parsed.map { field in
             var out = tether_specdef_field()
             out.tag = lend(field.tag)
@@ -38,9 +40,13 @@ final class SpecDefBox {
             return out
         }
         self.strings = strings
+        text = SpecDef.encode(parsed).cDuplicate
     }
 
-    deinit { strings.forEach { free($0) } }
+    deinit {
+        strings.forEach { free($0) }
+        free(text)
+    }
 }
 
 @_cdecl("tether_specdef_parse")
@@ -50,6 +56,20 @@ public func tether_specdef_parse(_ specdefText: UnsafePointer<CChar>?, _ out: Un
         let box = SpecDefBox(try SpecDef.parse(try text(specdefText, "text")))
         try output(out, try Handles.shared.register(box, kind: .specdef, owner: 0).handle)
     }
+}
+
+@_cdecl("tether_specdef_from_form")
+public func tether_specdef_from_form(_ formJSON: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        guard out != nil else { throw misuse("out is NULL") }
+        let box = SpecDefBox(try SpecDef.fromForm(json: try text(formJSON, "form_json")))
+        try output(out, try Handles.shared.register(box, kind: .specdef, owner: 0).handle)
+    }
+}
+
+@_cdecl("tether_specdef_text")
+public func tether_specdef_text(_ specdef: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call { try output(out, UnsafePointer(try Handles.shared.resolve(specdef, .specdef, as: SpecDefBox.self).text)) }
 }
 
 @_cdecl("tether_specdef_field_count")

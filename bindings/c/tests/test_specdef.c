@@ -1,6 +1,8 @@
 /* test_specdef.c — Perforce spec definitions from C: parsing real ones into
- * fields in Perforce's words, malformed ones refused as TETHER_E_INVALID with
- * the field named, and the tether_specdef handle's lifetime (NULL, freed and
+ * fields as Perforce's decoder reads them (AutoId codes, index codes, `z`,
+ * a single ';' at the end), what Perforce refuses refused as
+ * TETHER_E_INVALID with the field named, the spec of specs (a jobspec form)
+ * into a specdef, and the tether_specdef handle's lifetime (NULL, freed and
  * forged handles give TETHER_E_HANDLE). Needs no server. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -70,8 +72,8 @@ static void test_client(void)
         CHECK_INT(f.key, 1);
         CHECK_INT(f.len, 32);
         CHECK_INT(f.seq, 1);
-        CHECK_INT(f.words, -1);
-        CHECK_INT(f.maxwords, -1);
+        CHECK_INT(f.words, 1);    /* not given: 1 */
+        CHECK_INT(f.maxwords, 0); /* not given: 0 */
         CHECK(f.fmt == NULL);
         CHECK(f.open == NULL);
         CHECK(f.pre == NULL);
@@ -163,31 +165,118 @@ static void test_malformed(void)
     check_invalid("", "empty");
     check_invalid(";;;;", "no fields");
     check_invalid(";code:1;;", "no tag");
-    check_invalid("Client;rq;ro;len:32;;", "'Client': no code");
-    check_invalid("Client;code:301;;Owner;code:301;;", "'Owner'");
-    check_invalid("Client;code:abc;;", "'Client': code 'abc'");
-    /* p4python's 2026.1 group table: a placeholder no server sends. */
-    check_invalid("Group;code:401;rq;ro;len:32;;Description;code:NNN;type:text;fmt:L:len:128;;", "'Description'");
-    check_invalid("Client;code:301;type:wordy;;", "unknown type 'wordy'");
-    check_invalid("Client;code:301;rq;ro;seq:1;len:32;;Update;code:302;ty", "cut short");
+    check_invalid("Client;code:301;type:wordy;;", "'Client': unknown type 'wordy'");
+    check_invalid("Client;code:301;opt:sometimes;;", "'Client': unknown opt 'sometimes'");
+    check_invalid("Owner;code:704;open:sometimes;;", "'Owner': unknown open 'sometimes'");
+    check_invalid("Client;code:301;;Client;code:302;;", "repeats the tag 'Client'");
     check_invalid("Client\xff;code:1;;", "UTF-8");
     {
         tether_specdef *sd = NULL;
         CHECK_STATUS(tether_specdef_parse(NULL, &sd), TETHER_E_MISUSE);
         CHECK_STATUS(tether_specdef_parse(JOB_SPECDEF, NULL), TETHER_E_MISUSE);
-        /* Tolerated: unknown attributes, an extra ";;", a line end. */
-        if (CHECK_OK(tether_specdef_parse("TypeMap;code:601;fmt:C;type:wlist;words:2;len:64;opt:default;z;;;;\n", &sd))) {
-            tether_specdef_field f;
-            size_t n = 0;
-            CHECK_OK(tether_specdef_field_count(sd, &n));
-            CHECK_INT(n, 1);
-            if (CHECK_OK(field_at(sd, 0, &f))) {
-                CHECK_STR(f.opt, "default");
-                CHECK_INT(f.key, 1);
-            }
-            CHECK_OK(tether_specdef_free(sd));
-        }
     }
+}
+
+/* Read as Perforce's decoder reads them: P4Perl 2026.1's group (github.com/
+ * perforce/p4perl, 2b290b2: `code:NNN` is 0, shared; an unknown fmt
+ * ignored), a 2012.1 server's triggers (one ';' at the end), P4Win's 97.3
+ * client (no codes: each field its index), and the `z` of the typemap. */
+static void test_as_perforce_reads_them(void)
+{
+    tether_specdef *sd = NULL;
+    tether_specdef_field f;
+    size_t n = 0;
+    const char *text = NULL;
+    tu_section("as Perforce reads them");
+    if (CHECK_OK(tether_specdef_parse("Group;code:401;rq;ro;len:32;;"
+                                      "Description;code:NNN;type:text;fmt:L:len:128;;"
+                                      "MaxResults;code:402;type:word;len:12;;"
+                                      "MaxMemory;code:NNN;type:word;len:12;;", &sd))) {
+        if (CHECK_OK(field_at(sd, 1, &f))) {
+            CHECK_INT(f.code, 0);
+            CHECK(f.fmt == NULL);
+            CHECK_INT(f.len, 0);
+        }
+        if (CHECK_OK(field_at(sd, 3, &f)))
+            CHECK_INT(f.code, 0);
+        CHECK_OK(tether_specdef_free(sd));
+    }
+    if (CHECK_OK(tether_specdef_parse("Triggers;code:551;type:wlist;words:4;len:64;opt:default;", &sd))) {
+        CHECK_OK(tether_specdef_field_count(sd, &n));
+        CHECK_INT(n, 1);
+        if (CHECK_OK(field_at(sd, 0, &f))) {
+            CHECK_STR(f.opt, "default");
+            CHECK_INT(f.words, 4);
+            CHECK_INT(f.key, 1);
+        }
+        if (CHECK_OK(tether_specdef_text(sd, &text)))
+            CHECK_STR(text, "Triggers;code:551;type:wlist;opt:default;words:4;len:64;;");
+        CHECK_OK(tether_specdef_free(sd));
+    }
+    if (CHECK_OK(tether_specdef_parse("Client;rq;ro;len:32;;Date;type:line;ro;len:20;;Owner;len:32;;", &sd))) {
+        if (CHECK_OK(field_at(sd, 0, &f))) {
+            CHECK_INT(f.code, 0);
+            CHECK_INT(f.key, 1);
+        }
+        if (CHECK_OK(field_at(sd, 2, &f)))
+            CHECK_INT(f.code, 2);
+        if (CHECK_OK(tether_specdef_text(sd, &text)))
+            CHECK_STR(text, "Client;rq;ro;len:32;;Date;type:line;opt:always;ro;len:20;;Owner;len:32;;");
+        CHECK_OK(tether_specdef_free(sd));
+    }
+    if (CHECK_OK(tether_specdef_parse("TypeMap;code:601;fmt:C;type:wlist;words:2;len:64;opt:default;z;;;;\n", &sd))) {
+        CHECK_OK(tether_specdef_field_count(sd, &n));
+        CHECK_INT(n, 1);
+        if (CHECK_OK(field_at(sd, 0, &f))) {
+            CHECK_STR(f.opt, "empty");
+            CHECK_INT(f.key, 1);
+        }
+        CHECK_OK(tether_specdef_free(sd));
+    }
+    CHECK_STATUS(tether_specdef_text(NULL, &text), TETHER_E_HANDLE);
+}
+
+/* The spec of specs: a jobspec form, as `p4 -ztag -Mj jobspec -o` gives it,
+ * with a field an administrator added with NNN for its code. */
+static void test_from_form(void)
+{
+    tether_specdef *sd = NULL;
+    tether_specdef_field f;
+    size_t n = 0;
+    const char *text = NULL;
+    tu_section("from a form");
+    if (CHECK_OK(tether_specdef_from_form(
+            "{\"Fields0\": \"101 Job word 32 required\", \"Fields1\": \"102 Status select 10 required\","
+            " \"Fields2\": \"NNN Severity select 10 optional\","
+            " \"Values0\": \"Status open/closed\", \"Values1\": \"Severity A/B/C\","
+            " \"Presets0\": \"Status open\", \"Formats0\": \"Severity 3 R\","
+            " \"Comments\": \"# A Perforce Job Specification.\\n\"}", &sd))) {
+        CHECK_OK(tether_specdef_field_count(sd, &n));
+        CHECK_INT(n, 3);
+        if (CHECK_OK(field_at(sd, 0, &f))) {
+            CHECK_STR(f.tag, "Job");
+            CHECK_INT(f.key, 1);
+        }
+        if (CHECK_OK(field_at(sd, 2, &f))) {
+            CHECK_STR(f.tag, "Severity");
+            CHECK_INT(f.code, 0);
+            CHECK_STR(f.val, "A/B/C");
+            CHECK_STR(f.fmt, "R");
+            CHECK_INT(f.seq, 3);
+        }
+        if (CHECK_OK(tether_specdef_text(sd, &text)))
+            CHECK_STR(text, "Job;code:101;opt:required;rq;len:32;;"
+                            "Status;code:102;type:select;opt:required;rq;len:10;pre:open;val:open/closed;;"
+                            "Severity;code:0;type:select;fmt:R;seq:3;len:10;val:A/B/C;;");
+        CHECK_OK(tether_specdef_free(sd));
+    }
+    CHECK_STATUS(tether_specdef_from_form("{\"Fields0\": \"101 Job wordy 32 required\"}", &sd), TETHER_E_INVALID);
+    CHECK(strstr(tether_errmsg(), "unknown type 'wordy'") != NULL);
+    CHECK_STATUS(tether_specdef_from_form("[]", &sd), TETHER_E_INVALID);
+    CHECK_STATUS(tether_specdef_from_form("{\"Comments\": \"\"}", &sd), TETHER_E_INVALID);
+    CHECK(strstr(tether_errmsg(), "no Fields") != NULL);
+    CHECK_STATUS(tether_specdef_from_form(NULL, &sd), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_specdef_from_form("{}", NULL), TETHER_E_MISUSE);
 }
 
 static void test_handles(void)
@@ -256,6 +345,8 @@ int main(int argc, char **argv)
     test_client();
     test_job();
     test_malformed();
+    test_as_perforce_reads_them();
+    test_from_form();
     test_handles();
     test_threads();
     return tu_finish();

@@ -125,6 +125,57 @@ def test_a_p4_command_line(data, tmp_path, monkeypatch):
 
 
 def test_a_malformed_specdef_fails_the_open(data, tmp_path):
-    (data / "label.specdef").write_text("Label;code:301;rq;ro;;Owner;code:301;;")
-    with pytest.raises(tether.InvalidError, match="label.*code 301"):
+    (data / "label.specdef").write_text("Label;code:301;rq;ro;;Owner;code:304;type:wordy;;")
+    with pytest.raises(tether.InvalidError, match="label.*'Owner': unknown type 'wordy'"):
         tether.Context.with_connection(perforce.Port(perforce.FileSource(data)), tmp_path / "bad.db")
+
+
+# P4Perl's lib/specmgr.cpp, 2026.1 release (github.com/perforce/p4perl, commit
+# 2b290b2): built-ins with code:NNN (group) and z (typemap), and a 2012.1
+# server's triggers ending in a single ';' (as P4Lua's tables keep it).
+P4PERL_GROUP = (
+    "Group;code:401;rq;ro;len:32;;"
+    "Description;code:NNN;type:text;fmt:L:len:128;;"
+    "MaxResults;code:402;type:word;len:12;;"
+    "MaxScanRows;code:403;type:word;len:12;;"
+    "MaxLockTime;code:407;type:word;len:12;;"
+    "MaxOpenFiles;code:413;type:word;len:12;;"
+    "MaxMemory;code:NNN;type:word;len:12;;"
+    "Timeout;code:406;type:word;len:12;;"
+    "IdleTimeout;code:NNN;type:word;len:12;;"
+    "PasswordTimeout;code:409;type:word;len:12;;"
+    "LdapConfig;code:410;type:line;len:128;;"
+    "LdapSearchQuery;code:411;type:line;len:128;;"
+    "LdapUserAttribute;code:412;type:line;len:128;;"
+    "LdapUserDNAttribute;code:414;type:line;len:128;;"
+    "Subgroups;code:404;type:wlist;len:32;opt:default;;"
+    "Owners;code:408;type:wlist;len:32;opt:default;;"
+    "Users;code:405;type:wlist;len:32;opt:default;;"
+)
+P4PERL_TYPEMAP = "TypeMap;code:601;fmt:C;type:wlist;words:2;len:64;opt:default;z;;"
+TRIGGERS_2012 = "Triggers;code:551;type:wlist;words:4;len:64;opt:default;"
+
+
+def test_the_port_opens_with_autoid_z_and_single_semicolon_specdefs(data, tmp_path):
+    (data / "group.specdef").write_text(P4PERL_GROUP)
+    (data / "group.jsonl").write_text(json.dumps({"Group": "devs", "Description": "The developers.\n",
+                                                  "MaxMemory": "1024", "Timeout": "43200", "Users0": "alice",
+                                                  "Users1": "bob"}) + "\n")
+    (data / "typemap.specdef").write_text(P4PERL_TYPEMAP)
+    (data / "triggers.specdef").write_text(TRIGGERS_2012)
+    with tether.Context.with_connection(perforce.Port(perforce.FileSource(data)), tmp_path / "p4.db") as ctx:
+        assert [e.name for e in ctx.entities] == ["change", "client", "group", "job", "triggers", "typemap", "user"]
+        group = ctx.entity("group")
+        assert group.attribute(401).name == "Group" and group.attribute(406).name == "Timeout"
+        # The AutoId fields have codes of their own, each with a diagnostic; real codes stay exact.
+        autoid = {a.name: a.code for a in group.attributes if a.name in ("Description", "MaxMemory", "IdleTimeout")}
+        assert len(set(autoid.values())) == 3 and 0 not in autoid.values()
+        assert sorted(d.attribute for d in ctx.diagnostics if d.entity == "group") == [
+            "Description", "IdleTimeout", "MaxMemory"]
+        ctx.fetch_wait("group", policy="server_only")
+        devs = ctx.object("group", "devs")
+        assert devs.peek(406) == "43200" and devs.peek("MaxMemory") == "1024"
+        assert devs.peek(autoid["MaxMemory"]) == "1024"
+        assert devs.peek("Users") == ["alice", "bob"]
+        assert ctx.entity("typemap").id_attribute.name == "TypeMap"
+        assert ctx.entity("triggers").attribute(551).name == "Triggers"

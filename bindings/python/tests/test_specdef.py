@@ -105,7 +105,8 @@ def test_client_fields_in_order_in_perforce_words():
     assert by_tag["Update"].opt == "always" and by_tag["Update"].fmt == "L" and by_tag["Update"].type == "date"
     assert by_tag["Root"].opt == "required" and by_tag["Root"].code == 307
     assert by_tag["View"].type == "wlist" and by_tag["View"].words == 2 and by_tag["View"].code == 311
-    assert by_tag["View"].maxwords is None and by_tag["View"].pre is None
+    assert by_tag["View"].maxwords == 0 and by_tag["View"].pre is None
+    assert by_tag["Update"].words == 1 and by_tag["Description"].seq == 0
     assert by_tag["LineEnd"].val == ("local", "unix", "mac", "win", "share")
     assert by_tag["Description"].val == ()
     assert [f.tag for f in fields if f.key] == ["Client"]
@@ -139,7 +140,7 @@ def test_fields_are_frozen():
 def test_tolerated_quirks():
     # The typemap's unknown `z` flag (p4python's table), an extra ";;", a line end, bytes.
     (typemap,) = parse_specdef("TypeMap;code:601;fmt:C;type:wlist;words:2;len:64;opt:default;z;;;;\n")
-    assert (typemap.tag, typemap.opt, typemap.type, typemap.key) == ("TypeMap", "default", "wlist", True)
+    assert (typemap.tag, typemap.opt, typemap.type, typemap.key) == ("TypeMap", "empty", "wlist", True)
     assert parse_specdef(JOB.encode("utf-8")) == parse_specdef(JOB)
     assert parse_specdef("A;code:1;val:x//y;;")[0].val == ("x", "", "y")
 
@@ -148,13 +149,10 @@ def test_tolerated_quirks():
     ("", "empty"),
     (";;;;", "no fields"),
     (";code:1;;", "no tag"),
-    ("Client;rq;ro;len:32;;", "'Client': no code"),
-    ("Client;code:301;;Owner;code:301;;", "'Owner'"),
-    ("Client;code:abc;;", "'Client': code 'abc'"),
-    (GROUP_WITH_PLACEHOLDER, "'Description'"),
-    ("Client;code:301;type:wordy;;", "unknown type 'wordy'"),
-    ("Client;code:301;opt:sometimes;;", "unknown opt"),
-    (CLIENT[:-30], "cut short"),
+    ("Client;code:301;;Client;code:302;;", "repeats the tag 'Client'"),
+    ("Client;code:301;type:wordy;;", "'Client': unknown type 'wordy'"),
+    ("Client;code:301;opt:sometimes;;", "'Client': unknown opt 'sometimes'"),
+    ("Owner;code:704;open:always;;", "'Owner': unknown open 'always'"),
     ("Client;code:301;pre:a\0b;;", "U+0000"),
 ])
 def test_malformed_raise_invalid_naming_the_field(text, needle):
@@ -185,3 +183,72 @@ def test_parse_from_threads():
     for t in threads:
         t.join()
     assert errors == []
+
+
+# --------------------------------------------------------------- as Perforce's decoder reads them (issue 23)
+
+def test_code_nnn_is_autoid_zero_shared():
+    # p4python 2026.1's group: code:NNN is atoi("NNN"), 0; fmt:L:len:128 an unknown fmt, ignored.
+    group = {f.tag: f for f in parse_specdef(GROUP_WITH_PLACEHOLDER)}
+    assert group["Description"].code == 0 and group["Description"].fmt is None and group["Description"].len == 0
+    assert [f.code for f in parse_specdef("A;code:NNN;;B;code:NNN;;")] == [0, 0]
+
+
+def test_a_field_without_code_has_its_index():
+    # P4Win's P4SpecData.cpp: the 98.2 specs describing 97.3 data, before codes.
+    fields = parse_specdef("Client;rq;ro;len:32;;Date;type:line;ro;len:20;;Owner;len:32;;")
+    assert [f.code for f in fields] == [0, 1, 2] and fields[0].key
+
+
+def test_z_makes_opt_empty():
+    # P4Perl 2026.1's protect (github.com/perforce/p4perl, 2b290b2).
+    protect = parse_specdef("SubPath;code:502;ro;len:64;;Update;code:503;type:date;ro;fmt:L;len:20;;"
+                            "Protections;code:501;fmt:C;type:wlist;words:5;opt:default;z;len:64;;")
+    assert protect[2].opt == "empty" and protect[2].words == 5
+    assert [f.tag for f in protect if f.key] == ["SubPath"]     # no required field: the first
+
+
+def test_the_last_field_may_end_with_one_semicolon():
+    # A 2012.1 server's triggers (as P4Lua's tables keep it).
+    (triggers,) = parse_specdef("Triggers;code:551;type:wlist;words:4;len:64;opt:default;")
+    assert triggers == SpecDefField(tag="Triggers", code=551, type="wlist", opt="default", key=True, len=64, words=4)
+    assert parse_specdef(JOB[:-2]) == parse_specdef(JOB)
+
+
+def test_rq_ro_with_opt():
+    def opt(attributes):
+        return parse_specdef("A;code:1;%s;;" % attributes)[0].opt
+    assert [opt(a) for a in ["rq", "ro", "rq;ro", "opt:required;ro", "opt:once;rq", "opt:default;z"]] == [
+        "required", "always", "key", "key", "once", "empty"]
+
+
+JOBSPEC_FORM = {   # as P4Python's p4.fetch_jobspec() gives `p4 jobspec -o`, with a custom field
+    "Fields": ["101 Job word 32 required", "102 Status select 10 required", "103 User word 32 required",
+               "104 Date date 20 always", "105 Description text 0 required", "NNN Severity select 10 optional"],
+    "Values": ["Status open/suspended/closed", "Severity A/B/C"],
+    "Presets": ["Status open", "User $user", "Date $now", "Description \"<enter description here>\""],
+    "Comments": "# A Perforce Job Specification.\n",
+}
+
+
+def test_specdef_from_a_jobspec_form():
+    specdef = perforce.specdef_from_form(JOBSPEC_FORM)
+    fields = parse_specdef(specdef)
+    assert [f.tag for f in fields] == ["Job", "Status", "User", "Date", "Description", "Severity"]
+    assert [f.code for f in fields] == [101, 102, 103, 104, 105, 0]
+    assert fields[5].val == ("A", "B", "C") and fields[4].pre == "<enter description here>"
+    assert [f.tag for f in fields if f.key] == ["Job"]
+    # Tagged output's Fields0, Fields1... read the same.
+    tagged = {"Fields%d" % i: line for i, line in enumerate(JOBSPEC_FORM["Fields"])}
+    tagged.update({"Values%d" % i: line for i, line in enumerate(JOBSPEC_FORM["Values"])})
+    tagged.update({"Presets%d" % i: line for i, line in enumerate(JOBSPEC_FORM["Presets"])})
+    assert parse_specdef(perforce.specdef_from_form(tagged)) == fields
+
+
+def test_a_malformed_form_raises_naming_the_line():
+    with pytest.raises(tether.InvalidError, match="unknown type 'wordy'"):
+        perforce.specdef_from_form({"Fields": ["101 Job wordy 32 required"]})
+    with pytest.raises(tether.InvalidError, match="no Fields"):
+        perforce.specdef_from_form({"Comments": "#"})
+    with pytest.raises(tether.InvalidError, match="'Status', which Fields does not define"):
+        perforce.specdef_from_form({"Fields": ["101 Job word 32 required"], "Values": ["Status a/b"]})

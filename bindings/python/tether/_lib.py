@@ -215,7 +215,7 @@ class tether_save_options(Structure):
 
 class tether_specdef_field(Structure):
     # Strings borrowed from the tether_specdef until tether_specdef_free;
-    # numbers -1 and strings NULL when the specdef does not give them.
+    # strings NULL when the field has none; numbers always given.
     _fields_ = [
         ("tag", c_char_p),
         ("code", c_int),
@@ -464,6 +464,8 @@ tether_specdef_field_count = _declare("tether_specdef_field_count", c_int, [c_vo
 tether_specdef_field_at = _declare("tether_specdef_field_at", c_int,
                                    [c_void_p, c_size_t, POINTER(tether_specdef_field)])
 tether_specdef_free = _declare("tether_specdef_free", c_int, [c_void_p])
+tether_specdef_from_form = _declare("tether_specdef_from_form", c_int, [c_char_p, POINTER(c_void_p)])
+tether_specdef_text = _declare("tether_specdef_text", c_int, [c_void_p, POINTER(c_char_p)])
 
 # Diagnostics.
 tether_live_count = _declare("tether_live_count", c_int, [c_int, POINTER(c_int64)])

@@ -1,13 +1,15 @@
-"""Perforce spec definitions ("specdef" strings), parsed with no server,
-and a Perforce-style port: a connection whose entities are spec types.
+"""Perforce spec definitions ("specdef" strings), parsed with no server
+as Perforce's own decoder reads them, and a Perforce-style port: a
+connection whose entities are spec types.
 
     from tether import perforce
     fields = perforce.parse_specdef(specdef)    # e.g. the `specdef` field of
     [f.tag for f in fields if f.key]            # `p4 -ztag client -o`: ['Client']
+    specdef = perforce.specdef_from_form(p4.fetch_jobspec())   # a custom jobspec
 
 Each field keeps Perforce's own words, so a definition can be checked
-offline against what `p4 spec -o` shows. A malformed definition raises
-tether.InvalidError, its message naming the field.
+offline against what `p4 spec -o` shows. What Perforce refuses (an unknown
+type, opt or open) raises tether.InvalidError, its message naming the field.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import subprocess
 import threading
 import time
 import zlib
-from ctypes import byref, c_size_t, c_void_p
+from ctypes import byref, c_char_p, c_size_t, c_void_p
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
@@ -26,25 +28,29 @@ from . import _lib
 from .errors import InvalidError, NetworkError, ProtocolError
 from .host import Connection, Operation, Page, PageRequest, Spec
 
-__all__ = ["SpecDefField", "parse_specdef", "Port", "FileSource", "CommandSource"]
+__all__ = ["SpecDefField", "parse_specdef", "specdef_from_form", "Port", "FileSource", "CommandSource"]
 
 
 @dataclass(frozen=True)
 class SpecDefField:
-    """One field of a spec definition. ``opt`` reads the old flags as
-    Perforce does (rq: required, ro: always, rq;ro: key); ``key`` is True for
-    the field that names a record; absent numbers and strings are None."""
+    """One field of a spec definition, as Perforce's decoder reads it.
+    ``code`` is the field's index when the specdef gives none, 0 for
+    ``code:NNN`` (Perforce's AutoId); ``opt`` is ``empty`` with ``z``, else
+    the old flags decide without one (rq: required, ro: always, rq;ro: key);
+    ``key`` is True for the field that names a record. ``words`` is 1 unless
+    given, other numbers 0; ``fmt`` (L, R, I, C) and ``open`` (isolate,
+    propagate) None for Perforce's normal and none; ``pre`` None if none."""
 
     tag: str
     code: int
     type: str
     opt: str
     key: bool
-    len: Optional[int] = None
-    words: Optional[int] = None
-    maxwords: Optional[int] = None
+    len: int = 0
+    words: int = 1
+    maxwords: int = 0
     fmt: Optional[str] = None
-    seq: Optional[int] = None
+    seq: int = 0
     open: Optional[str] = None
     pre: Optional[str] = None
     val: Tuple[str, ...] = ()
@@ -52,10 +58,6 @@ class SpecDefField:
 
 def _text(b: Optional[bytes]) -> Any:   # str, or None for NULL (typed where it lands)
     return None if b is None else b.decode("utf-8")
-
-
-def _number(n: int) -> Optional[int]:
-    return None if n < 0 else n
 
 
 def parse_specdef(text: Union[str, bytes]) -> List[SpecDefField]:
@@ -76,10 +78,30 @@ def parse_specdef(text: Union[str, bytes]) -> List[SpecDefField]:
             # Copied out before the free below: the strings are borrowed.
             fields.append(SpecDefField(
                 tag=_text(f.tag), code=f.code, type=_text(f.type), opt=_text(f.opt), key=bool(f.key),
-                len=_number(f.len), words=_number(f.words), maxwords=_number(f.maxwords), fmt=_text(f.fmt),
-                seq=_number(f.seq), open=_text(f.open), pre=_text(f.pre),
+                len=f.len, words=f.words, maxwords=f.maxwords, fmt=_text(f.fmt),
+                seq=f.seq, open=_text(f.open), pre=_text(f.pre),
                 val=tuple(_text(f.val).split("/")) if f.val is not None else ()))
         return fields
+    finally:
+        _lib.tether_specdef_free(handle)
+
+
+def specdef_from_form(form: Mapping[str, Any]) -> str:
+    """The specdef a spec-of-specs form describes: ``p4 jobspec -o`` or
+    ``p4 spec -o TYPE``, as P4Python's ``fetch_jobspec()`` gives it
+    ("Fields" a list of ``code name type length opt`` lines; Words, Formats,
+    Values, Presets, Openable, Maxwords likewise; Comments ignored) or as
+    tagged output does (Fields0, Fields1, ...). Give the result to
+    ``parse_specdef`` or ``Spec.from_specdef``. A malformed form raises
+    tether.InvalidError naming the line."""
+    data = json.dumps(dict(form), ensure_ascii=False).encode("utf-8")
+    handle = c_void_p()
+    _lib.tether_specdef_from_form(data, byref(handle))
+    try:
+        text = c_char_p()
+        _lib.tether_specdef_text(handle, byref(text))
+        specdef: str = _text(text.value)   # never NULL on success
+        return specdef
     finally:
         _lib.tether_specdef_free(handle)
 
