@@ -9,7 +9,7 @@ import Synchronization
 /// or `.cancelled` when the core cancels it or the connection shuts down,
 /// whatever the host does after. A host that never answers delays nothing
 /// but that request; one that answers twice, or after a cancel, is told so.
-public final class HostConnection: Connection {
+public final class HostConnection: Connection, ReachabilityReporting {
     /// How the host is reached. `send` and `cancel` run on the connection's
     /// own thread, in order (a request is sent before its cancel); they must
     /// not block: they hand the request on (or answer it if the answer is
@@ -36,6 +36,8 @@ public final class HostConnection: Connection {
     }
 
     public let identity: String
+    /// Whether the host's server answers, as its completions say.
+    public let reachability = Reachability()
     private let handlers: Handlers
     /// The core's completions run here, never inside a host's call.
     private let queue = WorkQueue()
@@ -378,6 +380,7 @@ public final class HostRequest: Cancellable, Sendable {
             throw TetherError(.cancelled, "the request was cancelled before it was completed; its answer is dropped")
         case .open:
             let result: Result<Answer, TetherError> = error.map { .failure($0) } ?? .success(answer)
+            connection.reachability.note(result)
             let done = self.done
             connection.deliver { done(result) }
             connection.ended(self)
