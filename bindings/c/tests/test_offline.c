@@ -279,6 +279,16 @@ static void test_online_changes(tu_proxy *px, const char *store)
 
     tu_section("an online observer ends once, cancelled: removed, or at close");
     CHECK_OK(tether_observer_remove(ob));
+    {
+        int64_t end = tu_now_ms() + TU_WAIT_MS;
+        int finals = 0;
+        while (finals == 0 && tu_now_ms() < end) {
+            tu_sleep_ms(10);
+            pthread_mutex_lock(&r.mu);
+            finals = r.finals;
+            pthread_mutex_unlock(&r.mu);
+        }
+    }
     CHECK_INT(r.finals, 1);
     CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
     if (sib) {
