@@ -228,6 +228,7 @@ static void test_online_changes(tu_proxy *px, const char *store)
     tether_context *ctx, *sib = NULL;
     tether_observer *ob = NULL, *ob2 = NULL;
     online_rec r, r2;
+    int64_t contexts_before = tu_live(TETHER_LIVE_CONTEXTS), observers_before = tu_live(TETHER_LIVE_OBSERVERS);
 
     memset(&r, 0, sizeof r);
     memset(&r2, 0, sizeof r2);
@@ -326,6 +327,9 @@ static void test_online_changes(tu_proxy *px, const char *store)
     CHECK_INT(r.told[0], 1);
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     CHECK_INT(r.finals, 1);
+    /* an observer left to close holds nothing after it: not its context */
+    CHECK_INT(tu_live_settle(TETHER_LIVE_OBSERVERS, observers_before, 2000), observers_before);
+    CHECK_INT(tu_live_settle(TETHER_LIVE_CONTEXTS, contexts_before, 2000), contexts_before);
     tether_log_set(TETHER_LOG_OFF, NULL, NULL);
     pthread_mutex_lock(&log_mu);
     CHECK_INT(online_lines, 2);
