@@ -37,8 +37,8 @@
  *   tether_results    a fetch callback                   tether_results_release
  *   tether_task       tether_fetch_start                 the library, after its FINAL
  *                                                          callback returns
- *   tether_observer   tether_object_observe              the library, after its final
- *                                                          (TETHER_E_CANCELLED) callback
+ *   tether_observer   tether_object_observe,             the library, after its final
+ *                     tether_context_observe_online        (TETHER_E_CANCELLED) callback
  *   tether_entity     the context's model                the context, when it closes
  *   tether_value      tether_object_peek/get             tether_value_clear
  *   tether_request    a host connection's request        tether_request_complete (once;
@@ -315,9 +315,35 @@ TETHER_API int tether_context_open_sibling(tether_context *ctx, const char *name
  * *out is a new reference, as from tether_context_object. */
 TETHER_API int tether_context_local_object(tether_context *ctx, tether_object *obj, tether_object **out);
 
-/* *out = 1 if the context reached the server when it opened, 0 if it opened
- * offline from its store. */
+/* *out = 1 while the server answers, 0 while it cannot be reached. It is 0
+ * from an offline open, and from any request that cannot reach the server
+ * by the rule of an offline open (connection refused, or closed before a
+ * byte of answer; unknown name; timed out with no byte of answer), and 1
+ * again from any answer, whatever its status: a server that answers badly
+ * (an error status, an answer cut short) is not offline. So a context
+ * opened offline comes back online by itself when a later request (a fetch,
+ * a get's refresh, a save) reaches the server; nothing retries for it. Each
+ * change is logged at TETHER_LOG_WARNING (category "context"). Siblings
+ * share their connection, and this state with it: one server. */
 TETHER_API int tether_context_is_online(tether_context *ctx, int *out);
+
+/* Called with TETHER_OK each time the context goes offline or back online
+ * (see tether_context_is_online), `online` the state that change led to
+ * (changes are told in order, one call each); and exactly once more, last,
+ * with TETHER_E_CANCELLED (`online` then the state at that time) when the
+ * observer is removed or its context closes: free userdata then. `ctx` is
+ * borrowed for the call. Delivered as the context's delivery mode says, as
+ * every callback of the context. */
+typedef void (*tether_online_cb)(tether_context *ctx, int online, int status, void *userdata);
+
+/* Observes tether_context_is_online. *out (may be NULL) is the observer,
+ * owned by the library, removed with tether_observer_remove (as a key
+ * observer): it stays valid until its final callback has returned, and then
+ * the library drops it, its callback and every reference to userdata. The
+ * state when this returns is tether_context_is_online's; changes after it
+ * are told. Siblings each observe the one state of their connection. */
+TETHER_API int tether_context_observe_online(tether_context *ctx, tether_online_cb callback, void *userdata,
+                                             tether_observer **out);
 
 /* POLL mode: *out is a descriptor that is readable while callbacks wait to be
  * delivered; add it to select/poll/epoll/an event loop and call
@@ -658,7 +684,7 @@ typedef void (*tether_observer_cb)(tether_object *obj, const char *key, int stat
 TETHER_API int tether_object_observe(tether_object *obj, const char *key, tether_observer_cb callback,
                                      void *userdata, tether_observer **out);
 
-/* Removes an observer. After it returns, the observer's callback runs only
+/* Removes an observer (of a key, or of tether_context_is_online). After it returns, the observer's callback runs only
  * once more, with TETHER_E_CANCELLED. Called outside any Tether callback, it
  * first waits for a call of this observer in progress on another thread to
  * return; called from inside a callback it does not wait (so two callbacks
@@ -1426,7 +1452,7 @@ typedef enum tether_log_level {
     TETHER_LOG_ERROR = 1,    /* the library failed in a way no status reports */
     TETHER_LOG_WARNING = 2,  /* trouble: a request that failed (server unreachable,
                                 5xx after its retries), a context opened offline,
-                                a refresh that failed, a spec left out of the
+                                going offline or back online, a refresh that failed, a spec left out of the
                                 model, an SQL statement slower than 100 ms */
     TETHER_LOG_INFO = 3,     /* what changed: a store opened, a model built and
                                 tables migrated, a context opened, a save's

@@ -291,6 +291,28 @@ public func tether_context_is_online(_ ctx: OpaquePointer?, _ out: UnsafeMutable
     }
 }
 
+@_cdecl("tether_context_observe_online")
+public func tether_context_observe_online(_ ctx: OpaquePointer?, _ callback: tether_online_cb?, _ userdata: UnsafeMutableRawPointer?,
+                                          _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let context = try openContext(ctx)
+        guard let callback, let ctx else { throw misuse("callback is NULL") }
+        let observer = OnlineObserver(context: context)
+        let handle = try Handles.shared.register(observer, kind: .observer, owner: Handles.token(ctx)).handle
+        let host = HostCall(callback, userdata, handle: handle, object: ctx)
+        do {
+            try observer.activate { online, final in
+                host.function(host.object, online ? 1 : 0, final.map { status(of: $0.kind) } ?? TETHER_OK, host.userdata)
+                if final != nil { Handles.shared.remove(host.handle) }
+            }
+        } catch {
+            Handles.shared.remove(handle)
+            throw error
+        }
+        out?.pointee = handle
+    }
+}
+
 private func openContext(_ pointer: OpaquePointer?) throws -> Context {
     let context = try contextBox(pointer).box.context
     if context.isClosed { throw TetherError(.closed, "the context is closed") }
@@ -579,7 +601,10 @@ public func tether_object_observe(_ obj: OpaquePointer?, _ key: UnsafePointer<CC
 
 @_cdecl("tether_observer_remove")
 public func tether_observer_remove(_ observer: OpaquePointer?) -> Int32 {
-    call { try Handles.shared.resolve(observer, .observer, as: KeyObserver.self).remove() }
+    call {
+        let resolved = try Handles.shared.resolve(observer, .observer, as: AnyObject.self)
+        if let online = resolved as? OnlineObserver { try online.remove() } else { try (resolved as! KeyObserver).remove() }
+    }
 }
 
 // MARK: fetch

@@ -265,4 +265,27 @@ final class MemoryGraphTests: MemoryTestCase {
         XCTAssertFalse(context.isOnline, "an unreachable server opens from the store")
         XCTAssertNotNil(context.model.entity(named: "items"))
     }
+
+    /// isOnline follows the server's answers, for siblings alike (one
+    /// connection); its observers hear each change once, then a cancelled final.
+    func testOnlineFollowsTheServer() throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        let sibling = try context.openSibling(name: "b")
+        defer { try? sibling.close() }
+        let told = ConditionLock<[String]>([])
+        try OnlineObserver(context: context).activate { online, final in
+            told.withLock { $0.append(final == nil ? "\(online)" : "final") }
+        }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        backend.server.isReachable = false
+        XCTAssertNotNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
+        XCTAssertFalse(context.isOnline)
+        XCTAssertFalse(sibling.isOnline, "one server, one state")
+        backend.server.isReachable = true
+        XCTAssertNil(try fetch(sibling, FetchRequest(entity: "items")).last?.error)
+        XCTAssertTrue(context.isOnline, "a sibling's answer is the server's")
+        try context.close()
+        XCTAssertEqual(told.withLock { $0 }, ["false", "true", "final"])
+    }
 }

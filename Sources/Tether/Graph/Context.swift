@@ -30,8 +30,13 @@ public struct ContextOptions: Sendable {
 /// flight) plus a bounded cache of recent ones.
 public final class Context: Sendable {
     public let model: Model
-    /// False when the server was unreachable at open and the model came from the store.
-    public let isOnline: Bool
+    /// Whether the server answers: false from an offline open (the model
+    /// came from the store) or a request that could not reach it, true again
+    /// from any answer. A connection that does not report keeps what open found.
+    public var isOnline: Bool { reachability.isOnline ?? openedOnline }
+    private let openedOnline: Bool
+    /// The connection's, shared by siblings.
+    let reachability: Reachability
     let options: ContextOptions
     /// Whose changes in the store's outbox are this context's: "" for the
     /// first context on a store, a sibling's name for a sibling.
@@ -131,9 +136,10 @@ public final class Context: Sendable {
     }
 
     private init(model: Model, isOnline: Bool, options: ContextOptions, stores: [Store], connection: any Connection,
-                 delivery: Delivery, name: String = "", coordinator: Coordinator = Coordinator()) {
+                 reachability: Reachability, delivery: Delivery, name: String = "", coordinator: Coordinator = Coordinator()) {
         self.model = model
-        self.isOnline = isOnline
+        openedOnline = isOnline
+        self.reachability = reachability
         self.options = options
         self.name = name
         self.coordinator = coordinator
@@ -188,8 +194,10 @@ public final class Context: Sendable {
                 ? RoutedConnection(server: connection, local: LocalConnection(model: model, stores: stores)) : connection
             routed = routing
             let delivery = try Delivery(mode: options.delivery)
+            // Taken from the server's connection: the routed one wraps it.
+            let reachability = (connection as? any ReachabilityReporting)?.reachability ?? Reachability()
             let context = Context(model: model, isOnline: online, options: options, stores: stores,
-                                  connection: routing, delivery: delivery)
+                                  connection: routing, reachability: reachability, delivery: delivery)
             try context.coordinator.join(context)
             do {
                 try context.restoreChanges()
@@ -285,8 +293,8 @@ public final class Context: Sendable {
         try checkOpen()
         var siblingOptions = options
         siblingOptions.delivery = mode ?? options.delivery
-        let sibling = Context(model: model, isOnline: isOnline, options: siblingOptions, stores: stores, connection: connection,
-                              delivery: try Delivery(mode: siblingOptions.delivery), name: name, coordinator: coordinator)
+        let sibling = Context(model: model, isOnline: openedOnline, options: siblingOptions, stores: stores, connection: connection,
+                              reachability: reachability, delivery: try Delivery(mode: siblingOptions.delivery), name: name, coordinator: coordinator)
         do {
             try coordinator.join(sibling)
             try sibling.restoreChanges()

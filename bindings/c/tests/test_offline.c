@@ -1,7 +1,8 @@
 /* test_offline.c — through a proxy the test controls: requests counted
  * (gets on many objects are batched), held in flight (cancel, close,
  * timeout), and a server that went away (the context opens offline from its
- * store; peek, cache-only fetch, network errors). */
+ * store; peek, cache-only fetch, network errors), and is_online kept current
+ * as the server goes away and comes back, with its observer and log lines. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "testutil.h"
@@ -145,6 +146,198 @@ static void test_stalled(tu_proxy *px, const char *store)
     tu_proxy_stall(px, 0);
 }
 
+/* What an online observer was told: each call's `online`, in order. */
+typedef struct {
+    pthread_mutex_t mu;
+    int told[16];
+    int changes, finals, final_status, after_final;
+} online_rec;
+
+static void on_online(tether_context *ctx, int online, int status, void *userdata)
+{
+    online_rec *r = userdata;
+    (void)ctx;
+    pthread_mutex_lock(&r->mu);
+    if (r->finals)
+        r->after_final++;
+    if (status == TETHER_E_CANCELLED) {
+        r->finals++;
+    } else {
+        if (r->changes < 16)
+            r->told[r->changes] = online;
+        r->changes++;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int online_changes(online_rec *r)
+{
+    int n;
+    pthread_mutex_lock(&r->mu);
+    n = r->changes;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* WARNING lines of category "context" saying the server went or came back. */
+static int offline_lines, online_lines;
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_log(tether_log_level level, const char *category, const char *message, void *userdata)
+{
+    (void)userdata;
+    if (level != TETHER_LOG_WARNING || strcmp(category, "context") != 0)
+        return;
+    pthread_mutex_lock(&log_mu);
+    if (strstr(message, "cannot be reached: offline"))
+        offline_lines++;
+    else if (strstr(message, "answers again: online"))
+        online_lines++;
+    pthread_mutex_unlock(&log_mu);
+}
+
+static int fetch_status(tether_context *ctx, int policy)
+{
+    tu_fetch f;
+    int status;
+    tu_fetch_init(&f);
+    CHECK_OK(tu_fetch_start(ctx, &f, "tasks", NULL, 0, policy, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    status = f.final_status;
+    tu_fetch_destroy(&f);
+    return status;
+}
+
+static int is_online(tether_context *ctx)
+{
+    int online = -1;
+    CHECK_OK(tether_context_is_online(ctx, &online));
+    return online;
+}
+
+static void wait_changes(online_rec *r, int n)
+{
+    int64_t end = tu_now_ms() + TU_WAIT_MS;
+    while (online_changes(r) < n && tu_now_ms() < end)
+        tu_sleep_ms(20);
+    tu_sleep_ms(100); /* and no more */
+}
+
+static void test_online_changes(tu_proxy *px, const char *store)
+{
+    tether_context *ctx, *sib = NULL;
+    tether_observer *ob = NULL, *ob2 = NULL;
+    online_rec r, r2;
+    int64_t contexts_before = tu_live(TETHER_LIVE_CONTEXTS), observers_before = tu_live(TETHER_LIVE_OBSERVERS);
+
+    memset(&r, 0, sizeof r);
+    memset(&r2, 0, sizeof r2);
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_mutex_init(&r2.mu, NULL);
+    tether_log_set(TETHER_LOG_WARNING, on_log, NULL);
+
+    tu_section("is_online follows the server: false when it cannot be reached, true from its next answer");
+    ctx = tu_open_url(tu_proxy_url(px), bucket, store, TETHER_DELIVER_THREAD, 3000);
+    if (!ctx)
+        return;
+    CHECK_INT(is_online(ctx), 1);
+    CHECK_STATUS(tether_context_observe_online(ctx, NULL, &r, &ob), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_context_observe_online(NULL, on_online, &r, &ob), TETHER_E_HANDLE);
+    CHECK_OK(tether_context_observe_online(ctx, on_online, &r, &ob));
+    CHECK(ob != NULL);
+    CHECK_OK(fetch_status(ctx, TETHER_POLICY_SERVER_ONLY));
+    CHECK_OK(tether_context_open_sibling(ctx, "sibling", TETHER_DELIVER_THREAD, &sib));
+    if (sib)
+        CHECK_OK(tether_context_observe_online(sib, on_online, &r2, &ob2));
+    CHECK_INT(online_changes(&r), 0); /* an answer while online is no change */
+
+    tu_proxy_down(px, 1);
+    CHECK_CODE(fetch_status(ctx, TETHER_POLICY_CACHE_THEN_SERVER), TETHER_E_NETWORK);
+    CHECK_INT(is_online(ctx), 0);
+    CHECK_CODE(fetch_status(ctx, TETHER_POLICY_SERVER_ONLY), TETHER_E_NETWORK);
+    wait_changes(&r, 1);
+    CHECK_INT(online_changes(&r), 1); /* one change, however many requests failed */
+    CHECK_INT(r.told[0], 0);
+    if (sib) {
+        CHECK_INT(is_online(sib), 0); /* one server, one state */
+        wait_changes(&r2, 1);
+        CHECK_INT(online_changes(&r2), 1);
+    }
+
+    tu_proxy_down(px, 0);
+    CHECK_OK(fetch_status(ctx, TETHER_POLICY_CACHE_THEN_SERVER));
+    CHECK_INT(is_online(ctx), 1);
+    CHECK_OK(fetch_status(ctx, TETHER_POLICY_SERVER_ONLY));
+    wait_changes(&r, 2);
+    CHECK_INT(online_changes(&r), 2);
+    CHECK_INT(r.told[1], 1);
+    if (sib)
+        CHECK_INT(is_online(sib), 1);
+    pthread_mutex_lock(&log_mu);
+    CHECK_INT(offline_lines, 1);
+    CHECK_INT(online_lines, 1);
+    pthread_mutex_unlock(&log_mu);
+
+    tu_section("an online observer ends once, cancelled: removed, or at close");
+    CHECK_OK(tether_observer_remove(ob));
+    {
+        int64_t end = tu_now_ms() + TU_WAIT_MS;
+        int finals = 0;
+        while (finals == 0 && tu_now_ms() < end) {
+            tu_sleep_ms(10);
+            pthread_mutex_lock(&r.mu);
+            finals = r.finals;
+            pthread_mutex_unlock(&r.mu);
+        }
+    }
+    CHECK_INT(r.finals, 1);
+    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
+    if (sib) {
+        CHECK_INT(tether_context_close(sib), TETHER_OK);
+        CHECK_INT(r2.finals, 1);
+        CHECK_INT(r2.after_final, 0);
+    }
+    CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    CHECK_INT(r.finals, 1);
+    CHECK_INT(r.after_final, 0);
+
+    tu_section("a context opened offline comes back online by itself when a request reaches the server");
+    memset(&r, 0, sizeof r);
+    pthread_mutex_init(&r.mu, NULL);
+    tu_proxy_down(px, 1);
+    ctx = tu_open_url(tu_proxy_url(px), bucket, store, TETHER_DELIVER_POLL, 3000);
+    if (!ctx)
+        return;
+    CHECK_INT(is_online(ctx), 0);
+    CHECK_OK(tether_context_observe_online(ctx, on_online, &r, &ob));
+    tu_proxy_down(px, 0);
+    {
+        tu_fetch f;
+        int64_t end = tu_now_ms() + TU_WAIT_MS;
+        tu_fetch_init(&f);
+        CHECK_OK(tu_fetch_start(ctx, &f, "tasks", NULL, 0, TETHER_POLICY_CACHE_THEN_SERVER, NULL));
+        while (tu_fetch_calls(&f) < 2 && tu_now_ms() < end)
+            tether_context_poll(ctx, 50, NULL);
+        CHECK_OK(f.final_status);
+        tu_fetch_destroy(&f);
+    }
+    CHECK_INT(is_online(ctx), 1);
+    tether_context_poll(ctx, 100, NULL); /* POLL mode: told on this thread */
+    CHECK_INT(online_changes(&r), 1);
+    CHECK_INT(r.told[0], 1);
+    CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    CHECK_INT(r.finals, 1);
+    /* an observer left to close holds nothing after it: not its context */
+    CHECK_INT(tu_live_settle(TETHER_LIVE_OBSERVERS, observers_before, 2000), observers_before);
+    CHECK_INT(tu_live_settle(TETHER_LIVE_CONTEXTS, contexts_before, 2000), contexts_before);
+    tether_log_set(TETHER_LOG_OFF, NULL, NULL);
+    pthread_mutex_lock(&log_mu);
+    CHECK_INT(online_lines, 2);
+    pthread_mutex_unlock(&log_mu);
+    pthread_mutex_destroy(&r.mu);
+    pthread_mutex_destroy(&r2.mu);
+}
+
 static void test_offline(tu_proxy *px, const char *store)
 {
     tether_context *ctx;
@@ -284,6 +477,7 @@ int main(int argc, char **argv)
         return tu_finish();
     test_batched_gets(px, store3);
     test_stalled(px, store);
+    test_online_changes(px, store3);
     test_offline(px, store2); /* stops the proxy */
     return tu_finish();
 }

@@ -888,6 +888,7 @@ struct tu_proxy {
     char port[16];
     int stop;  /* both read and written with __atomic builtins: threads share them */
     int stall;
+    int down;
     pthread_t acceptor;
     pthread_mutex_t mu;
     pthread_t threads[TU_PROXY_MAX];
@@ -934,7 +935,7 @@ static void *tu_proxy_conn(void *arg)
         close(client);
         return NULL;
     }
-    while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+    while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && !__atomic_load_n(&p->down, __ATOMIC_ACQUIRE)) {
         struct pollfd fds[2];
         int nf = 1, i;
         fds[0].fd = client;
@@ -997,6 +998,10 @@ static void *tu_proxy_accept(void *arg)
             tu_conn *c;
             if (fd < 0)
                 continue;
+            if (__atomic_load_n(&p->down, __ATOMIC_ACQUIRE)) {
+                close(fd); /* not a byte of answer */
+                continue;
+            }
             c = malloc(sizeof *c);
             c->p = p;
             c->client = fd;
@@ -1077,6 +1082,11 @@ int tu_proxy_requests(tu_proxy *p)
 void tu_proxy_stall(tu_proxy *p, int on)
 {
     __atomic_store_n(&p->stall, on, __ATOMIC_RELEASE);
+}
+
+void tu_proxy_down(tu_proxy *p, int on)
+{
+    __atomic_store_n(&p->down, on, __ATOMIC_RELEASE);
 }
 
 void tu_proxy_stop(tu_proxy *p)

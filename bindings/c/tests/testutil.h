@@ -309,5 +309,8 @@ void tu_proxy_stall(tu_proxy *p, int on);
 int tu_proxy_requests(tu_proxy *p);
 /* Closes the listener and every connection; the URL is unreachable after. */
 void tu_proxy_stop(tu_proxy *p);
+/* While on, the server is unreachable: connections are closed before a byte
+ * of answer (those open too); off, it answers again. */
+void tu_proxy_down(tu_proxy *p, int on);
 
 #endif

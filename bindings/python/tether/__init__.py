@@ -33,12 +33,13 @@ from ._lib import version as library_version, version_number as library_version_
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
                      InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
                      StoreError, CancelledError, NotCachedError, BusyError, ConflictError,
-                     NotAllowedError, ExpiredError, UnsavedChangesWarning, error_class)
+                     NotAllowedError, ExpiredError, UnsavedChangesWarning, OfflineWarning, error_class)
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED, E_EXPIRED)
-from .context import (Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
+from .context import (Answer, Count, Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
                       Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
+from .online import OnlineObserver
 from .saving import Conflict, SaveReport, SaveTask
 from . import host
 from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
@@ -51,14 +52,15 @@ from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase
 __version__ = "0.2.0"
 
 __all__ = [
-    "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "Results", "Task",
+    "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
+    "Answer", "Count", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",
     "POLICIES", "RESULT_TYPES", "MERGE_POLICIES",
     "Value", "Key", "Policy", "ResultType", "MergePolicy", "Delivery", "Phase", "Pending",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
-    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "UnsavedChangesWarning", "error_class",
+    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "UnsavedChangesWarning", "OfflineWarning", "error_class",
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
     "E_CONFLICT", "E_NOT_ALLOWED", "E_EXPIRED", "library_path", "library_version", "library_version_number", "errstr",

@@ -239,6 +239,8 @@ handle = c_void_p
 
 # void (*)(tether_object *, const char *key, int status, void *userdata)
 OBSERVER_CB = CFUNCTYPE(None, c_void_p, c_char_p, c_int, c_void_p)
+# void (*)(tether_context *, int online, int status, void *userdata)
+ONLINE_CB = CFUNCTYPE(None, c_void_p, c_int, c_int, c_void_p)
 # void (*)(tether_task *, tether_phase, int status, const char *message,
 #          tether_results *results, void *userdata)
 # `results` is owned by the callee: whoever receives it must release it.
@@ -383,6 +385,8 @@ tether_object_observe = _declare(
     "tether_object_observe", c_int,
     [c_void_p, c_char_p, OBSERVER_CB, c_void_p, POINTER(c_void_p)])
 tether_observer_remove = _declare("tether_observer_remove", c_int, [c_void_p])
+tether_context_observe_online = _declare(
+    "tether_context_observe_online", c_int, [c_void_p, ONLINE_CB, c_void_p, POINTER(c_void_p)])
 
 # Fetch.
 tether_fetch_options_init = _declare(

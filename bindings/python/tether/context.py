@@ -51,11 +51,13 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List
 from . import _lib
 from ._types import Delivery, Key, MergePolicy, Phase, Policy, ResultType, Value
 from .saving import ContextSaving, ObjectEditing, Request, _no_key
-from .errors import (BusyError, UnsavedChangesWarning, HandleError, NotCachedError, NotFoundError, TetherError, make_error,
+from .errors import (BusyError, UnsavedChangesWarning, OfflineWarning, HandleError, NetworkError, NotCachedError,
+                     NotFoundError, TetherError, make_error,
                      E_BUSY, E_CANCELLED, E_HANDLE, E_NOT_CACHED)
 
 if TYPE_CHECKING:
     from .host import Connection
+    from .online import OnlineCallback, OnlineObserver
 
 log = logging.getLogger("tether")
 
@@ -74,6 +76,32 @@ Row = Dict[str, Value]                                 # a "values" answer's row
 # An "objects" answer with `batch` set: a Results, or a list when there was
 # nothing to read (an empty answer, an error's, a cancel's).
 ObjectsAnswer = Union[List["Object"], "Results"]
+
+
+
+class Answer(List[_T]):
+    """fetch_wait's final answer as a list (objects, ids or rows). ``offline``
+    is True when the server could not be reached and this is the cache's
+    answer instead (with any policy but "server_only", which raises)."""
+
+    offline: bool = False
+
+
+class Count(int):
+    """fetch_wait's final count; ``offline`` as for Answer."""
+
+    offline: bool = False
+
+
+def _marked(answer: Any, offline: bool) -> Any:
+    """`answer` as fetch_wait gives it: it says whether it is offline."""
+    if isinstance(answer, Results):
+        answer.offline = offline
+        return answer
+    marked: Any = Count(answer) if isinstance(answer, int) else Answer(answer)
+    marked.offline = offline
+    return marked
+
 
 PHASES: Dict[int, Phase] = {_lib.PHASE_CACHED: "cached", _lib.PHASE_FINAL: "final", _lib.PHASE_LIVE: "live"}
 
@@ -1048,8 +1076,10 @@ class Results(collections.abc.Sequence[Object]):
     After ``close()``, or once the context has closed (which releases every
     handle of the context), reading a row raises HandleError and nothing is
     asked of the library with the dead handle; ``len()`` still answers.
-    Readable from any thread.
+    Readable from any thread. ``offline``: as fetch_wait's Answer.
     """
+
+    offline: bool = False
 
     def __init__(self, ctx: Context, handle: Optional[int]) -> None:
         """Takes over `handle`: it is released even if this fails."""
@@ -1619,6 +1649,13 @@ class Context(ContextSaving):
         self._h = handle
         self._closed = False
         _open_contexts.add(self)
+        if not self.online:
+            # Said where a program sees it: the log's WARNING reaches no
+            # handler unless logging is configured.
+            warnings.warn(OfflineWarning(
+                "tether: the server cannot be reached: the context opened offline, from its store %r; "
+                "reads answer from the cache, changes wait in the outbox, and it comes back online "
+                "at the first request that reaches the server" % (self.store_path,)), stacklevel=3)
 
     @classmethod
     def _sibling(cls, parent: Context, name: str, delivery: Delivery) -> Context:
@@ -1769,10 +1806,23 @@ class Context(ContextSaving):
 
     @property
     def online(self) -> bool:
-        """True if the context reached the server when it opened."""
+        """True while the server answers: False from an offline open or a
+        request that could not reach it (refused, closed before a byte,
+        unknown name, timed out with nothing back), True again from any
+        answer. Siblings share it. See observe_online."""
         out = c_int()
         _lib.tether_context_is_online(self._h, byref(out))
         return bool(out.value)
+
+    def observe_online(self, callback: OnlineCallback) -> OnlineObserver:
+        """Calls callback(online) each time `online` changes, once per
+        change, in order, as the context delivers callbacks. Returns an
+        OnlineObserver: remove() it (or use it as a context manager);
+        closing the context removes it."""
+        from .online import OnlineObserver
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        return OnlineObserver(self, callback)
 
     @property
     def pending(self) -> int:
@@ -2134,7 +2184,7 @@ class Context(ContextSaving):
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
                    server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
                    properties: None = ..., batch: Literal[0] = ..., progress: Optional[Progress] = ...,
-                   live: Literal[False] = ...) -> Tuple[Optional[List[Object]], List[Object]]: ...
+                   live: Literal[False] = ...) -> Tuple[Optional[List[Object]], Answer[Object]]: ...
     @overload
     def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
@@ -2148,21 +2198,21 @@ class Context(ContextSaving):
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
                    server_query: Union[None, str, bytes] = ..., result: Literal["ids"],
                    properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
-                   live: Literal[False] = ...) -> Tuple[Optional[List[str]], List[str]]: ...
+                   live: Literal[False] = ...) -> Tuple[Optional[List[str]], Answer[str]]: ...
     @overload
     def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
                    server_query: Union[None, str, bytes] = ..., result: Literal["count"],
                    properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
-                   live: Literal[False] = ...) -> Tuple[Optional[int], int]: ...
+                   live: Literal[False] = ...) -> Tuple[Optional[int], Count]: ...
     @overload
     def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
                    server_query: Union[None, str, bytes] = ..., result: Literal["values"],
                    properties: Optional[Sequence[str]] = ..., batch: int = ..., progress: Optional[Progress] = ...,
-                   live: Literal[False] = ...) -> Tuple[Optional[List[Row]], List[Row]]: ...
+                   live: Literal[False] = ...) -> Tuple[Optional[List[Row]], Answer[Row]]: ...
     def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
                    policy: Policy = "cache_then_server", timeout: Optional[float] = 30,
                    callback: Optional[FetchCallback] = None, where: Optional[str] = None,
@@ -2171,7 +2221,11 @@ class Context(ContextSaving):
                    properties: Optional[Sequence[str]] = None, batch: int = 0,
                    progress: Optional[Progress] = None, live: bool = False) -> Tuple[Any, Any]:
         """Fetches and waits: returns (cached answer or None, final answer),
-        or raises the final error. Works in both delivery modes (in poll mode
+        or raises the final error. The final answer is an Answer (a list),
+        a Count or a Results, whose ``offline`` is True when the server
+        could not be reached: it is then the cache's answer, and the context
+        is offline (``online`` False); only policy="server_only" raises
+        NetworkError then. Works in both delivery modes (in poll mode
         it polls). On timeout the fetch is cancelled and TimeoutError raised.
         `where` and `args` (a predicate and its arguments), `offset`,
         `server_query`, `result`, `properties`, `batch` and `progress`: as in
@@ -2187,8 +2241,12 @@ class Context(ContextSaving):
             task.wait(5)
             raise TimeoutError("tether: fetch of %r did not finish in %s s" % (entity, timeout))
         if task.error is not None:
+            # Unreachable (the context is offline since): the cache's answer,
+            # marked, unless the caller asked for the server's only.
+            if isinstance(task.error, NetworkError) and policy != "server_only" and not self.online:
+                return task.cached, _marked(task.objects, True)
             raise task.error
-        return task.cached, task.result
+        return task.cached, _marked(task.result, False)
 
     # -- poll mode
 

@@ -187,6 +187,13 @@ def make_error(status: int, message: str = "", name: Optional[str] = None) -> Te
     return error_class(status)(message, status=status, name=name)
 
 
+class OfflineWarning(UserWarning):
+    """Warned when a Context opens offline: the server could not be reached
+    and the model came from the store. Reads answer from the cache, changes
+    wait in the outbox, and the context comes back online by itself at the
+    first request that reaches the server (see Context.online)."""
+
+
 class UnsavedChangesWarning(UserWarning):
     """Warned when a ``with Context(...)`` block exits with unsaved changes.
     They are not lost: the store's outbox keeps them under the context's

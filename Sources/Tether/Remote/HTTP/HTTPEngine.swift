@@ -74,6 +74,8 @@ final class HTTPEngine: Sendable {
     fileprivate let multi: MultiHandle
     fileprivate let credentials: HTTPCredentials?
     fileprivate let timeoutMilliseconds: Int64
+    /// Whether the server answers: every transfer's end is noted here.
+    let reachability = Reachability()
     private let state = Lock(State())
     private let thread = Lock<pthread_t?>(nil)
 
@@ -257,6 +259,7 @@ private final class EngineLoop {
                 let outcome = transfer.outcome(message.pointee.data.result)
                 remove(id)
                 Log.debug(.http, transfer.summary(outcome))
+                engine.reachability.note(outcome)
                 engine.finished(id)?(outcome)
             }
             // Sleep until traffic, a wakeup, or the next waiting transfer's time.

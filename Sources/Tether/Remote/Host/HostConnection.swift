@@ -11,7 +11,7 @@ import Synchronization
 /// but that request, and that one only until its time-out: it then ends
 /// with a network error (the host is told as of a cancel); one that answers
 /// twice, or after a cancel, is told so.
-public final class HostConnection: Connection {
+public final class HostConnection: Connection, ReachabilityReporting {
     /// How the host is reached. `send` and `cancel` run on the connection's
     /// own thread, in order (a request is sent before its cancel); they must
     /// not block: they hand the request on (or answer it if the answer is
@@ -38,6 +38,8 @@ public final class HostConnection: Connection {
     }
 
     public let identity: String
+    /// Whether the host's server answers, as its completions say.
+    public let reachability = Reachability()
     private let handlers: Handlers
     /// How long the host may take to complete a request.
     let timeoutMilliseconds: Int64
@@ -396,6 +398,7 @@ public final class HostRequest: Cancellable, Sendable {
                                                    : "the request was cancelled before it was completed; its answer is dropped")
         case .open:
             let result: Result<Answer, TetherError> = error.map { .failure($0) } ?? .success(answer)
+            connection.reachability.note(result)
             let done = self.done
             connection.deliver { done(result) }
             connection.ended(self)
@@ -435,6 +438,7 @@ public final class HostRequest: Cancellable, Sendable {
             error = TetherError(.network, "the host connection did not answer the \(kind) request within \(milliseconds) ms",
                                 unreachable: true)
             Log.warning(.sync, error.message)
+            connection.reachability.note(Result<Void, TetherError>.failure(error))
         } else {
             error = .cancelled
         }

@@ -17,7 +17,7 @@ public struct KintoOptions: Sendable {
 /// Kinto's HTTP API behind the connection interface: its routes, query
 /// language, version field and schema shape are known here and nowhere else.
 /// Each collection of the bucket is a spec; its JSON schema gives the fields.
-public final class KintoConnection: Connection {
+public final class KintoConnection: Connection, ReachabilityReporting {
     static let idField = "id"
     static let versionField = "last_modified"
     /// Bytes of ids in one `in_id` listing: the ids go in the URL, and Kinto
@@ -64,6 +64,8 @@ public final class KintoConnection: Connection {
     }
 
     public func shutdown() { engine.shutdown() }
+
+    public var reachability: Reachability { engine.reachability }
 
     private var bucketPath: String { "/buckets/\(Self.escape(bucket))" }
 

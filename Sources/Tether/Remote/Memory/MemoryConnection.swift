@@ -191,9 +191,10 @@ public final class MemoryServer: Sendable {
 
 /// One context's connection to a MemoryServer. Answers come asynchronously,
 /// on a thread of the connection's own, as a network connection's would.
-public final class MemoryConnection: Connection {
+public final class MemoryConnection: Connection, ReachabilityReporting {
     public let server: MemoryServer
     private let requests = RequestQueue()
+    public let reachability = Reachability()
 
     public init(_ server: MemoryServer) { self.server = server }
 
@@ -204,7 +205,10 @@ public final class MemoryConnection: Connection {
     /// Runs `work` on the connection's thread after the server's latency; `done` exactly once.
     private func respond<T: Sendable>(_ done: @escaping @Sendable (Result<T, TetherError>) -> Void,
                                       _ work: @escaping @Sendable () throws -> T) -> any Cancellable {
-        requests.respond(latencyMilliseconds: server.latencyMilliseconds, done, work)
+        requests.respond(latencyMilliseconds: server.latencyMilliseconds, { [reachability] result in
+            reachability.note(result)
+            done(result)
+        }, work)
     }
 
     public func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {

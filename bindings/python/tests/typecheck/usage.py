@@ -99,15 +99,16 @@ def editing(ctx: tether.Context) -> None:
 def fetching(ctx: tether.Context) -> None:
     cached, final = ctx.fetch_wait("clients", sort="Client", limit=5)
     assert_type(cached, Optional[List[tether.Object]])
-    assert_type(final, List[tether.Object])
+    assert_type(final, tether.Answer[tether.Object])
+    assert_type(final.offline, bool)
     _, ids = ctx.fetch_wait("changes", result="ids", sort=["-Change"], limit=100)
-    assert_type(ids, List[str])
+    assert_type(ids, tether.Answer[str])
     _, n = ctx.fetch_wait("changes", result="count", where="Description CONTAINS[c] $1",
                           args=("fix",))
-    assert_type(n, int)
+    assert_type(n, tether.Count)
     _, rows = ctx.fetch_wait("changes", result="values", properties=["Change", "User"],
                              where="Status == $1 AND Change > $2", args=("pending", 10))
-    assert_type(rows, List[Dict[str, tether.Value]])
+    assert_type(rows, tether.Answer[Dict[str, tether.Value]])
     _, batched = ctx.fetch_wait("changes", batch=500, policy="cache_only", timeout=None)
     assert_type(batched, Union[List[tether.Object], tether.Results])
     if isinstance(batched, tether.Results):
