@@ -224,7 +224,12 @@ typedef struct tether_context_options {
     const char *bucket;        /* Kinto bucket whose collections form the model (required) */
     const char *username;      /* basic auth; NULL for anonymous. Never stored or logged */
     const char *password;      /* basic auth; NULL for anonymous. Never stored or logged */
-    const char *store_path;    /* SQLite file, created if missing (required) */
+    const char *store_path;    /* SQLite file, created if missing (required).
+                                  An existing file is taken only if it is
+                                  empty (zero length, or an SQLite database
+                                  without tables) or a Tether store; any
+                                  other is refused (TETHER_E_STORE) and
+                                  never written */
     tether_delivery delivery;  /* default TETHER_DELIVER_THREAD */
     int64_t staleness_ms;      /* get() skips its refresh while a value is younger
                                   than this; default 0: every get refreshes */
@@ -264,6 +269,11 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
  * credentials TETHER_E_AUTH, an unknown bucket TETHER_E_NOT_FOUND, a
  * malformed answer TETHER_E_PROTOCOL, a 5xx TETHER_E_SERVER. In each failure
  * the store is left as it was (a store file this call created is removed).
+ * A store file that is not empty and not a Tether store (the host's own SQLite
+ * database, a file that is not SQLite) gives TETHER_E_STORE and is left byte
+ * for byte as it was: no table made, no journal mode changed, no -wal or -shm
+ * file left beside it. A zero-length file or an SQLite database without
+ * tables is empty, and becomes the store.
  * A store saved for another server or bucket gives TETHER_E_STORE, and a store
  * file a context of this process has open already gives TETHER_E_BUSY (a
  * store's unsaved changes have one keeper: open a sibling of that context

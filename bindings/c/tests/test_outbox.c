@@ -12,6 +12,7 @@
 
 #include "testutil.h"
 
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +200,128 @@ static void test_no_stray_rows(void)
     CHECK_INT(server_record("mixed", "m12", NULL), 404);
 }
 
+/* ---------------------------------------------------------------- case 3 */
+
+static char *slurp(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    char *data;
+    *size = -1;
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    *size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    data = malloc((size_t)*size + 1);
+    if (data && fread(data, 1, (size_t)*size, f) != (size_t)*size) {
+        free(data);
+        data = NULL;
+    }
+    fclose(f);
+    return data;
+}
+
+static int sql(const char *path, const char *statements)
+{
+    sqlite3 *db = NULL;
+    int ok = sqlite3_open(path, &db) == SQLITE_OK && sqlite3_exec(db, statements, NULL, NULL, NULL) == SQLITE_OK;
+    sqlite3_close(db);
+    return ok;
+}
+
+static int sidecars(const char *path)
+{
+    const char *suffixes[] = {"-wal", "-shm", "-journal"};
+    char name[600];
+    int found = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s%s", path, suffixes[i]);
+        if (tu_file_exists(name)) {
+            printf("  left behind: %s\n", name);
+            found++;
+        }
+    }
+    return found;
+}
+
+/* Opens a context on `path` (on `on_bucket`); expects it refused with
+ * TETHER_E_STORE and the file as it was, byte for byte. */
+static void check_refused(const char *path, const char *on_bucket, const char *what)
+{
+    long before_size, after_size;
+    char *before = slurp(path, &before_size), *after;
+    tether_context_options o;
+    tether_context *ctx = NULL;
+    CHECK(before != NULL);
+    tu_options(&o, tu_url(), on_bucket, path, TETHER_DELIVER_THREAD, 10000);
+    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_STORE);
+    printf("  %s: %s\n", what, tether_errmsg());
+    if (ctx)
+        tether_context_close(ctx);
+    after = slurp(path, &after_size);
+    CHECK_INT(after_size, before_size);
+    CHECK(before && after && after_size == before_size && memcmp(before, after, (size_t)before_size) == 0);
+    CHECK_INT(sidecars(path), 0);
+    free(before);
+    free(after);
+}
+
+static void check_taken(const char *path)
+{
+    tether_context_options o;
+    tether_context *ctx = NULL;
+    tu_options(&o, tu_url(), bucket, path, TETHER_DELIVER_THREAD, 10000);
+    CHECK_OK(tether_context_open(&o, &ctx));
+    if (ctx)
+        CHECK_OK(tether_context_close(ctx));
+}
+
+static void test_store_files(void)
+{
+    char path[512], other_bucket[128];
+    FILE *f;
+    tu_section("a host's SQLite database is refused and left as it was");
+    tu_store_path(path, sizeof path, "hostdb");
+    CHECK(sql(path, "CREATE TABLE host_data (id INTEGER PRIMARY KEY, name TEXT); "
+                    "INSERT INTO host_data (name) VALUES ('the host''s own row');"));
+    check_refused(path, bucket, "host database");
+    CHECK(strstr(tether_errmsg(), "not a Tether store") != NULL && strstr(tether_errmsg(), "host_data") != NULL);
+    CHECK(sql(path, "SELECT name FROM host_data")); /* still the host's */
+
+    tu_section("a file that is not SQLite is refused and left as it was");
+    tu_store_path(path, sizeof path, "text");
+    f = fopen(path, "wb");
+    if (CHECK(f != NULL)) {
+        for (int i = 0; i < 300; i++)
+            fprintf(f, "line %d of the host's notes, not a database\n", i);
+        fclose(f);
+    }
+    check_refused(path, bucket, "text file");
+
+    tu_section("a zero-length file is taken (it is empty)");
+    tu_store_path(path, sizeof path, "zero");
+    f = fopen(path, "wb");
+    if (CHECK(f != NULL))
+        fclose(f);
+    check_taken(path);
+
+    tu_section("an SQLite database without tables is taken");
+    tu_store_path(path, sizeof path, "emptydb");
+    CHECK(sql(path, "CREATE TABLE t (x); DROP TABLE t;"));
+    check_taken(path);
+    check_taken(path); /* and is a Tether store from then on */
+
+    tu_section("a Tether store of another bucket is refused and left as it was");
+    tu_unique(other_bucket, sizeof other_bucket, "c-outbox-other");
+    if (CHECK(tu_put_bucket(other_bucket)))
+        check_refused(path, other_bucket, "another bucket's store");
+    {
+        char p[160];
+        snprintf(p, sizeof p, "/buckets/%s", other_bucket);
+        tu_http("DELETE", p, NULL, NULL);
+    }
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -208,6 +331,7 @@ int main(int argc, char **argv)
         return tu_finish();
     test_insert_without_values();
     test_no_stray_rows();
+    test_store_files();
     {
         char path[160];
         snprintf(path, sizeof path, "/buckets/%s", bucket);
