@@ -295,7 +295,14 @@ TETHER_API int tether_context_open(const tether_context_options *opts, tether_co
  * done (so no callback runs after any of them returns), then return
  * TETHER_E_HANDLE, as a later close does. NULL is a no-op that returns
  * TETHER_OK. Returns TETHER_E_BUSY if called from inside one of this
- * context's callbacks (the context stays open). */
+ * context's callbacks (the context stays open).
+ *
+ * Unsaved changes are not lost by a close: they stay in the store's outbox
+ * under the context's name ("" for a context from tether_context_open, the
+ * sibling's name for a sibling), and the next context opened on the store
+ * under that name has them as its own and sends them at its next save. A
+ * close that leaves any logs so at TETHER_LOG_INFO (category "context"),
+ * with their count. */
 TETHER_API int tether_context_close(tether_context *ctx);
 
 /* Opens a sibling of `ctx`: another context on the same store, model and

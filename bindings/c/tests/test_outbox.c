@@ -200,6 +200,59 @@ static void test_no_stray_rows(void)
     CHECK_INT(server_record("mixed", "m12", NULL), 404);
 }
 
+/* ---------------------------------------------------------------- case 12 */
+
+typedef struct logged {
+    pthread_mutex_t mu;
+    char lines[8][512];
+    int count;
+} logged;
+
+static void on_log(tether_log_level level, const char *category, const char *message, void *userdata)
+{
+    logged *l = userdata;
+    if (level != TETHER_LOG_INFO || strcmp(category, "context") != 0 || !strstr(message, "closed"))
+        return;
+    pthread_mutex_lock(&l->mu);
+    if (l->count < 8)
+        snprintf(l->lines[l->count], sizeof l->lines[0], "%s", message);
+    l->count++;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void test_close_logs_unsaved(void)
+{
+    char store[512];
+    tether_context *ctx, *sibling = NULL;
+    tether_object *obj = NULL;
+    static logged l = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0};
+    tu_section("a close with unsaved changes logs their count at INFO; a close without any says nothing of them");
+    tu_store_path(store, sizeof store, "unsaved");
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (!ctx)
+        return;
+    CHECK_OK(tether_log_set(TETHER_LOG_INFO, on_log, &l));
+    CHECK_OK(tether_context_open_sibling(ctx, "import", TETHER_DELIVER_THREAD, &sibling));
+    CHECK_OK(tether_context_close(sibling));
+    CHECK_INT(l.count, 0);
+    CHECK_OK(tether_context_insert(ctx, "plain", NULL, &obj));
+    tether_object_release(obj);
+    CHECK_OK(tether_context_insert(ctx, "plain", NULL, &obj));
+    set_int(obj, "N", 3);
+    tether_object_release(obj);
+    CHECK_OK(tether_context_close(ctx));
+    CHECK_OK(tether_log_set(TETHER_LOG_OFF, NULL, NULL));
+    CHECK_INT(l.count, 1);
+    CHECK_STR(l.lines[0], "context \"\" closed with 2 unsaved changes: they stay in the store's outbox under its name, "
+                          "for the next context opened under it to save");
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (ctx) {
+        CHECK_INT(change_count(ctx), 2);
+        CHECK_OK(tether_context_rollback(ctx));
+        CHECK_OK(tether_context_close(ctx));
+    }
+}
+
 /* ---------------------------------------------------------------- case 3 */
 
 static char *slurp(const char *path, long *size)
@@ -331,6 +384,7 @@ int main(int argc, char **argv)
         return tu_finish();
     test_insert_without_values();
     test_no_stray_rows();
+    test_close_logs_unsaved();
     test_store_files();
     {
         char path[160];
