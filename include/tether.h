@@ -912,6 +912,11 @@ typedef void (*tether_save_cb)(tether_task *task, int status, const char *messag
  * grouped in POST /v1/batch requests of at most the server's
  * batch_max_requests, one after another.
  *
+ * Before anything is sent, every insert is checked for its spec's required
+ * fields: if one lacks a value, nothing is sent, every change stays pending,
+ * and the save ends with TETHER_E_INVALID, its message naming the change and
+ * the field ("jobs/j1 has no value for the required field \"Title\"").
+ *
  * As the server answers each change, the store and the object take the
  * record as the server now has it (its version and any value it set), in
  * one transaction with the removal of the change from the outbox; a deleted

@@ -166,6 +166,22 @@ public final class SaveTask: Sendable {
         }
         tally.total = items.count + tally.failures.count
         guard !items.isEmpty else { return finish(tally) }
+        // An insert the server would refuse for a missing field stops the
+        // save before anything is sent, naming it (the server's answer would
+        // name one field of one record, and the rest would be sent).
+        let missing = items.compactMap { item in Self.missingRequired(item.change, of: item.object).map { (item, $0) } }
+        if let (first, _) = missing.first {
+            for (item, attribute) in missing {
+                tally.failures.append(SaveFailure(object: item.object, error: TetherError(
+                    .invalid, "\(item.object.entity.name)/\(item.object.id) has no value for the required field "
+                        + "\(attribute.name.debugDescription): nothing was sent"), conflict: nil))
+            }
+            for item in items where !missing.contains(where: { $0.0.object === item.object }) {
+                tally.failures.append(SaveFailure(object: item.object, error: TetherError(
+                    .invalid, "not sent: \(first.object.entity.name)/\(first.object.id) lacks a required field"), conflict: nil))
+            }
+            return finish(tally)
+        }
         do {
             let unsent = items.filter { $0.change.kind == .insert && !$0.change.sent }.map { ($0.object.entity, $0.object.id) }
             for (storeIndex, store) in context.stores.enumerated() {
@@ -179,6 +195,15 @@ public final class SaveTask: Sendable {
             item.object.state.withLock { $0.pending?.sent = true }
         }
         send(items, round: 1, tally)
+    }
+
+    /// The first required attribute an insert leaves without a value.
+    private static func missingRequired(_ change: PendingChange, of object: ManagedObject) -> Attribute? {
+        guard change.kind == .insert else { return nil }  // an update cannot set one to null
+        return object.entity.attributes.indices.first { index in
+            let attribute = object.entity.attributes[index]
+            return attribute.isRequired && !attribute.isID && !attribute.isVersion && (change.values[index] ?? .null) == .null
+        }.map { object.entity.attributes[$0] }
     }
 
     /// The write that carries `change` the first time.

@@ -200,6 +200,52 @@ static void test_no_stray_rows(void)
     CHECK_INT(server_record("mixed", "m12", NULL), 404);
 }
 
+/* ---------------------------------------------------------------- required fields */
+
+static void test_required_checked_at_save_start(void)
+{
+    char store[512], good[64], bad[64];
+    tether_context *ctx;
+    tether_object *obj = NULL;
+    saved s;
+    tu_section("a required field missing fails the save before anything is sent, naming the change and the field");
+    if (!CHECK(tu_put_collection(bucket, "strict", "{\"type\": \"object\", \"required\": [\"Title\"], \"properties\": {"
+                                 "\"Title\": {\"type\": \"string\"}, \"N\": {\"type\": \"integer\"}}}") &&
+               tu_put_record(bucket, "strict", "s0", "{\"Title\": \"first\", \"N\": 0}")))
+        return;
+    tu_store_path(store, sizeof store, "strict");
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (!ctx)
+        return;
+    tu_fetch_all(ctx, "strict");
+    CHECK_OK(tether_context_insert(ctx, "strict", "good1", &obj));
+    set_text(obj, "Title", "has one");
+    snprintf(good, sizeof good, "%s", tu_id(obj));
+    tether_object_release(obj);
+    CHECK_OK(tether_context_object(ctx, "strict", "s0", &obj));
+    set_int(obj, "N", 5);
+    tether_object_release(obj);
+    CHECK_OK(tether_context_insert(ctx, "strict", "bad1", &obj));
+    set_int(obj, "N", 1);
+    snprintf(bad, sizeof bad, "%s", tu_id(obj));
+    tether_object_release(obj);
+    CHECK_CODE(save_with(ctx, -1, &s), TETHER_E_INVALID);
+    printf("  %s\n", s.message);
+    CHECK(strstr(s.message, "strict/bad1 has no value for the required field \"Title\"") != NULL);
+    CHECK_INT(change_count(ctx), 3);
+    CHECK_INT(server_record("strict", good, NULL), 404);
+    CHECK_INT(server_record("strict", bad, NULL), 404);
+    CHECK(server_has("strict", "s0", "\"N\":0"));
+    /* Given the field, the same changes save. */
+    CHECK_OK(tether_context_object(ctx, "strict", "bad1", &obj));
+    set_text(obj, "Title", "now has one");
+    tether_object_release(obj);
+    CHECK_CODE(save_with(ctx, -1, &s), TETHER_OK);
+    CHECK(server_has("strict", "bad1", "\"Title\":\"now has one\""));
+    CHECK(server_has("strict", "s0", "\"N\":5"));
+    CHECK_OK(tether_context_close(ctx));
+}
+
 /* ---------------------------------------------------------------- case 12 */
 
 typedef struct logged {
@@ -384,6 +430,7 @@ int main(int argc, char **argv)
         return tu_finish();
     test_insert_without_values();
     test_no_stray_rows();
+    test_required_checked_at_save_start();
     test_close_logs_unsaved();
     test_store_files();
     {
