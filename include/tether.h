@@ -923,7 +923,12 @@ typedef void (*tether_save_cb)(tether_task *task, int status, const char *messag
  * object leaves the context. A change edited again while it was on the wire
  * stays pending, now against the server's new version. A change the server
  * turns out to hold already (its answer was lost; the process was killed
- * before it could be recorded) is confirmed, never sent twice. Conflicts go
+ * before it could be recorded) is confirmed, never sent twice. The outbox
+ * keeps what each write carried before it goes, so a change edited again
+ * after such a write is not a conflict with that write: when the server holds
+ * exactly what the earlier write made of the record, the change is sent again
+ * against the server's version (whatever the merge policy); a record another
+ * writer changed since is a conflict as ever. Conflicts go
  * as the merge policy says; a policy that writes again does so at most
  * twice, then reports.
  *

@@ -206,8 +206,18 @@ public final class SaveTask: Sendable {
         }.map { object.entity.attributes[$0] }
     }
 
+    /// A write's fields by attribute index.
+    private static func values(of write: RecordWrite, _ entity: Entity) -> [Int: Value] {
+        var values: [Int: Value] = [:]
+        for (name, json) in write.fields {
+            guard let index = entity.attributeIndex(named: name) else { continue }
+            values[index] = Value(json: json, type: entity.attributes[index].type)
+        }
+        return values
+    }
+
     /// The write that carries `change` the first time.
-    private static func write(for change: PendingChange, of object: ManagedObject) -> RecordWrite {
+    static func write(for change: PendingChange, of object: ManagedObject) -> RecordWrite {
         let spec = object.entity.spec
         switch change.kind {
         case .insert:
@@ -245,6 +255,28 @@ public final class SaveTask: Sendable {
 
     private func send(_ items: [Item], round number: Int, _ tally: Tally) {
         guard isRunning else { return }  // cancelled: nothing more is sent
+        // What each write carries, in the outbox before it goes: a later
+        // run finding the server holding it knows the write for its own.
+        let writes = items.filter { $0.write.kind != .delete }.map { item in
+            (entity: item.object.entity, id: item.object.id, values: Self.values(of: item.write, item.object.entity))
+        }
+        do {
+            for (storeIndex, store) in context.stores.enumerated() {
+                try store.noteSending(context.name, writes.filter { $0.entity.storeIndex == storeIndex })
+            }
+        } catch {
+            var tally = tally
+            for item in items { tally.failures.append(SaveFailure(object: item.object, error: TetherError.wrap(error), conflict: nil)) }
+            return finish(tally)
+        }
+        for (item, write) in zip(items.filter { $0.write.kind != .delete }, writes) {
+            item.object.state.withLock { state in
+                state.pending?.sentWrites.append(write.values)
+                if let count = state.pending?.sentWrites.count, count > Store.sentWritesKept {
+                    state.pending?.sentWrites.removeFirst(count - Store.sentWritesKept)
+                }
+            }
+        }
         let round = Round(items, number: number, tally)
         let remote = context.connection.write(items.map(\.write)) { [self] outcomes in
             context.worker.async { [self] in settle(outcomes, of: round) }
@@ -375,11 +407,30 @@ extension Context {
                 // The committed row, read if it is not in memory (the edit
                 // came from an earlier run): the policies build on it, and
                 // without it every key not edited would seem null.
-                try withCommittedRow(object) { _ in }
+                let committed = try withCommittedRow(object) { $0.deletedOnServer ? nil : $0.record }
+                // The server holding exactly what an earlier write of this
+                // change carried, over the row it was made on, holds our own
+                // write (a save killed, an answer lost): the change is
+                // rebased on it and sent again, not a conflict.
+                if let current, sent.sentWrites.contains(where: { Self.caused(current, by: $0, over: committed, entity) }) {
+                    let applied = PendingChange(kind: .update, values: [:], baseVersion: nil, revision: -1)
+                    try confirm(object, applied, server: current)
+                    guard let remaining = object.state.withLock({ $0.pending }) else { return .saved }
+                    return .again(remaining, SaveTask.write(for: remaining, of: object))
+                }
                 return try resolve(object, sent, write, current: current, policy: policy)
             }
         } catch {
             return .failed(SaveFailure(object: object, error: TetherError.wrap(error), conflict: nil))
+        }
+    }
+
+    /// Whether `record` is what a write of `values` makes of `committed`
+    /// (nil: none): those values, and the committed ones elsewhere.
+    static func caused(_ record: Record, by values: [Int: Value], over committed: Record?, _ entity: Entity) -> Bool {
+        entity.attributes.indices.allSatisfy { index in
+            index == entity.versionIndex || index == entity.idIndex
+                || record.values[index] == (values[index] ?? committed?.values[index] ?? .null)
         }
     }
 
@@ -409,6 +460,7 @@ extension Context {
                 }
                 remaining = pending
             }
+            remaining?.sentWrites = []  // answered: settled
             try store(for: entity).settle(name, entity, id: object.id, server: record, fetchedAt: now, remaining: remaining)
             state.record = record
             state.loaded = true
@@ -485,6 +537,7 @@ extension Context {
                 try store(for: entity).recordChange(name, entity, id: object.id, remaining!)
                 state.deletedOnServer = true
             } else {
+                remaining?.sentWrites = []  // answered: settled
                 try store(for: entity).settle(name, entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
                 state.record = current
                 state.loaded = true

@@ -145,6 +145,7 @@ final class Store: Sendable {
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
         try database.execute(Self.outboxSchema)
+        try migrateOutbox(database)
         try definePredicateFunctions(database)
     }
 

@@ -200,6 +200,132 @@ static void test_no_stray_rows(void)
     CHECK_INT(server_record("mixed", "m12", NULL), 404);
 }
 
+/* ---------------------------------------------------------------- case 2 */
+
+/* Saves through a proxy that holds back every answer, until the server has
+ * applied the writes (`probe` of `collection` holds `fragment`); then closes
+ * the context, as a kill would end it: the answers are never settled. */
+static void save_cut_off(tether_context *ctx, tu_proxy *proxy, const char *collection, const char *probe,
+                         const char *fragment)
+{
+    tether_task *task = NULL;
+    saved s;
+    int64_t deadline = tu_now_ms() + TU_WAIT_MS;
+    int applied = 0;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    tu_proxy_stall(proxy, 1);
+    CHECK_OK(tether_save_start(ctx, NULL, on_save, &s, &task));
+    while (!applied && tu_now_ms() < deadline) {
+        char *body = NULL;
+        tu_sleep_ms(20);
+        applied = server_record(collection, probe, &body) == 200 && body && strstr(body, fragment);
+        free(body);
+    }
+    CHECK(applied);
+    tu_sleep_ms(100); /* the batch's other writes */
+    CHECK_OK(tether_context_close(ctx));
+    tu_proxy_stall(proxy, 0);
+}
+
+static void test_retry_knows_its_write(int policy)
+{
+    char store[512], collection[32], inserted[64];
+    tether_context *ctx;
+    tether_object *obj = NULL;
+    tu_proxy *proxy = tu_proxy_start();
+    saved s;
+    snprintf(collection, sizeof collection, "retry%d", policy);
+    tu_section(policy == TETHER_MERGE_SERVER_WINS
+                   ? "after a save cut off, an edit of what it applied is no conflict (server_wins: not dropped)"
+                   : "after a save cut off, an edit of what it applied is no conflict");
+    if (!CHECK(proxy && tu_put_collection(bucket, collection, SCHEMA) &&
+               tu_put_numbered(bucket, collection, "r%d", "{\"N\": %d, \"Tag\": \"seed %d\"}", 2)))
+        return;
+    tu_store_path(store, sizeof store, collection);
+    ctx = tu_open_url(tu_proxy_url(proxy), bucket, store, TETHER_DELIVER_THREAD, 20000);
+    if (!ctx)
+        return;
+    tu_fetch_all(ctx, collection);
+    CHECK_OK(tether_context_object(ctx, collection, "r0", &obj));
+    set_int(obj, "N", 100);
+    tether_object_release(obj);
+    CHECK_OK(tether_context_insert(ctx, collection, NULL, &obj));
+    snprintf(inserted, sizeof inserted, "%s", tu_id(obj));
+    set_int(obj, "N", 7);
+    tether_object_release(obj);
+    CHECK_OK(tether_context_object(ctx, collection, "r1", &obj));
+    set_int(obj, "N", 101);
+    tether_object_release(obj);
+    save_cut_off(ctx, proxy, collection, "r1", "\"N\":101");
+    CHECK(server_has(collection, "r0", "\"N\":100"));
+    CHECK(server_has(collection, inserted, "\"N\":7"));
+
+    /* The next process: edits the objects whose writes the server has, then saves. */
+    ctx = tu_open_url(tu_proxy_url(proxy), bucket, store, TETHER_DELIVER_THREAD, 20000);
+    if (!ctx)
+        return;
+    CHECK_INT(change_count(ctx), 3);
+    CHECK_OK(tether_context_object(ctx, collection, "r0", &obj));
+    set_text(obj, "Tag", "edited again");
+    tether_object_release(obj);
+    CHECK_OK(tether_context_object(ctx, collection, inserted, &obj));
+    set_text(obj, "Tag", "inserted, then edited");
+    tether_object_release(obj);
+    CHECK_OK(tether_context_object(ctx, collection, "r1", &obj));
+    CHECK_OK(tether_object_delete(obj));
+    tether_object_release(obj);
+    CHECK_CODE(save_with(ctx, policy, &s), TETHER_OK);
+    if (s.status != TETHER_OK)
+        printf("  save: %s\n", s.message);
+    CHECK_INT(change_count(ctx), 0);
+    CHECK_OK(tether_context_close(ctx));
+    CHECK(server_has(collection, "r0", "\"N\":100"));
+    CHECK(server_has(collection, "r0", "\"Tag\":\"edited again\""));
+    CHECK(server_has(collection, inserted, "\"N\":7"));
+    CHECK(server_has(collection, inserted, "\"Tag\":\"inserted, then edited\""));
+    CHECK_INT(server_record(collection, "r1", NULL), 404);
+    tu_proxy_stop(proxy);
+}
+
+/* A change of another writer after ours is still a conflict (so is a
+ * write of ours the server holds over a record another writer changed
+ * before it: the record is not what our write made of it). */
+static void test_other_writer_still_conflicts(void)
+{
+    char store[512];
+    tether_context *ctx;
+    tether_object *obj = NULL;
+    tu_proxy *proxy = tu_proxy_start();
+    saved s;
+    tu_section("after a save cut off, another writer's change on top of ours is still a conflict");
+    if (!CHECK(proxy && tu_put_collection(bucket, "other", SCHEMA) &&
+               tu_put_numbered(bucket, "other", "o%d", "{\"N\": %d, \"Tag\": \"seed %d\"}", 1)))
+        return;
+    tu_store_path(store, sizeof store, "other");
+    ctx = tu_open_url(tu_proxy_url(proxy), bucket, store, TETHER_DELIVER_THREAD, 20000);
+    if (!ctx)
+        return;
+    tu_fetch_all(ctx, "other");
+    CHECK_OK(tether_context_object(ctx, "other", "o0", &obj));
+    set_int(obj, "N", 100);
+    tether_object_release(obj);
+    save_cut_off(ctx, proxy, "other", "o0", "\"N\":100");
+    CHECK(tu_patch_record(bucket, "other", "o0", "{\"Tag\": \"theirs\"}"));
+    ctx = tu_open_url(tu_proxy_url(proxy), bucket, store, TETHER_DELIVER_THREAD, 20000);
+    if (!ctx)
+        return;
+    CHECK_OK(tether_context_object(ctx, "other", "o0", &obj));
+    set_int(obj, "N", 200);
+    tether_object_release(obj);
+    CHECK_CODE(save_with(ctx, -1, &s), TETHER_E_CONFLICT);
+    CHECK_INT(change_count(ctx), 1);
+    CHECK_OK(tether_context_close(ctx));
+    CHECK(server_has("other", "o0", "\"Tag\":\"theirs\""));
+    CHECK(server_has("other", "o0", "\"N\":100"));
+    tu_proxy_stop(proxy);
+}
+
 /* ---------------------------------------------------------------- required fields */
 
 static void test_required_checked_at_save_start(void)
@@ -430,6 +556,9 @@ int main(int argc, char **argv)
         return tu_finish();
     test_insert_without_values();
     test_no_stray_rows();
+    test_retry_knows_its_write(TETHER_MERGE_REPORT);
+    test_retry_knows_its_write(TETHER_MERGE_SERVER_WINS);
+    test_other_writer_still_conflicts();
     test_required_checked_at_save_start();
     test_close_logs_unsaved();
     test_store_files();
