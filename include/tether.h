@@ -201,7 +201,9 @@ typedef struct tether_local_store {
     const char *configuration;  /* names the store in object URIs: 1 to 64 ASCII
                                    letters, digits, '-' or '_', not "server" */
     const char *path;           /* SQLite file, created if missing; not the
-                                   server's store nor another local store's */
+                                   server's store nor another local store's;
+                                   refused as store_path is if it is not
+                                   Tether's (TETHER_E_STORE, left as it was) */
     const char *specs_json;     /* the entities: a JSON object of entity name to
                                    JSON schema, as a Kinto collection's (types,
                                    "required", "enum", "x-tether-code",

@@ -469,16 +469,29 @@ static int sidecars(const char *path)
     return found;
 }
 
-/* Opens a context on `path` (on `on_bucket`); expects it refused with
- * TETHER_E_STORE and the file as it was, byte for byte. */
-static void check_refused(const char *path, const char *on_bucket, const char *what)
+/* Opens a context on `path` (on `on_bucket`; as a local store's path if
+ * `local`); expects it refused with TETHER_E_STORE and the file as it was,
+ * byte for byte. */
+static void check_refused_as(const char *path, const char *on_bucket, const char *what, int local)
 {
     long before_size, after_size;
     char *before = slurp(path, &before_size), *after;
+    char main_store[512];
     tether_context_options o;
+    tether_local_store ls;
     tether_context *ctx = NULL;
     CHECK(before != NULL);
     tu_options(&o, tu_url(), on_bucket, path, TETHER_DELIVER_THREAD, 10000);
+    if (local) {
+        tu_store_path(main_store, sizeof main_store, "beside-local");
+        CHECK_OK(tether_local_store_init(&ls, TETHER_LOCAL_STORE_VERSION));
+        ls.configuration = "private";
+        ls.path = path;
+        ls.specs_json = "{\"memo\": {\"type\": \"object\", \"properties\": {\"Text\": {\"type\": \"string\"}}}}";
+        o.store_path = main_store;
+        o.local_stores = &ls;
+        o.local_store_count = 1;
+    }
     CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_STORE);
     printf("  %s: %s\n", what, tether_errmsg());
     if (ctx)
@@ -489,6 +502,11 @@ static void check_refused(const char *path, const char *on_bucket, const char *w
     CHECK_INT(sidecars(path), 0);
     free(before);
     free(after);
+}
+
+static void check_refused(const char *path, const char *on_bucket, const char *what)
+{
+    check_refused_as(path, on_bucket, what, 0);
 }
 
 static void check_taken(const char *path)
@@ -512,6 +530,7 @@ static void test_store_files(void)
     check_refused(path, bucket, "host database");
     CHECK(strstr(tether_errmsg(), "not a Tether store") != NULL && strstr(tether_errmsg(), "host_data") != NULL);
     CHECK(sql(path, "SELECT name FROM host_data")); /* still the host's */
+    check_refused_as(path, bucket, "host database as a local store", 1);
 
     tu_section("a file that is not SQLite is refused and left as it was");
     tu_store_path(path, sizeof path, "text");
