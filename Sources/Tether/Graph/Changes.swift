@@ -18,8 +18,8 @@ struct PendingChange: Sendable {
     var sequence: Int64 = 0
     /// Part of a save once: an insert may exist on the server from then on.
     var sent = false
-    /// Values of the writes sent for this change and never answered, by
-    /// attribute index, oldest first (kept in the outbox too).
+    /// The records made by the writes sent for this change and never
+    /// answered (values by attribute index), oldest first; kept in the outbox too.
     var sentWrites: [[Int: Value]] = []
 }
 

@@ -206,9 +206,14 @@ public final class SaveTask: Sendable {
         }.map { object.entity.attributes[$0] }
     }
 
-    /// A write's fields by attribute index.
-    private static func values(of write: RecordWrite, _ entity: Entity) -> [Int: Value] {
+    /// The values, by attribute index, of the record `write` makes of
+    /// `committed` (nil: none, as for an insert); the version left out.
+    private static func record(made write: RecordWrite, over committed: Record?, _ entity: Entity) -> [Int: Value] {
         var values: [Int: Value] = [:]
+        if write.kind != .create && write.kind != .replace, let committed {
+            for (index, value) in committed.values.enumerated() where index != entity.versionIndex { values[index] = value }
+        }
+        values[entity.idIndex] = .text(write.id)
         for (name, json) in write.fields {
             guard let index = entity.attributeIndex(named: name) else { continue }
             values[index] = Value(json: json, type: entity.attributes[index].type)
@@ -255,12 +260,15 @@ public final class SaveTask: Sendable {
 
     private func send(_ items: [Item], round number: Int, _ tally: Tally) {
         guard isRunning else { return }  // cancelled: nothing more is sent
-        // What each write carries, in the outbox before it goes: a later
-        // run finding the server holding it knows the write for its own.
-        let writes = items.filter { $0.write.kind != .delete }.map { item in
-            (entity: item.object.entity, id: item.object.id, values: Self.values(of: item.write, item.object.entity))
-        }
+        // The record each write makes (the committed row it applies to, with
+        // what it carries), in the outbox before it goes: a later run finding
+        // the server holding exactly that knows the write for its own.
+        let writes: [(entity: Entity, id: String, values: [Int: Value])]
         do {
+            writes = try items.filter { $0.write.kind != .delete }.map { item in
+                let committed = try context.withCommittedRow(item.object) { $0.deletedOnServer ? nil : $0.record }
+                return (item.object.entity, item.object.id, Self.record(made: item.write, over: committed, item.object.entity))
+            }
             for (storeIndex, store) in context.stores.enumerated() {
                 try store.noteSending(context.name, writes.filter { $0.entity.storeIndex == storeIndex })
             }
@@ -407,12 +415,12 @@ extension Context {
                 // The committed row, read if it is not in memory (the edit
                 // came from an earlier run): the policies build on it, and
                 // without it every key not edited would seem null.
-                let committed = try withCommittedRow(object) { $0.deletedOnServer ? nil : $0.record }
-                // The server holding exactly what an earlier write of this
-                // change carried, over the row it was made on, holds our own
-                // write (a save killed, an answer lost): the change is
-                // rebased on it and sent again, not a conflict.
-                if let current, sent.sentWrites.contains(where: { Self.caused(current, by: $0, over: committed, entity) }) {
+                try withCommittedRow(object) { _ in }
+                // The server holding exactly the record an earlier write of
+                // this change made holds our own write (a save killed, an
+                // answer lost): the change is rebased on it and sent again,
+                // not a conflict. A record changed by anyone since is not that.
+                if let current, sent.sentWrites.contains(where: { Self.caused(current, by: $0, entity) }) {
                     let applied = PendingChange(kind: .update, values: [:], baseVersion: nil, revision: -1)
                     try confirm(object, applied, server: current)
                     guard let remaining = object.state.withLock({ $0.pending }) else { return .saved }
@@ -425,12 +433,11 @@ extension Context {
         }
     }
 
-    /// Whether `record` is what a write of `values` makes of `committed`
-    /// (nil: none): those values, and the committed ones elsewhere.
-    static func caused(_ record: Record, by values: [Int: Value], over committed: Record?, _ entity: Entity) -> Bool {
+    /// Whether `record` is the one a write made (`made`: its values, by
+    /// attribute index; a key missing is null), whatever its version.
+    static func caused(_ record: Record, by made: [Int: Value], _ entity: Entity) -> Bool {
         entity.attributes.indices.allSatisfy { index in
-            index == entity.versionIndex || index == entity.idIndex
-                || record.values[index] == (values[index] ?? committed?.values[index] ?? .null)
+            index == entity.versionIndex || index == entity.idIndex || record.values[index] == (made[index] ?? .null)
         }
     }
 

@@ -5,11 +5,11 @@
 /// Values are keyed by attribute code, which outlives renames. Each
 /// context on the store has its own rows (`owner`: its name; "" for the
 /// first), so a context saves only its own changes, and finds them again
-/// when it is opened again under that name. `sent_writes` keeps the
-/// writes sent for the change whose answers were never settled (a JSON
-/// array of objects by attribute code, the latest last): a server found
-/// holding one of them holds a write of ours (a save killed, an answer
-/// lost), not someone else's.
+/// when it is opened again under that name. `sent_writes` keeps, for each
+/// write sent for the change whose answer was never settled, the record it
+/// makes (a JSON array of objects by attribute code, the latest last): a
+/// server found holding exactly one of them holds a write of ours (a save
+/// killed, an answer lost), not someone else's.
 extension Store {
     static let outboxSchema = """
         CREATE TABLE IF NOT EXISTS tether_outbox (
@@ -138,7 +138,7 @@ extension Store {
     }
 
     /// Notes writes as sent, before they go: each change's `sent_writes`
-    /// gets the values its write carries (the oldest dropped past the limit).
+    /// gets the record its write makes (the oldest dropped past the limit).
     func noteSending(_ owner: String, _ writes: [(entity: Entity, id: String, values: [Int: Value])]) throws {
         guard !writes.isEmpty else { return }
         try withDatabase { database in
