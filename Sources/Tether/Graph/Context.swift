@@ -173,8 +173,11 @@ public final class Context: Sendable {
         var routed: (any Connection)?
         do {
             try LocalStoreOptions.validate(options.localStores)
-            for path in paths {
-                let opened = try Store(path: path)
+            // Each store's owner is checked before anything writes to its file.
+            let owners = [(connection.identity, connection.formerIdentities)]
+                + options.localStores.map { (LocalStoreOptions.identity(of: $0.configuration), [String]()) }
+            for (path, owner) in zip(paths, owners) {
+                let opened = try Store(path: path, identity: owner.0, formerIdentities: owner.1)
                 stores.append(opened)
                 try opened.claim()
             }
