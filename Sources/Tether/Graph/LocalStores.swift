@@ -26,6 +26,9 @@ public struct LocalStoreOptions: Sendable {
     static let versionField = "version"
     static let routePrefix = "local:"
 
+    /// Whom a local store's file belongs to, as its meta table says.
+    static func identity(of configuration: String) -> String { "local store \(configuration)" }
+
     static func validate(_ stores: [LocalStoreOptions]) throws {
         var seen = Set<String>()
         for store in stores {
@@ -175,7 +178,7 @@ extension Context {
         let targets = localNames.union(server.entities.map { ExactString($0.name) })
         var built: [(configuration: String, model: Model)] = []
         for (local, (specs, store)) in zip(locals, zip(specs, stores)) {
-            let identity = "local store \(local.configuration)"
+            let identity = LocalStoreOptions.identity(of: local.configuration)
             let saved = try store.savedModel(identity: identity)
             let model = ModelBuilder.build(specs: specs, previous: saved, otherTargets: targets)
             try store.adopt(model, identity: identity)

@@ -84,9 +84,15 @@ final class Store: Sendable {
     private static let claimedFiles = Lock<Set<[UInt64]>>([])
     private let claimed = Lock<[UInt64]?>(nil)
 
-    init(path: String) throws {
+    /// `identity`: whom the store must belong to if it has an owner already
+    /// (as `savedModel` checks), told before anything writes to the file.
+    init(path: String, identity: String? = nil, formerIdentities: [String] = []) throws {
+        let isStore = try Self.checkOwnable(path)
         let database = try Database(path: path)
         do {
+            // On this connection, not a read-only one: its close removes the
+            // WAL files reading made, leaving a refused file as it was.
+            if isStore, let identity { try Self.checkOwner(database, identity: identity, formerIdentities: formerIdentities) }
             try Self.prepare(database)
             Log.info(.store, "store opened: \(path)")
             connection = Lock(database)
@@ -94,6 +100,44 @@ final class Store: Sendable {
         } catch {
             database.close()
             throw error
+        }
+    }
+
+    /// Refuses a file Tether may not take, before anything writes to it
+    /// (switching to WAL and creating tables both write): a file that is
+    /// not empty, not an SQLite database without tables, and not a Tether
+    /// store (one with `tether_meta`, the first table a store makes) is the
+    /// host's. True if the file is a Tether store already.
+    @discardableResult
+    static func checkOwnable(_ path: String) throws -> Bool {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }  // not there (or not readable: opening says why)
+        var info = stat()
+        var header = [UInt8](repeating: 0, count: 16)
+        let read = fstat(descriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
+            ? header.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, 16) } : -1
+        Glibc.close(descriptor)
+        guard read != 0 else { return false }  // zero length: empty, Tether's to take
+        guard read == 16, header == Array("SQLite format 3\u{0}".utf8) else {
+            throw TetherError(.store, "\(path) is not a Tether store (not an SQLite database): it was left as it is")
+        }
+        let database = try Database(path: path, readOnly: true)
+        defer { database.close() }
+        let tables = try database.statement("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").rows()
+            .compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } }
+        guard tables.isEmpty || tables.contains("tether_meta") else {
+            let shown = tables.prefix(3).map(\.debugDescription).joined(separator: ", ") + (tables.count > 3 ? ", …" : "")
+            throw TetherError(.store, "\(path) is not a Tether store (an SQLite database with tables \(shown)): it was left as it is")
+        }
+        return tables.contains("tether_meta")
+    }
+
+    /// A store saved for another server (or local store) is an error, not a
+    /// silent reset; told before opening migrates anything (its outbox).
+    private static func checkOwner(_ database: Database, identity: String, formerIdentities: [String]) throws {
+        guard let saved = try meta("identity", database) else { return }
+        guard saved == identity || formerIdentities.contains(saved) else {
+            throw TetherError(.store, "the store belongs to \(Log.redacted(saved)), not \(identity)")
         }
     }
 
@@ -117,6 +161,7 @@ final class Store: Sendable {
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
         try database.execute(Self.outboxSchema)
+        try migrateOutbox(database)
         try definePredicateFunctions(database)
     }
 
@@ -177,10 +222,8 @@ final class Store: Sendable {
     /// `formerIdentities`: older names of the same data set, also accepted.
     func savedModel(identity: String, formerIdentities: [String] = []) throws -> Model? {
         try withDatabase { database in
-            guard let saved = try Self.meta("identity", database) else { return nil }
-            guard saved == identity || formerIdentities.contains(saved) else {
-                throw TetherError(.store, "the store belongs to \(Log.redacted(saved)), not \(identity)")
-            }
+            guard try Self.meta("identity", database) != nil else { return nil }
+            try Self.checkOwner(database, identity: identity, formerIdentities: formerIdentities)
             return try Self.meta("model", database).flatMap(ModelCoding.decode)
         }
     }
