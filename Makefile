@@ -28,7 +28,7 @@ APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv 
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: all deps build demo test test-swift test-c test-python test-lua bench fuzz clean install uninstall
+.PHONY: all deps build demo test test-swift test-c test-python test-lua bench fuzz kill-stress clean install uninstall
 
 all: build
 
@@ -102,6 +102,13 @@ test-swift test-c test-python test-lua: build
 # and the differential test for FUZZ_SECONDS a connection (make test: a few).
 fuzz: deps
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz records schema predicates handles specdef differential
+
+# The kill test's journaled rounds, KILL_ROUNDS of them (make test runs 8):
+# a child killed in a burst of changes, at a save's start, mid-save or after
+# it, the server compared with its journal at the end.
+kill-stress: build
+	$(MAKE) -C bindings/c build/tests/test_kill
+	TETHER_KILL_ROUNDS=$${KILL_ROUNDS:-200} TETHER_KILL_SCENARIOS=0 scripts/with-kinto bindings/c/build/tests/test_kill
 
 # bench: Kinto on PostgreSQL (scripts/pg-start) holding 100,000 records seeded by SQL.
 bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save

@@ -202,7 +202,9 @@ typedef struct tether_local_store {
     const char *configuration;  /* names the store in object URIs: 1 to 64 ASCII
                                    letters, digits, '-' or '_', not "server" */
     const char *path;           /* SQLite file, created if missing; not the
-                                   server's store nor another local store's */
+                                   server's store nor another local store's;
+                                   refused as store_path is if it is not
+                                   Tether's (TETHER_E_STORE, left as it was) */
     const char *specs_json;     /* the entities: a JSON object of entity name to
                                    JSON schema, as a Kinto collection's (types,
                                    "required", "enum", "x-tether-code",
@@ -225,7 +227,12 @@ typedef struct tether_context_options {
     const char *bucket;        /* Kinto bucket whose collections form the model (required) */
     const char *username;      /* basic auth; NULL for anonymous. Never stored or logged */
     const char *password;      /* basic auth; NULL for anonymous. Never stored or logged */
-    const char *store_path;    /* SQLite file, created if missing (required) */
+    const char *store_path;    /* SQLite file, created if missing (required).
+                                  An existing file is taken only if it is
+                                  empty (zero length, or an SQLite database
+                                  without tables) or a Tether store; any
+                                  other is refused (TETHER_E_STORE) and
+                                  never written */
     tether_delivery delivery;  /* default TETHER_DELIVER_THREAD */
     int64_t staleness_ms;      /* get() skips its refresh while a value is younger
                                   than this; default 0: every get refreshes */
@@ -269,6 +276,11 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
  * an offline open could not ask where it leads), a
  * malformed answer TETHER_E_PROTOCOL, a 5xx TETHER_E_SERVER. In each failure
  * the store is left as it was (a store file this call created is removed).
+ * A store file that is not empty and not a Tether store (the host's own SQLite
+ * database, a file that is not SQLite) gives TETHER_E_STORE and is left byte
+ * for byte as it was: no table made, no journal mode changed, no -wal or -shm
+ * file left beside it. A zero-length file or an SQLite database without
+ * tables is empty, and becomes the store.
  * A store saved for another server or bucket gives TETHER_E_STORE, and a store
  * file a context of this process has open already gives TETHER_E_BUSY (a
  * store's unsaved changes have one keeper: open a sibling of that context
@@ -290,7 +302,14 @@ TETHER_API int tether_context_open(const tether_context_options *opts, tether_co
  * done (so no callback runs after any of them returns), then return
  * TETHER_E_HANDLE, as a later close does. NULL is a no-op that returns
  * TETHER_OK. Returns TETHER_E_BUSY if called from inside one of this
- * context's callbacks (the context stays open). */
+ * context's callbacks (the context stays open).
+ *
+ * Unsaved changes are not lost by a close: they stay in the store's outbox
+ * under the context's name ("" for a context from tether_context_open, the
+ * sibling's name for a sibling), and the next context opened on the store
+ * under that name has them as its own and sends them at its next save. A
+ * close that leaves any logs so at TETHER_LOG_INFO (category "context"),
+ * with their count. */
 TETHER_API int tether_context_close(tether_context *ctx);
 
 /* Opens a sibling of `ctx`: another context on the same store, model and
@@ -1002,13 +1021,23 @@ typedef void (*tether_save_cb)(tether_task *task, int status, const char *messag
  * batch_max_requests (GET /v1/, read at open) allows, so in as few requests
  * as it allows, one after another.
  *
+ * Before anything is sent, every insert is checked for its spec's required
+ * fields: if one lacks a value, nothing is sent, every change stays pending,
+ * and the save ends with TETHER_E_INVALID, its message naming the change and
+ * the field ("jobs/j1 has no value for the required field \"Title\"").
+ *
  * As the server answers each change, the store and the object take the
  * record as the server now has it (its version and any value it set), in
  * one transaction with the removal of the change from the outbox; a deleted
  * object leaves the context. A change edited again while it was on the wire
  * stays pending, now against the server's new version. A change the server
  * turns out to hold already (its answer was lost; the process was killed
- * before it could be recorded) is confirmed, never sent twice. Conflicts go
+ * before it could be recorded) is confirmed, never sent twice. The outbox
+ * keeps what each write carried before it goes, so a change edited again
+ * after such a write is not a conflict with that write: when the server holds
+ * exactly what the earlier write made of the record, the change is sent again
+ * against the server's version (whatever the merge policy); a record another
+ * writer changed since is a conflict as ever. Conflicts go
  * as the merge policy says; a policy that writes again does so at most
  * twice, then reports.
  *

@@ -18,6 +18,9 @@ struct PendingChange: Sendable {
     var sequence: Int64 = 0
     /// Part of a save once: an insert may exist on the server from then on.
     var sent = false
+    /// The records made by the writes sent for this change and never
+    /// answered (values by attribute index), oldest first; kept in the outbox too.
+    var sentWrites: [[Int: Value]] = []
 }
 
 extension ManagedObject {
@@ -229,7 +232,9 @@ extension Context {
                     state.discarded = true
                     return nil
                 }
-                return PendingChange(kind: .delete, values: [:], baseVersion: nil, revision: pending.revision)
+                var delete = PendingChange(kind: .delete, values: [:], baseVersion: nil, revision: pending.revision)
+                delete.sentWrites = pending.sentWrites
+                return delete
             default:
                 guard let record = state.record, !state.deletedOnServer,
                       case .integer(let version) = record.values[entity.versionIndex] else {
@@ -237,8 +242,11 @@ extension Context {
                                       "\(entity.name)/\(object.id) is not cached: fetch it before deleting it")
                 }
                 let revision = state.pending?.revision ?? 0
-                return PendingChange(kind: .delete, values: [:], baseVersion: state.pending?.baseVersion ?? version,
-                                     revision: revision)
+                var delete = PendingChange(kind: .delete, values: [:], baseVersion: state.pending?.baseVersion ?? version,
+                                           revision: revision)
+                // An edit sent before may be on the server: the delete must know it for ours.
+                delete.sentWrites = state.pending?.sentWrites ?? []
+                return delete
             }
         }
     }

@@ -251,12 +251,12 @@ public final class Context: Sendable {
         guard !delivery.isInsideCallback else {
             throw TetherError(.busy, "a context cannot be closed from inside its own callback")
         }
-        let cancels = graph.withLock { graph -> [@Sendable () -> Void]? in
+        let closing = graph.withLock { graph -> (cancels: [@Sendable () -> Void], unsaved: Int)? in
             guard !graph.closed else { return nil }
             graph.closed = true
-            return Array(graph.subscriptions.values)
+            return (Array(graph.subscriptions.values), graph.changed.count)
         }
-        guard let cancels else {
+        guard let (cancels, unsaved) = closing else {
             closeDone.withLock(when: { $0 }, until: nil) { _, _ in }
             throw TetherError.contextClosed
         }
@@ -275,6 +275,11 @@ public final class Context: Sendable {
         var dropped = Graph(entities: 0, cacheSize: 0)
         dropped.closed = true
         graph.withLock { swap(&$0, &dropped) }
+        // Kept, not lost: but a host that meant to save should hear of them.
+        if unsaved > 0 {
+            Log.info(.context, "context \(name.debugDescription) closed with \(unsaved) unsaved change\(unsaved == 1 ? "" : "s"): "
+                     + "they stay in the store's outbox under its name, for the next context opened under it to save")
+        }
     }
 
     public var isClosed: Bool { closed.load(ordering: .acquiring) }

@@ -166,6 +166,22 @@ public final class SaveTask: Sendable {
         }
         tally.total = items.count + tally.failures.count
         guard !items.isEmpty else { return finish(tally) }
+        // An insert the server would refuse for a missing field stops the
+        // save before anything is sent, naming it (the server's answer would
+        // name one field of one record, and the rest would be sent).
+        let missing = items.compactMap { item in Self.missingRequired(item.change, of: item.object).map { (item, $0) } }
+        if let (first, _) = missing.first {
+            for (item, attribute) in missing {
+                tally.failures.append(SaveFailure(object: item.object, error: TetherError(
+                    .invalid, "\(item.object.entity.name)/\(item.object.id) has no value for the required field "
+                        + "\(attribute.name.debugDescription): nothing was sent"), conflict: nil))
+            }
+            for item in items where !missing.contains(where: { $0.0.object === item.object }) {
+                tally.failures.append(SaveFailure(object: item.object, error: TetherError(
+                    .invalid, "not sent: \(first.object.entity.name)/\(first.object.id) lacks a required field"), conflict: nil))
+            }
+            return finish(tally)
+        }
         do {
             let unsent = items.filter { $0.change.kind == .insert && !$0.change.sent }.map { ($0.object.entity, $0.object.id) }
             for (storeIndex, store) in context.stores.enumerated() {
@@ -181,8 +197,32 @@ public final class SaveTask: Sendable {
         send(items, round: 1, tally)
     }
 
+    /// The first required attribute an insert leaves without a value.
+    private static func missingRequired(_ change: PendingChange, of object: ManagedObject) -> Attribute? {
+        guard change.kind == .insert else { return nil }  // an update cannot set one to null
+        return object.entity.attributes.indices.first { index in
+            let attribute = object.entity.attributes[index]
+            return attribute.isRequired && !attribute.isID && !attribute.isVersion && (change.values[index] ?? .null) == .null
+        }.map { object.entity.attributes[$0] }
+    }
+
+    /// The values, by attribute index, of the record `write` makes of
+    /// `committed` (nil: none, as for an insert); the version left out.
+    private static func record(made write: RecordWrite, over committed: Record?, _ entity: Entity) -> [Int: Value] {
+        var values: [Int: Value] = [:]
+        if write.kind != .create && write.kind != .replace, let committed {
+            for (index, value) in committed.values.enumerated() where index != entity.versionIndex { values[index] = value }
+        }
+        values[entity.idIndex] = .text(write.id)
+        for (name, json) in write.fields {
+            guard let index = entity.attributeIndex(named: name) else { continue }
+            values[index] = Value(json: json, type: entity.attributes[index].type)
+        }
+        return values
+    }
+
     /// The write that carries `change` the first time.
-    private static func write(for change: PendingChange, of object: ManagedObject) -> RecordWrite {
+    static func write(for change: PendingChange, of object: ManagedObject) -> RecordWrite {
         let spec = object.entity.spec
         switch change.kind {
         case .insert:
@@ -220,6 +260,31 @@ public final class SaveTask: Sendable {
 
     private func send(_ items: [Item], round number: Int, _ tally: Tally) {
         guard isRunning else { return }  // cancelled: nothing more is sent
+        // The record each write makes (the committed row it applies to, with
+        // what it carries), in the outbox before it goes: a later run finding
+        // the server holding exactly that knows the write for its own.
+        let writes: [(entity: Entity, id: String, values: [Int: Value])]
+        do {
+            writes = try items.filter { $0.write.kind != .delete }.map { item in
+                let committed = try context.withCommittedRow(item.object) { $0.deletedOnServer ? nil : $0.record }
+                return (item.object.entity, item.object.id, Self.record(made: item.write, over: committed, item.object.entity))
+            }
+            for (storeIndex, store) in context.stores.enumerated() {
+                try store.noteSending(context.name, writes.filter { $0.entity.storeIndex == storeIndex })
+            }
+        } catch {
+            var tally = tally
+            for item in items { tally.failures.append(SaveFailure(object: item.object, error: TetherError.wrap(error), conflict: nil)) }
+            return finish(tally)
+        }
+        for (item, write) in zip(items.filter { $0.write.kind != .delete }, writes) {
+            item.object.state.withLock { state in
+                state.pending?.sentWrites.append(write.values)
+                if let count = state.pending?.sentWrites.count, count > Store.sentWritesKept {
+                    state.pending?.sentWrites.removeFirst(count - Store.sentWritesKept)
+                }
+            }
+        }
         let round = Round(items, number: number, tally)
         let remote = context.connection.write(items.map(\.write)) { [self] outcomes in
             context.worker.async { [self] in settle(outcomes, of: round) }
@@ -351,10 +416,28 @@ extension Context {
                 // came from an earlier run): the policies build on it, and
                 // without it every key not edited would seem null.
                 try withCommittedRow(object) { _ in }
+                // The server holding exactly the record an earlier write of
+                // this change made holds our own write (a save killed, an
+                // answer lost): the change is rebased on it and sent again,
+                // not a conflict. A record changed by anyone since is not that.
+                if let current, sent.sentWrites.contains(where: { Self.caused(current, by: $0, entity) }) {
+                    let applied = PendingChange(kind: .update, values: [:], baseVersion: nil, revision: -1)
+                    try confirm(object, applied, server: current)
+                    guard let remaining = object.state.withLock({ $0.pending }) else { return .saved }
+                    return .again(remaining, SaveTask.write(for: remaining, of: object))
+                }
                 return try resolve(object, sent, write, current: current, policy: policy)
             }
         } catch {
             return .failed(SaveFailure(object: object, error: TetherError.wrap(error), conflict: nil))
+        }
+    }
+
+    /// Whether `record` is the one a write made (`made`: its values, by
+    /// attribute index; a key missing is null), whatever its version.
+    static func caused(_ record: Record, by made: [Int: Value], _ entity: Entity) -> Bool {
+        entity.attributes.indices.allSatisfy { index in
+            index == entity.versionIndex || index == entity.idIndex || record.values[index] == (made[index] ?? .null)
         }
     }
 
@@ -384,6 +467,7 @@ extension Context {
                 }
                 remaining = pending
             }
+            remaining?.sentWrites = []  // answered: settled
             try store(for: entity).settle(name, entity, id: object.id, server: record, fetchedAt: now, remaining: remaining)
             state.record = record
             state.loaded = true
@@ -460,6 +544,7 @@ extension Context {
                 try store(for: entity).recordChange(name, entity, id: object.id, remaining!)
                 state.deletedOnServer = true
             } else {
+                remaining?.sentWrites = []  // answered: settled
                 try store(for: entity).settle(name, entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
                 state.record = current
                 state.loaded = true

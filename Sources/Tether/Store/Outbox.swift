@@ -5,7 +5,11 @@
 /// Values are keyed by attribute code, which outlives renames. Each
 /// context on the store has its own rows (`owner`: its name; "" for the
 /// first), so a context saves only its own changes, and finds them again
-/// when it is opened again under that name.
+/// when it is opened again under that name. `sent_writes` keeps, for each
+/// write sent for the change whose answer was never settled, the record it
+/// makes (a JSON array of objects by attribute code, the latest last): a
+/// server found holding exactly one of them holds a write of ours (a save
+/// killed, an answer lost), not someone else's.
 extension Store {
     static let outboxSchema = """
         CREATE TABLE IF NOT EXISTS tether_outbox (
@@ -18,8 +22,18 @@ extension Store {
             ivalues TEXT NOT NULL,
             revision INTEGER NOT NULL,
             sent INTEGER NOT NULL DEFAULT 0,
+            sent_writes TEXT,
             UNIQUE (owner, entity, id))
         """
+
+    /// Unsettled writes kept per change: each is a kill or a lost answer.
+    static let sentWritesKept = 8
+
+    /// Adds `sent_writes` to an outbox made before it existed.
+    static func migrateOutbox(_ database: Database) throws {
+        let known = try database.statement("SELECT 1 FROM pragma_table_info('tether_outbox') WHERE name = 'sent_writes'").rows()
+        if known.isEmpty { try database.execute("ALTER TABLE tether_outbox ADD COLUMN sent_writes TEXT") }
+    }
 
     struct OutboxRow: Sendable {
         let sequence: Int64
@@ -72,7 +86,7 @@ extension Store {
         return try withDatabase { database in
             var rows: [OutboxRow] = []
             try database.statement("""
-                SELECT sequence, entity, id, kind, base_version, ivalues, revision, sent FROM tether_outbox
+                SELECT sequence, entity, id, kind, base_version, ivalues, revision, sent, sent_writes FROM tether_outbox
                 WHERE owner = ? ORDER BY sequence
                 """).each([.text(owner)]) { row in
                 guard case .integer(let sequence) = row[0], case .integer(let code) = row[1],
@@ -93,8 +107,18 @@ extension Store {
                 }
                 var sent = false
                 if case .integer(let flag) = row[7] { sent = flag != 0 }
-                let change = PendingChange(kind: kind, values: values, baseVersion: base, revision: revision,
+                var change = PendingChange(kind: kind, values: values, baseVersion: base, revision: revision,
                                            sequence: sequence, sent: sent)
+                if case .text(let text) = row[8], let writes = (try? JSON.parse(text))?.arrayValue {
+                    change.sentWrites = writes.map { write in
+                        var values: [Int: Value] = [:]
+                        for (key, json) in write.objectValue ?? [] {
+                            guard let code = Int(key), let index = entity.attributeIndex(code: code) else { continue }
+                            values[index] = Value(json: json, type: entity.attributes[index].type)
+                        }
+                        return values
+                    }
+                }
                 rows.append(OutboxRow(sequence: sequence, entity: entity, id: id, change: change, values: coded))
             }
             return rows
@@ -113,6 +137,27 @@ extension Store {
         }
     }
 
+    /// Notes writes as sent, before they go: each change's `sent_writes`
+    /// gets the record its write makes (the oldest dropped past the limit).
+    func noteSending(_ owner: String, _ writes: [(entity: Entity, id: String, values: [Int: Value])]) throws {
+        guard !writes.isEmpty else { return }
+        try withDatabase { database in
+            try database.transaction {
+                let read = try database.statement("SELECT sent_writes FROM tether_outbox WHERE owner = ? AND entity = ? AND id = ?")
+                let write = try database.statement("UPDATE tether_outbox SET sent_writes = ? WHERE owner = ? AND entity = ? AND id = ?")
+                for (entity, id, values) in writes {
+                    let key: [SQLValue] = [.text(owner), .integer(Int64(entity.code)), .text(id)]
+                    var kept: [JSON] = []
+                    if case .text(let text)? = try read.first(key, { $0[0] }), let earlier = (try? JSON.parse(text))?.arrayValue {
+                        kept = earlier
+                    }
+                    kept.append(.object(values.sorted { $0.key < $1.key }.map { (String(entity.attributes[$0.key].code), $0.value.json) }))
+                    try write.run([.text(JSON.array(Array(kept.suffix(Self.sentWritesKept))).serialized())] + key)
+                }
+            }
+        }
+    }
+
     /// A save's answer for one object, in one transaction: the server's
     /// record stored (nil: the row deleted), and the change dropped
     /// (`remaining` nil) or left as `remaining`.
@@ -126,7 +171,10 @@ extension Store {
                     try writeRows([], deleting: [id], of: entity, fetchedAt: fetchedAt, database)
                 }
                 if let remaining {
+                    // Answered: the writes sent for it are settled.
                     _ = try Self.recordChange(owner, entity, id: id, remaining, database)
+                    try database.statement("UPDATE tether_outbox SET sent_writes = NULL WHERE owner = ? AND entity = ? AND id = ?")
+                        .run([.text(owner), .integer(Int64(entity.code)), .text(id)])
                 } else {
                     try Self.discardChange(owner, entity, id: id, database)
                 }

@@ -85,6 +85,7 @@ final class Store: Sendable {
     private let claimed = Lock<[UInt64]?>(nil)
 
     init(path: String) throws {
+        try Self.checkOwnable(path)
         let database = try Database(path: path)
         do {
             try Self.prepare(database)
@@ -94,6 +95,33 @@ final class Store: Sendable {
         } catch {
             database.close()
             throw error
+        }
+    }
+
+    /// Refuses a file Tether may not take, before anything writes to it
+    /// (switching to WAL and creating tables both write): a file that is
+    /// not empty, not an SQLite database without tables, and not a Tether
+    /// store (one with `tether_meta`, the first table a store makes) is the
+    /// host's.
+    static func checkOwnable(_ path: String) throws {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }  // not there (or not readable: opening says why)
+        var info = stat()
+        var header = [UInt8](repeating: 0, count: 16)
+        let read = fstat(descriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
+            ? header.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, 16) } : -1
+        Glibc.close(descriptor)
+        guard read != 0 else { return }  // zero length: empty, Tether's to take
+        guard read == 16, header == Array("SQLite format 3\u{0}".utf8) else {
+            throw TetherError(.store, "\(path) is not a Tether store (not an SQLite database): it was left as it is")
+        }
+        let database = try Database(path: path, readOnly: true)
+        defer { database.close() }
+        let tables = try database.statement("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").rows()
+            .compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } }
+        guard tables.isEmpty || tables.contains("tether_meta") else {
+            let shown = tables.prefix(3).map(\.debugDescription).joined(separator: ", ") + (tables.count > 3 ? ", …" : "")
+            throw TetherError(.store, "\(path) is not a Tether store (an SQLite database with tables \(shown)): it was left as it is")
         }
     }
 
@@ -117,6 +145,7 @@ final class Store: Sendable {
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
         try database.execute(Self.outboxSchema)
+        try migrateOutbox(database)
         try definePredicateFunctions(database)
     }
 

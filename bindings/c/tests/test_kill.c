@@ -5,11 +5,25 @@
  * the store and saving what is left. At the end the parent saves what
  * remains and checks the server: every insert there exactly once (a second
  * send would be a second record, the ids being random), every update and
- * delete applied, nothing else changed, and the pending changes never grew. */
+ * delete applied, nothing else changed, and the pending changes never grew.
+ *
+ * Then, journaled: round after round a child reopens the store, makes a
+ * burst of mixed changes (inserts with and without values, edits of
+ * records seeded, inserted or edited before, deletes) and saves; it is
+ * killed at a random moment, during the burst, at the save's start, with
+ * batches on the wire or just after the save returned. The child journals
+ * (fsync'd, before and after each call) what the library said succeeded;
+ * the parent reopens, saves, and compares the server with the journal:
+ * nothing lost, nothing duplicated, no delete undone, nothing changed that
+ * nobody changed; and every child that was not killed saved with TETHER_OK
+ * (a retry meeting its own earlier write is no conflict).
+ * TETHER_KILL_ROUNDS sets its rounds (a few by default; make fuzz runs more),
+ * TETHER_KILL_SCENARIOS the number of the first kind (3 by default). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +287,385 @@ static void scenario(int number, int rounds)
     check_server();
 }
 
+/* ------------------------------------------------------------ journaled */
+
+#define J_SEEDED 60
+#define J_OPS 150
+#define J_MAX 4096 /* records the journal can name */
+
+static char jpath[512];
+static char jcollection[32];
+
+/* The state the journal says a record has: `exists`, N (has_n, n), Tag
+ * (a number: the Tag is "t<tag>"; -1 none). `maybe`: its last change was
+ * made but not confirmed (killed in the call): either state is right. */
+typedef struct jrec {
+    char id[48];
+    int exists, has_n, maybe;
+    long n, tag;
+    int prev_exists, prev_has_n;
+    long prev_n, prev_tag;
+} jrec;
+
+static jrec jrecs[J_MAX];
+static int jcount;
+
+static jrec *jfind(const char *id, int create)
+{
+    for (int i = 0; i < jcount; i++)
+        if (strcmp(jrecs[i].id, id) == 0)
+            return &jrecs[i];
+    if (!create || jcount >= J_MAX)
+        return NULL;
+    memset(&jrecs[jcount], 0, sizeof jrecs[0]);
+    snprintf(jrecs[jcount].id, sizeof jrecs[0].id, "%s", id);
+    jrecs[jcount].tag = -1;
+    return &jrecs[jcount++];
+}
+
+/* Replays the journal over the seeded records: "?op" lines are intents,
+ * "op" lines confirmations (the call returned TETHER_OK). An intent never
+ * confirmed (the last line only: the child was killed in the call) leaves
+ * its record `maybe`. Returns the lines read; *stage gets the last stage
+ * line's letter (B burst, S save started, R save returned OK), or 0. */
+static int jreplay(int *stage)
+{
+    FILE *f = fopen(jpath, "r");
+    char line[160];
+    int lines = 0;
+    jcount = 0;
+    *stage = 0;
+    for (int i = 0; i < J_SEEDED; i++) {
+        char id[16];
+        jrec *r;
+        snprintf(id, sizeof id, "j%03d", i);
+        r = jfind(id, 1);
+        r->exists = 1;
+        r->has_n = 1;
+        r->n = i;
+    }
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f)) {
+        char op, id[48];
+        long value = 0;
+        int intent = line[0] == '?';
+        const char *text = line + intent;
+        jrec *r;
+        size_t len = strlen(line);
+        if (len == 0 || line[len - 1] != '\n')
+            break; /* cut by the kill */
+        lines++;
+        if (text[0] == '#') {
+            *stage = text[1];
+            continue;
+        }
+        if (sscanf(text, "%c %47s %ld", &op, id, &value) < 2 || strcmp(id, "-") == 0 || !(r = jfind(id, 1)))
+            continue;
+        if (intent) {
+            r->prev_exists = r->exists, r->prev_has_n = r->has_n, r->prev_n = r->n, r->prev_tag = r->tag;
+            r->maybe = 1;
+        } else {
+            r->maybe = 0;
+        }
+        switch (op) {
+        case 'I': r->exists = 1, r->has_n = 0, r->tag = -1; break;
+        case 'N': r->has_n = 1, r->n = value; break;
+        case 'T': r->tag = value; break;
+        case 'D': r->exists = 0; break;
+        }
+    }
+    fclose(f);
+    return lines;
+}
+
+static void jwrite(int fd, const char *line)
+{
+    size_t len = strlen(line);
+    if (write(fd, line, len) != (ssize_t)len || fsync(fd) != 0)
+        _exit(9);
+}
+
+/* Where a journaled round's kill aims: the parent kills soon after the
+ * child says it got there. */
+enum { AT_BURST, AT_SAVE_START, AT_MID_SAVE, AT_SAVE_RETURNED, AT_COUNT };
+static const char *const at_names[AT_COUNT] = {"in the burst", "at the save's start", "mid-save", "after the save returned"};
+
+static void tell(int ready)
+{
+    if (write(ready, "x", 1) != 1)
+        _exit(7);
+}
+
+/* The child of a journaled round: a burst of changes made from `seed`,
+ * then a save; it tells `ready` when it reaches `at` (op `op` of the burst). */
+static void journal_child(int ready, unsigned seed, int at, int op)
+{
+    tether_context *ctx;
+    int fd, stage, live[J_MAX], nlive = 0, i;
+    char line[160];
+    jreplay(&stage);
+    for (i = 0; i < jcount; i++)
+        if (jrecs[i].exists && !jrecs[i].maybe)
+            live[nlive++] = i;
+    ctx = open_quietly();
+    fd = open(jpath, O_WRONLY | O_APPEND | O_CREAT, 0600);
+    if (!ctx || fd < 0)
+        _exit(3);
+    snprintf(collection, sizeof collection, "%s", jcollection);
+    if (!fetch_all(ctx))
+        _exit(3);
+    srand(seed);
+    jwrite(fd, "#B\n");
+    for (i = 0; i < J_OPS; i++) {
+        int what = rand() % 100;
+        tether_object *obj = NULL;
+        if (at == AT_BURST && i == op)
+            tell(ready);
+        if (what < 25 || nlive == 0) {
+            /* An insert (id made by the library), with values half the time. */
+            jwrite(fd, "?I -\n");
+            if (tether_context_insert(ctx, jcollection, NULL, &obj) != TETHER_OK)
+                _exit(4);
+            snprintf(line, sizeof line, "I %s\n", tu_id(obj));
+            jwrite(fd, line);
+            {
+                jrec *r = jfind(tu_id(obj), 1);
+                if (!r)
+                    _exit(4);
+                r->exists = 1;
+                live[nlive++] = (int)(r - jrecs);
+            }
+            if (what % 2) {
+                long n = (long)seed % 100000 * 1000 + i;
+                tether_value v = {TETHER_TYPE_INTEGER, n, 0.0, NULL, 0};
+                snprintf(line, sizeof line, "?N %s %ld\n", tu_id(obj), n);
+                jwrite(fd, line);
+                if (tether_object_set(obj, "N", &v) != TETHER_OK)
+                    _exit(4);
+                jwrite(fd, line + 1);
+            }
+        } else {
+            int pick = rand() % nlive;
+            const char *id = jrecs[live[pick]].id;
+            if (tether_context_object(ctx, jcollection, id, &obj) != TETHER_OK)
+                _exit(5);
+            if (what < 40) {
+                snprintf(line, sizeof line, "?D %s\n", id);
+                jwrite(fd, line);
+                if (tether_object_delete(obj) != TETHER_OK)
+                    _exit(6);
+                jwrite(fd, line + 1);
+                live[pick] = live[--nlive];
+            } else if (what < 75) {
+                long n = (long)seed % 100000 * 1000 + i;
+                tether_value v = {TETHER_TYPE_INTEGER, n, 0.0, NULL, 0};
+                snprintf(line, sizeof line, "?N %s %ld\n", id, n);
+                jwrite(fd, line);
+                if (tether_object_set(obj, "N", &v) != TETHER_OK)
+                    _exit(6);
+                jwrite(fd, line + 1);
+            } else {
+                char text[32];
+                long tag = (long)seed % 100000 * 1000 + i;
+                tether_value v = {TETHER_TYPE_TEXT, 0, 0.0, text, 0};
+                snprintf(text, sizeof text, "t%ld", tag);
+                v.length = strlen(text);
+                snprintf(line, sizeof line, "?T %s %ld\n", id, tag);
+                jwrite(fd, line);
+                if (tether_object_set(obj, "Tag", &v) != TETHER_OK)
+                    _exit(6);
+                jwrite(fd, line + 1);
+            }
+        }
+        tether_object_release(obj);
+    }
+    jwrite(fd, "#S\n");
+    if (at == AT_SAVE_START || at == AT_MID_SAVE)
+        tell(ready);
+    if (save_and_wait(ctx, 600) != TETHER_OK)
+        _exit(8);
+    jwrite(fd, "#R\n");
+    if (at == AT_SAVE_RETURNED)
+        tell(ready);
+    if (tether_context_close(ctx) != TETHER_OK)
+        _exit(8);
+    _exit(0);
+}
+
+/* The server's ids of the journaled collection (paged by id), into ids. */
+static int server_ids(char (*ids)[48], int capacity)
+{
+    char path[512], last[48] = "";
+    int count = 0, page = 1;
+    while (page > 0) {
+        char *body = NULL;
+        const char *p;
+        snprintf(path, sizeof path, "/buckets/%s/collections/%s/records?_sort=id&_fields=id%s%s", bucket,
+                 jcollection, last[0] ? "&gt_id=" : "", last);
+        if (tu_http("GET", path, NULL, &body) != 200 || !body) {
+            free(body);
+            return -1;
+        }
+        page = 0;
+        for (p = body; (p = strstr(p, "\"id\":\"")) != NULL;) {
+            const char *end;
+            p += 6;
+            end = strchr(p, '"');
+            if (!end || end - p >= 48)
+                break;
+            if (count < capacity)
+                snprintf(ids[count], 48, "%.*s", (int)(end - p), p);
+            snprintf(last, sizeof last, "%.*s", (int)(end - p), p);
+            count++;
+            page++;
+        }
+        free(body);
+    }
+    return count;
+}
+
+/* Whether the server's record `body` (NULL: none) is the state r says (prev: the one before its last change). */
+static int jmatches(const jrec *r, const char *body, int prev)
+{
+    int exists = prev ? r->prev_exists : r->exists, has_n = prev ? r->prev_has_n : r->has_n;
+    long n = prev ? r->prev_n : r->n, tag = prev ? r->prev_tag : r->tag;
+    char want[64];
+    if (!exists || !body)
+        return !exists && !body;
+    if (has_n) {
+        snprintf(want, sizeof want, "\"N\":%ld,", n);
+        if (!strstr(body, want)) {
+            snprintf(want, sizeof want, "\"N\":%ld}", n);
+            if (!strstr(body, want))
+                return 0;
+        }
+    } else if (strstr(body, "\"N\":")) {
+        return 0;
+    }
+    if (tag >= 0) {
+        snprintf(want, sizeof want, "\"Tag\":\"t%ld\"", tag);
+        return strstr(body, want) != NULL;
+    }
+    return r->id[0] == 'j' ? strstr(body, "\"Tag\":\"seed\"") != NULL : strstr(body, "\"Tag\":") == NULL;
+}
+
+static void check_journal(void)
+{
+    static char ids[J_MAX][48];
+    int stage, count, unknown = 0, wrong = 0, maybe_insert = 0;
+    jreplay(&stage);
+    count = server_ids(ids, J_MAX);
+    tu_section("the server holds what the journal says succeeded, each once, nothing else");
+    if (!CHECK(count >= 0 && count <= J_MAX))
+        return;
+    /* An insert killed in its call (its id never journaled) may have reached the outbox, hence the server. */
+    {
+        FILE *f = fopen(jpath, "r");
+        char line[160], lastline[160] = "";
+        while (f && fgets(line, sizeof line, f))
+            if (line[strlen(line) - 1] == '\n')
+                snprintf(lastline, sizeof lastline, "%s", line);
+        if (f)
+            fclose(f);
+        maybe_insert = strncmp(lastline, "?I", 2) == 0;
+    }
+    for (int i = 0; i < count; i++)
+        if (!jfind(ids[i], 0) || !jfind(ids[i], 0)->exists) {
+            const jrec *r = jfind(ids[i], 0);
+            if (r && r->maybe && r->prev_exists)
+                continue; /* a delete killed in its call */
+            unknown++;
+            if (unknown > maybe_insert)
+                printf("  on the server, and no journaled change made it: %s\n", ids[i]);
+        }
+    CHECK(unknown <= maybe_insert);
+    for (int i = 0; i < jcount; i++) {
+        const jrec *r = &jrecs[i];
+        char path[640], *body = NULL;
+        long status;
+        snprintf(path, sizeof path, "/buckets/%.127s/collections/%.31s/records/%.47s", bucket, jcollection, r->id);
+        status = tu_http("GET", path, NULL, &body);
+        if (status != 200 && status != 404) {
+            CHECK_INT(status, 200);
+        } else if (!jmatches(r, status == 200 ? body : NULL, 0) && !(r->maybe && jmatches(r, status == 200 ? body : NULL, 1))) {
+            if (wrong++ < 5)
+                printf("  %s: the server has %s; the journal says %s (N %s%ld, Tag %ld)%s\n", r->id,
+                       status == 200 ? body : "nothing", r->exists ? "it exists" : "it was deleted",
+                       r->has_n ? "" : "none/", r->n, r->tag, r->maybe ? " or its state before" : "");
+        }
+        free(body);
+    }
+    CHECK_INT(wrong, 0);
+    printf("%d records journaled, %d on the server\n", jcount, count);
+}
+
+static void journaled(int rounds)
+{
+    static char names[J_SEEDED][16], data[J_SEEDED][48];
+    const char *ids[J_SEEDED], *datas[J_SEEDED];
+    int i, kills[AT_COUNT] = {0}, finished_count = 0;
+    tether_context *ctx;
+    size_t left = 0;
+    snprintf(jcollection, sizeof jcollection, "journal");
+    tu_store_path(store, sizeof store, "journal");
+    tu_store_path(jpath, sizeof jpath, "journal-log");
+    for (i = 0; i < J_SEEDED; i++) {
+        snprintf(names[i], sizeof names[i], "j%03d", i);
+        snprintf(data[i], sizeof data[i], "{\"N\": %d, \"Tag\": \"seed\"}", i);
+        ids[i] = names[i];
+        datas[i] = data[i];
+    }
+    if (!CHECK(tu_put_collection(bucket, jcollection, "{\"type\": \"object\", \"properties\": {"
+                                 "\"N\": {\"type\": \"integer\"}, \"Tag\": {\"type\": \"string\"}}}") &&
+               tu_put_records(bucket, jcollection, ids, datas, J_SEEDED)))
+        return;
+    tu_section("journaled: kills during a burst of mixed changes, at the save's start, mid-save, after it");
+    for (i = 0; i < rounds; i++) {
+        int pipefd[2], status = 0;
+        unsigned seed = (unsigned)rand();
+        int at = i % AT_COUNT, op = rand() % J_OPS;
+        /* Mid-save: batches on the wire (a save of this size takes a few hundred ms here). */
+        int kill_ms = at == AT_MID_SAVE ? 5 + rand() % 300 : rand() % 4;
+        pid_t pid;
+        char byte;
+        if (!CHECK(pipe(pipefd) == 0))
+            return;
+        pid = fork();
+        if (pid == 0) {
+            close(pipefd[0]);
+            journal_child(pipefd[1], seed, at, op);
+        }
+        close(pipefd[1]);
+        if (read(pipefd[0], &byte, 1) == 1) {
+            tu_sleep_ms(kill_ms);
+            kill(pid, SIGKILL);
+        }
+        close(pipefd[0]);
+        CHECK(waitpid(pid, &status, 0) == pid);
+        if (WIFEXITED(status)) {
+            CHECK_INT(WEXITSTATUS(status), 0); /* not killed: its save was TETHER_OK */
+            finished_count++;
+        } else {
+            kills[at]++;
+        }
+    }
+    printf("%d rounds, %d finished; killed", rounds, finished_count);
+    for (i = 0; i < AT_COUNT; i++)
+        printf("%s %s %d", i ? "," : "", at_names[i], kills[i]);
+    printf("\n");
+    tu_section("journaled: reopened, the rest is saved");
+    snprintf(collection, sizeof collection, "%s", jcollection);
+    ctx = open_quietly();
+    if (CHECK(ctx != NULL)) {
+        CHECK_CODE(save_and_wait(ctx, 600), TETHER_OK);
+        CHECK_OK(tether_context_change_count(ctx, &left));
+        CHECK_INT(left, 0);
+        CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    }
+    check_journal();
+}
+
 int main(int argc, char **argv)
 {
     unsigned seed = (unsigned)tu_now_ms();
@@ -289,6 +682,8 @@ int main(int argc, char **argv)
     (void)scenarios;
     return tu_finish();
 #endif
+    if (getenv("TETHER_KILL_SCENARIOS")) /* the unjournaled ones; 0: the journaled only */
+        scenarios = atoi(getenv("TETHER_KILL_SCENARIOS"));
     tu_unique(bucket, sizeof bucket, "c-kill");
     srand(seed);
     printf("random seed %u\n", seed);
@@ -296,6 +691,10 @@ int main(int argc, char **argv)
         return tu_finish();
     for (i = 0; i < scenarios; i++)
         scenario(i, TU_SANITIZED ? 4 : 8);
+    {
+        const char *env = getenv("TETHER_KILL_ROUNDS");
+        journaled(env && atoi(env) > 0 ? atoi(env) : TU_SANITIZED ? 4 : 8);
+    }
     {
         /* Its thousands of records (and their permissions, which Kinto's
          * memory backend scans for every /permissions request a context's

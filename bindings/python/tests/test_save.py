@@ -222,21 +222,41 @@ REQUIRED = {"type": "object", "properties": {"Title": {"type": "string"}, "Rank"
 
 
 def test_a_batch_partly_refused(kinto, kinto_url, bucket, tmp_path, open_ctx):
-    """A record the server's schema refuses (400) fails alone; the rest of
-    its batch lands, and it stays pending until it is fixed."""
-    kinto.create_collection(bucket, "strict", REQUIRED)
+    """A record the server's schema refuses (400; here a minimum the model
+    does not check) fails alone; the rest of its batch lands, and it stays
+    pending until it is fixed."""
+    kinto.create_collection(bucket, "strict", dict(REQUIRED, properties=dict(
+        REQUIRED["properties"], Rank={"type": "integer", "minimum": 0})))
     ctx = open_ctx(kinto_url, bucket, tmp_path / "strict.db")
     good = [ctx.insert("strict", {"Title": "ok %d" % i}) for i in range(3)]
-    bad = ctx.insert("strict", {"Rank": 1})
+    bad = ctx.insert("strict", {"Title": "below", "Rank": -1})
     with pytest.raises(tether.InvalidError) as raised:
         ctx.save()
     assert raised.value.saved == 3
     assert [obj for obj, _ in raised.value.failures] == [bad]
     assert "400" in str(raised.value.failures[0][1])
     assert bad.pending == "insert" and all(g.pending is None for g in good)
-    bad.Title = "fixed"
+    bad.Rank = 1
     assert ctx.save().saved == 1
-    assert kinto.get_record(bucket, "strict", bad.id)["Title"] == "fixed"
+    assert kinto.get_record(bucket, "strict", bad.id)["Rank"] == 1
+
+
+def test_a_required_field_missing_sends_nothing(kinto, kinto_url, bucket, tmp_path, open_ctx):
+    """An insert without a field the schema requires fails the save before
+    anything is sent, naming the record and the field; every change stays
+    pending (issue 22)."""
+    kinto.create_collection(bucket, "required", REQUIRED)
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "required.db")
+    good = ctx.insert("required", {"Title": "ok"})
+    bad = ctx.insert("required", {"Rank": 1}, id="no-title")
+    with pytest.raises(tether.InvalidError) as raised:
+        ctx.save()
+    assert 'required/no-title has no value for the required field "Title": nothing was sent' in str(raised.value)
+    assert raised.value.saved == 0 and ctx.change_count == 2
+    assert kinto.request("GET", "/buckets/%s/collections/required/records" % bucket)["data"] == []
+    bad.Title = "fixed"
+    assert ctx.save().saved == 2
+    assert kinto.get_record(bucket, "required", good.id)["Title"] == "ok"
 
 
 def test_a_batch_cut_midway_is_sent_again_and_applied_once(kinto, kinto_url, bucket, tmp_path, open_ctx, faultproxy):
