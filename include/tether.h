@@ -185,11 +185,25 @@ typedef enum tether_merge_policy {
  * file (phase FINAL, whatever the policy); get starts no refresh. Their
  * unsaved changes are kept in this file too. A relationship from an entity
  * of one store to one of another holds the target's object URI (see
- * tether_object_uri) instead of its id; when the target is deleted (by this
- * context, or by the server: seen in a fetch or a refresh) the referring
+ * tether_object_uri) instead of its id, spelled exactly as that function
+ * spells it (setting another spelling of it, such as lower-case hex or an
+ * escape of a letter, is TETHER_E_INVALID naming the canonical one: to-many
+ * fetches and delete rules compare the text); when the target is deleted (by
+ * this context, or by the server: seen in a fetch or a refresh) the referring
  * records follow the inverse's delete rule at once (cascade deletes them;
  * nullify, and deny, which cannot refuse a deletion already made, clear the
- * reference). A reference whose target's store is not attached is kept
+ * reference), and a local record so deleted takes its own referrers in its
+ * store along by their rules, transitively (also at the next open, for any
+ * a clean-up cut short). A URI does not name the server: instead a local
+ * store records the server and bucket it was first attached beside, and an
+ * open that attaches it beside another fails with TETHER_E_STORE naming both
+ * (its references name that server's records: resolving or cleaning them up
+ * against another's would delete and clear what is not gone). A local record
+ * the file does not hold does not exist: reads of it give TETHER_E_NOT_FOUND
+ * ("no record notes/x in local store private"), and the first get of it
+ * tells its observers so, once, as for a record the server never had. A
+ * local store's data is never dropped by an open: see
+ * tether_local_store_drop. A reference whose target's store is not attached is kept
  * untouched, and read as a plain TEXT attribute (tether_object_related gives
  * TETHER_E_NOT_FOUND); references to server records deleted while the store
  * was not attached are cleaned up soon after an open that attaches it (the
@@ -215,6 +229,24 @@ typedef struct tether_local_store {
 /* Fills `store` with defaults (all NULL) for the given struct version.
  * TETHER_E_MISUSE if `store` is NULL or the version is unknown. */
 TETHER_API int tether_local_store_init(tether_local_store *store, unsigned int version);
+
+/* A local store's file is its records' only copy, so an open never drops
+ * what it holds: specs that leave out an entity whose table holds records,
+ * or a field (or change its column's type: TEXT, INTEGER, REAL) that holds
+ * values, make tether_context_open fail with TETHER_E_STORE naming each
+ * ("local store private: the specs leave out ...: other (3 records),
+ * notes.Extra (2 values) ..."), and nothing changes. Left-out entities and
+ * fields that hold nothing are dropped. To drop data on purpose, call this
+ * with no context open on the file: it drops `entity`'s records and its
+ * table (its unsaved changes too), or, with `field` non-NULL, only that
+ * field's values and column; the next open whose specs leave them out is
+ * then taken. Codes are not given again: an entity or field defined again
+ * later starts empty. Only store->configuration and store->path are read
+ * (configuration must be the one the file was made for: TETHER_E_STORE
+ * otherwise). TETHER_E_NOT_FOUND if the file, the entity or the field is not
+ * there (no file is made); TETHER_E_INVALID for the "id" or "version" field;
+ * TETHER_E_BUSY while a context of this process has the file open. */
+TETHER_API int tether_local_store_drop(const tether_local_store *store, const char *entity, const char *field);
 
 /* Version 2 added object_cache_size, version 3 merge_policy, version 4
  * local_stores. A struct of an earlier version is still accepted (its
@@ -317,8 +349,9 @@ TETHER_API int tether_context_close(tether_context *ctx);
  * and unsaved changes, as Core Data has a background context for imports
  * beside the main one for a UI. Its options are ctx's otherwise. Unsaved
  * changes are each context's own and are kept in the store under its
- * `name` (non-empty UTF-8; the first context's changes have the name ""),
- * so a sibling opened again under a name finds the changes left under it.
+ * `name` (UTF-8; the first context's changes have the name "", which a
+ * sibling takes once the first context has closed), so a sibling opened
+ * again under a name finds the changes left under it.
  * When a save in one context settles a record, the objects of the others
  * for that record take the server's values (their own unsaved changes
  * stay) and their observers and live fetches are told.
@@ -472,8 +505,13 @@ typedef enum tether_delete_rule {
  * a record of another entity (a reference; in a Kinto schema, the property
  * keywords "x-tether-to": "<collection>", "x-tether-inverse": "<name>"
  * (default: this collection's name) and "x-tether-delete": "nullify",
- * "cascade" or "deny" (default nullify)). Its inverse, a to-many on the
- * target entity, is every record referring to one: fetch it with
+ * "cascade" or "deny", in any case (default nullify); another word is a
+ * diagnostic and taken as deny, which deletes and clears nothing). Its
+ * inverse, a to-many on the target entity, is named by "x-tether-inverse";
+ * a name two references to one entity would share (both defaulted to the
+ * source's name, say changes.Owner and changes.Reviewer to people) is
+ * neither's: each is named "<source entity>.<attribute>" ("changes.Owner"),
+ * with a diagnostic. The to-many holds every record referring to one: fetch it with
  * tether_fetch_options.related_owner and related_name. peek and get read
  * through to-one relationships by key path ("Client.Owner"; NULL when a
  * reference on the way is). */
@@ -555,16 +593,17 @@ TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_val
 
 /* The object the to-one relationship `key` of `obj` refers to: *out is a new
  * reference (release it), or NULL (TETHER_OK) when the reference is NULL.
- * TETHER_E_INVALID if `key` is not a relationship; TETHER_E_NOT_CACHED if
- * obj is not cached. The target need not be cached: reads of it then give
+ * TETHER_E_INVALID if `key` is not a relationship (an unknown key included);
+ * TETHER_E_NOT_FOUND if its target's store is not attached; TETHER_E_NOT_CACHED
+ * if obj is not cached. The target need not be cached: reads of it then give
  * TETHER_E_NOT_CACHED until a fetch or a get brings it. */
 TETHER_API int tether_object_related(tether_object *obj, const char *key, tether_object **out);
 
 /* Points the to-one relationship `key` of `obj` at `target` (NULL: at
  * nothing): an unsaved change, as tether_object_set of the target's id, or
  * of its object URI when the two are in different stores.
- * TETHER_E_INVALID if `key` is not a relationship or target is another
- * context's; TETHER_E_TYPE if target is not of the relationship's entity. */
+ * TETHER_E_INVALID if `key` is not a relationship (an unknown key included)
+ * or target is another context's; TETHER_E_TYPE if target is not of the relationship's entity. */
 TETHER_API int tether_object_set_related(tether_object *obj, const char *key, tether_object *target);
 
 /* The object's URI, its name across stores: "tether://<store>/<entity>/<id>",

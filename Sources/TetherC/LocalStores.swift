@@ -29,6 +29,20 @@ func localStores(_ stores: UnsafePointer<tether_local_store>?, count: Int) throw
     }
 }
 
+@_cdecl("tether_local_store_drop")
+public func tether_local_store_drop(_ store: UnsafePointer<tether_local_store>?, _ entity: UnsafePointer<CChar>?,
+                                    _ field: UnsafePointer<CChar>?) -> Int32 {
+    call {
+        guard let store else { throw misuse("store is NULL") }
+        guard store.pointee.version == UInt32(TETHER_LOCAL_STORE_VERSION) else {
+            throw misuse("unknown local store version \(store.pointee.version): use tether_local_store_init")
+        }
+        let local = LocalStoreOptions(configuration: try text(store.pointee.configuration, "configuration"),
+                                      path: try text(store.pointee.path, "path"), specs: "")
+        try local.drop(entity: try text(entity, "entity"), field: try optionalText(field, "field"))
+    }
+}
+
 @_cdecl("tether_object_set_related")
 public func tether_object_set_related(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ target: OpaquePointer?) -> Int32 {
     call {

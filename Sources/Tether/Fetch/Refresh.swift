@@ -9,7 +9,7 @@ extension Context {
 
     func scheduleRefresh(_ object: ManagedObject) {
         // A local entity's store is its truth: there is nothing to refresh from.
-        guard !object.entity.isLocal else { return }
+        guard !object.entity.isLocal else { return noteAbsentLocal(object) }
         let staleness = options.stalenessMilliseconds
         let wanted = object.state.withLock { state -> Bool in
             guard !state.refreshInFlight else {

@@ -192,7 +192,8 @@ public final class Context: Sendable {
             let saved = try stores[0].savedModel(identity: connection.identity,
                                                  formerIdentities: connection.formerIdentities)
             let (serverModel, online) = try connect(connection, saved: saved, store: stores[0])
-            let model = try attachLocalStores(options.localStores, stores: Array(stores.dropFirst()), to: serverModel)
+            let model = try attachLocalStores(options.localStores, stores: Array(stores.dropFirst()), to: serverModel,
+                                              beside: connection)
             let routing = model.entities.contains(where: \.isLocal)
                 ? RoutedConnection(server: connection, local: LocalConnection(model: model, stores: stores)) : connection
             routed = routing
@@ -295,8 +296,10 @@ public final class Context: Sendable {
     /// updates the objects the other holds and tells their observers. The
     /// store and connection close with the last context sharing them.
     public func openSibling(name: String, delivery mode: DeliveryMode? = nil) throws -> Context {
-        guard !name.isEmpty, !name.unicodeScalars.contains("\u{0}") else {
-            throw TetherError(.invalid, "a sibling needs a name, without U+0000 (\"\" is the first context's)")
+        // "" is the first context's: a sibling takes it (and its unsaved
+        // changes) once that context has closed, as join checks.
+        guard !name.unicodeScalars.contains("\u{0}") else {
+            throw TetherError(.invalid, "a sibling's name cannot hold U+0000")
         }
         try checkOpen()
         var siblingOptions = options
@@ -440,6 +443,8 @@ public final class Context: Sendable {
         case .value(let value): return value
         case .deleted: throw TetherError(.notFound, "\(object.entity.name)/\(object.id) was deleted")
         case .absent: throw TetherError.noRecord(object.entity, object.id)
+        // A local store is its records' only copy: what it lacks does not exist.
+        case .notCached where object.entity.isLocal: throw TetherError.noRecord(object.entity, object.id)
         case .notCached, .needsLoad: throw TetherError(.notCached, "\(object.entity.name)/\(object.id) is not cached yet")
         }
     }
@@ -589,6 +594,6 @@ extension TetherError {
     /// A record the server says it lacks and that was never cached here:
     /// a wrong id, which "was deleted" would misdescribe.
     static func noRecord(_ entity: Entity, _ id: String) -> TetherError {
-        TetherError(.notFound, "no record \(entity.name)/\(id) on the server")
+        TetherError(.notFound, "no record \(entity.name)/\(id) " + (entity.isLocal ? "in local store \(entity.configuration)" : "on the server"))
     }
 }

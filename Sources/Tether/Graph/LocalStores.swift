@@ -1,3 +1,5 @@
+import Glibc
+
 /// Local-only stores: SQLite files attached beside the server's store, each
 /// holding the entities its configuration defines (private annotations on
 /// server records, say), as Core Data's configurations put entities in
@@ -42,6 +44,45 @@ public struct LocalStoreOptions: Sendable {
             guard seen.insert(name).inserted else { throw TetherError(.invalid, "two local stores are named \(name.debugDescription)") }
             guard !store.path.isEmpty else { throw TetherError(.invalid, "local store \(name): the path is empty") }
         }
+    }
+
+    /// Drops from the store's file the records of `entity`, or only the
+    /// values of its `field`, so that an open whose specs leave them out is
+    /// taken. Not while a context has the file open (`.busy`); `.notFound`
+    /// if the file, the entity or the field is not there; `.invalid` for
+    /// the id and version fields. Unsaved changes of the entity go too.
+    public func drop(entity name: String, field: String?) throws {
+        try Self.validate([self])
+        guard access(path, F_OK) == 0 else { throw TetherError(.notFound, "local store \(configuration): there is no file \(path)") }
+        let store = try Store(path: path)
+        defer { store.close() }
+        try store.claim()
+        let identity = "local store \(configuration)"
+        guard let saved = try store.savedModel(identity: identity), let old = saved.entity(named: name) else {
+            throw TetherError(.notFound, "\(identity) has no entity \(name.debugDescription)")
+        }
+        var kept = saved.entities
+        if let field {
+            guard let index = old.attributeIndex(named: field) else {
+                throw TetherError(.notFound, "\(identity): \(name) has no field \(field.debugDescription)")
+            }
+            guard !old.attributes[index].isID, !old.attributes[index].isVersion else {
+                throw TetherError(.invalid, "\(identity): \(name).\(field) is the id or the version, which every record has")
+            }
+            var spec = old.spec
+            spec.fields.removeAll { $0.name.hasSameBytes(as: field) }
+            kept[old.index] = Entity(index: old.index, code: old.code, spec: spec,
+                                     attributes: old.attributes.enumerated().filter { $0.offset != index }.map(\.element),
+                                     codeHighWater: old.codeHighWater)
+        } else {
+            kept.remove(at: old.index)
+            kept = kept.enumerated().map { index, entity in
+                Entity(index: index, code: entity.code, spec: entity.spec, attributes: entity.attributes, codeHighWater: entity.codeHighWater)
+            }
+            try store.discardChanges(of: old)
+        }
+        try store.adopt(Model(entities: kept, entityCodeHighWater: saved.entityCodeHighWater), identity: identity)
+        Log.info(.migration, "\(identity): dropped \(name)\(field.map { "." + $0 } ?? "") on request")
     }
 
     /// The specs the host wrote, as the model builder takes them.
@@ -149,7 +190,7 @@ extension ManagedObject {
     /// in the same store, its URI across stores.
     public func setRelated(_ key: String, _ target: ManagedObject?) throws {
         guard let index = entity.attributeIndex(named: key) else {
-            throw TetherError(.notFound, "\(entity.name) has no key \(key.debugDescription)")
+            throw TetherError(.invalid, "\(entity.name) has no key \(key.debugDescription), so no relationship of that name")
         }
         guard let targetEntity = context.model.target(of: entity.attributes[index]) else {
             throw TetherError(.invalid, "\(entity.name).\(key) is not a relationship")
@@ -166,7 +207,12 @@ extension ManagedObject {
 extension Context {
     /// The local stores' models, built from the host's specs (keeping the
     /// codes each store saved), attached after the server's.
-    static func attachLocalStores(_ locals: [LocalStoreOptions], stores: [Store], to server: Model) throws -> Model {
+    /// A store attached beside another server or bucket than its first is
+    /// refused: its references name that one's records. Specs that leave
+    /// out what the file holds are refused too: the file is its only copy
+    /// (`LocalStoreOptions.drop` drops it on purpose).
+    static func attachLocalStores(_ locals: [LocalStoreOptions], stores: [Store], to server: Model,
+                                  beside connection: any Connection) throws -> Model {
         guard !locals.isEmpty else { return server }
         let specs = try locals.map { try $0.parsedSpecs() }
         var localNames = Set<ExactString>()
@@ -181,6 +227,14 @@ extension Context {
             let identity = LocalStoreOptions.identity(of: local.configuration)
             let saved = try store.savedModel(identity: identity)
             let model = ModelBuilder.build(specs: specs, previous: saved, otherTargets: targets)
+            if let saved {
+                let lost = try store.dataLost(adopting: model, saved: saved)
+                guard lost.isEmpty else {
+                    throw TetherError(.store, "\(identity): the specs leave out what its file, their only copy, holds: "
+                                      + lost.joined(separator: ", ") + "; give them back, or drop them with tether_local_store_drop")
+                }
+            }
+            try store.attach(beside: connection.identity, formerIdentities: connection.formerIdentities, as: identity)
             try store.adopt(model, identity: identity)
             built.append((local.configuration, model))
         }
@@ -213,11 +267,33 @@ extension Context {
         return uri.id
     }
 
-    /// A value set on a cross-store reference must be a URI of its target.
+    /// A value set on a cross-store reference must be a URI of its target,
+    /// spelled as tether_object_uri spells it: to-many fetches and delete
+    /// rules compare the text, so another spelling would hide the reference.
     func checkReference(_ value: Value, _ index: Int, of entity: Entity) throws {
         let attribute = entity.attributes[index]
         guard let target = model.target(of: attribute), target.storeIndex != entity.storeIndex else { return }
-        _ = try referencedID(value, attribute, of: entity, to: target)
+        guard let id = try referencedID(value, attribute, of: entity, to: target), case .text(let text) = value else { return }
+        let canonical = ObjectURI(configuration: target.configuration, entity: target.name, id: id).text
+        guard text.hasSameBytes(as: canonical) else {
+            throw TetherError(.invalid, "\(entity.name).\(attribute.name): \(text.debugDescription) is not spelled as an object URI is; "
+                              + "use \(canonical.debugDescription)")
+        }
+    }
+
+    /// A get of a local record its store does not hold: it does not exist,
+    /// and whoever observes it hears so once (as of a record the server
+    /// never had), instead of waiting for a refresh that never comes.
+    func noteAbsentLocal(_ object: ManagedObject) {
+        let observers = object.state.withLock { state -> [KeyObserver]? in
+            guard state.loaded, state.record == nil, state.pending == nil, !state.deletedOnServer, !state.discarded else { return nil }
+            state.deletedOnServer = true
+            state.neverOnServer = true
+            return state.observers
+        }
+        guard let observers, !observers.isEmpty else { return }
+        let missing = TetherError.noRecord(object.entity, object.id)
+        for observer in observers { observer.notify(missing) }
     }
 
     // MARK: cleaning up references across stores
@@ -228,8 +304,10 @@ extension Context {
     /// and deny, which cannot refuse what has happened, clear the reference).
     /// Targets with unsaved changes here are left: a merge policy may make
     /// them again. Unsaved changes of referrers stay as they are.
-    func cleanUpReferences(to ids: [String], of entity: Entity) {
-        let inverses = model.inverses(of: entity).filter(\.crossesStores)
+    /// `withinStore`: the references from the target's own local store
+    /// instead (a cascade here goes on there: no save will carry it).
+    func cleanUpReferences(to ids: [String], of entity: Entity, withinStore: Bool = false) {
+        let inverses = model.inverses(of: entity).filter { withinStore ? !$0.crossesStores && $0.source.isLocal : $0.crossesStores }
         guard !inverses.isEmpty, !ids.isEmpty else { return }
         let edited = Set(objectsInMemory(entity, ids).filter(\.hasChanges).map { ExactString($0.id) })
         let targets = ids.filter { !edited.contains(ExactString($0)) }
@@ -248,6 +326,7 @@ extension Context {
                     if inverse.deleteRule == .cascade {
                         try sourceStore.delete(ids: ids, of: source)
                         markDeleted(ids, of: source)
+                        cleanUpReferences(to: ids, of: source, withinStore: true)
                     } else {
                         let now = wallClockMilliseconds()
                         let cleared = referrers.map { record -> Record in
@@ -292,7 +371,9 @@ extension Context {
     func checkCrossStoreReferences() {
         let references = model.entities.filter(\.isLocal).flatMap { source in
             source.attributes.indices.compactMap { index -> (Entity, Int, Entity)? in
-                guard let target = model.target(of: source.attributes[index]), target.storeIndex != source.storeIndex else { return nil }
+                // Within a local store too: a clean-up cut short left them.
+                guard let target = model.target(of: source.attributes[index]),
+                      target.storeIndex != source.storeIndex || target.isLocal else { return nil }
                 return (source, index, target)
             }
         }
@@ -306,7 +387,7 @@ extension Context {
                 let missing = ids.filter { held[ExactString($0)] == nil }
                 guard !missing.isEmpty else { continue }
                 if target.isLocal {
-                    cleanUpReferences(to: missing, of: target)
+                    cleanUpReferences(to: missing, of: target, withinStore: target.storeIndex == source.storeIndex)
                 } else {
                     for object in uniqueObjects(target, missing) { scheduleRefresh(object) }
                 }

@@ -4,7 +4,13 @@
 extension ManagedObject {
     /// The object the to-one relationship `key` refers to, a fault until
     /// read; nil when the reference is null.
-    public func related(_ key: String) throws -> ManagedObject? { try context.related(self, key, refresh: false) }
+    /// `.invalid` for a key that is no relationship, unknown ones too.
+    public func related(_ key: String) throws -> ManagedObject? {
+        guard entity.attributeIndex(named: key) != nil else {
+            throw TetherError(.invalid, "\(entity.name) has no key \(key.debugDescription), so no relationship of that name")
+        }
+        return try context.related(self, key, refresh: false)
+    }
 }
 
 extension Context {

@@ -199,7 +199,6 @@ public final class Model: Sendable {
         precondition(entities.enumerated().allSatisfy { $0.offset == $0.element.index })
         self.entities = entities
         self.entityCodeHighWater = entityCodeHighWater
-        self.diagnostics = diagnostics
         let byName = Dictionary(entities.map { (ExactString($0.name), $0) }, uniquingKeysWith: { first, _ in first })
         entityByName = byName
         var inverses = Array(repeating: [Inverse](), count: entities.count)
@@ -211,6 +210,26 @@ public final class Model: Sendable {
                                                       crossesStores: source.storeIndex != target.storeIndex))
             }
         }
+        // A name two to-manys of one entity would share is neither's (the
+        // fetch by name would find only one): each is "<source>.<attribute>".
+        var noted = diagnostics
+        for (target, list) in inverses.enumerated() {
+            var counts: [ExactString: Int] = [:]
+            for inverse in list { counts[ExactString(inverse.name), default: 0] += 1 }
+            guard counts.values.contains(where: { $0 > 1 }) else { continue }
+            inverses[target] = list.map { inverse in
+                guard counts[ExactString(inverse.name)]! > 1 else { return inverse }
+                let attribute = inverse.source.attributes[inverse.attribute].name
+                let renamed = inverse.source.name + "." + attribute
+                let diagnostic = Diagnostic(entity: inverse.source.name, attribute: attribute,
+                                            message: "its inverse on \(entities[target].name) would share the name "
+                                                + "\(inverse.name.debugDescription) with another; it is named \(renamed.debugDescription)")
+                if !noted.contains(diagnostic) { noted.append(diagnostic) }
+                return Inverse(name: renamed, source: inverse.source, attribute: inverse.attribute,
+                               deleteRule: inverse.deleteRule, crossesStores: inverse.crossesStores)
+            }
+        }
+        self.diagnostics = noted
         self.inverses = inverses
     }
 

@@ -81,6 +81,10 @@ enum ModelBuilder {
                 note(field.name, "its inverse name is empty, too long or holds U+0000; kept as a plain attribute")
                 return nil
             }
+            if let word = field.unknownDeleteRule {
+                note(field.name, "x-tether-delete \(word.debugDescription) is not nullify, cascade or deny; deny is used, "
+                     + "which deletes and clears nothing")
+            }
             return reference
         }
         func explicitCode(_ field: FieldSpec?) -> Int? {

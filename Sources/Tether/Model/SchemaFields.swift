@@ -23,17 +23,28 @@ enum SchemaFields {
                                      values.map { Value(json: $0, type: attributeType(of: property)) }
                                  })
             if let target = property[referenceKeywords.to]?.stringValue {
-                let rule: Reference.DeleteRule
-                switch property[referenceKeywords.delete]?.stringValue {
-                case "cascade": rule = .cascade
-                case "deny": rule = .deny
-                default: rule = .nullify
+                // Words in any case ("Cascade" means cascade); another word
+                // is reported and taken as deny, which loses nothing.
+                var rule = Reference.DeleteRule.nullify
+                if let word = property[referenceKeywords.delete] {
+                    switch word.stringValue.map(asciiLowercased) {
+                    case "nullify": rule = .nullify
+                    case "cascade": rule = .cascade
+                    case "deny": rule = .deny
+                    default:
+                        rule = .deny
+                        spec.unknownDeleteRule = word.stringValue ?? word.serialized()
+                    }
                 }
                 spec.reference = Reference(target: target, inverse: property[referenceKeywords.inverse]?.stringValue ?? entity,
                                            deleteRule: rule)
             }
             return spec
         }
+    }
+
+    private static func asciiLowercased(_ text: String) -> String {
+        String(decoding: text.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
     }
 
     /// A schema's `x-tether-code` as the model builder takes it: a value that

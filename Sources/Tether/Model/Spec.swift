@@ -37,6 +37,9 @@ public struct FieldSpec: Sendable, Equatable {
     public var allowedValues: [Value]?
     /// The field names a record of another entity by its id.
     public var reference: Reference?
+    /// An `x-tether-delete` that is no rule the model knows (as the schema
+    /// wrote it): the builder reports it.
+    public var unknownDeleteRule: String? = nil
 
     public init(name: String, type: AttributeType, code: Int64? = nil, isRequired: Bool = false,
                 allowedValues: [Value]? = nil) {

@@ -73,6 +73,13 @@ extension Store {
         try withDatabase { database in try Self.discardChange(owner, entity, id: id, database) }
     }
 
+    /// Drops every context's changes to `entity` (a local entity dropped on request).
+    func discardChanges(of entity: Entity) throws {
+        try withDatabase { database in
+            try database.statement("DELETE FROM tether_outbox WHERE entity = ?").run([.integer(Int64(entity.code))])
+        }
+    }
+
     private static func discardChange(_ owner: String, _ entity: Entity, id: String, _ database: Database) throws {
         try database.statement("DELETE FROM tether_outbox WHERE owner = ? AND entity = ? AND id = ?")
             .run([.text(owner), .integer(Int64(entity.code)), .text(id)])

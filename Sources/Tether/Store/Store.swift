@@ -228,6 +228,20 @@ final class Store: Sendable {
         }
     }
 
+    /// A local store's server: the identity of the server and bucket it
+    /// was first attached beside, whose records its references name. The
+    /// first call records `identity`; a later one with another (not among
+    /// `formerIdentities`) is `.store`.
+    func attach(beside identity: String, formerIdentities: [String], as name: String) throws {
+        try withDatabase { database in
+            guard let saved = try Self.meta("beside", database) else { return try Self.setMeta("beside", identity, database) }
+            guard saved == identity || formerIdentities.contains(saved) else {
+                throw TetherError(.store, "\(name) was attached beside \(Log.redacted(saved)), not \(Log.redacted(identity)): "
+                                  + "its references name records there")
+            }
+        }
+    }
+
     /// Migrates the tables to `model` and saves it, in one transaction.
     func adopt(_ model: Model, identity: String) throws {
         indexes.withLock { $0 = [:] }
@@ -261,6 +275,38 @@ final class Store: Sendable {
                 try Self.setMeta("identity", identity, database)
                 try Self.setMeta("model", ModelCoding.encode(model), database)
             }
+        }
+    }
+
+    /// What adopting `model` would drop that holds data, named as `saved`
+    /// names it: the table of an entity `model` lacks, with its rows; the
+    /// column of an attribute gone or given another type, with its values.
+    /// A local store is its records' only copy: this must be empty.
+    func dataLost(adopting model: Model, saved: Model) throws -> [String] {
+        try withDatabase { database in
+            var lost: [String] = []
+            for old in saved.entities {
+                let table = Identifier.table(code: old.code)
+                let columns = Set(try database.statement("SELECT name FROM pragma_table_info(?)").rows([.text("e\(old.code)")])
+                    .compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } })
+                guard !columns.isEmpty else { continue }
+                guard let new = model.entities.first(where: { $0.code == old.code }) else {
+                    if case .integer(let rows)? = try database.statement("SELECT count(*) FROM \(table)").rows().first?[0], rows > 0 {
+                        lost.append("\(old.name) (\(rows) record\(rows == 1 ? "" : "s"))")
+                    }
+                    continue
+                }
+                for attribute in old.attributes where !attribute.isID && columns.contains("a\(attribute.code)") {
+                    if let kept = new.attributeIndex(code: attribute.code),
+                       Self.declaredType(new.attributes[kept].type) == Self.declaredType(attribute.type) { continue }
+                    let column = Identifier.column(code: attribute.code)
+                    if case .integer(let values)? = try database.statement("SELECT count(*) FROM \(table) WHERE \(column) IS NOT NULL")
+                        .rows().first?[0], values > 0 {
+                        lost.append("\(old.name).\(attribute.name) (\(values) value\(values == 1 ? "" : "s"))")
+                    }
+                }
+            }
+            return lost
         }
     }
 

@@ -118,7 +118,7 @@ static void test_reading(tether_context *ctx)
     CHECK_STATUS(tether_object_peek(rex, "Owner.Nope", &v), TETHER_E_NOT_FOUND);
     CHECK_STATUS(tether_object_peek(rex, "Name.Owner", &v), TETHER_E_INVALID);
     CHECK_STATUS(tether_object_related(rex, "Name", &none), TETHER_E_INVALID);
-    CHECK_STATUS(tether_object_related(rex, "Nope", &none), TETHER_E_NOT_FOUND);
+    CHECK_STATUS(tether_object_related(rex, "Nope", &none), TETHER_E_INVALID);
     CHECK_STATUS(tether_object_related(rex, "Owner", NULL), TETHER_E_MISUSE);
     CHECK_STATUS(tether_object_related(NULL, "Owner", &none), TETHER_E_HANDLE);
 

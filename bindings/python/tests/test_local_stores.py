@@ -3,6 +3,7 @@ Kinto records, saved to their own file and never to the server, linked to
 server records by object URI, and cleaned up when Kinto deletes the target."""
 
 import json
+import time
 import re
 
 import pytest
@@ -86,3 +87,133 @@ def test_bad_local_stores(kinto_url, bucket, tmp_path, open_ctx, items):
     with pytest.raises(TypeError):
         open_ctx(kinto_url, bucket, tmp_path / "a.db", local_stores=[("p", "p.db", {})])
     assert not (tmp_path / "a.db").exists() and not (tmp_path / "p.db").exists()
+
+
+def test_an_open_never_drops_local_data(kinto_url, bucket, tmp_path, open_ctx, items):
+    """Issue 28, case 1: specs that leave out an entity or a field holding
+    data are refused, naming it, until it is dropped on purpose."""
+    full = {"notes": {"type": "object", "properties": {"Text": {"type": "string"}, "Extra": {"type": "string"}}},
+            "other": {"type": "object", "properties": {"O": {"type": "string"}}}}
+    path = tmp_path / "p.db"
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", path, full)])
+    ctx.insert("notes", {"Text": "t", "Extra": "e"}, id="n1")
+    ctx.insert("other", {"O": "o"}, id="o1")
+    ctx.save()
+    ctx.close()
+    narrow = {"notes": {"type": "object", "properties": {"Text": {"type": "string"}}}}
+    with pytest.raises(tether.StoreError) as caught:
+        open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", path, narrow)])
+    assert "other (1 record)" in caught.value.message and "notes.Extra (1 value)" in caught.value.message
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", path, full)])
+    assert ctx.object("notes", "n1").Extra == "e" and ctx.object("other", "o1").O == "o", "nothing was lost"
+    ctx.close()
+    store = tether.LocalStore("private", path, narrow)
+    with pytest.raises(tether.NotFoundError):
+        store.drop("nosuch")
+    store.drop("other")
+    store.drop("notes", "Extra")
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[store])
+    assert ctx.object("notes", "n1").Text == "t"
+
+
+def test_a_local_store_stays_beside_its_bucket(kinto, kinto_url, bucket, tmp_path, open_ctx, items):
+    """Issue 28, case 2: attached beside another bucket, a local store is
+    refused, naming both, and its references are left as they were."""
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, items)
+    note = ctx.insert("notes", {"Text": "on i1"})
+    note.set_related("Item", ctx.object(items, "i1"))
+    ctx.save()
+    ctx.close()
+    other = kinto.create_bucket()
+    try:
+        with pytest.raises(tether.StoreError) as caught:
+            open_ctx(kinto_url, other, tmp_path / "other.db", local_stores=[local(tmp_path, items)])
+        assert bucket in caught.value.message and other in caught.value.message
+    finally:
+        kinto.delete_bucket(other)
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, items)
+    assert ctx.object("notes", note.id).Item == "tether://server/%s/i1" % items
+
+
+def test_a_server_delete_cascades_on_inside_the_local_store(kinto, kinto_url, bucket, tmp_path, open_ctx, items):
+    """Issue 28, case 6: a note cascaded away by a server delete takes the
+    notes referring to it along (cascade), or clears them (nullify)."""
+    specs = {"notes": {"type": "object", "properties": {
+        "Item": {"type": "string", "x-tether-to": items, "x-tether-delete": "cascade"},
+        "Parent": {"type": "string", "x-tether-to": "notes", "x-tether-inverse": "children", "x-tether-delete": "cascade"},
+        "Seen": {"type": "string", "x-tether-to": "notes", "x-tether-inverse": "seen_by"}}}}
+    stores = [tether.LocalStore("private", tmp_path / "p.db", specs)]
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=stores)
+    ctx.fetch_wait(items, policy="server_only")
+    top = ctx.insert("notes", id="top")
+    top.set_related("Item", ctx.object(items, "i2"))
+    child = ctx.insert("notes", id="child")
+    child.set_related("Parent", top)
+    grandchild = ctx.insert("notes", id="grandchild")
+    grandchild.set_related("Parent", child)
+    watcher = ctx.insert("notes", id="watcher")
+    watcher.set_related("Seen", child)
+    ctx.save()
+    kinto.delete_record(bucket, items, "i2")
+    ctx.fetch_wait(items, policy="server_only")
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["watcher"]
+    assert watcher.peek("Seen") is None
+    ctx.close()
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=stores)
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["watcher"]
+
+
+def test_a_uri_has_one_spelling(kinto_url, bucket, tmp_path, open_ctx, items):
+    """Issue 28, case 7: another spelling of a target's URI is refused, so
+    every reference is found by the text the URI has."""
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, items)
+    note = ctx.insert("notes", {"Text": "x"})
+    for spelling in ["tether://server/%s/%%69%%31" % items, "tether://server/%%%02X%s/i1" % (ord(items[0]), items[1:])]:
+        with pytest.raises(tether.InvalidError) as caught:
+            note.Item = spelling
+        assert "tether://server/%s/i1" % items in caught.value.message
+    note.Item = "tether://server/%s/i1" % items
+    assert note.related("Item") is ctx.object(items, "i1")
+
+
+def test_a_missing_local_record_is_not_found(kinto_url, bucket, tmp_path, open_ctx, items, recorder):
+    """Issue 28, case 11: the file is the only copy: a local record it lacks
+    does not exist, and a get tells its observer so, once."""
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, items)
+    ghost = ctx.object("notes", "nosuch")
+    seen = recorder()
+    ghost.observe("Text", seen)
+    with pytest.raises(tether.NotFoundError) as caught:
+        ghost.get("Text")
+    assert caught.value.message == "no record notes/nosuch in local store private"
+    with pytest.raises(tether.NotFoundError):
+        ghost.get("Text")
+    assert seen.wait(lambda c: any(s == tether.E_NOT_FOUND for _, _, s in c))
+    time.sleep(0.2)
+    assert [s for _, _, s in seen.calls] == [tether.E_NOT_FOUND]
+
+
+def test_model_edges_are_told(kinto, kinto_url, bucket, tmp_path, open_ctx, items):
+    """Issue 28, case 12: shared inverse names and unknown delete words are
+    diagnostics; related on an unknown key is InvalidError; the first
+    context's changes are reachable while a sibling is open."""
+    specs = {"notes": {"type": "object", "properties": {
+        "Text": {"type": "string"},
+        "Owner": {"type": "string", "x-tether-to": items},
+        "Reviewer": {"type": "string", "x-tether-to": items, "x-tether-delete": "Cascade"},
+        "Other": {"type": "string", "x-tether-to": items, "x-tether-inverse": "others", "x-tether-delete": "explode"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    said = {(d.entity, d.attribute): d.message for d in ctx.diagnostics}
+    assert 'it is named "notes.Owner"' in said[("notes", "Owner")]
+    assert 'it is named "notes.Reviewer"' in said[("notes", "Reviewer")]
+    assert '"explode"' in said[("notes", "Other")] and "deny" in said[("notes", "Other")]
+    assert ("notes", "Reviewer") in said and "Cascade" not in said[("notes", "Reviewer")]
+    entity = ctx.entity("notes")
+    assert entity.attribute("Reviewer").index >= 0
+    note = ctx.insert("notes", {"Text": "x"})
+    with pytest.raises(tether.InvalidError):
+        note.related("Nosuch")
+    sibling = ctx.open_sibling("background")
+    ctx.close()
+    first = sibling.open_sibling("")
+    assert [o.id for o in first.changed_objects] == [note.id]

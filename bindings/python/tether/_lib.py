@@ -348,6 +348,7 @@ tether_entity_name = _declare("tether_entity_name", c_int, [c_void_p, POINTER(c_
 tether_entity_route = _declare("tether_entity_route", c_int, [c_void_p, POINTER(c_char_p)])
 tether_entity_configuration = _declare("tether_entity_configuration", c_int, [c_void_p, POINTER(c_char_p)])
 tether_local_store_init = _declare("tether_local_store_init", c_int, [POINTER(tether_local_store), c_uint])
+tether_local_store_drop = _declare("tether_local_store_drop", c_int, [POINTER(tether_local_store), c_char_p, c_char_p])
 tether_entity_operations = _declare("tether_entity_operations", c_int, [c_void_p, POINTER(c_uint)])
 tether_entity_code = _declare("tether_entity_code", c_int, [c_void_p, POINTER(c_int)])
 tether_context_diagnostic_count = _declare("tether_context_diagnostic_count", c_int, [c_void_p, POINTER(c_size_t)])

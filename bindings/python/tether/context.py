@@ -585,6 +585,18 @@ class LocalStore:
     path: Union[str, os.PathLike[str]]
     specs: Union[str, Mapping[str, Any]]
 
+    def drop(self, entity: str, field: Optional[str] = None) -> None:
+        """Drops from the file the records of `entity`, or only its `field`'s
+        values, so that an open whose specs leave them out is taken (an open
+        never drops what the file holds: it raises StoreError naming it).
+        Not while a context has the file open (BusyError); NotFoundError if
+        the file, entity or field is not there."""
+        raw = _lib.tether_local_store()
+        _lib.tether_local_store_init(byref(raw), _lib.LOCAL_STORE_VERSION)
+        configuration, path = _cstr(self.configuration, "configuration"), _cstr(os.fspath(self.path), "path")
+        raw.configuration, raw.path = configuration, path
+        _lib.tether_local_store_drop(byref(raw), _cstr(entity, "entity"), None if field is None else _cstr(field, "field"))
+
 
 def _local_stores(stores: Optional[Iterable[LocalStore]], keep: List[Any]) -> Tuple[Any, int]:
     """Local stores -> (ctypes array or None, count); the strings the array
