@@ -658,7 +658,19 @@ TETHER_API int tether_context_insert_values(tether_context *ctx, const char *ent
  * references are set back (other edits of those records kept); the save
  * counts them as discarded. This undo lives in the context's memory: after
  * a reopen, the rules' changes of a delete not yet saved still wait for it
- * at save, but rolling the delete back leaves them pending. */
+ * at save, but rolling the delete back leaves them pending.
+ *
+ * The rules apply to what the server holds, not only to the cache: before a
+ * save sends deletes, it lists the records the server holds that refer to
+ * them (one filtered listing per inverse: an equality, or one-of, filter
+ * on the reference attribute, through the connection), stores them, and
+ * applies the rules to those not cached before: a deny among them refuses
+ * the delete (it stays pending, reported with TETHER_E_NOT_ALLOWED, and
+ * nothing of it is sent), cascade and nullify reach them (sent after the
+ * delete, as above). A listing that fails leaves the delete pending and
+ * unsent, reported with that listing's status. The delete call itself,
+ * which works offline, sees the cache only. A host connection that does
+ * not support the filter: the rules see the cache only. */
 TETHER_API int tether_object_delete(tether_object *obj);
 
 /* Drops the object's unsaved change, and the conflict its last save met;

@@ -224,10 +224,18 @@ extension Context {
         }
         try checkOpen()
         guard object.changeKind != .delete else { return }
-        let plan = try deletePlan(object)
+        try applyRules(ofDeleting: object) { try deleteOne(object) }
+    }
+
+    /// Applies the delete rules of `target` to the records referring to it
+    /// that do not follow them yet, then runs `delete`; all or nothing.
+    /// Returns the referrers changed.
+    @discardableResult
+    func applyRules(ofDeleting target: ManagedObject, _ delete: () throws -> Void = {}) throws -> [ManagedObject] {
+        let plan = try deletePlan(target)
         let nullify = plan.nullify.filter { $0.0.changeKind != .delete }
         for (source, index) in nullify where source.entity.attributes[index].isRequired {
-            throw TetherError(.type, "\(object.entity.name)/\(object.id) cannot be deleted: \(source.entity.name)/\(source.id) "
+            throw TetherError(.type, "\(target.entity.name)/\(target.id) cannot be deleted: \(source.entity.name)/\(source.id) "
                               + "refers to it by \(source.entity.attributes[index].name), which is required (delete rule nullify)")
         }
         var undo: [RuleChange] = []
@@ -242,12 +250,13 @@ extension Context {
                 try deleteOne(source)
                 undo.append(.deleted(source, before))
             }
-            try deleteOne(object)
+            try delete()
         } catch {
             undoRules(undo)
             throw error
         }
-        graph.withLock { $0.ruleChanges[ObjectIdentifier(object)] = undo }
+        graph.withLock { $0.ruleChanges[ObjectIdentifier(target), default: []] += undo }
+        return undo.map(\.object)
     }
 
     /// What a delete rule changed in a referrer, and how to undo it.

@@ -154,6 +154,80 @@ public final class SaveTask: Sendable {
     // MARK: rounds
 
     private func begin() {
+        survey { [self] refused in context.worker.async { [self] in prepare(refused) } }
+    }
+
+    /// Before deletes are sent: the records the server holds that refer to
+    /// them (one filtered listing per inverse), stored, and the delete rules
+    /// applied to those not cached before, so that deny refuses and cascade
+    /// and nullify reach them. `done` gets the deletes refused (a deny, or
+    /// the referrers not learned), by object, with why.
+    private func survey(_ done: @escaping @Sendable ([ObjectIdentifier: TetherError]) -> Void) {
+        let deletes = context.changedObjects.filter { $0.changeKind == .delete && !$0.entity.isLocal }
+        var asks: [(inverse: Inverse, targets: [ManagedObject], filter: Filter)] = []
+        var entities: [Entity] = []
+        for object in deletes where !entities.contains(where: { $0 === object.entity }) { entities.append(object.entity) }
+        for entity in entities {
+          for inverse in context.model.inverses(of: entity) where !inverse.source.isLocal && inverse.source.operations.contains(.fetch) {
+            let targets = deletes.filter { $0.entity === entity }
+            let field = inverse.source.attributes[inverse.attribute].name
+            let oneOf = Filter(field: field, .oneOf, targets.map { JSON.string($0.id) })
+            if targets.count > 1, context.connection.supports(oneOf) {
+                asks.append((inverse, targets, oneOf))
+            } else {
+                for target in targets {
+                    let equal = Filter(field: field, .equal, [.string(target.id)])
+                    // A connection that cannot filter so: the rules see the cache only.
+                    if context.connection.supports(equal) { asks.append((inverse, [target], equal)) }
+                }
+            }
+          }
+        }
+        ask(asks[...], cursor: nil, refused: [:], done)
+    }
+
+    private func ask(_ asks: ArraySlice<(inverse: Inverse, targets: [ManagedObject], filter: Filter)>, cursor: PageCursor?,
+                     refused: [ObjectIdentifier: TetherError], _ done: @escaping @Sendable ([ObjectIdentifier: TetherError]) -> Void) {
+        guard let (inverse, targets, filter) = asks.first, isRunning else {
+            context.worker.async { [self] in
+                var refused = refused
+                for target in context.changedObjects where target.changeKind == .delete && refused[ObjectIdentifier(target)] == nil {
+                    do { try context.applyRules(ofDeleting: target) } catch { refused[ObjectIdentifier(target)] = TetherError.wrap(error) }
+                }
+                done(refused)
+            }
+            return
+        }
+        var request = PageRequest(spec: inverse.source.spec)
+        request.filters = [filter]
+        request.cursor = cursor
+        let remote = context.connection.page(request) { [self] result in
+            context.worker.async { [self] in
+                var refused = refused
+                var next: PageCursor?
+                do {
+                    let page = try result.get()
+                    _ = try context.absorb(try page.decode(), of: inverse.source)
+                    next = page.next
+                } catch {
+                    let error = TetherError.wrap(error)
+                    for target in targets {
+                        refused[ObjectIdentifier(target)] = TetherError(error.kind, "not sent: the \(inverse.source.name) referring to "
+                            + "\(target.entity.name)/\(target.id) could not be asked for, for its delete rule: \(error.message)")
+                    }
+                }
+                ask(next == nil ? asks.dropFirst() : asks, cursor: next, refused: refused, done)
+            }
+        }
+        let cancelledMeanwhile = machine.withLock { machine -> Bool in
+            guard case .running = machine.state else { return true }
+            machine.state = .running(remote: remote)
+            return false
+        }
+        if cancelledMeanwhile { remote.cancel() }
+    }
+
+    private func prepare(_ refused: [ObjectIdentifier: TetherError]) {
         var tally = Tally()
         var items: [Item] = []
         for object in context.changedObjects {
@@ -201,7 +275,15 @@ public final class SaveTask: Sendable {
         machine.withLock { machine in
             machine.held = items.compactMap { item in targets[ObjectIdentifier(item.object)].map { (item, $0) } }
         }
-        send(items.filter { targets[ObjectIdentifier($0.object)] == nil }, round: 1, tally)
+        for item in items {
+            if let error = refused[ObjectIdentifier(item.object)] {
+                tally.failures.append(SaveFailure(object: item.object, error: error, conflict: nil))
+                tally.answered += 1
+            }
+        }
+        let first = items.filter { targets[ObjectIdentifier($0.object)] == nil && refused[ObjectIdentifier($0.object)] == nil }
+        guard !first.isEmpty else { return sendHeld(tally) }
+        send(first, round: 1, tally)
     }
 
     /// The items a delete rule made (a cascade's delete, a nullify's

@@ -113,6 +113,24 @@ def test_rollback_of_a_delete_restores_its_rules(kinto, kinto_url, bucket, tmp_p
     assert ctx.change_count == 1
 
 
+def test_rules_reach_referrers_only_the_server_holds(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """Case 5: a store that fetched only changes still follows the rules at save."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path, entities=("changes",))
+    ctx.object("changes", "c5").delete()
+    report = ctx.save()
+    assert report.failures == []
+    assert not exists(kinto, graph, "changes", "c5")
+    assert not exists(kinto, graph, "comments", "k5"), "the cascade reached a comment never cached"
+    assert kinto.get_record(graph, "links", "l5").get("Change") is None, "the nullify reached a link never cached"
+
+    kinto.put_record(graph, "blocks", "b6", {"Why": "held", "Change": "c6"})
+    ctx.object("changes", "c6").delete()
+    with pytest.raises(tether.NotAllowedError):
+        ctx.save()
+    assert exists(kinto, graph, "changes", "c6"), "deny refuses a referrer only the server holds"
+    assert exists(kinto, graph, "comments", "k6") and kinto.get_record(graph, "links", "l6")["Change"] == "c6"
+
+
 def test_no_reference_to_a_target_going(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
     """Case 8: a reference to a target pending delete is refused, by set and set_related alike."""
     ctx = opened(open_ctx, kinto_url, graph, tmp_path)
