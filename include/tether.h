@@ -602,8 +602,10 @@ TETHER_API int tether_object_related(tether_object *obj, const char *key, tether
 /* Points the to-one relationship `key` of `obj` at `target` (NULL: at
  * nothing): an unsaved change, as tether_object_set of the target's id, or
  * of its object URI when the two are in different stores.
- * TETHER_E_INVALID if `key` is not a relationship (an unknown key included)
- * or target is another context's; TETHER_E_TYPE if target is not of the relationship's entity. */
+ * TETHER_E_INVALID if `key` is not a relationship (an unknown key included),
+ * target is another context's, or target is a pending delete (as
+ * tether_object_set says); TETHER_E_TYPE if target is not of the
+ * relationship's entity. */
 TETHER_API int tether_object_set_related(tether_object *obj, const char *key, tether_object *target);
 
 /* The object's URI, its name across stores: "tether://<store>/<entity>/<id>",
@@ -639,8 +641,11 @@ TETHER_API int tether_object_get_code(tether_object *obj, int code, tether_value
  * a required attribute (TETHER_E_TYPE). TEXT must be valid UTF-8
  * (TETHER_E_INVALID); it may hold NUL bytes (`length` counts). The id and
  * version attributes are the server's (TETHER_E_INVALID), and so is a value
- * outside the spec's allowed values (a JSON schema's "enum"). Setting a value
- * back to the server's undoes the change of that key.
+ * outside the spec's allowed values (a JSON schema's "enum"). A reference
+ * naming a record this context has deleted and not yet saved is refused
+ * (TETHER_E_INVALID: the save would leave it pointing at nothing; roll the
+ * delete back first). Setting a value back to the server's undoes the
+ * change of that key.
  *
  * An object that is not a pending insert must be cached (TETHER_E_NOT_CACHED:
  * its version is what the update is conditional on); TETHER_E_NOT_FOUND if it
@@ -678,11 +683,40 @@ TETHER_API int tether_context_insert_values(tether_context *ctx, const char *ent
  * (its unsaved edits are dropped). A pending insert never sent is simply
  * dropped (reads then give TETHER_E_NOT_FOUND). Deleting twice is a no-op.
  * TETHER_E_NOT_CACHED if the object is not cached; TETHER_E_NOT_ALLOWED if the
- * spec does not allow deletes. */
+ * spec does not allow deletes.
+ *
+ * The delete rules of the records referring to it apply at once, as one
+ * unit with the delete: a delete refused (TETHER_E_NOT_ALLOWED for deny,
+ * TETHER_E_TYPE when nullify would clear a required reference) changes
+ * nothing, here or in the outbox. A save sends the referrers' cascade
+ * deletes and nullify clearings only after the server has confirmed the
+ * target's delete; while that delete is not saved (a conflict, an error)
+ * they stay pending and unsent, each in the save report with the target's
+ * status. When the delete is dropped (tether_object_rollback, or a save
+ * under TETHER_MERGE_SERVER_WINS), what its rules changed is undone:
+ * cascaded records come back with the change they had before, cleared
+ * references are set back (other edits of those records kept); the save
+ * counts them as discarded. This undo lives in the context's memory: after
+ * a reopen, the rules' changes of a delete not yet saved still wait for it
+ * at save, but rolling the delete back leaves them pending.
+ *
+ * The rules apply to what the server holds, not only to the cache: before a
+ * save sends deletes, it lists the records the server holds that refer to
+ * them (one filtered listing per inverse: an equality, or one-of, filter
+ * on the reference attribute, through the connection), stores them, and
+ * applies the rules to those not cached before: a deny among them refuses
+ * the delete (it stays pending, reported with TETHER_E_NOT_ALLOWED, and
+ * nothing of it is sent), cascade and nullify reach them (sent after the
+ * delete, as above). A listing that fails leaves the delete pending and
+ * unsent, reported with that listing's status. The delete call itself,
+ * which works offline, sees the cache only. A host connection that does
+ * not support the filter: the rules see the cache only. */
 TETHER_API int tether_object_delete(tether_object *obj);
 
 /* Drops the object's unsaved change, and the conflict its last save met;
- * values read as the server last sent them. An object with none: a no-op. */
+ * values read as the server last sent them. An object with none: a no-op.
+ * Rolling back a delete undoes what its delete rules changed (see
+ * tether_object_delete). */
 TETHER_API int tether_object_rollback(tether_object *obj);
 
 /* tether_object_rollback of every object with an unsaved change. */

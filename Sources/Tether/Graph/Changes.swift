@@ -166,7 +166,19 @@ extension Context {
         }
         let checked = try Self.checked(value, for: attribute, of: entity)
         try checkReference(checked, index, of: entity)
+        try checkTargetStays(checked, index, of: entity)
         return checked
+    }
+
+    /// A reference may not be made to a target deleted here and not yet
+    /// saved: the save would leave it pointing at nothing.
+    private func checkTargetStays(_ value: Value, _ index: Int, of entity: Entity) throws {
+        let attribute = entity.attributes[index]
+        guard let target = model.target(of: attribute),
+              let id = try referencedID(value, attribute, of: entity, to: target),
+              let object = objectsInMemory(target, [id]).first, object.changeKind == .delete else { return }
+        throw TetherError(.invalid, "\(entity.name).\(attribute.name) cannot refer to \(target.name)/\(id): it is deleted here "
+                          + "(roll the delete back to refer to it)")
     }
 
     func set(_ object: ManagedObject, _ index: Int, _ value: Value) throws {
@@ -203,17 +215,86 @@ extension Context {
     }
 
     /// Deletes `object`, and applies its entity's delete rules to the
-    /// records referring to it (nullify, cascade; deny refuses first).
+    /// records referring to it (nullify, cascade; deny refuses first). One
+    /// unit: a delete refused changes nothing, and rolling it back (or a
+    /// save dropping it) undoes what its rules changed.
     func delete(_ object: ManagedObject) throws {
         guard object.entity.operations.contains(.delete) else {
             throw TetherError(.notAllowed, "the server does not allow deleting from \(object.entity.name)")
         }
         try checkOpen()
         guard object.changeKind != .delete else { return }
-        let plan = try deletePlan(object)
-        for (source, attribute) in plan.nullify where source.changeKind != .delete { try set(source, attribute, .null) }
-        for source in plan.delete { try deleteOne(source) }
-        try deleteOne(object)
+        try applyRules(ofDeleting: object) { try deleteOne(object) }
+    }
+
+    /// Applies the delete rules of `target` to the records referring to it
+    /// that do not follow them yet, then runs `delete`; all or nothing.
+    /// Returns the referrers changed.
+    @discardableResult
+    func applyRules(ofDeleting target: ManagedObject, _ delete: () throws -> Void = {}) throws -> [ManagedObject] {
+        let plan = try deletePlan(target)
+        let nullify = plan.nullify.filter { $0.0.changeKind != .delete }
+        for (source, index) in nullify where source.entity.attributes[index].isRequired {
+            throw TetherError(.type, "\(target.entity.name)/\(target.id) cannot be deleted: \(source.entity.name)/\(source.id) "
+                              + "refers to it by \(source.entity.attributes[index].name), which is required (delete rule nullify)")
+        }
+        var undo: [RuleChange] = []
+        do {
+            for (source, index) in nullify {
+                let before = try read(source, index, refresh: false)
+                try set(source, index, .null)
+                undo.append(.nullified(source, index, before))
+            }
+            for source in plan.delete {
+                let before = source.state.withLock { $0.pending }
+                try deleteOne(source)
+                undo.append(.deleted(source, before))
+            }
+            try delete()
+        } catch {
+            undoRules(undo)
+            throw error
+        }
+        graph.withLock { $0.ruleChanges[ObjectIdentifier(target), default: []] += undo }
+        return undo.map(\.object)
+    }
+
+    /// What a delete rule changed in a referrer, and how to undo it.
+    enum RuleChange: Sendable {
+        /// The reference at `index` was `before`, now null.
+        case nullified(ManagedObject, Int, Value)
+        /// Deleted by a cascade; its change before (nil: none).
+        case deleted(ManagedObject, PendingChange?)
+
+        var object: ManagedObject {
+            switch self { case .nullified(let object, _, _), .deleted(let object, _): return object }
+        }
+    }
+
+    /// The rule changes of `target`'s delete, forgotten (its delete is settled).
+    @discardableResult
+    func takeRuleChanges(of target: ManagedObject) -> [RuleChange] {
+        graph.withLock { $0.ruleChanges.removeValue(forKey: ObjectIdentifier(target)) } ?? []
+    }
+
+    /// Undoes rule changes, the last first: a nullified reference is set
+    /// back (edits made since kept), a cascade's delete becomes the change
+    /// its referrer had before.
+    func undoRules(_ changes: [RuleChange]) {
+        for change in changes.reversed() {
+            switch change {
+            case let .nullified(source, index, before):
+                guard source.changeKind != .delete else { continue }
+                try? set(source, index, before)
+            case let .deleted(source, before):
+                try? editing(source) { state in
+                    guard state.pending?.kind == .delete || (state.pending == nil && state.discarded) else { return state.pending }
+                    if before != nil { state.discarded = false }
+                    return before
+                }
+                undoRules(takeRuleChanges(of: source))
+            }
+        }
     }
 
     private func deleteOne(_ object: ManagedObject) throws {
@@ -253,15 +334,18 @@ extension Context {
 
     func rollback(_ object: ManagedObject) throws {
         try checkOpen()
+        let wasDelete = object.changeKind == .delete
         try editing(object) { state in
             state.conflict = nil
             if state.pending?.kind == .insert { state.discarded = true }
             return nil
         }
+        if wasDelete { undoRules(takeRuleChanges(of: object)) }
     }
 
     /// Forgets every unsaved change.
     public func rollback() throws {
+        graph.withLock { $0.ruleChanges = [:] }
         for object in changedObjects { try rollback(object) }
     }
 
@@ -275,7 +359,7 @@ extension Context {
     /// as it is to be (nil: none), which is written to the outbox before the
     /// object takes it, so memory never holds what the store does not.
     /// Observers of the keys whose value changed are told.
-    private func editing(_ object: ManagedObject, _ body: (inout ManagedObject.State) throws -> PendingChange?) throws {
+    func editing(_ object: ManagedObject, _ body: (inout ManagedObject.State) throws -> PendingChange?) throws {
         try checkOpen()
         let entity = object.entity
         let (observers, held) = try object.state.withLock { state -> ([KeyObserver], Bool) in

@@ -69,6 +69,10 @@ public final class Context: Sendable {
         var recentNext = 0
         /// Objects with changes the server has not confirmed: held until it has.
         var changed: [ObjectIdentifier: ManagedObject] = [:]
+        /// What each delete made here changed by its rules, until the delete
+        /// is settled: undone if it is rolled back or dropped (memory only:
+        /// after a reopen, the rules' changes stay as they are).
+        var ruleChanges: [ObjectIdentifier: [RuleChange]] = [:]
         /// How to cancel each live task and observer, for close.
         var subscriptions: [Delivery.SubscriptionID: @Sendable () -> Void] = [:]
         var pendingRefreshes: [Int: [ManagedObject]] = [:]

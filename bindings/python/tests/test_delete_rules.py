@@ -1,0 +1,148 @@
+"""Deletes as one unit with their rules, against a real Kinto (issue 28):
+the referrers' cascade and nullify go out only after the target's delete
+succeeds and are undone when it fails or is rolled back (case 3), a delete
+refused changes nothing (case 4), the rules reach referrers only the server
+holds (case 5), and no reference to a target going is made (case 8)."""
+
+import re
+
+import pytest
+
+import tether
+
+CHANGES = {"type": "object", "properties": {"Title": {"type": "string"}}}
+
+
+def ref(inverse, rule):
+    return {"type": "string", "x-tether-to": "changes", "x-tether-inverse": inverse, "x-tether-delete": rule}
+
+
+COMMENTS = {"type": "object", "properties": {"Text": {"type": "string"}, "Change": ref("comments", "cascade")}}
+LINKS = {"type": "object", "properties": {"Url": {"type": "string"}, "Change": ref("links", "nullify")}}
+SIGNOFFS = {"type": "object", "required": ["Change"],
+             "properties": {"By": {"type": "string"}, "Change": ref("signoffs", "nullify")}}
+BLOCKS = {"type": "object", "properties": {"Why": {"type": "string"}, "Change": ref("blocks", "deny")}}
+
+
+@pytest.fixture
+def graph(kinto):
+    """A bucket per test: changes c0..c9; comment kN (cascade) and link lN
+    (nullify) on each change; signoff a2 (a required reference) on c2."""
+    bucket = kinto.create_bucket()
+    for name, schema in [("changes", CHANGES), ("comments", COMMENTS), ("links", LINKS),
+                         ("signoffs", SIGNOFFS), ("blocks", BLOCKS)]:
+        kinto.create_collection(bucket, name, schema)
+    kinto.put_records(bucket, "changes", [("c%d" % i, {"Title": "change %d" % i}) for i in range(10)])
+    kinto.put_records(bucket, "comments", [("k%d" % i, {"Text": "on c%d" % i, "Change": "c%d" % i}) for i in range(10)])
+    kinto.put_records(bucket, "links", [("l%d" % i, {"Url": "u%d" % i, "Change": "c%d" % i}) for i in range(10)])
+    kinto.put_records(bucket, "signoffs", [("a2", {"By": "ann", "Change": "c2"})])
+    yield bucket
+    kinto.delete_bucket(bucket)
+
+
+def opened(open_ctx, kinto_url, bucket, tmp_path, entities=("changes", "comments", "links", "signoffs", "blocks")):
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "rules.db")
+    for entity in entities:
+        ctx.fetch_wait(entity, policy="server_only")
+    return ctx
+
+
+def exists(kinto, bucket, collection, rid):
+    return kinto.request("GET", "/buckets/%s/collections/%s/records/%s" % (bucket, collection, rid),
+                         expect_error=True).get("status") is None
+
+
+def test_a_failed_delete_sends_none_of_its_rules(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """Case 3: the target's delete conflicts; its cascade and nullify are
+    not sent, and when the delete is dropped they are undone."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    ctx.object("changes", "c1").delete()
+    assert ctx.object("comments", "k1").pending == "delete" and ctx.object("links", "l1").pending == "update"
+    kinto.patch_record(graph, "changes", "c1", {"Title": "someone else's"})
+    with pytest.raises(tether.ConflictError) as raised:
+        ctx.save()
+    assert exists(kinto, graph, "comments", "k1"), "the cascade waits for the target's delete"
+    assert kinto.get_record(graph, "links", "l1")["Change"] == "c1", "the nullify waits for the target's delete"
+    failed = {obj.id for obj, _ in raised.value.failures}
+    assert failed == {"c1", "k1", "l1"}, "the report names every change not sent"
+
+    report = ctx.save(merge="server_wins")
+    assert report.discarded == 3, "the delete dropped, its rules' changes with it"
+    assert ctx.object("changes", "c1").pending is None
+    assert ctx.object("comments", "k1").pending is None, "the cascade is undone with the delete"
+    link = ctx.object("links", "l1")
+    assert link.pending is None and link.peek("Change") == "c1", "the nullify is undone with the delete"
+    assert ctx.change_count == 0
+    assert exists(kinto, graph, "comments", "k1") and kinto.get_record(graph, "links", "l1")["Change"] == "c1"
+
+
+def test_a_delete_saved_then_sends_its_rules(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """Case 3, the other side: a delete that succeeds takes its rules with it, in one save."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    ctx.object("changes", "c7").delete()
+    report = ctx.save()
+    assert (report.saved, report.failures) == (3, [])
+    assert not exists(kinto, graph, "changes", "c7") and not exists(kinto, graph, "comments", "k7")
+    assert kinto.get_record(graph, "links", "l7").get("Change") is None
+
+
+def test_a_refused_delete_changes_nothing(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """Case 4: nullify onto a required reference refuses the delete, and
+    the other referrers (l2, k2) are left as they were."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    with pytest.raises(tether.TypeMismatchError):
+        ctx.object("changes", "c2").delete()
+    assert ctx.change_count == 0, "nothing in the outbox"
+    assert ctx.object("links", "l2").peek("Change") == "c2" and ctx.object("links", "l2").pending is None
+    assert ctx.object("comments", "k2").pending is None
+    assert ctx.save().saved == 0
+    assert kinto.get_record(graph, "links", "l2")["Change"] == "c2"
+
+
+def test_rollback_of_a_delete_restores_its_rules(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """Case 12's rollback: the referrers come back as they were, edits made before kept."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    link = ctx.object("links", "l3")
+    link.Url = "edited before"
+    target = ctx.object("changes", "c3")
+    target.delete()
+    assert link.peek("Change") is None
+    target.rollback()
+    assert link.peek("Change") == "c3" and link.pending == "update" and link.changed_keys == ["Url"]
+    assert ctx.object("comments", "k3").pending is None
+    assert ctx.change_count == 1
+
+
+def test_rules_reach_referrers_only_the_server_holds(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """Case 5: a store that fetched only changes still follows the rules at save."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path, entities=("changes",))
+    ctx.object("changes", "c5").delete()
+    report = ctx.save()
+    assert report.failures == []
+    assert not exists(kinto, graph, "changes", "c5")
+    assert not exists(kinto, graph, "comments", "k5"), "the cascade reached a comment never cached"
+    assert kinto.get_record(graph, "links", "l5").get("Change") is None, "the nullify reached a link never cached"
+
+    kinto.put_record(graph, "blocks", "b6", {"Why": "held", "Change": "c6"})
+    ctx.object("changes", "c6").delete()
+    with pytest.raises(tether.NotAllowedError):
+        ctx.save()
+    assert exists(kinto, graph, "changes", "c6"), "deny refuses a referrer only the server holds"
+    assert exists(kinto, graph, "comments", "k6") and kinto.get_record(graph, "links", "l6")["Change"] == "c6"
+
+
+def test_no_reference_to_a_target_going(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """Case 8: a reference to a target pending delete is refused, by set and set_related alike."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    target = ctx.object("changes", "c4")
+    target.delete()
+    with pytest.raises(tether.InvalidError, match=re.escape("changes/c4")):
+        ctx.insert("comments", {"Text": "late", "Change": "c4"})
+    link = ctx.object("links", "l8")
+    with pytest.raises(tether.InvalidError):
+        link.set_related("Change", target)
+    with pytest.raises(tether.InvalidError):
+        link.Change = "c4"
+    assert link.pending is None and link.peek("Change") == "c8"
+    ctx.save()
+    assert not exists(kinto, graph, "changes", "c4")
