@@ -185,6 +185,10 @@ public final class FetchTask: Sendable {
         } else {
             predicate = asked
         }
+        // Refused here, not by SQLite at the first read (a store error).
+        if let predicate, case let values = predicate.sql(entity).parameters.count, values > Self.mostValues {
+            throw TetherError(.invalid, "predicate: \(values) values, more than the \(Self.mostValues) the store binds in one query")
+        }
         if request.predicate == nil, !request.arguments.isEmpty {
             throw TetherError(.invalid, "arguments given without a predicate")
         }
@@ -208,6 +212,10 @@ public final class FetchTask: Sendable {
     }
 
     deinit { Live.tasks.subtract(1, ordering: .relaxed) }
+
+    /// Most values a predicate may hold: what one SQLite statement binds,
+    /// less those a query adds (limit, offset).
+    static let mostValues = Database.variableLimit - 16
 
     /// Starts the fetch; `callback` runs once per phase, `progress` (if
     /// any) as server pages arrive, at most every `progressIntervalMilliseconds`
@@ -643,17 +651,18 @@ public final class FetchTask: Sendable {
         case .sync(let since):
             page.since = since  // everything that changed, in any order: the cache answers
         case .wholeListing:
-            page.sort = serverSort
+            break  // every page is read and sorted here: no order asked, none to fail
         case .query:
             page.sort = serverSort
             page.filters = server.filters
             page.rawQuery = request.serverQuery
             // A limit is the server's only where it says which records (its
-            // filters say the whole predicate, or the host's own query); else
-            // pages are read until enough records match. Offsets are skipped here.
-            page.limit = server.isExact ? needed : 0
+            // filters say the whole predicate exactly, or the host's own
+            // query); else pages are read until enough records match.
+            // Offsets are skipped here.
+            page.limit = stopsAtLimit && server.isExact ? needed : 0
         }
-        let readsToTheEnd = plan.readsToTheEnd || request.limit == 0
+        let readsToTheEnd = plan.readsToTheEnd || !stopsAtLimit
         let remote = context.connection.page(page) { [self] result in
             // On the network thread: with no limit to watch, the next page
             // leaves now, while this one is decoded and stored on the worker.
@@ -665,8 +674,21 @@ public final class FetchTask: Sendable {
         sent(remote)
     }
 
+    /// Whether a `.query` listing stops at the limit: only where the
+    /// server's order is the cache's, so its first records are the cache's
+    /// first (or where the host's own query says which records). A server
+    /// orders nulls, missing fields and values of other types its own way,
+    /// so with sort keys every page is read and the cut made here.
+    private var stopsAtLimit: Bool { request.limit > 0 && (sort.isEmpty || request.serverQuery != nil) }
+
+    /// The order asked of the server: by id alone (the cache's order
+    /// without sort keys, the same on every server) where reading stops at
+    /// the limit; none where every page is read and sorted here.
     private var serverSort: [SortKey] {
-        sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
+        if request.serverQuery != nil {
+            return sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
+        }
+        return stopsAtLimit ? [SortKey(field: entity.spec.idField, descending: false)] : []
     }
 
     private func receive(_ result: Result<Page, TetherError>, _ plan: ServerPlan) {
@@ -698,7 +720,7 @@ public final class FetchTask: Sendable {
                 return machine.received
             }
             if let next = page.next {
-                if plan.readsToTheEnd || request.limit == 0 { return }  // already requested
+                if plan.readsToTheEnd || !stopsAtLimit { return }  // already requested
                 if received < needed { return requestPage(next, plan) }
             }
             if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
