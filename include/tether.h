@@ -816,7 +816,8 @@ typedef struct tether_fetch_options {
  * variable limit, 250,000 on most systems) is refused.
  *
  * tether_fetch_start returns TETHER_E_INVALID for bad syntax, an unknown
- * key, a value of the wrong type or an argument count that does not match;
+ * key, a value of the wrong type, an argument count that does not match or
+ * more values than the store binds;
  * tether_errmsg() says what, and the column where there is one (an argument
  * given but not used has none: the message names it). */
 
