@@ -189,6 +189,10 @@ final class PredicateTests: XCTestCase {
         XCTAssertEqual(sets.filters, [Filter(field: "Change", .equal, [.integer(2)], type: .integer),
                                       Filter(field: "User", .equal, [.string("a")], type: .text)])
         XCTAssertTrue(sets.isExact)
+        // A to-many's fetch ANDs its owner's condition with the predicate: one list.
+        let nested = Predicate.and([try parse("User == 'a'"), try parse("Change == 1 AND Open == true")])
+        XCTAssertEqual(nested.serverFilters(entity, connection).filters.count, 3)
+        XCTAssertTrue(nested.serverFilters(entity, connection).isExact)
         let ranges = try parse("Change > 0 AND Change > 1").serverFilters(entity, connection)
         XCTAssertEqual(ranges.filters.count, 1)
         XCTAssertFalse(ranges.isExact)

@@ -95,12 +95,15 @@ extension Predicate {
     /// filter of their common values; of other conditions on one attribute,
     /// the first goes to the server and the rest are checked here.
     func serverFilters(_ entity: Entity, _ connection: any Connection) -> (filters: [Filter], isExact: Bool) {
-        let conjuncts: [Predicate]
-        switch self {
-        case .and(let parts): conjuncts = parts
-        case .always(true): return ([], true)
-        default: conjuncts = [self]
+        // A to-many's fetch is AND(refers, predicate): one list of conditions.
+        func conjuncts(of predicate: Predicate) -> [Predicate] {
+            switch predicate {
+            case .and(let parts): return parts.flatMap(conjuncts)
+            case .always(true): return []
+            default: return [predicate]
+            }
         }
+        let conjuncts = conjuncts(of: self)
         var isExact = true
         var groups: [(attribute: Int, comparisons: [Comparison])] = []
         for conjunct in conjuncts {
