@@ -715,11 +715,10 @@ typedef struct tether_fetch_options {
                                     answers and the server's alike: every
                                     policy gives the same records in the same
                                     order, with a limit too (the server is
-                                    asked to sort only by id, and only when no
-                                    key is given and a limit stops the
-                                    listing early; with keys and a limit,
-                                    every matching record is read and the
-                                    cut made here). */
+                                    asked to sort by id alone, whatever the
+                                    keys; with keys and a limit, every
+                                    matching record is read and the cut made
+                                    here). */
     int64_t limit;               /* at most this many objects; 0: no limit */
     tether_cache_policy policy;  /* default TETHER_POLICY_CACHE_THEN_SERVER */
     /* Version 2: */
@@ -1074,10 +1073,11 @@ typedef enum tether_request_kind {
                                        limit in all: tether_request_add_record each,
                                        then tether_request_set_page. The library
                                        filters and sorts what a host lists itself: it
-                                       asks for an order only with a limit, and then
-                                       by the id field alone, ascending, which the
-                                       host must give as Tether orders ids (by their
-                                       UTF-8 bytes), for its cut to be the cache's */
+                                       asks for the id field alone, ascending, which
+                                       the host must give as Tether orders ids (by
+                                       their UTF-8 bytes) where a limit cuts the
+                                       listing, for its cut to be the cache's (a
+                                       server query's keys are the fetch's) */
     TETHER_REQUEST_COUNT = 3,       /* how many records the entity has:
                                        tether_request_set_count */
     TETHER_REQUEST_RECORDS = 4,     /* the records of these ids (absent: the server has

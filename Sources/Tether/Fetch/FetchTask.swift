@@ -651,7 +651,7 @@ public final class FetchTask: Sendable {
         case .sync(let since):
             page.since = since  // everything that changed, in any order: the cache answers
         case .wholeListing:
-            break  // every page is read and sorted here: no order asked, none to fail
+            page.sort = serverSort
         case .query:
             page.sort = serverSort
             page.filters = server.filters
@@ -681,14 +681,16 @@ public final class FetchTask: Sendable {
     /// so with sort keys every page is read and the cut made here.
     private var stopsAtLimit: Bool { request.limit > 0 && (sort.isEmpty || request.serverQuery != nil) }
 
-    /// The order asked of the server: by id alone (the cache's order
-    /// without sort keys, the same on every server) where reading stops at
-    /// the limit; none where every page is read and sorted here.
+    /// The order asked of the server: by id alone, whatever the sort keys
+    /// (the answer is sorted here). It is the cache's order without keys on
+    /// every server, so a limit's cut is the cache's; it cannot fail (a sort
+    /// value Kinto cannot put in its page token is never an id's); and a
+    /// listing cut short leaves the first ids.
     private var serverSort: [SortKey] {
         if request.serverQuery != nil {
             return sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
         }
-        return stopsAtLimit ? [SortKey(field: entity.spec.idField, descending: false)] : []
+        return [SortKey(field: entity.spec.idField, descending: false)]
     }
 
     private func receive(_ result: Result<Page, TetherError>, _ plan: ServerPlan) {
