@@ -862,10 +862,13 @@ typedef struct tether_fetch_options {
                                     booleans by value, then text by Unicode
                                     scalar values; ties by id, ascending
                                     (see "Sort order" below). The cache's
-                                    answers and the server's alike (a server's
-                                    page is put in this order; with a limit,
-                                    which records make the cut is the
-                                    server's order where they differ). */
+                                    answers and the server's alike: every
+                                    policy gives the same records in the same
+                                    order, with a limit too (the server is
+                                    asked to sort by id alone, whatever the
+                                    keys; with keys and a limit, every
+                                    matching record is read and the cut made
+                                    here). */
     int64_t limit;               /* at most this many objects; 0: no limit */
     tether_cache_policy policy;  /* default TETHER_POLICY_CACHE_THEN_SERVER */
     /* Version 2: */
@@ -981,12 +984,31 @@ typedef struct tether_fetch_options {
  * reverses a key (null last). Ties go by id bytes, ascending, whatever the
  * keys' directions.
  *
+ * The server is sent, as filters, only comparisons it evaluates with this
+ * meaning, at most one per field (an attribute's == and IN conditions are
+ * sent as one filter of their common values; its other conditions are
+ * checked here). A count, or the cut of a limit, is the server's only when
+ * it filters the whole predicate exactly; else the library counts and cuts
+ * what the filtered listing holds. With Kinto: text == and IN (text
+ * without a comma, or a control character, for IN) and boolean == are
+ * exact; integer comparisons (not !=) narrow the listing, which is then
+ * filtered here (Kinto takes 5.0 as 5, and orders null and text below
+ * numbers); nothing else is sent (real values, text order, !=, BEGINSWITH
+ * and the rest, [c] and [d]). A name goes to Kinto only if made of ASCII
+ * letters, digits and '_' (not last_modified; a dot would be a path into an
+ * object), always with its operator's prefix (eq_min_age=18), so that no
+ * name reads as one of Kinto's operators. A host connection is sent no
+ * filters.
+ *
  * NOT NOT cancels and nested ANDs (ORs) merge; what is still nested deeper
  * than 16 levels of NOT, AND and OR is refused (SQLite's parser has a fixed
- * stack).
+ * stack). A flat AND or OR may have any number of terms (10,000 work); a
+ * predicate with more values than the store binds in one query (SQLite's
+ * variable limit, 250,000 on most systems) is refused.
  *
  * tether_fetch_start returns TETHER_E_INVALID for bad syntax, an unknown
- * key, a value of the wrong type or an argument count that does not match;
+ * key, a value of the wrong type, an argument count that does not match or
+ * more values than the store binds;
  * tether_errmsg() says what, and the column where there is one (an argument
  * given but not used has none: the message names it). */
 
@@ -1262,10 +1284,16 @@ typedef enum tether_request_kind {
     TETHER_REQUEST_PAGE = 2,        /* a page of an entity's records, in the order its
                                        sort keys say, after its cursor, at most its
                                        limit in all: tether_request_add_record each,
-                                       then tether_request_set_page. A listing must
-                                       move on: a next cursor given before in it, or
-                                       a page that names a next cursor but brings no
-                                       record or deletion the page before did not,
+                                       then tether_request_set_page. The library
+                                       filters and sorts what a host lists itself: it
+                                       asks for the id field alone, ascending, which
+                                       the host must give as Tether orders ids (by
+                                       their UTF-8 bytes) where a limit cuts the
+                                       listing, for its cut to be the cache's (a
+                                       server query's keys are the fetch's). A listing
+                                       must move on: a next cursor given before in it,
+                                       or a page that names a next cursor but brings
+                                       no record or deletion the page before did not,
                                        ends its fetch with TETHER_E_PROTOCOL naming
                                        the cursor */
     TETHER_REQUEST_COUNT = 3,       /* how many records the entity has:

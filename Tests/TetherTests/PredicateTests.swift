@@ -175,23 +175,56 @@ final class PredicateTests: XCTestCase {
 
     func testServerFiltersNeverNarrowerAndExactOnlyWhenSo() throws {
         let connection = MemoryConnection(MemoryServer(name: "m", specs: [entity.spec]))
-        let exact = try parse("Change == 5 AND User == 'a' AND Change IN {1, 2} AND Change > 0").serverFilters(entity, connection)
+        let exact = try parse("Change == 5 AND User == 'a' AND Open == true AND Score < 1").serverFilters(entity, connection)
         XCTAssertEqual(exact.filters.count, 4)
-        XCTAssertTrue(exact.isExact)
+        XCTAssertTrue(exact.isExact, "the memory server evaluates every filter as Filter.matches")
         let partial = try parse("Change <= 5 AND User BEGINSWITH 'a' AND User ==[c] 'b' AND Score < 1").serverFilters(entity, connection)
         XCTAssertEqual(partial.filters.map(\.operator), [.atMost, .lessThan])
-        XCTAssertFalse(partial.isExact, "text prefixes, folded text and reals are the core's to check")
+        XCTAssertFalse(partial.isExact, "text prefixes and folded text are the core's to check")
         XCTAssertEqual(try parse("Change == 1 OR Change == 2").serverFilters(entity, connection).filters, [])
-        XCTAssertEqual(try parse("User < 'b'").serverFilters(entity, connection).filters, [], "the server orders text its own way")
+        XCTAssertEqual(try parse("User < 'b'").serverFilters(entity, connection).filters.count, 1)
 
-        // Kinto answers 400 to control characters in a query, and splits in_ at commas.
+        // One filter per field: sets intersect; other conditions stay here.
+        let sets = try parse("Change IN {1, 2} AND Change IN {2, 3} AND User == 'a' AND User IN {'a', 'b'}").serverFilters(entity, connection)
+        XCTAssertEqual(sets.filters, [Filter(field: "Change", .equal, [.integer(2)], type: .integer),
+                                      Filter(field: "User", .equal, [.string("a")], type: .text)])
+        XCTAssertTrue(sets.isExact)
+        // A to-many's fetch ANDs its owner's condition with the predicate: one list.
+        let nested = Predicate.and([try parse("User == 'a'"), try parse("Change == 1 AND Open == true")])
+        XCTAssertEqual(nested.serverFilters(entity, connection).filters.count, 3)
+        XCTAssertTrue(nested.serverFilters(entity, connection).isExact)
+        let ranges = try parse("Change > 0 AND Change > 1").serverFilters(entity, connection)
+        XCTAssertEqual(ranges.filters.count, 1)
+        XCTAssertFalse(ranges.isExact)
+
+        // Kinto: exact only for text and boolean equality; names it reads as
+        // they are; values it takes in a query.
         let kinto = try KintoConnection(KintoOptions(serverURL: "http://127.0.0.1:9/v1", bucket: "b"))
         defer { kinto.shutdown() }
-        XCTAssertFalse(kinto.supports(Filter(field: "User", .equal, [.string("a\u{0}b")])))
-        XCTAssertFalse(kinto.supports(Filter(field: "User", .equal, [.string("line\n")])))
-        XCTAssertTrue(kinto.supports(Filter(field: "User", .equal, [.string("a,b")])))
-        XCTAssertFalse(kinto.supports(Filter(field: "User", .oneOf, [.string("a,b")])))
-        XCTAssertTrue(kinto.supports(Filter(field: "User", .oneOf, [.string("a"), .string("é😀")])))
+        func text(_ field: String, _ op: FilterOperator, _ values: [String]) -> Filter {
+            Filter(field: field, op, values.map { .string($0) }, type: .text)
+        }
+        XCTAssertFalse(kinto.supports(text("User", .equal, ["a\u{0}b"])))
+        XCTAssertFalse(kinto.supports(text("User", .equal, ["line\n"])))
+        XCTAssertTrue(kinto.filtersExactly(text("User", .equal, ["a,b"])))
+        XCTAssertFalse(kinto.supports(text("User", .oneOf, ["a,b"])))
+        XCTAssertTrue(kinto.filtersExactly(text("User", .oneOf, ["a", "é😀"])))
+        XCTAssertFalse(kinto.supports(text("User", .lessThan, ["a"])), "a collation orders text")
+        XCTAssertFalse(kinto.supports(text("User", .notEqual, ["a"])), "PostgreSQL leaves missing fields out of not_")
+        for name in ["unit-price", "two words", "a.b", "last_modified", "prénom", ""] {
+            XCTAssertFalse(kinto.supports(text(name, .equal, ["a"])), name)
+        }
+        for name in ["min_age", "in_stock", "_flag", "has_x", "contains_any_x", "eq_x"] {
+            XCTAssertTrue(kinto.supports(text(name, .equal, ["a"])), name)
+            XCTAssertTrue(KintoConnection.queryParameter(text(name, .equal, ["a"])).hasPrefix("eq_\(name)="), name)
+        }
+        let integer = Filter(field: "Change", .greaterThan, [.integer(1)], type: .integer)
+        XCTAssertTrue(kinto.supports(integer))
+        XCTAssertFalse(kinto.filtersExactly(integer), "Kinto takes 5.0 for 5, null and text as less than numbers")
+        XCTAssertFalse(kinto.supports(Filter(field: "Score", .lessThan, [.real(1)], type: .real)), "PostgreSQL compares decimals")
+        XCTAssertTrue(kinto.filtersExactly(Filter(field: "Open", .equal, [.bool(true)], type: .boolean)))
+        XCTAssertFalse(kinto.filtersExactly(Filter(field: "Open", .oneOf, [.bool(true)], type: .boolean)), "1 is in {true} for Python")
+        XCTAssertFalse(kinto.supports(text("User", .oneOf, (0..<1000).map { "value \($0)" })), "URLs stay short")
     }
 
     // MARK: the language's decisions, as tether.h writes them (issue 21, cases 7 and 8)

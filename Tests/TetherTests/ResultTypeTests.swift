@@ -25,9 +25,11 @@ enum ResultTypeContract {
         let recorder = ListingRecorder()
         let context = try backend.open(wrapping: recorder.wrap)
         defer { try? context.close() }
-        XCTAssertEqual(counted(try fetch(context, request(.count, .serverOnly, where: "Rank < $1", [.integer(30)]))), 30)
+        // Text equality: Kinto's is exact (its integer comparisons are not: 5.0 is 5 there).
+        let firstThirty = "Title IN {" + (0..<30).map { "'item \($0)'" }.joined(separator: ", ") + "}"
+        XCTAssertEqual(counted(try fetch(context, request(.count, .serverOnly, where: firstThirty))), 30)
         XCTAssertTrue(recorder.all.isEmpty, "the server counted: nothing was listed")
-        var window = request(.count, .serverOnly, where: "Rank < $1", [.integer(30)])
+        var window = request(.count, .serverOnly, where: firstThirty)
         window.offset = 25
         XCTAssertEqual(counted(try fetch(context, window)), 5)
         window.offset = 0

@@ -201,6 +201,10 @@ public final class FetchTask: Sendable {
         } else {
             predicate = asked
         }
+        // Refused here, not by SQLite at the first read (a store error).
+        if let predicate, case let values = predicate.sql(entity).parameters.count, values > Self.mostValues {
+            throw TetherError(.invalid, "predicate: \(values) values, more than the \(Self.mostValues) the store binds in one query")
+        }
         if request.predicate == nil, !request.arguments.isEmpty {
             throw TetherError(.invalid, "arguments given without a predicate")
         }
@@ -224,6 +228,10 @@ public final class FetchTask: Sendable {
     }
 
     deinit { Live.tasks.subtract(1, ordering: .relaxed) }
+
+    /// Most values a predicate may hold: what one SQLite statement binds,
+    /// less those a query adds (limit, offset).
+    static let mostValues = Database.variableLimit - 16
 
     /// Starts the fetch; `callback` runs once per phase, `progress` (if
     /// any) as server pages arrive, at most every `progressIntervalMilliseconds`
@@ -665,11 +673,12 @@ public final class FetchTask: Sendable {
             page.filters = server.filters
             page.rawQuery = request.serverQuery
             // A limit is the server's only where it says which records (its
-            // filters say the whole predicate, or the host's own query); else
-            // pages are read until enough records match. Offsets are skipped here.
-            page.limit = server.isExact ? needed : 0
+            // filters say the whole predicate exactly, or the host's own
+            // query); else pages are read until enough records match.
+            // Offsets are skipped here.
+            page.limit = stopsAtLimit && server.isExact ? needed : 0
         }
-        let readsToTheEnd = plan.readsToTheEnd || request.limit == 0
+        let readsToTheEnd = plan.readsToTheEnd || !stopsAtLimit
         let remote = context.connection.page(page) { [self] result in
             var result = result
             var index = 0
@@ -696,8 +705,23 @@ public final class FetchTask: Sendable {
         sent(remote)
     }
 
+    /// Whether a `.query` listing stops at the limit: only where the
+    /// server's order is the cache's, so its first records are the cache's
+    /// first (or where the host's own query says which records). A server
+    /// orders nulls, missing fields and values of other types its own way,
+    /// so with sort keys every page is read and the cut made here.
+    private var stopsAtLimit: Bool { request.limit > 0 && (sort.isEmpty || request.serverQuery != nil) }
+
+    /// The order asked of the server: by id alone, whatever the sort keys
+    /// (the answer is sorted here). It is the cache's order without keys on
+    /// every server, so a limit's cut is the cache's; it cannot fail (a sort
+    /// value Kinto cannot put in its page token is never an id's); and a
+    /// listing cut short leaves the first ids.
     private var serverSort: [SortKey] {
-        sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
+        if request.serverQuery != nil {
+            return sort.map { SortKey(field: entity.attributes[$0.index].name, descending: $0.descending) }
+        }
+        return [SortKey(field: entity.spec.idField, descending: false)]
     }
 
     /// `index`: the page's place in the listing (0: the first).
@@ -733,7 +757,7 @@ public final class FetchTask: Sendable {
                 return machine.received
             }
             if let next = page.next {
-                if plan.readsToTheEnd || request.limit == 0 {
+                if plan.readsToTheEnd || !stopsAtLimit {
                     let requested = machine.withLock { machine -> Bool in
                         defer { machine.requestedAfter = max(machine.requestedAfter, index) }
                         return machine.requestedAfter >= index

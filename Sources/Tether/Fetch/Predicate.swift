@@ -89,25 +89,59 @@ extension Predicate {
 
     /// The parts of the predicate the connection can filter by, so that the
     /// server's answer holds every matching record (and maybe more, which
-    /// `matches` then removes). `isExact`: the filters say all of it.
+    /// `matches` then removes). `isExact`: the filters say all of it, and the
+    /// connection evaluates each exactly as `matches` would, so the server's
+    /// answer is the answer (its count, its cut at a limit).
+    ///
+    /// At most one filter per field (a field given twice reaches a server as
+    /// a list): an attribute's `==` and `IN` conditions become the one
+    /// filter of their common values; of other conditions on one attribute,
+    /// the first goes to the server and the rest are checked here.
     func serverFilters(_ entity: Entity, _ connection: any Connection) -> (filters: [Filter], isExact: Bool) {
-        let conjuncts: [Predicate]
-        switch self {
-        case .and(let parts): conjuncts = parts
-        case .always(true): return ([], true)
-        default: conjuncts = [self]
+        // A to-many's fetch is AND(refers, predicate): one list of conditions.
+        func conjuncts(of predicate: Predicate) -> [Predicate] {
+            switch predicate {
+            case .and(let parts): return parts.flatMap(conjuncts)
+            case .always(true): return []
+            default: return [predicate]
+            }
+        }
+        let conjuncts = conjuncts(of: self)
+        var isExact = true
+        var groups: [(attribute: Int, comparisons: [Comparison])] = []
+        for conjunct in conjuncts {
+            guard case .comparison(let comparison) = conjunct, comparison.filter(entity) != nil else {
+                isExact = false
+                continue
+            }
+            if let index = groups.firstIndex(where: { $0.attribute == comparison.attribute }) {
+                groups[index].comparisons.append(comparison)
+            } else {
+                groups.append((comparison.attribute, [comparison]))
+            }
         }
         var filters: [Filter] = []
-        var isExact = true
-        for conjunct in conjuncts {
-            guard case .comparison(let comparison) = conjunct,
-                  let filter = comparison.filter(entity), connection.supports(filter) else {
+        for (_, comparisons) in groups {
+            let sets = comparisons.allSatisfy { $0.operator == .equal || $0.operator == .oneOf }
+            // The candidates every condition accepts, by the same comparison as `matches`.
+            let common = comparisons[0].values.filter { value in comparisons.allSatisfy { $0.matches(value) } }
+            if comparisons.count > 1, sets, !common.isEmpty {
+                let first = comparisons[0]
+                let combined = Comparison(attribute: first.attribute, operator: common.count == 1 ? .equal : .oneOf,
+                                          options: first.options, values: common)
+                if let filter = combined.filter(entity), connection.supports(filter) {
+                    filters.append(filter)
+                    if !connection.filtersExactly(filter) { isExact = false }
+                    continue
+                }
+            }
+            if comparisons.count > 1 { isExact = false }
+            guard let filter = comparisons.lazy.compactMap({ $0.filter(entity) }).first(where: connection.supports) else {
                 isExact = false
                 continue
             }
             filters.append(filter)
-            // What a server filter says exactly is equality and order on numbers.
-            if !comparison.isExactOnServers(entity) { isExact = false }
+            if !connection.filtersExactly(filter) { isExact = false }
         }
         return (filters, isExact)
     }
@@ -288,30 +322,47 @@ enum LikePattern {
 // MARK: - the server's filters
 
 extension Comparison {
-    /// The same comparison as a server filter, or nil where a filter could
-    /// leave out a record that matches (the server's text order and case
-    /// folding are its own; only equality and numbers carry over).
+    /// The same comparison as a server filter (which the connection may
+    /// still not support), or nil for one no filter says: folded text, text
+    /// matching, BETWEEN, nil, JSON attributes.
     func filter(_ entity: Entity) -> Filter? {
         let attribute = entity.attributes[self.attribute]
-        guard options.isEmpty, !values.isEmpty, !values.contains(.null) else { return nil }
+        guard options.isEmpty, attribute.type != .json, !values.isEmpty, !values.contains(.null) else { return nil }
         let json = values.map(\.json)
-        let isNumber = attribute.type == .integer || attribute.type == .real
+        let filterOperator: FilterOperator
         switch self.operator {
-        case .equal: return Filter(field: attribute.name, .equal, json)
-        case .oneOf: return Filter(field: attribute.name, .oneOf, json)
-        case .less where isNumber: return Filter(field: attribute.name, .lessThan, json)
-        case .lessOrEqual where isNumber: return Filter(field: attribute.name, .atMost, json)
-        case .greater where isNumber: return Filter(field: attribute.name, .greaterThan, json)
-        case .greaterOrEqual where isNumber: return Filter(field: attribute.name, .atLeast, json)
-        default: return nil
+        case .equal: filterOperator = .equal
+        case .notEqual: filterOperator = .notEqual
+        case .oneOf: filterOperator = .oneOf
+        case .less: filterOperator = .lessThan
+        case .lessOrEqual: filterOperator = .atMost
+        case .greater: filterOperator = .greaterThan
+        case .greaterOrEqual: filterOperator = .atLeast
+        case .between, .beginsWith, .endsWith, .contains, .like: return nil
         }
+        return Filter(field: attribute.name, filterOperator, json, type: attribute.type)
     }
+}
 
-    /// Whether the server's filter selects exactly what `matches` would, so
-    /// a limit can be left to the server.
-    func isExactOnServers(_ entity: Entity) -> Bool {
-        let type = entity.attributes[attribute].type
-        return type == .integer || (type == .text && (self.operator == .equal || self.operator == .oneOf))
+extension Filter {
+    /// What the filter means: the predicate's comparison of the field's value,
+    /// read as an attribute of `type` (a misfit is null). A connection that
+    /// says it filters exactly must select exactly these records.
+    public func matches(_ field: JSON?) -> Bool {
+        let comparisonOperator: Comparison.Operator
+        switch self.operator {
+        case .equal: comparisonOperator = .equal
+        case .notEqual: comparisonOperator = .notEqual
+        case .lessThan: comparisonOperator = .less
+        case .greaterThan: comparisonOperator = .greater
+        case .atMost: comparisonOperator = .lessOrEqual
+        case .atLeast: comparisonOperator = .greaterOrEqual
+        case .oneOf: comparisonOperator = .oneOf
+        }
+        guard !values.isEmpty, type != .json else { return false }
+        let comparison = Comparison(attribute: 0, operator: comparisonOperator, options: [],
+                                    values: values.map { Value(json: $0, type: type) })
+        return comparison.matches(Value(json: field, type: type))
     }
 }
 
@@ -331,10 +382,57 @@ extension Predicate {
         case .always(let answer): return answer ? "1" : "0"
         // SQL's NULL is a third answer: NOT turns it into the two-valued one.
         case .not(let inner): return "NOT IFNULL(\(inner.sql(entity, &parameters)), 0)"
-        case .and(let parts): return "(" + parts.map { $0.sql(entity, &parameters) }.joined(separator: " AND ") + ")"
-        case .or(let parts): return "(" + parts.map { $0.sql(entity, &parameters) }.joined(separator: " OR ") + ")"
+        case .and(let parts): return Self.balanced(Self.mergingSets(parts, inOR: false)[...], "AND", entity, &parameters)
+        case .or(let parts): return Self.balanced(Self.mergingSets(parts, inOR: true)[...], "OR", entity, &parameters)
         case .comparison(let comparison): return comparison.sql(entity, &parameters)
         }
+    }
+
+    /// In an OR, the `==` and `IN` of one attribute (and options) as one
+    /// `IN`; in an AND, its `!=` as one `NOT IN`: the same answer, and SQLite
+    /// prepares a long list of values at once where it takes time that grows
+    /// with the square of the number of terms (10,000 terms: a second).
+    private static func mergingSets(_ parts: [Predicate], inOR: Bool) -> [Predicate] {
+        struct Key: Hashable { let attribute: Int, options: Int }
+        var merged: [Predicate] = []
+        var sets: [Key: Int] = [:]  // the set's index in `values`
+        var values: [(index: Int, values: [Value], count: Int)] = []
+        for part in parts {
+            guard case .comparison(let comparison) = part, comparison.values.first != .null,
+                  inOR ? comparison.operator == .equal || comparison.operator == .oneOf : comparison.operator == .notEqual else {
+                merged.append(part)
+                continue
+            }
+            let key = Key(attribute: comparison.attribute, options: comparison.options.rawValue)
+            if let set = sets[key] {
+                values[set].values.append(contentsOf: comparison.values)
+                values[set].count += 1
+            } else {
+                sets[key] = values.count
+                values.append((merged.count, comparison.values, 1))
+                merged.append(part)
+            }
+        }
+        for (key, set) in sets where values[set].count > 1 {
+            let oneOf = Predicate.comparison(Comparison(attribute: key.attribute, operator: .oneOf,
+                                                        options: Comparison.Options(rawValue: key.options), values: values[set].values))
+            merged[values[set].index] = inOR ? oneOf : .not(oneOf)
+        }
+        return merged
+    }
+
+    /// `a AND b AND c…` as SQLite parses it is a chain as deep as it is
+    /// long, and SQLite refuses trees deeper than 1000: halves nest instead,
+    /// so 10,000 terms are 14 levels deep.
+    private static func balanced(_ parts: ArraySlice<Predicate>, _ joiner: String, _ entity: Entity,
+                                 _ parameters: inout [SQLValue]) -> String {
+        if parts.isEmpty { return joiner == "AND" ? "1" : "0" }
+        if parts.count <= 8 {
+            return "(" + parts.map { $0.sql(entity, &parameters) }.joined(separator: " \(joiner) ") + ")"
+        }
+        let middle = parts.startIndex + parts.count / 2
+        return "(" + balanced(parts[..<middle], joiner, entity, &parameters) + " \(joiner) "
+            + balanced(parts[middle...], joiner, entity, &parameters) + ")"
     }
 }
 

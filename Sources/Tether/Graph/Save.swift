@@ -170,13 +170,14 @@ public final class SaveTask: Sendable {
         for entity in entities {
           for inverse in context.model.inverses(of: entity) where !inverse.source.isLocal && inverse.source.operations.contains(.fetch) {
             let targets = deletes.filter { $0.entity === entity }
-            let field = inverse.source.attributes[inverse.attribute].name
-            let oneOf = Filter(field: field, .oneOf, targets.map { JSON.string($0.id) })
+            let attribute = inverse.source.attributes[inverse.attribute]
+            let field = attribute.name
+            let oneOf = Filter(field: field, .oneOf, targets.map { JSON.string($0.id) }, type: attribute.type)
             if targets.count > 1, context.connection.supports(oneOf) {
                 asks.append((inverse, targets, oneOf))
             } else {
                 for target in targets {
-                    let equal = Filter(field: field, .equal, [.string(target.id)])
+                    let equal = Filter(field: field, .equal, [.string(target.id)], type: attribute.type)
                     // A connection that cannot filter so: the rules see the cache only.
                     if context.connection.supports(equal) { asks.append((inverse, [target], equal)) }
                 }

@@ -42,10 +42,16 @@ public protocol Connection: AnyObject, Sendable {
     /// `ids` split into lists that each fit one `records` request.
     func idBatches(_ ids: [String]) -> [[String]]
 
-    /// Whether `page` can apply this filter on the server, with exactly the
-    /// meaning `Filter` gives it. The core sends only filters a connection
-    /// supports, and filters the rest itself.
+    /// Whether `page` and `count` can apply this filter on the server so
+    /// that their answer holds every record `Filter` says matches (maybe
+    /// more, which the core then filters out itself). The core sends only
+    /// filters a connection supports, at most one per field.
     func supports(_ filter: Filter) -> Bool
+
+    /// Whether the server's answer to this (supported) filter is exactly the
+    /// records `Filter` says match, no more: only then does the core leave
+    /// a count, or the cut of a limit, to the server.
+    func filtersExactly(_ filter: Filter) -> Bool
 
     /// Sends `writes` in order, in as few requests as the server allows,
     /// and calls `answered` with their outcomes in order, a run at a time as
@@ -91,16 +97,25 @@ public struct PageCursor: Sendable, Equatable {
 }
 
 /// A comparison the server applies to a listing: `field` against `values`
-/// (one value, or the candidates of `.oneOf`).
+/// (one value, or the candidates of `.oneOf`), meaning exactly what the
+/// predicate comparison `field op value` means (`Filter.matches`): the
+/// field's value is read as an attribute of `type`; a missing or null field,
+/// or one holding a value of another type (a misfit: `5.0` or `"5"` for an
+/// integer, `1` for a boolean), is null, and null matches only `.notEqual`;
+/// numbers compare by value, text by Unicode scalars, exactly (no case or
+/// accent folding, no normalization).
 public struct Filter: Sendable, Equatable {
     public var field: String
     public var `operator`: FilterOperator
     public var values: [JSON]
+    /// The type of the attribute the field holds.
+    public var type: AttributeType
 
-    public init(field: String, _ operator: FilterOperator, _ values: [JSON]) {
+    public init(field: String, _ operator: FilterOperator, _ values: [JSON], type: AttributeType) {
         self.field = field
         self.operator = `operator`
         self.values = values
+        self.type = type
     }
 }
 

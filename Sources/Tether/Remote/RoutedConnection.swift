@@ -39,6 +39,7 @@ final class RoutedConnection: Connection {
     func idBatches(_ ids: [String]) -> [[String]] { server.idBatches(ids) }
 
     func supports(_ filter: Filter) -> Bool { server.supports(filter) }
+    func filtersExactly(_ filter: Filter) -> Bool { server.filtersExactly(filter) }
 
     /// Each side gets its writes, in order; their outcomes are put back in
     /// the order of `writes` and answered as each prefix is complete.

@@ -53,6 +53,14 @@ final class Database: @unchecked Sendable {
 
     deinit { close() }
 
+    /// Most values one statement binds: the SQLite build's limit (32,766
+    /// by default, 250,000 in most distributions' builds), the same for
+    /// every connection, as none lowers it.
+    static let variableLimit: Int = {
+        guard let database = try? Database(path: ":memory:") else { return 999 }
+        return Int(sqlite3_limit(database.handle, SQLITE_LIMIT_VARIABLE_NUMBER, -1))
+    }()
+
     /// The file's full path; empty for a database in memory or a temporary one.
     var fileName: String { sqlite3_db_filename(handle, "main").map { String(cString: $0) } ?? "" }
 

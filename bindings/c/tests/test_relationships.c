@@ -210,8 +210,9 @@ static void test_delete_rules(tether_context *ctx)
         CHECK_INT(v.type, TETHER_TYPE_NULL);
     CHECK_OK(tether_context_change_count(ctx, &count));
     CHECK_INT(count, 4); /* Ann, Rex, Tom, the note */
-    /* A cascade is planned from its leaves: the note first, Ann last. */
-    check_changes(ctx, "notes/n1:update pets/p2:delete pets/p1:delete owners/o1:delete ");
+    /* A cascade is planned from its leaves: the note first, Ann last (her
+     * pets in the order they were stored: a listing comes in id order). */
+    check_changes(ctx, "notes/n1:update pets/p1:delete pets/p2:delete owners/o1:delete ");
     CHECK_CODE(tu_save(ctx, NULL), TETHER_OK);
     check_changes(ctx, "");
     CHECK_INT(record_status("owners", "o1", NULL), 404);

@@ -703,9 +703,10 @@ static void test_unsynced(tether_context *ctx, tether_delivery delivery, const c
     for (k = 0; k < NQUERIES; k++)
         if (queries[k].kind != K_CONTAINS)
             check_count_only(ctx, delivery, &queries[k], TETHER_POLICY_SERVER_ONLY, expected(&queries[k], exp), mode);
-    /* The server counted what it could filter whole, sending no records:
-     * so none were stored. */
-    check_count_only(ctx, delivery, NULL, TETHER_POLICY_CACHE_ONLY, 0, mode);
+    /* Kinto's n < 250 is not Tether's (it takes 5.0 for 5, and null or
+     * text as less than any number): those records were listed, counted
+     * here and stored; the server counts only what it filters exactly. */
+    check_count_only(ctx, delivery, NULL, TETHER_POLICY_CACHE_ONLY, LESS_THAN, mode);
 
     snprintf(title, sizeof title, "%s: every result type from the server before the entity is synced", mode);
     tu_section(title);

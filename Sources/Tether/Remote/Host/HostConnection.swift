@@ -158,6 +158,7 @@ public final class HostConnection: Connection, ReachabilityReporting {
     /// The core filters what a host lists: a host is asked only for an
     /// entity's records, in an order, up to a limit.
     public func supports(_ filter: Filter) -> Bool { false }
+    public func filtersExactly(_ filter: Filter) -> Bool { false }
 
     public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         issue(HostRequest(self, .write, writes: writes) { result in

@@ -63,6 +63,7 @@ final class LocalConnection: Connection {
     func idBatches(_ ids: [String]) -> [[String]] { ids.isEmpty ? [] : [ids] }
 
     func supports(_ filter: Filter) -> Bool { false }
+    func filtersExactly(_ filter: Filter) -> Bool { false }
 
     /// Each write in its own transaction, all answered in one run.
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {

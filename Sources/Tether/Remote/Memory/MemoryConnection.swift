@@ -170,18 +170,9 @@ public final class MemoryServer: Sendable {
         }
     }
 
+    /// The memory server evaluates a filter as `Filter` defines it: exactly.
     private static func holds(_ filter: Filter, in record: RecordFields) -> Bool {
-        let value = record.first { $0.key == filter.field }?.value ?? .null
-        guard let first = filter.values.first else { return false }
-        switch filter.operator {
-        case .equal: return value == first
-        case .notEqual: return value != first
-        case .lessThan: return JSON.orders(value, before: first)
-        case .greaterThan: return JSON.orders(first, before: value)
-        case .atMost: return !JSON.orders(first, before: value)
-        case .atLeast: return !JSON.orders(value, before: first)
-        case .oneOf: return filter.values.contains(value)
-        }
+        filter.matches(record.first { $0.key == filter.field }?.value)
     }
 
     private static func render(_ spec: Spec, _ id: String, _ row: (fields: RecordFields, version: Int64)) -> RecordFields {
@@ -257,6 +248,7 @@ public final class MemoryConnection: Connection, ReachabilityReporting {
     }
 
     public func supports(_ filter: Filter) -> Bool { true }
+    public func filtersExactly(_ filter: Filter) -> Bool { true }
 
     public func idBatches(_ ids: [String]) -> [[String]] {
         // As many as a Kinto batch of listings carries.
