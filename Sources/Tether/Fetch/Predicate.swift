@@ -361,8 +361,19 @@ extension Filter {
         }
         guard !values.isEmpty, type != .json else { return false }
         let comparison = Comparison(attribute: 0, operator: comparisonOperator, options: [],
-                                    values: values.map { Value(json: $0, type: type) })
+                                    values: values.map { Self.operand($0, type) })
         return comparison.matches(Value(json: field, type: type))
+    }
+
+    /// An operand as the predicate holds it: a number stays a number against
+    /// a number attribute of the other kind (`n < 0.5` on an integer), and
+    /// compares by exact value; it is not a misfit, as such a field would be.
+    private static func operand(_ json: JSON, _ type: AttributeType) -> Value {
+        switch (type, json) {
+        case (.integer, .real(let d)): return .real(d)
+        case (.real, .integer(let i)): return .integer(i)
+        default: return Value(json: json, type: type)
+        }
     }
 }
 
