@@ -810,8 +810,13 @@ typedef enum tether_cache_policy {
     TETHER_POLICY_CACHE_ONLY = 1,
     /* One FINAL callback with the server's answer. */
     TETHER_POLICY_SERVER_ONLY = 2,
-    /* One FINAL callback: the cache's answer if it has any object, else the
-     * server's. */
+    /* One FINAL callback: the cache's answer if the cache can answer, else
+     * the server's. The cache can answer once the entity is synced (see
+     * "Sync" at tether_fetch_start) and holds a match: before, it holds
+     * only what earlier answers happened to bring (one page, one get), so
+     * the server is asked, as CACHE_THEN_SERVER's server phase would. An
+     * empty answer of a synced entity is also asked of the server (a sync:
+     * cheap when nothing changed). A local entity's cache always answers. */
     TETHER_POLICY_CACHE_ELSE_SERVER = 3
 } tether_cache_policy;
 
@@ -890,7 +895,12 @@ typedef struct tether_fetch_options {
                                     sort, offset and limit); the predicate
                                     still selects from the cache, for the
                                     CACHED phase, cache-only fetches and
-                                    CACHE_ELSE_SERVER's cache answer. */
+                                    CACHE_ELSE_SERVER's cache answer. A live
+                                    fetch with a server query is refused
+                                    (TETHER_E_INVALID): a live fetch follows
+                                    the cache, which cannot answer the
+                                    server's own query, so its answers
+                                    would change meaning after the first. */
     /* Version 4: */
     tether_result_type result_type;  /* default TETHER_RESULT_OBJECTS */
     const char *properties;      /* TETHER_RESULT_VALUES: attribute names,
@@ -911,7 +921,16 @@ typedef struct tether_fetch_options {
                                     sync, another fetch, a get's refresh -
                                     coalesced: at most one answer waits to be
                                     delivered, and it covers every change
-                                    since the one before. */
+                                    since the one before. It converges:
+                                    whatever the order of its own listing
+                                    and other writes (another fetch's
+                                    pages, saves, refreshes), its last
+                                    answer is the query over the store once
+                                    every change has landed - a change made
+                                    while its server phase runs is looked
+                                    at after its first answer. Applying each
+                                    answer's changes to the answer before
+                                    gives it. */
     /* Version 6: */
     tether_object *related_owner; /* with related_name: fetch a to-many
                                     relationship, the records referring to

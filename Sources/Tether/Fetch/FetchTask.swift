@@ -25,6 +25,7 @@ public struct FetchRequest: Sendable {
     /// such as `has_Owner=true&_since=...`), used as given for the server
     /// phase instead of the predicate's filters; its answer is the result as
     /// the server gives it. The predicate still selects from the cache.
+    /// Refused for a live fetch, which follows the cache.
     public var serverQuery: String?
     /// Objects, ids, values or a count.
     public var resultType = ResultType.objects
@@ -106,6 +107,7 @@ public final class FetchTask: Sendable {
         /// delivered (then the next waits for it: one in the queue at most).
         var lastRows: [ResultChanges.Row] = []
         var lastCount = 0
+        /// (Also gathered while running: see `noteChanged`.)
         var changedIDs = Set<ExactString>()
         var lookScheduled = false
         var answerInFlight = false
@@ -183,6 +185,12 @@ public final class FetchTask: Sendable {
                 throw TetherError(.invalid, "the server query must be printable ASCII without spaces or #, "
                                             + "percent-encoded, at most 8000 bytes")
             }
+            // A live fetch follows the cache, which cannot answer the
+            // server's own query: its answers would change meaning.
+            if request.live {
+                throw TetherError(.invalid, "a live fetch cannot have a server query: it follows the cache, "
+                                            + "which answers the predicate, not the server's query")
+            }
         }
         var sort: [(index: Int, descending: Bool)] = []
         let sortText = request.sort ?? ""
@@ -253,7 +261,15 @@ public final class FetchTask: Sendable {
             machine.state = .running(remote: nil)
             return true
         }
-        if started { context.worker.async { [self] in run() } }
+        guard started else { return }
+        if request.live {
+            // Watched from the start: a change that lands while the server
+            // phase runs (another fetch's page, a save) is looked at after
+            // the first answer, which may not hold it.
+            context.watch(self, entity)
+            if machine.withLock({ if case .done = $0.state { true } else { false } }) { context.unwatch(self, entity) }
+        }
+        context.worker.async { [self] in run() }
     }
 
     /// Cancels; afterwards only the final cancelled callback can arrive.
@@ -267,16 +283,13 @@ public final class FetchTask: Sendable {
 
     private func cancel(_ id: Delivery.SubscriptionID) throws {
         try context.delivery.cancel(id)
-        let (remote, wasWatching) = machine.withLock { machine -> ((any Cancellable)?, Bool) in
+        let remote = machine.withLock { machine -> (any Cancellable)? in
             defer { machine.end() }
-            switch machine.state {
-            case .running(let remote): return (remote, false)
-            case .watching: return (nil, true)
-            default: return (nil, false)
-            }
+            if case .running(let remote) = machine.state { return remote }
+            return nil
         }
         remote?.cancel()
-        if wasWatching { context.unwatch(self, entity) }
+        if request.live { context.unwatch(self, entity) }
     }
 
     /// Results to collect from the server before the offset is skipped; 0: all.
@@ -367,7 +380,8 @@ public final class FetchTask: Sendable {
             return true
         }
         guard first else { return }
-        context.watch(self, entity)
+        // Changes noted meanwhile stay in `changedIDs`: once this answer is
+        // delivered, the cache is looked at again.
         postLive(error, results)
     }
 
@@ -380,9 +394,17 @@ public final class FetchTask: Sendable {
     }
 
     /// Event: records of the entity were written or deleted in the context.
+    /// While the server phase runs they are only noted: its answer may have
+    /// been read before them, so the first answer is followed by a look.
     func noteChanged(_ ids: [String]) {
         let schedule = machine.withLock { machine -> Bool in
-            guard case .watching = machine.state else { return false }
+            switch machine.state {
+            case .running:
+                machine.changedIDs.formUnion(ids.map(ExactString.init))
+                return false
+            case .watching: break
+            case .idle, .done: return false
+            }
             machine.changedIDs.formUnion(ids.map(ExactString.init))
             guard !machine.lookScheduled, !machine.answerInFlight else { return false }
             machine.lookScheduled = true
@@ -417,8 +439,9 @@ public final class FetchTask: Sendable {
             machine.answerInFlight = true
             return (machine.lastRows, machine.lastCount)
         }) else { return }
-        let rows: [ResultChanges.Row]
-        let count: Int
+        var rows: [ResultChanges.Row]
+        var count: Int
+        var read: FetchedResults?  // the answer, when read whole already
         do {
             let pending = context.pendingRows(entity)
             if !pending.isEmpty {
@@ -430,6 +453,7 @@ public final class FetchTask: Sendable {
                 for row in pending { revisions[ExactString(row.object.id)] = -row.revision }
                 rows = ids.map { ResultChanges.Row(id: $0, version: revisions[$0] ?? versions[$0]) }
                 count = answer.count
+                read = answer
             } else if request.resultType == .count {
                 rows = []
                 count = Int(try context.store(for: entity).count(entity, where: predicate, limit: request.limit, offset: request.offset))
@@ -443,9 +467,25 @@ public final class FetchTask: Sendable {
             return  // the context is closing: its cancel ends the fetch
         }
         guard rows != lastRows || count != lastCount else { return answerDelivered() }
-        let changes = ResultChanges.between(lastRows, rows)
+        // The answer and its changes come from one read of the rows: unsaved
+        // changes made meanwhile on another thread must not make the changes
+        // disagree with the answer they describe.
         let results: FetchedResults
-        do { results = try readCache() } catch { return answerDelivered() }
+        do {
+            if let read {
+                results = read
+            } else {
+                results = try readCache()
+                let ids = results.allIDs
+                let versions = try context.store(for: entity).versions(entity, ids: ids.map(\.string))
+                var revisions: [ExactString: Int64] = [:]
+                for row in context.pendingRows(entity) { revisions[ExactString(row.object.id)] = -row.revision }
+                rows = ids.map { ResultChanges.Row(id: $0, version: revisions[$0] ?? versions[$0]) }
+                count = results.count
+            }
+        } catch { return answerDelivered() }
+        guard rows != lastRows || count != lastCount else { return answerDelivered() }
+        let changes = ResultChanges.between(lastRows, rows)
         let moved = machine.withLock { machine -> Bool in
             guard case .watching = machine.state else { return false }
             machine.lastRows = rows
@@ -482,8 +522,11 @@ public final class FetchTask: Sendable {
             case .serverOnly:
                 fetchFromServer()
             case .cacheElseServer:
+                // Only a synced entity's cache holds every match: before,
+                // it holds what earlier answers happened to bring.
+                let synced = try context.store(for: entity).syncVersion(entity) != nil
                 let cached = try readCache()
-                if cached.count == 0 { fetchFromServer() } else { finish(nil, cached) }
+                if synced, cached.count > 0 { finish(nil, cached) } else { fetchFromServer() }
             }
         } catch {
             finish(TetherError.wrap(error), FetchedResults.empty(request.resultType))
