@@ -1066,6 +1066,22 @@ typedef void (*tether_fetch_cb)(tether_task *task, tether_phase phase, int statu
  * name are asked for by id, so that one changed or deleted there leaves the
  * store's answers too. A server query always asks the server exactly that.
  *
+ * Snapshots: a listing of several pages is not one state of the server (a
+ * record changed meanwhile may move to a page already read), so after its
+ * last page (server queries apart) the fetch asks what changed since its
+ * first page's version (Kinto: `_since` its ETag; 304 when nothing did),
+ * stores it and puts it in the answer, then removes what the listing did
+ * not see: a record that existed throughout is never removed. A catch-up
+ * of several pages is followed by another, up to 3 in all; later changes
+ * are the next sync's. A sync also asks the server how many records it
+ * holds (Kinto: a HEAD's Total-Records); when that differs from the store,
+ * or when what changed since our version names no change as recent as the
+ * collection's version (a record put back with an older version, a
+ * collection recreated), the history was rewritten: the fetch lists
+ * everything again, taking the server's versions even where older, and the
+ * records it does not name leave the store, their observers and live
+ * fetches told.
+ *
  * A listing must move on: a next cursor (Kinto's Next-Page) that the
  * listing gave before, or a page that names a next cursor yet brings no
  * record or deletion the page before did not, ends the fetch with

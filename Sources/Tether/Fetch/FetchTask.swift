@@ -133,6 +133,8 @@ public final class FetchTask: Sendable {
         var requestedAfter = -1
         /// The cache's answer, for a final error of CACHE_THEN_SERVER.
         var cached: FetchedResults?
+        /// A sync's records were counted on the server (once per fetch).
+        var counted = false
 
         /// The server phase starts (again) with `plan`.
         mutating func begin(_ plan: ServerPlan) {
@@ -772,16 +774,19 @@ public final class FetchTask: Sendable {
         guard isRunning, machine.withLock({ $0.plan == plan }) else { return }  // or a page of a plan given up
         do {
             // (Only a sync can lose its history: a listing answered so again would start over forever.)
-            if case .failure(let error) = result, error.kind == .expired, case .sync = plan {
-                // The server lost the history since our version: list it all again.
-                try context.store(for: entity).clearSyncVersion(entity)
-                return start(.wholeListing(firstWrite: try context.store(for: entity).nextWrite(), afterLostHistory: true))
+            // (Decoding can tell it too: changes that do not reach the version.)
+            let page: Page
+            let content: PageContent
+            do {
+                page = try result.get()
+                content = try page.decode()
+            } catch let error as TetherError where error.kind == .expired {
+                guard case .sync = plan else { throw error }
+                return relist()  // the server lost the history since our version
             }
-            let page = try result.get()
             // The host's own server query says which records: not filtered here.
             var acceptingOlder = false
             if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
-            let content = try page.decode()
             if let next = page.next { try checkProgress(content, next) }
             machine.withLock { $0.checkedPages = index + 1 }
             Log.debug(.sync, "\(entity.name): page of \(content.records.count) records, \(content.deletedIDs.count) deletions"
@@ -809,17 +814,119 @@ public final class FetchTask: Sendable {
                 }
                 if received < needed { return requestPage(next, plan) }
             }
-            if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
-                // The whole filtered answer is in: rows the cache still thinks
-                // match, but the server did not name, changed or went.
-                let named = Set(machine.withLock { $0.results }.map { ExactString($0.id) })
-                let cached = try context.store(for: entity).idList(entity, where: predicate, sort: nil)
-                let stale = (0..<cached.count).map { cached[$0] }.filter { !named.contains(ExactString($0)) }
-                if !stale.isEmpty { return verify(context.connection.idBatches(stale), cursor: nil, seen: [], cursors: CursorTrail()) }
+            // Pages are no snapshot: a record changed meanwhile may have moved
+            // to a page already read. What changed since the first page is
+            // asked for before the answer is settled (and before a whole
+            // listing removes what it did not see).
+            if index > 0, request.serverQuery == nil, let since = machine.withLock({ $0.version }) {
+                return catchUp(since: since) { [self] in try ended(plan, page) }
             }
-            finish(nil, try listingEnded(plan))
+            try ended(plan, page)
         } catch {
             fail(error)
+        }
+    }
+
+    /// The entity's sync is forgotten and everything listed again, the
+    /// server's versions taken even where older than the store's: what the
+    /// listing does not name leaves the store, and its observers are told.
+    private func relist() {
+        do {
+            try context.store(for: entity).clearSyncVersion(entity)
+            start(.wholeListing(firstWrite: try context.store(for: entity).nextWrite(), afterLostHistory: true))
+        } catch {
+            fail(error)
+        }
+    }
+
+    /// The listing is in: settles the answer and ends the fetch.
+    private func ended(_ plan: ServerPlan, _ page: Page) throws {
+        if case .sync = plan, !machine.withLock({ $0.counted }) {
+            // A collection recreated, or a record put back with an older
+            // version, leaves no trace in what changed since our version:
+            // then the server holds another number of records than the store.
+            machine.withLock { $0.counted = true }
+            let remote = context.connection.count(PageRequest(spec: entity.spec)) { [self] result in
+                context.worker.async { [self] in
+                    guard isRunning, machine.withLock({ $0.plan == plan }) else { return }
+                    do {
+                        let held = try context.store(for: entity).count(entity, where: nil)
+                        if case .success(let total) = result, total != held {
+                            Log.debug(.sync, "\(entity.name): the server holds \(total) records, the store \(held): listing all again")
+                            return relist()
+                        }
+                        finish(nil, try listingEnded(plan))  // (a count that failed leaves the sync as it is)
+                    } catch {
+                        fail(error)
+                    }
+                }
+            }
+            return sent(remote)
+        }
+        if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
+            // The whole filtered answer is in: rows the cache still thinks
+            // match, but the server did not name, changed or went.
+            let named = Set(machine.withLock { $0.results }.map { ExactString($0.id) })
+            let cached = try context.store(for: entity).idList(entity, where: predicate, sort: nil)
+            let stale = (0..<cached.count).map { cached[$0] }.filter { !named.contains(ExactString($0)) }
+            if !stale.isEmpty { return verify(context.connection.idBatches(stale), cursor: nil, seen: [], cursors: CursorTrail()) }
+        }
+        finish(nil, try listingEnded(plan))
+    }
+
+    /// Catch-ups after a listing of several pages, at most: a catch-up of
+    /// several pages is no snapshot either, and is followed by another.
+    static let catchUpRounds = 3
+
+    /// Asks what changed since `since` (the first page's version), stores
+    /// it and puts it in the answer, then the entity's version is the
+    /// catch-up's and `then` goes on.
+    private func catchUp(since: Int64, round: Int = 1, cursor: PageCursor? = nil, version: Int64? = nil,
+                         cursors: CursorTrail = CursorTrail(), then: @escaping @Sendable () throws -> Void) {
+        var request = PageRequest(spec: entity.spec)
+        request.since = since
+        request.cursor = cursor
+        let remote = context.connection.page(request) { [self] result in
+            context.worker.async { [self] in
+                guard isRunning else { return }
+                do {
+                    let page = try result.get()
+                    let content = try page.decode()
+                    caughtUp(content.deletedIDs, try context.absorb(content, of: entity))
+                    let version = version ?? page.version ?? since
+                    if let next = page.next {
+                        var cursors = cursors
+                        try cursors.advance(to: next, of: entity.name)
+                        return catchUp(since: since, round: round, cursor: next, version: version, cursors: cursors, then: then)
+                    }
+                    machine.withLock { $0.version = max($0.version ?? version, version) }
+                    if cursor != nil, round < Self.catchUpRounds {
+                        return catchUp(since: version, round: round + 1, then: then)
+                    }
+                    try then()
+                } catch {
+                    fail(error)
+                }
+            }
+        }
+        sent(remote)
+    }
+
+    /// A catch-up's changes in the answer so far: what went or no longer
+    /// matches leaves it, what matches is in it.
+    private func caughtUp(_ deleted: [String], _ objects: [ManagedObject]) {
+        let leaving = Set(deleted.map(ExactString.init)).union(objects.filter { object in
+            guard let predicate else { return false }
+            return !(object.state.withLock { $0.record }.map { predicate.matches($0.values) } ?? false)
+        }.map { ExactString($0.id) })
+        machine.withLock { machine in
+            guard keepsPageObjects(machine.plan) else { return }
+            machine.results.removeAll { leaving.contains(ExactString($0.id)) }
+            machine.inResults = Set(machine.results.map(ObjectIdentifier.init))
+            for object in objects where !leaving.contains(ExactString(object.id))
+                && machine.inResults.insert(ObjectIdentifier(object)).inserted {
+                machine.results.append(object)
+            }
         }
     }
 

@@ -56,13 +56,23 @@ def listing(proxy, name):
     return [e for e in proxy.state()["entries"] if e["method"] == "GET" and route in e["target"]]
 
 
+def without_catch_up(entries):
+    """A listing's entries without its catch-up: a listing of several pages
+    asks at its end what changed since its first page (304: nothing)."""
+    assert "_since=" in entries[-1]["target"] and entries[-1]["status"] == 304, entries[-1]
+    return entries[:-1]
+
+
 def first_pages(entries):
     return [e for e in entries if "_token=" not in e["target"]]
 
 
 def assert_whole_listing(entries, pages):
     """A listing of everything: one first page, `pages` pages in all, and
-    nothing conditional about it."""
+    nothing conditional about it, then (several pages are no snapshot) one
+    catch-up: what changed since the first page, 304 here."""
+    if pages > 1:
+        entries = without_catch_up(entries)
     assert len(first_pages(entries)) == 1, [e["target"] for e in entries]
     assert len(entries) == pages, [e["target"] for e in entries]
     for e in entries:
@@ -134,7 +144,7 @@ def test_sync_on_the_wire(kinto, bucket, seed, tmp_path, open_ctx, faultproxy):
     assert cached == [] and state(objs) == expected(n)
     reqs = listing(faultproxy, name)
     assert_whole_listing(reqs, pages=3)
-    assert [e["items"] for e in reqs] == [50, 50, 20]
+    assert [e["items"] for e in reqs[:3]] == [50, 50, 20]
     # The listing's ETag: the collection's timestamp, the newest record's.
     version = max(o.version for o in objs)
 
@@ -235,7 +245,7 @@ def test_page_failing_mid_listing(seed, bucket, tmp_path, open_ctx, recorder, fa
     faultproxy.set("pass", reset_log=True)
     _, objs = ctx.fetch_wait(name, sort="Rank")
     assert state(objs) == expected(n)
-    reqs = listing(faultproxy, name)
+    reqs = without_catch_up(listing(faultproxy, name))
     # (a page the failed fetch asked for ahead may land in this log too)
     assert len(first_pages(reqs)) == 1, [e["target"] for e in reqs]
     assert all("_since=" not in e["target"] and e["if_none_match"] is None for e in reqs), reqs
@@ -382,7 +392,7 @@ def assert_relists(ctx, proxy, name, n):
     proxy.set("pass", reset_log=True)
     _, objs = ctx.fetch_wait(name, sort="Rank")
     assert state(objs) == expected(n)
-    reqs = listing(proxy, name)
+    reqs = without_catch_up(listing(proxy, name))
     assert len(first_pages(reqs)) == 1, [e["target"] for e in reqs]
     assert all("_since=" not in e["target"] and e["if_none_match"] is None for e in reqs), reqs
     assert cache_state(ctx, name) == expected(n)

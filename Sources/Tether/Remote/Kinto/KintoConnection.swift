@@ -212,7 +212,8 @@ public final class KintoConnection: Connection, ReachabilityReporting {
         }
         // A cursor carries the first page's query, _since included.
         let url = request.cursor?.token ?? listingURL(request, sorted: true)
-        return listing(HTTPRequest(url: url, headers: headers), since: request.since, what: request.spec.route, done)
+        return listing(HTTPRequest(url: url, headers: headers), since: request.since, what: request.spec.route,
+                       firstOfChanges: request.cursor == nil && request.since != nil, done)
     }
 
     /// Kinto answers a HEAD of a listing with its size in Total-Records.
@@ -443,7 +444,10 @@ public final class KintoConnection: Connection, ReachabilityReporting {
 
     /// One page: the cursor comes from the Next-Page header, so the next
     /// request can leave before this body is decoded (by the caller, later).
-    private func listing(_ request: HTTPRequest, since: Int64?, what: String,
+    /// `firstOfChanges`: the first page of what changed since `since`, newest
+    /// first (Kinto's default order), so it holds the change at the
+    /// collection's version, unless one was undone (see `decode`).
+    private func listing(_ request: HTTPRequest, since: Int64?, what: String, firstOfChanges: Bool = false,
                          _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         let exchange = Exchange(engine, backoff)
         exchange.send(request) { [self] result in
@@ -465,7 +469,16 @@ public final class KintoConnection: Connection, ReachabilityReporting {
                 let total = response.header("Total-Records").flatMap { Int64($0) }  // older Kintos send it
                 return Page(next: next, version: version, total: total) {
                     var content = PageContent(records: [])
-                    try Self.collect(Self.records(in: Self.body(of: response, what: what), what: what), into: &content, what: what)
+                    let items = try Self.records(in: Self.body(of: response, what: what), what: what)
+                    if firstOfChanges, let since, let version, version > since,
+                       !items.contains(where: { $0[Self.versionField]?.integerValue.map { $0 >= version } ?? true }) {
+                        // The collection moved on, but no change reaches its
+                        // version: what made it was undone (a record put back
+                        // with an older version, a collection recreated empty).
+                        throw TetherError(.expired, "\(what) is at version \(version) but names no change "
+                                                    + "that recent since \(since): its history was rewritten")
+                    }
+                    try Self.collect(items, into: &content, what: what)
                     return content
                 }
             })
