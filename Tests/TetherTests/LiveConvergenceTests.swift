@@ -55,6 +55,7 @@ final class HeldPageConnection: Connection, @unchecked Sendable {
     }
     func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
     func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
+    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         inner.write(writes, answered)
     }
@@ -99,6 +100,7 @@ final class JitterConnection: Connection, @unchecked Sendable {
     }
     func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
     func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
+    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         inner.write(writes, answered)
     }
