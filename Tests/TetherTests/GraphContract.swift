@@ -285,6 +285,8 @@ final class MemoryGraphTests: MemoryTestCase {
         backend.server.isReachable = true
         XCTAssertNil(try fetch(sibling, FetchRequest(entity: "items")).last?.error)
         XCTAssertTrue(context.isOnline, "a sibling's answer is the server's")
+        // Changes are told on the delivery thread; a close drops what is not told yet.
+        XCTAssertTrue(eventually { told.withLock { $0 } == ["false", "true"] }, "\(told.withLock { $0 })")
         try context.close()
         XCTAssertEqual(told.withLock { $0 }, ["false", "true", "final"])
     }
