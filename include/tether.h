@@ -194,7 +194,19 @@ typedef enum tether_merge_policy {
  * nullify, and deny, which cannot refuse a deletion already made, clear the
  * reference), and a local record so deleted takes its own referrers in its
  * store along by their rules, transitively (also at the next open, for any
- * a clean-up cut short). A URI does not name the server: instead a local
+ * a clean-up cut short). A target deleted on the server while edited here
+ * keeps its referrers while a merge policy may make it again; once its change
+ * is gone (rolled back, or dropped by server_wins) they follow their rules.
+ * Sibling contexts take a clean-up as they take a save's answers (their
+ * objects read it; their unsaved edits of a note it cleared apply to the
+ * cleared version, so saving them is no conflict). No save writes a
+ * reference to a target known gone (deleted on the server, as a context of
+ * this store learned, and not wanted again here; or absent from its local
+ * store): a change setting one is not sent (TETHER_E_INVALID, "notes/n3 not
+ * sent: its Also refers to items/i1, which was deleted"), and a conflict
+ * that client_wins or merge_properties would settle by writing one (a note
+ * edited here, cascaded away by its target's deletion, made again) is
+ * reported instead (TETHER_E_CONFLICT). A URI does not name the server: instead a local
  * store records the server and bucket it was first attached beside, and an
  * open that attaches it beside another fails with TETHER_E_STORE naming both
  * (its references name that server's records: resolving or cleaning them up

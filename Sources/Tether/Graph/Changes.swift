@@ -341,6 +341,11 @@ extension Context {
             return nil
         }
         if wasDelete { undoRules(takeRuleChanges(of: object)) }
+        // Deleted on the server while edited here, the clean-up waited for
+        // a merge policy to make it again: none will now.
+        if object.state.withLock({ $0.deletedOnServer && $0.pending == nil }) {
+            cleanUpReferences(to: [object.id], of: object.entity)
+        }
     }
 
     /// Forgets every unsaved change.

@@ -323,9 +323,13 @@ extension Context {
                     let referrers = try sourceStore.query(source, where: refers, sort: [], limit: 0).map(\.record)
                     guard !referrers.isEmpty else { continue }
                     let ids = referrers.map(\.id)
+                    // Siblings take what the clean-up did, as they take a save's
+                    // answers: their next save of a referrer is no conflict.
+                    let siblings = coordinator.others(than: self)
                     if inverse.deleteRule == .cascade {
                         try sourceStore.delete(ids: ids, of: source)
                         markDeleted(ids, of: source)
+                        for sibling in siblings { for id in ids { sibling.takeSaved(nil, id: id, of: source) } }
                         cleanUpReferences(to: ids, of: source, withinStore: true)
                     } else {
                         let now = wallClockMilliseconds()
@@ -339,6 +343,10 @@ extension Context {
                         try rebaseChanges(of: source, on: cleared)
                         _ = merge(cleared, of: source, fetchedAt: now, acceptingOlder: true)
                         tellLiveFetches(source, ids)
+                        for sibling in siblings {
+                            try sibling.rebaseChanges(of: source, on: cleared)
+                            for record in cleared { sibling.takeSaved(record, id: record.id, of: source) }
+                        }
                     }
                 } catch {
                     // The references stay; the next deletion seen, or the next open, tries again.
@@ -348,6 +356,29 @@ extension Context {
     }
 
     private static let cleanupSlice = 200
+
+    /// A reference among `values` (of a record of `entity`) to a target
+    /// known to be gone: deleted on the server (as some context here
+    /// learned, none wanting it again) or, in a local store, absent from
+    /// its file. A save must not write it (the clean-up that would follow
+    /// its rule has already run). Nil when none is known gone.
+    func goneTarget(in values: [Int: Value], of entity: Entity) -> (attribute: Attribute, target: Entity, id: String)? {
+        for (index, value) in values.sorted(by: { $0.key < $1.key }) {
+            let attribute = entity.attributes[index]
+            guard let target = model.target(of: attribute),
+                  let id = try? referencedID(value, attribute, of: entity, to: target) else { continue }
+            let known = ([self] + coordinator.others(than: self)).flatMap { $0.objectsInMemory(target, [id]) }
+            if !known.isEmpty {
+                let states = known.map { $0.state.withLock { ($0.deletedOnServer, $0.pending == nil || $0.pending?.kind == .delete) } }
+                if states.contains(where: { !$0.0 || !$0.1 }) { continue }  // held, or wanted again here
+                return (attribute, target, id)
+            }
+            if target.isLocal, let held = try? store(for: target).rows(target, ids: [id]), held[ExactString(id)] == nil {
+                return (attribute, target, id)
+            }
+        }
+        return nil
+    }
 
     /// Unsaved updates of records a clean-up changed now apply to the new
     /// version: the clean-up is not another writer to conflict with.

@@ -240,6 +240,14 @@ public final class SaveTask: Sendable {
                     .notAllowed, "the server does not allow \(change.kind) on \(entity.name)"), conflict: nil))
                 continue
             }
+            // A reference to a target known gone is not written: its rule's
+            // clean-up has run, and the server would keep it dangling.
+            if change.kind != .delete, let gone = context.goneTarget(in: change.values, of: entity) {
+                tally.failures.append(SaveFailure(object: object, error: TetherError(
+                    .invalid, "\(entity.name)/\(object.id) not sent: its \(gone.attribute.name) refers to "
+                        + "\(gone.target.name)/\(gone.id), which was deleted"), conflict: nil))
+                continue
+            }
             items.append(Item(object: object, change: change, write: Self.write(for: change, of: object)))
         }
         tally.total = items.count + tally.failures.count
@@ -648,10 +656,19 @@ extension Context {
             let before = state.observedValues
             guard var pending = state.pending else { return [] }  // rolled back meanwhile
             // Edited while on the wire: the conflict is reported, the edit kept as it is.
-            let policy = pending.revision == sent.revision ? policy : .report
+            var policy = pending.revision == sent.revision ? policy : .report
             // The local object as it stood, for a policy that writes all of it.
             var local = state.record?.values ?? Array(repeating: .null, count: entity.attributes.count)
             for (index, value) in pending.values { local[index] = value }
+            // A policy writing the local object must not write a reference
+            // to a target gone (whose clean-up has run): reported instead.
+            var gone: (attribute: Attribute, target: Entity, id: String)?
+            if pending.kind != .delete, policy == .clientWins || policy == .mergeProperties {
+                let written = policy == .clientWins || current == nil
+                    ? Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) }) : pending.values
+                gone = goneTarget(in: written, of: entity)
+                if gone != nil { policy = .report }
+            }
             let serverVersion = Self.version(of: current, entity)
             var remaining: PendingChange? = pending
             switch policy {
@@ -663,8 +680,11 @@ extension Context {
                                                differingAttributes: differing)
                 state.conflict = sides
                 let conflict = SaveConflict(object: object, sides: sides)
-                let message = current == nil ? "\(entity.name)/\(object.id) was deleted on the server"
+                var message = current == nil ? "\(entity.name)/\(object.id) was deleted on the server"
                     : "\(entity.name)/\(object.id) changed on the server (version \(serverVersion ?? 0), edited here from \(sent.baseVersion.map(String.init) ?? "none"))"
+                if let gone {
+                    message += "; not written again: its \(gone.attribute.name) refers to \(gone.target.name)/\(gone.id), which was deleted"
+                }
                 outcome = .failed(SaveFailure(object: object, error: TetherError(.conflict, message), conflict: conflict))
             case .serverWins:
                 remaining = nil
