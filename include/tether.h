@@ -1035,7 +1035,8 @@ typedef struct tether_fetch_options {
  * than 16 levels of NOT, AND and OR is refused (SQLite's parser has a fixed
  * stack). A flat AND or OR may have any number of terms (10,000 work); a
  * predicate with more values than the store binds in one query (SQLite's
- * variable limit, 250,000 on most systems) is refused.
+ * variable limit, 250,000 on most systems) is refused, at the column of
+ * the first value past it.
  *
  * tether_fetch_start returns TETHER_E_INVALID for bad syntax, an unknown
  * key, a value of the wrong type, an argument count that does not match or

@@ -175,10 +175,12 @@ enum ExactAnswerContract {
         }
         var request = FetchRequest(entity: "things")
         request.predicate = "k IN {" + (0...FetchTask.mostValues).map(String.init).joined(separator: ",") + "}"
+        // Refused at the first value past the limit, by its column.
+        let column = ("k IN {" + (0..<FetchTask.mostValues).map { "\($0)," }.joined()).unicodeScalars.count + 1
         XCTAssertThrowsError(try synced.makeFetch(request)) { error in
             XCTAssertEqual((error as? TetherError)?.kind, .invalid)
-            XCTAssertTrue((error as? TetherError)?.message.hasPrefix("predicate: \(FetchTask.mostValues + 1) values, more than") ?? false,
-                          "\(error)")
+            XCTAssertEqual((error as? TetherError)?.message,
+                           "predicate: more than \(FetchTask.mostValues) values, the most one query of the store binds at column \(column)")
         }
     }
 }

@@ -204,7 +204,7 @@ public final class FetchTask: Sendable {
             }
             sort.append((index, descending))
         }
-        let asked = try request.predicate.map { try Predicate.parse($0, entity: entity, arguments: request.arguments) }
+        let asked = try request.predicate.map { try Predicate.parse($0, entity: entity, arguments: request.arguments, maximumValues: Self.mostValues) }
         if let related, let owner = request.related?.owner {
             let refers = context.refers(related, to: owner)
             predicate = asked.map { .and([refers, $0]) } ?? refers

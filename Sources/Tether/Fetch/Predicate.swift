@@ -70,9 +70,11 @@ public struct Comparison: Sendable, Equatable {
 extension Predicate {
     /// Parses `text` for `entity`, binding `$n` to `arguments[n - 1]`. Every
     /// error is `.invalid`, says what and where (a 1-based column), and comes
-    /// before any work starts.
-    public static func parse(_ text: String, entity: Entity, arguments: [Value] = []) throws -> Predicate {
-        var parser = PredicateParser(text: text, entity: entity, arguments: arguments)
+    /// before any work starts. `maximumValues`: the most literals and
+    /// arguments it may hold.
+    public static func parse(_ text: String, entity: Entity, arguments: [Value] = [],
+                             maximumValues: Int = .max) throws -> Predicate {
+        var parser = PredicateParser(text: text, entity: entity, arguments: arguments, maximumValues: maximumValues)
         return try parser.parseAll()
     }
 

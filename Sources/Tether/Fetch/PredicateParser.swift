@@ -14,11 +14,15 @@ struct PredicateParser {
     private var position = 0
     private var depth = 0
     private var usedArguments = Set<Int>()
+    /// Most values (literals and arguments) the predicate may hold.
+    private let maximumValues: Int
+    private var valueCount = 0
 
-    init(text: String, entity: Entity, arguments: [Value]) {
+    init(text: String, entity: Entity, arguments: [Value], maximumValues: Int = .max) {
         scalars = Array(text.unicodeScalars)
         self.entity = entity
         self.arguments = arguments
+        self.maximumValues = maximumValues
     }
 
     mutating func parseAll() throws -> Predicate {
@@ -258,6 +262,10 @@ struct PredicateParser {
     private mutating func parseValue(for attribute: Int, isPattern: Bool) throws -> Value {
         skipSpace()
         let start = position
+        valueCount += 1
+        guard valueCount <= maximumValues else {
+            throw failure("more than \(maximumValues) values, the most one query of the store binds", at: start)
+        }
         let value: Value
         if accept("$") {
             var digits = ""
