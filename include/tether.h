@@ -574,7 +574,10 @@ TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
  * server no longer has: "ENTITY/ID was deleted" for one cached here before,
  * "no record ENTITY/ID on the server" for one the server was asked about
  * (by a get's refresh) and never had, a wrong id; TETHER_E_NOT_CACHED if
- * the record is not cached (nor known absent).
+ * the record is not cached (nor known absent). A deletion the store saw (of
+ * a record it held) survives a reopen: the store keeps a tombstone for the
+ * newest 10000 deleted records of each entity (an older one reads
+ * TETHER_E_NOT_CACHED again); a later answer that has the record drops it.
  * On success *out holds the value; release it with tether_value_clear.
  * `out` is written only on success. `key` may be a key path through to-one
  * relationships ("Client.Owner"). */

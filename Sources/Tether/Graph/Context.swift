@@ -421,11 +421,15 @@ public final class Context: Sendable {
     func withCommittedRow<T>(_ object: ManagedObject, _ body: (inout ManagedObject.State) throws -> T) throws -> T {
         let loaded = object.state.withLock { $0.record != nil || $0.loaded }
         let stored = loaded ? nil : try store(for: object.entity).load(object.entity, id: object.id)
+        // Not stored: a tombstone tells a record the server deleted (before a reopen) from one never fetched.
+        let buried = try !loaded && stored == nil && !object.entity.isLocal
+            && store(for: object.entity).isDeleted(object.entity, id: object.id)
         return try object.state.withLock { state in
             if state.record == nil && !state.loaded {
                 state.loaded = true
                 state.record = stored?.record
                 state.fetchedAt = stored?.fetchedAt ?? 0
+                if buried { state.deletedOnServer = true }
             }
             return try body(&state)
         }

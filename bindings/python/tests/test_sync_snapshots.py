@@ -150,3 +150,29 @@ def test_restored_older_record_is_seen(kinto, bucket, seed, tmp_path, open_ctx, 
     assert want[2] == (rid(2), "n2", 2)
     assert state(objs) == want
     assert cache_state(ctx, name) == want
+
+
+# ------------------------------------------------------------------ case 8
+
+def test_deleted_record_stays_not_found_after_reopen(kinto, bucket, seed, tmp_path, open_ctx):
+    name = seed(3)
+    store = tmp_path / "s.db"
+    ctx = open_ctx(kinto.url, bucket, store)
+    ctx.fetch_wait(name, sort="Rank")
+    kinto.delete_record(bucket, name, rid(2))
+    ctx.fetch_wait(name, sort="Rank")
+    with pytest.raises(tether.NotFoundError):
+        ctx.object(name, rid(2)).peek("Name")
+    ctx.close()
+    # The store saw it deleted: gone, not "not fetched yet".
+    ctx = open_ctx(kinto.url, bucket, store)
+    with pytest.raises(tether.NotFoundError, match="was deleted"):
+        ctx.object(name, rid(2)).peek("Name")
+    assert ctx.object(name, rid(7)).peek("Name", "unknown") == "unknown"   # never fetched: not cached
+    # Made again on the server: a sync brings it back, and the tombstone goes.
+    kinto.put_record(bucket, name, rid(2), {"Name": "again", "Rank": 2})
+    ctx.fetch_wait(name, sort="Rank")
+    assert ctx.object(name, rid(2)).peek("Name") == "again"
+    ctx.close()
+    ctx = open_ctx(kinto.url, bucket, store)
+    assert ctx.object(name, rid(2)).peek("Name") == "again"
