@@ -903,7 +903,14 @@ typedef struct tether_fetch_options {
                                     (TETHER_E_INVALID): a live fetch follows
                                     the cache, which cannot answer the
                                     server's own query, so its answers
-                                    would change meaning after the first. */
+                                    would change meaning after the first.
+                                    Records a query makes partial (Kinto:
+                                    "_fields=") never write what they lack:
+                                    one of the version cached keeps the
+                                    cached values for its other fields, any
+                                    other leaves the cache as it was (its
+                                    object is in the answer, as cached or
+                                    not cached), until a sync brings it. */
     /* Version 4: */
     tether_result_type result_type;  /* default TETHER_RESULT_OBJECTS */
     const char *properties;      /* TETHER_RESULT_VALUES: attribute names,

@@ -152,6 +152,27 @@ def test_restored_older_record_is_seen(kinto, bucket, seed, tmp_path, open_ctx, 
     assert cache_state(ctx, name) == want
 
 
+# ------------------------------------------------------------------ case 3
+
+def test_partial_answer_never_overwrites_values(kinto, bucket, seed, tmp_path, open_ctx):
+    name = seed(3)
+    ctx = open_ctx(kinto.url, bucket, tmp_path / "s.db")
+    ctx.fetch_wait(name, sort="Rank")
+    # r002 changes on the server: its partial record is of another version.
+    kinto.patch_record(bucket, name, rid(2), {"Name": "newer"})
+    _, objs = ctx.fetch_wait(name, policy="server_only", server_query="_fields=id&_sort=id")
+    assert [o.id for o in objs] == [rid(0), rid(1), rid(2)]   # the server's answer
+    assert ctx.object(name, rid(1)).peek("Name") == "n1"
+    assert ctx.object(name, rid(1)).peek("Rank") == 1
+    assert ctx.object(name, rid(2)).peek("Name") == "n2"       # left as it was, not nulled
+    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Name == 'n1'")
+    assert [o.id for o in objs] == [rid(1)]
+    # The row left alone is not fresh: the next sync brings it whole.
+    ctx.fetch_wait(name, sort="Rank")
+    assert cache_state(ctx, name) == server_state(kinto, bucket, name)
+    assert ctx.object(name, rid(2)).peek("Name") == "newer"
+
+
 # ------------------------------------------------------------------ case 8
 
 def test_deleted_record_stays_not_found_after_reopen(kinto, bucket, seed, tmp_path, open_ctx):
