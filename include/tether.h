@@ -293,7 +293,12 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
 
 /* Opens a context: opens (or creates) the store, reads the server's info and
  * every collection's schema of the bucket, builds the model, migrates the
- * store's tables to it and saves the model in the store.
+ * store's tables to it and saves the model in the store. An entity whose
+ * table changed (a field added, gone or given another type) lists everything
+ * again at its next fetch; until then a field given another type reads null
+ * in its cached records (predicates and peek alike), except a value the
+ * server sent that did not fit the old type and fits the new one, which is
+ * kept as the new type's value.
  *
  * Blocks for at most about opts->timeout_ms per request. If the server cannot
  * be reached at all (connection refused or closed, name unknown, time-out,

@@ -365,6 +365,7 @@ final class Store: Sendable {
             }
         var changed = false
         var dropped = 0, added = 0
+        var retyped: [Attribute] = []
         defer {
             if dropped + added > 0 {
                 Log.info(.migration, "\(entity.name): table \(table) migrated, \(dropped) columns dropped, \(added) added; its rows will be fetched again")
@@ -376,6 +377,7 @@ final class Store: Sendable {
         for (name, type) in current where !Self.bookkeepingColumns.contains(name) {
             let attribute = Int(name.dropFirst()).flatMap(entity.attributeIndex(code:)).map { entity.attributes[$0] }
             if attribute == nil || (!attribute!.isID && Self.declaredType(attribute!.type) != type) {
+                if let attribute { retyped.append(attribute) }
                 // SQLite will not drop an indexed column.
                 if let code = Int(name.dropFirst()) {
                     try database.execute("DROP INDEX IF EXISTS \(Identifier.index(entity: entity.code, attribute: code))")
@@ -395,7 +397,38 @@ final class Store: Sendable {
             // Rows lack the new columns' values until fetched again: mark them stale.
             try database.execute("UPDATE \(table) SET \(Identifier.quoted(Self.fetchedColumn)) = 0")
         }
+        try retype(retyped, of: entity, database)
         return changed
+    }
+
+    /// A column given another type starts empty, but a value that did not
+    /// fit the old type is in the extra JSON: one that fits the new type
+    /// moves into the column, so predicates (SQL, on the column) and peek
+    /// (the column, else the extra) read it alike.
+    private func retype(_ attributes: [Attribute], of entity: Entity, _ database: Database) throws {
+        guard !attributes.isEmpty else { return }
+        let table = Identifier.table(code: entity.code)
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        let extraColumn = Identifier.quoted(Self.extraColumn)
+        var rows: [(id: SQLValue, extra: [(key: String, value: JSON)])] = []
+        try database.statement("SELECT \(idColumn), \(extraColumn) FROM \(table) WHERE \(extraColumn) IS NOT NULL").each { row in
+            if case .text(let text) = row[1], let extra = try? JSON.parse(text).objectValue { rows.append((row[0], extra)) }
+        }
+        for attribute in attributes {
+            let update = try database.statement(
+                "UPDATE \(table) SET \(Identifier.column(code: attribute.code)) = ?, \(extraColumn) = ? WHERE \(idColumn) = ?")
+            var moved = 0
+            for index in rows.indices {
+                guard let position = rows[index].extra.firstIndex(where: { $0.key.hasSameBytes(as: attribute.name) }) else { continue }
+                let value = Value(json: rows[index].extra[position].value, type: attribute.type)
+                guard !Record.isMisfit(value, attribute.type) else { continue }
+                rows[index].extra.remove(at: position)
+                let extra = rows[index].extra
+                try update.run([Self.sqlValue(value), extra.isEmpty ? .null : .text(JSON.object(extra).serialized()), rows[index].id])
+                moved += 1
+            }
+            if moved > 0 { Log.info(.migration, "\(entity.name).\(attribute.name): \(moved) values now of its type moved into its column") }
+        }
     }
 
     // MARK: records

@@ -173,6 +173,29 @@ def test_partial_answer_never_overwrites_values(kinto, bucket, seed, tmp_path, o
     assert ctx.object(name, rid(2)).peek("Name") == "newer"
 
 
+# ------------------------------------------------------------------ case 6
+
+def test_retyped_column_reads_alike_in_predicates_and_peek(kinto, bucket, seed, tmp_path, open_ctx):
+    name = seed(3)
+    store = tmp_path / "s.db"
+    ctx = open_ctx(kinto.url, bucket, store)
+    ctx.fetch_wait(name, sort="Rank")
+    # Rank becomes text on the server, and r001 takes a text Rank, synced
+    # under the integer model (a value that does not fit its column).
+    kinto.create_collection(bucket, name, {"type": "object", "properties": dict(
+        SCHEMA["properties"], Rank={"type": "string"})})
+    kinto.put_record(bucket, name, rid(1), {"Name": "n1", "Rank": "7"})
+    ctx.fetch_wait(name, sort="Name")
+    ctx.close()
+    ctx = open_ctx(kinto.url, bucket, store)
+    assert ctx.object(name, rid(1)).peek("Rank") == "7"
+    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Rank == '7'")
+    assert [o.id for o in objs] == [rid(1)]
+    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Rank == nil", sort="Name")
+    assert rid(1) not in [o.id for o in objs]
+    assert all(o.peek("Rank") is None for o in objs)
+
+
 # ------------------------------------------------------------------ case 8
 
 def test_deleted_record_stays_not_found_after_reopen(kinto, bucket, seed, tmp_path, open_ctx):
