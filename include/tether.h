@@ -305,7 +305,12 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
 
 /* Opens a context: opens (or creates) the store, reads the server's info and
  * every collection's schema of the bucket, builds the model, migrates the
- * store's tables to it and saves the model in the store.
+ * store's tables to it and saves the model in the store. An entity whose
+ * table changed (a field added, gone or given another type) lists everything
+ * again at its next fetch; until then a field given another type reads null
+ * in its cached records (predicates and peek alike), except a value the
+ * server sent that did not fit the old type and fits the new one, which is
+ * kept as the new type's value.
  *
  * Blocks for at most about opts->timeout_ms per request. If the server cannot
  * be reached at all (connection refused or closed, name unknown, time-out,
@@ -586,7 +591,10 @@ TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
  * server no longer has: "ENTITY/ID was deleted" for one cached here before,
  * "no record ENTITY/ID on the server" for one the server was asked about
  * (by a get's refresh) and never had, a wrong id; TETHER_E_NOT_CACHED if
- * the record is not cached (nor known absent).
+ * the record is not cached (nor known absent). A deletion the store saw (of
+ * a record it held) survives a reopen: the store keeps a tombstone for the
+ * newest 10000 deleted records of each entity (an older one reads
+ * TETHER_E_NOT_CACHED again); a later answer that has the record drops it.
  * On success *out holds the value; release it with tether_value_clear.
  * `out` is written only on success. `key` may be a key path through to-one
  * relationships ("Client.Owner"). */
@@ -912,7 +920,14 @@ typedef struct tether_fetch_options {
                                     (TETHER_E_INVALID): a live fetch follows
                                     the cache, which cannot answer the
                                     server's own query, so its answers
-                                    would change meaning after the first. */
+                                    would change meaning after the first.
+                                    Records a query makes partial (Kinto:
+                                    "_fields=") never write what they lack:
+                                    one of the version cached keeps the
+                                    cached values for its other fields, any
+                                    other leaves the cache as it was (its
+                                    object is in the answer, as cached or
+                                    not cached), until a sync brings it. */
     /* Version 4: */
     tether_result_type result_type;  /* default TETHER_RESULT_OBJECTS */
     const char *properties;      /* TETHER_RESULT_VALUES: attribute names,

@@ -46,6 +46,7 @@ final class HeldPageConnection: Connection, @unchecked Sendable {
             if now { done(result) }
         }
     }
+    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
     func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
         inner.count(request, done)
     }
@@ -91,6 +92,7 @@ final class JitterConnection: Connection, @unchecked Sendable {
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         inner.page(request, later(done))
     }
+    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
     func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
         inner.count(request, done)
     }

@@ -421,11 +421,15 @@ public final class Context: Sendable {
     func withCommittedRow<T>(_ object: ManagedObject, _ body: (inout ManagedObject.State) throws -> T) throws -> T {
         let loaded = object.state.withLock { $0.record != nil || $0.loaded }
         let stored = loaded ? nil : try store(for: object.entity).load(object.entity, id: object.id)
+        // Not stored: a tombstone tells a record the server deleted (before a reopen) from one never fetched.
+        let buried = try !loaded && stored == nil && !object.entity.isLocal
+            && store(for: object.entity).isDeleted(object.entity, id: object.id)
         return try object.state.withLock { state in
             if state.record == nil && !state.loaded {
                 state.loaded = true
                 state.record = stored?.record
                 state.fetchedAt = stored?.fetchedAt ?? 0
+                if buried { state.deletedOnServer = true }
             }
             return try body(&state)
         }
@@ -478,6 +482,7 @@ public final class Context: Sendable {
     /// Older versions than those held are not taken, unless `acceptingOlder`.
     func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
                 acceptingOlder: Bool = false) throws -> [ManagedObject] {
+        if content.partial { return try absorbPartial(content, of: entity, matching: predicate) }
         let records = takeable(content, of: entity)
         defer { tellLiveFetches(entity, records.map(\.id)) }
         let now = wallClockMilliseconds()
@@ -486,6 +491,33 @@ public final class Context: Sendable {
         let objects = merge(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         guard let predicate else { return objects }
         return zip(objects, records).filter { predicate.matches($0.1.values) }.map(\.0)
+    }
+
+    /// A page of partial records: one whose version is the stored row's is
+    /// completed with the row's values for the fields it lacks and taken;
+    /// any other leaves its row alone (not made fresh: the next sync or get
+    /// brings it whole), as writing the fields it lacks as null would be
+    /// wrong. Returns the page's objects in page order, as `absorb`.
+    private func absorbPartial(_ content: PageContent, of entity: Entity, matching predicate: Predicate?) throws -> [ManagedObject] {
+        let idName = entity.attributes[entity.idIndex].name
+        let versionName = entity.attributes[entity.versionIndex].name
+        func field(_ fields: RecordFields, _ name: String) -> JSON? { fields.first { $0.key.hasSameBytes(as: name) }?.value }
+        let ids = content.records.compactMap { fields -> String? in
+            if case .string(let id)? = field(fields, idName), !id.isEmpty { return id } else { return nil }
+        }
+        let stored = try store(for: entity).rows(entity, ids: ids)
+        var whole = content
+        whole.partial = false
+        whole.records = content.records.compactMap { fields in
+            guard case .string(let id)? = field(fields, idName), let row = stored[ExactString(id)]?.record,
+                  let sent = field(fields, versionName)?.integerValue,
+                  case .integer(let held) = row.values[entity.versionIndex], sent == held else { return nil }
+            return fields + row.fields(of: entity).filter { kept in !fields.contains { $0.key.hasSameBytes(as: kept.key) } }
+        }
+        let taken = try absorb(whole, of: entity, matching: predicate)
+        guard predicate == nil else { return taken }
+        // The answer is still the server's: every record it named, in its order.
+        return uniqueObjects(entity, ids)
     }
 
     /// Puts records the server sent (already in the store) into their objects

@@ -169,6 +169,9 @@ public struct PageContent: Sendable {
     /// Items of the page the connection could not read as a record or a
     /// deletion: left out, the rest of the page taken (the core tells).
     public var unreadable: [UnreadableItem] = []
+    /// The records may lack fields the server holds (a server query chose
+    /// the fields): a field absent is not a field without a value.
+    public var partial = false
 
     public init(records: [RecordFields], deletedIDs: [String] = []) {
         self.records = records

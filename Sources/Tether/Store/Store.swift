@@ -28,7 +28,7 @@ final class Store: Sendable {
         let upsert: String
         let deleteByID: String
         let idsWrittenBefore: String
-        let deleteWrittenBefore: String
+        let tombstone: String
 
         init(_ entity: Entity) {
             self.entity = entity
@@ -55,7 +55,8 @@ final class Store: Sendable {
                 + assignments.joined(separator: ", ")
             deleteByID = "DELETE FROM \(table) WHERE \(idColumn) = ?"
             idsWrittenBefore = "SELECT \(idColumn) FROM \(table) WHERE \(written) < ?"
-            deleteWrittenBefore = "DELETE FROM \(table) WHERE \(written) < ?"
+            // Only for a row held: an id the store never had is no deletion it saw.
+            tombstone = "INSERT OR REPLACE INTO tether_deleted (entity, id) SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM \(table) WHERE \(idColumn) = ?2)"
         }
     }
 
@@ -160,6 +161,9 @@ final class Store: Sendable {
         try database.execute("PRAGMA synchronous=NORMAL")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
+        // Tombstones: rows the server deleted, so a reopened store still
+        // tells "gone" from "not fetched". The rowid orders them for the bound.
+        try database.execute("CREATE TABLE IF NOT EXISTS tether_deleted (entity INTEGER NOT NULL, id TEXT NOT NULL, PRIMARY KEY (entity, id))")
         try database.execute(Self.outboxSchema)
         try migrateOutbox(database)
         try definePredicateFunctions(database)
@@ -253,7 +257,7 @@ final class Store: Sendable {
                 // Every table but the meta table is an entity's: any the model
                 // has no entity for (or a 0.1 store's "records:<name>") goes.
                 let existing = Set(try database.statement(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('tether_meta', 'tether_sync', 'tether_outbox') AND name NOT LIKE 'sqlite%'")
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('tether_meta', 'tether_sync', 'tether_outbox', 'tether_deleted') AND name NOT LIKE 'sqlite%'")
                     .rows().compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } })
                 let wanted = Set(model.entities.map { "e\($0.code)" })
                 for table in existing.subtracting(wanted) {
@@ -271,6 +275,13 @@ final class Store: Sendable {
                     .compactMap { row -> Int64? in if case .integer(let code) = row[0] { return code } else { return nil } }
                 for code in recorded where !synced.contains(Int(truncatingIfNeeded: code)) {
                     try database.statement("DELETE FROM tether_sync WHERE entity = ?").run([.integer(code)])
+                }
+                // An entity gone takes its tombstones.
+                let kept = Set(model.entities.map { Int64($0.code) })
+                let tombstoned = try database.statement("SELECT DISTINCT entity FROM tether_deleted").rows()
+                    .compactMap { row -> Int64? in if case .integer(let code) = row[0] { return code } else { return nil } }
+                for code in tombstoned where !kept.contains(code) {
+                    try database.statement("DELETE FROM tether_deleted WHERE entity = ?").run([.integer(code)])
                 }
                 try Self.setMeta("identity", identity, database)
                 try Self.setMeta("model", ModelCoding.encode(model), database)
@@ -354,6 +365,7 @@ final class Store: Sendable {
             }
         var changed = false
         var dropped = 0, added = 0
+        var retyped: [Attribute] = []
         defer {
             if dropped + added > 0 {
                 Log.info(.migration, "\(entity.name): table \(table) migrated, \(dropped) columns dropped, \(added) added; its rows will be fetched again")
@@ -365,6 +377,7 @@ final class Store: Sendable {
         for (name, type) in current where !Self.bookkeepingColumns.contains(name) {
             let attribute = Int(name.dropFirst()).flatMap(entity.attributeIndex(code:)).map { entity.attributes[$0] }
             if attribute == nil || (!attribute!.isID && Self.declaredType(attribute!.type) != type) {
+                if let attribute { retyped.append(attribute) }
                 // SQLite will not drop an indexed column.
                 if let code = Int(name.dropFirst()) {
                     try database.execute("DROP INDEX IF EXISTS \(Identifier.index(entity: entity.code, attribute: code))")
@@ -384,7 +397,38 @@ final class Store: Sendable {
             // Rows lack the new columns' values until fetched again: mark them stale.
             try database.execute("UPDATE \(table) SET \(Identifier.quoted(Self.fetchedColumn)) = 0")
         }
+        try retype(retyped, of: entity, database)
         return changed
+    }
+
+    /// A column given another type starts empty, but a value that did not
+    /// fit the old type is in the extra JSON: one that fits the new type
+    /// moves into the column, so predicates (SQL, on the column) and peek
+    /// (the column, else the extra) read it alike.
+    private func retype(_ attributes: [Attribute], of entity: Entity, _ database: Database) throws {
+        guard !attributes.isEmpty else { return }
+        let table = Identifier.table(code: entity.code)
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        let extraColumn = Identifier.quoted(Self.extraColumn)
+        var rows: [(id: SQLValue, extra: [(key: String, value: JSON)])] = []
+        try database.statement("SELECT \(idColumn), \(extraColumn) FROM \(table) WHERE \(extraColumn) IS NOT NULL").each { row in
+            if case .text(let text) = row[1], let extra = try? JSON.parse(text).objectValue { rows.append((row[0], extra)) }
+        }
+        for attribute in attributes {
+            let update = try database.statement(
+                "UPDATE \(table) SET \(Identifier.column(code: attribute.code)) = ?, \(extraColumn) = ? WHERE \(idColumn) = ?")
+            var moved = 0
+            for index in rows.indices {
+                guard let position = rows[index].extra.firstIndex(where: { $0.key.hasSameBytes(as: attribute.name) }) else { continue }
+                let value = Value(json: rows[index].extra[position].value, type: attribute.type)
+                guard !Record.isMisfit(value, attribute.type) else { continue }
+                rows[index].extra.remove(at: position)
+                let extra = rows[index].extra
+                try update.run([Self.sqlValue(value), extra.isEmpty ? .null : .text(JSON.object(extra).serialized()), rows[index].id])
+                moved += 1
+            }
+            if moved > 0 { Log.info(.migration, "\(entity.name).\(attribute.name): \(moved) values now of its type moved into its column") }
+        }
     }
 
     // MARK: records
@@ -419,9 +463,50 @@ final class Store: Sendable {
             parameters.append(.integer(acceptingOlder ? 1 : 0))
             try insert.run(parameters)
         }
-        let delete = try database.statement(sql.deleteByID)
-        for id in deletedIDs { try delete.run([.text(id)]) }
+        try forgetTombstones(records.map(\.id), of: entity, database)
+        try deleteRows(deletedIDs, of: entity, database)
         try Self.setMeta("write", String(serial), database)
+    }
+
+    /// Deletes these rows, leaving a tombstone for each the table held.
+    private func deleteRows(_ ids: [String], of entity: Entity, _ database: Database) throws {
+        guard !ids.isEmpty else { return }
+        let sql = sql(entity)
+        let entityCode = SQLValue.integer(Int64(entity.code))
+        let bury = try database.statement(sql.tombstone)
+        let delete = try database.statement(sql.deleteByID)
+        for id in ids {
+            try bury.run([entityCode, .text(id)])
+            try delete.run([.text(id)])
+        }
+        // The newest `tombstonesPerEntity` are kept: past them an old
+        // deletion reads as never fetched (NOT_CACHED), as before any.
+        try database.statement("""
+            DELETE FROM tether_deleted WHERE entity = ?1 AND rowid NOT IN
+                (SELECT rowid FROM tether_deleted WHERE entity = ?1 ORDER BY rowid DESC LIMIT ?2)
+            """).run([entityCode, .integer(Int64(Self.tombstonesPerEntity))])
+    }
+
+    /// Records the server sent again (re-created, restored) are no longer deleted.
+    private func forgetTombstones(_ ids: [String], of entity: Entity, _ database: Database) throws {
+        guard !ids.isEmpty else { return }
+        let entityCode = SQLValue.integer(Int64(entity.code))
+        guard try database.statement("SELECT 1 FROM tether_deleted WHERE entity = ? LIMIT 1").first([entityCode], { _ in true }) != nil
+        else { return }
+        let forget = try database.statement("DELETE FROM tether_deleted WHERE entity = ? AND id = ?")
+        for id in ids { try forget.run([entityCode, .text(id)]) }
+    }
+
+    /// How many deleted records' tombstones a table keeps (see tether.h).
+    static let tombstonesPerEntity = 10_000
+
+    /// True if the server deleted this record after the store held it
+    /// (among the newest tombstones), and no later answer brought it back.
+    func isDeleted(_ entity: Entity, id: String) throws -> Bool {
+        try withReader { database in
+            try database.statement("SELECT 1 FROM tether_deleted WHERE entity = ? AND id = ?")
+                .first([.integer(Int64(entity.code)), .text(id)]) { _ in true } ?? false
+        }
     }
 
     /// The serial the next write will take: rows written from now on have
@@ -627,12 +712,8 @@ final class Store: Sendable {
 
     func delete(ids: [String], of entity: Entity) throws {
         guard !ids.isEmpty else { return }
-        let sql = sql(entity)
         try withDatabase { database in
-            try database.transaction {
-                let delete = try database.statement(sql.deleteByID)
-                for id in ids { try delete.run([.text(id)]) }
-            }
+            try database.transaction { try deleteRows(ids, of: entity, database) }
         }
     }
 
@@ -646,7 +727,7 @@ final class Store: Sendable {
                 let ids = try database.statement(sql.idsWrittenBefore)
                     .rows([.integer(serial)])
                     .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
-                try database.statement(sql.deleteWrittenBefore).run([.integer(serial)])
+                try deleteRows(ids, of: entity, database)
                 return ids
             }
         }

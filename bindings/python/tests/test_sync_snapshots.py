@@ -150,3 +150,73 @@ def test_restored_older_record_is_seen(kinto, bucket, seed, tmp_path, open_ctx, 
     assert want[2] == (rid(2), "n2", 2)
     assert state(objs) == want
     assert cache_state(ctx, name) == want
+
+
+# ------------------------------------------------------------------ case 3
+
+def test_partial_answer_never_overwrites_values(kinto, bucket, seed, tmp_path, open_ctx):
+    name = seed(3)
+    ctx = open_ctx(kinto.url, bucket, tmp_path / "s.db")
+    ctx.fetch_wait(name, sort="Rank")
+    # r002 changes on the server: its partial record is of another version.
+    kinto.patch_record(bucket, name, rid(2), {"Name": "newer"})
+    _, objs = ctx.fetch_wait(name, policy="server_only", server_query="_fields=id&_sort=id")
+    assert [o.id for o in objs] == [rid(0), rid(1), rid(2)]   # the server's answer
+    assert ctx.object(name, rid(1)).peek("Name") == "n1"
+    assert ctx.object(name, rid(1)).peek("Rank") == 1
+    assert ctx.object(name, rid(2)).peek("Name") == "n2"       # left as it was, not nulled
+    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Name == 'n1'")
+    assert [o.id for o in objs] == [rid(1)]
+    # The row left alone is not fresh: the next sync brings it whole.
+    ctx.fetch_wait(name, sort="Rank")
+    assert cache_state(ctx, name) == server_state(kinto, bucket, name)
+    assert ctx.object(name, rid(2)).peek("Name") == "newer"
+
+
+# ------------------------------------------------------------------ case 6
+
+def test_retyped_column_reads_alike_in_predicates_and_peek(kinto, bucket, seed, tmp_path, open_ctx):
+    name = seed(3)
+    store = tmp_path / "s.db"
+    ctx = open_ctx(kinto.url, bucket, store)
+    ctx.fetch_wait(name, sort="Rank")
+    # Rank becomes text on the server, and r001 takes a text Rank, synced
+    # under the integer model (a value that does not fit its column).
+    kinto.create_collection(bucket, name, {"type": "object", "properties": dict(
+        SCHEMA["properties"], Rank={"type": "string"})})
+    kinto.put_record(bucket, name, rid(1), {"Name": "n1", "Rank": "7"})
+    ctx.fetch_wait(name, sort="Name")
+    ctx.close()
+    ctx = open_ctx(kinto.url, bucket, store)
+    assert ctx.object(name, rid(1)).peek("Rank") == "7"
+    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Rank == '7'")
+    assert [o.id for o in objs] == [rid(1)]
+    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Rank == nil", sort="Name")
+    assert rid(1) not in [o.id for o in objs]
+    assert all(o.peek("Rank") is None for o in objs)
+
+
+# ------------------------------------------------------------------ case 8
+
+def test_deleted_record_stays_not_found_after_reopen(kinto, bucket, seed, tmp_path, open_ctx):
+    name = seed(3)
+    store = tmp_path / "s.db"
+    ctx = open_ctx(kinto.url, bucket, store)
+    ctx.fetch_wait(name, sort="Rank")
+    kinto.delete_record(bucket, name, rid(2))
+    ctx.fetch_wait(name, sort="Rank")
+    with pytest.raises(tether.NotFoundError):
+        ctx.object(name, rid(2)).peek("Name")
+    ctx.close()
+    # The store saw it deleted: gone, not "not fetched yet".
+    ctx = open_ctx(kinto.url, bucket, store)
+    with pytest.raises(tether.NotFoundError, match="was deleted"):
+        ctx.object(name, rid(2)).peek("Name")
+    assert ctx.object(name, rid(7)).peek("Name", "unknown") == "unknown"   # never fetched: not cached
+    # Made again on the server: a sync brings it back, and the tombstone goes.
+    kinto.put_record(bucket, name, rid(2), {"Name": "again", "Rank": 2})
+    ctx.fetch_wait(name, sort="Rank")
+    assert ctx.object(name, rid(2)).peek("Name") == "again"
+    ctx.close()
+    ctx = open_ctx(kinto.url, bucket, store)
+    assert ctx.object(name, rid(2)).peek("Name") == "again"

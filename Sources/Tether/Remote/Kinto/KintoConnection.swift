@@ -467,8 +467,12 @@ public final class KintoConnection: Connection, ReachabilityReporting {
                 }
                 let next = try nextPage(response).map(PageCursor.init)
                 let total = response.header("Total-Records").flatMap { Int64($0) }  // older Kintos send it
+                // A server query's `_fields` (kept on every next page's URL) leaves the others out.
+                let partial = request.url.split(separator: "?", maxSplits: 1).dropFirst().first?
+                    .split(separator: "&").contains { $0.hasPrefix("_fields=") } ?? false
                 return Page(next: next, version: version, total: total) {
                     var content = PageContent(records: [])
+                    content.partial = partial
                     let items = try Self.records(in: Self.body(of: response, what: what), what: what)
                     if firstOfChanges, let since, let version, version > since,
                        !items.contains(where: { $0[Self.versionField]?.integerValue.map { $0 >= version } ?? true }) {
