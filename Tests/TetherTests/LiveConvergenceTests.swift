@@ -46,7 +46,6 @@ final class HeldPageConnection: Connection, @unchecked Sendable {
             if now { done(result) }
         }
     }
-    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
     func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
         inner.count(request, done)
     }
@@ -92,7 +91,6 @@ final class JitterConnection: Connection, @unchecked Sendable {
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         inner.page(request, later(done))
     }
-    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
     func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
         inner.count(request, done)
     }
