@@ -455,6 +455,14 @@ TETHER_API int tether_context_entity(tether_context *ctx, const char *name, teth
  * out of range or taken gives the attribute another. One entry each; none
  * for a context opened offline.
  *
+ * Then the unsaved changes kept for what the server's model no longer has:
+ * a collection (or a field of one) that had unsaved changes here and has
+ * since left the server's model, named with the count of changes kept, e.g.
+ * "the server's model no longer has the field jobs.Note: 1 unsaved change to
+ * it is kept in the store for its return, and not saved until then" (also
+ * logged at TETHER_LOG_WARNING). Codes are stable: a collection or field that
+ * comes back gets its codes back, and its unsaved changes with them.
+ *
  * Then, as pages come, what the context left out of them: a record without a
  * usable id (none, not text, or empty) or an item that is no record, named
  * by its entity, its place in the page and the reason, e.g. "record 3 of a
