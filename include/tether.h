@@ -364,9 +364,10 @@ TETHER_API int tether_context_close(tether_context *ctx);
  * `name` (UTF-8; the first context's changes have the name "", which a
  * sibling takes once the first context has closed), so a sibling opened
  * again under a name finds the changes left under it.
- * When a save in one context settles a record, the objects of the others
- * for that record take the server's values (their own unsaved changes
- * stay) and their observers and live fetches are told.
+ * When a save or a fetch in one context settles a record (or learns it was
+ * deleted), the objects of the others for that record take the server's
+ * values (their own unsaved changes stay) and their observers and live
+ * fetches are told.
  * TETHER_E_INVALID if a context of that name is open on the store. *out is
  * owned by the caller: close it with tether_context_close. Contexts may be
  * closed in any order; the store and the connection close with the last. */
