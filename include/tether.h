@@ -369,9 +369,10 @@ TETHER_API int tether_context_close(tether_context *ctx);
  * `name` (UTF-8; the first context's changes have the name "", which a
  * sibling takes once the first context has closed), so a sibling opened
  * again under a name finds the changes left under it.
- * When a save in one context settles a record, the objects of the others
- * for that record take the server's values (their own unsaved changes
- * stay) and their observers and live fetches are told.
+ * When a save or a fetch in one context settles a record (or learns it was
+ * deleted), the objects of the others for that record take the server's
+ * values (their own unsaved changes stay) and their observers and live
+ * fetches are told.
  * TETHER_E_INVALID if a context of that name is open on the store. *out is
  * owned by the caller: close it with tether_context_close. Contexts may be
  * closed in any order; the store and the connection close with the last. */
@@ -459,6 +460,14 @@ TETHER_API int tether_context_entity(tether_context *ctx, const char *name, teth
  * likewise (its values stay in each record's extra fields); an explicit code
  * out of range or taken gives the attribute another. One entry each; none
  * for a context opened offline.
+ *
+ * Then the unsaved changes kept for what the server's model no longer has:
+ * a collection (or a field of one) that had unsaved changes here and has
+ * since left the server's model, named with the count of changes kept, e.g.
+ * "the server's model no longer has the field jobs.Note: 1 unsaved change to
+ * it is kept in the store for its return, and not saved until then" (also
+ * logged at TETHER_LOG_WARNING). Codes are stable: a collection or field that
+ * comes back gets its codes back, and its unsaved changes with them.
  *
  * Then, as pages come, what the context left out of them: a record without a
  * usable id (none, not text, or empty) or an item that is no record, named

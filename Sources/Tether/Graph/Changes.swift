@@ -72,14 +72,37 @@ extension ManagedObject {
 extension Context {
     /// Reads the outbox into the graph at open: each changed object is in
     /// memory, with its change, until the server confirms it.
+    /// Changes of an entity or field the server's model no longer has stay
+    /// in the outbox, by their codes, for its return; each such is a diagnostic.
     func restoreChanges() throws {
         for (storeIndex, store) in stores.enumerated() {
+          var absentFields: [String: (entity: String, field: String, count: Int)] = [:]
           for row in try store.pendingChanges(name, model.entities.filter { $0.storeIndex == storeIndex }) {
             let object = uniqueObjects(row.entity, [row.id])[0]
             object.state.withLock { $0.pending = row.change }
             hold(object)
+            for (code, _) in row.values where row.entity.attributeIndex(code: code) == nil {
+                guard let field = row.entity.retiredAttributeCodes.first(where: { $0.code == code }) else { continue }
+                absentFields[row.entity.name + "\u{0}" + field.name, default: (row.entity.name, field.name, 0)].count += 1
+            }
+          }
+          for (entity, field, count) in absentFields.values.sorted(by: { ($0.entity, $0.field) < ($1.entity, $1.field) }) {
+            noteAbsent(entity, field, count)
+          }
+          guard storeIndex == 0 else { continue }
+          let counts = try store.pendingCounts(name)
+          for retired in model.retiredEntities {
+            if let count = counts[retired.code], count > 0 { noteAbsent(retired.name, nil, count) }
           }
         }
+    }
+
+    private func noteAbsent(_ entity: String, _ field: String?, _ count: Int) {
+        let what = field.map { "field \(entity).\($0)" } ?? "entity \(entity)"
+        let message = "the server's model no longer has the \(what): \(count) unsaved change\(count == 1 ? "" : "s") to it "
+            + "\(count == 1 ? "is" : "are") kept in the store for its return, and not saved until then"
+        Log.warning(.context, message)
+        leftOut.withLock { $0.note(Diagnostic(entity: entity, attribute: field, message: message)) }
     }
 
     private func hold(_ object: ManagedObject) {

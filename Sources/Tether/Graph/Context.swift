@@ -489,6 +489,11 @@ public final class Context: Sendable {
         try store(for: entity).write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         markDeleted(content.deletedIDs, of: entity)
         let objects = merge(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+        // The store is shared: a sibling's objects must not keep what it now
+        // replaced (its own fetch would find nothing new to give them).
+        for sibling in coordinator.others(than: self) {
+            sibling.takeFetched(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+        }
         guard let predicate else { return objects }
         return zip(objects, records).filter { predicate.matches($0.1.values) }.map(\.0)
     }
@@ -518,6 +523,18 @@ public final class Context: Sendable {
         guard predicate == nil else { return taken }
         // The answer is still the server's: every record it named, in its order.
         return uniqueObjects(entity, ids)
+    }
+
+    /// A sibling's fetch stored these records and deletions: the objects
+    /// held here take them, as they take a sibling's save.
+    func takeFetched(_ records: [Record], deleting ids: [String], of entity: Entity, fetchedAt: Int64, acceptingOlder: Bool) {
+        let held = Set(objectsInMemory(entity, records.map(\.id)).map { ExactString($0.id) })
+        let taken = records.filter { held.contains(ExactString($0.id)) }
+        if !taken.isEmpty {
+            _ = merge(taken, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder)
+            tellLiveFetches(entity, taken.map(\.id))
+        }
+        for id in ids { takeSaved(nil, id: id, of: entity) }
     }
 
     /// Puts records the server sent (already in the store) into their objects

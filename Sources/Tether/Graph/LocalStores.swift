@@ -73,15 +73,17 @@ public struct LocalStoreOptions: Sendable {
             spec.fields.removeAll { $0.name.hasSameBytes(as: field) }
             kept[old.index] = Entity(index: old.index, code: old.code, spec: spec,
                                      attributes: old.attributes.enumerated().filter { $0.offset != index }.map(\.element),
-                                     codeHighWater: old.codeHighWater)
+                                     codeHighWater: old.codeHighWater, retiredAttributeCodes: old.retiredAttributeCodes)
         } else {
             kept.remove(at: old.index)
             kept = kept.enumerated().map { index, entity in
-                Entity(index: index, code: entity.code, spec: entity.spec, attributes: entity.attributes, codeHighWater: entity.codeHighWater)
+                Entity(index: index, code: entity.code, spec: entity.spec, attributes: entity.attributes, codeHighWater: entity.codeHighWater,
+                       retiredAttributeCodes: entity.retiredAttributeCodes)
             }
             try store.discardChanges(of: old)
         }
-        try store.adopt(Model(entities: kept, entityCodeHighWater: saved.entityCodeHighWater), identity: identity)
+        try store.adopt(Model(entities: kept, entityCodeHighWater: saved.entityCodeHighWater, retiredEntities: saved.retiredEntities),
+                        identity: identity)
         Log.info(.migration, "\(identity): dropped \(name)\(field.map { "." + $0 } ?? "") on request")
     }
 

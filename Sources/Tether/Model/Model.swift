@@ -104,6 +104,9 @@ public final class Entity: Sendable {
     public let versionIndex: Int
     /// The highest code ever given in this entity; removed attributes' codes are not reused.
     let codeHighWater: Int
+    /// The codes of attributes the spec no longer has, by name: one that
+    /// comes back gets its code back, and with it the unsaved values kept under it.
+    let retiredAttributeCodes: [RetiredCode]
     private let indexByName: [ExactString: Int]
     private let indexByCode: [Int: Int]
     /// The names' UTF-8 end to end, and where each lies, for
@@ -112,8 +115,9 @@ public final class Entity: Sendable {
     private let nameSpans: [(start: Int, count: Int)]
 
     init(index: Int, code: Int, spec: Spec, attributes: [Attribute], codeHighWater: Int,
-         configuration: String = "", storeIndex: Int = 0) {
+         retiredAttributeCodes: [RetiredCode] = [], configuration: String = "", storeIndex: Int = 0) {
         name = spec.name
+        self.retiredAttributeCodes = retiredAttributeCodes
         self.code = code
         self.index = index
         self.configuration = configuration
@@ -169,8 +173,24 @@ public final class Entity: Sendable {
             return attribute
         }
         return Entity(index: index, code: code, spec: spec, attributes: kept, codeHighWater: codeHighWater,
-                      configuration: configuration, storeIndex: storeIndex)
+                      retiredAttributeCodes: retiredAttributeCodes, configuration: configuration, storeIndex: storeIndex)
     }
+}
+
+/// A name that had a code, and keeps it should it come back (codes are stable).
+struct RetiredCode: Sendable, Equatable {
+    let name: String
+    let code: Int
+}
+
+/// An entity the server's model had and no longer has, remembered with its
+/// attributes' codes: if it comes back it gets them back, and with them its
+/// unsaved changes, which the outbox keeps by these codes.
+struct RetiredEntity: Sendable, Equatable {
+    let name: String
+    let code: Int
+    let attributeCodes: [RetiredCode]
+    let codeHighWater: Int
 }
 
 /// What the model builder left out or changed, and why: for the host to read.
@@ -187,6 +207,8 @@ public final class Model: Sendable {
     public let entities: [Entity]
     /// The highest entity code ever given; removed entities' codes are not reused.
     let entityCodeHighWater: Int
+    /// Entities that left, with their codes (see RetiredEntity).
+    let retiredEntities: [RetiredEntity]
     /// What could not be modelled as the specs asked, from the build that made
     /// this model (none for a model read back from the store).
     public let diagnostics: [Diagnostic]
@@ -195,10 +217,11 @@ public final class Model: Sendable {
     private let inverses: [[Inverse]]
 
     /// `entities` each at its index, names unique (codes: within a store).
-    init(entities: [Entity], entityCodeHighWater: Int, diagnostics: [Diagnostic] = []) {
+    init(entities: [Entity], entityCodeHighWater: Int, retiredEntities: [RetiredEntity] = [], diagnostics: [Diagnostic] = []) {
         precondition(entities.enumerated().allSatisfy { $0.offset == $0.element.index })
         self.entities = entities
         self.entityCodeHighWater = entityCodeHighWater
+        self.retiredEntities = retiredEntities
         let byName = Dictionary(entities.map { (ExactString($0.name), $0) }, uniquingKeysWith: { first, _ in first })
         entityByName = byName
         var inverses = Array(repeating: [Inverse](), count: entities.count)
@@ -264,6 +287,7 @@ public final class Model: Sendable {
                 placed.append(entity.placed(at: placed.count, configuration: local.configuration, storeIndex: offset + 1))
             }
         }
-        return Model(entities: placed, entityCodeHighWater: entityCodeHighWater, diagnostics: diagnostics)
+        return Model(entities: placed, entityCodeHighWater: entityCodeHighWater, retiredEntities: retiredEntities,
+                     diagnostics: diagnostics)
     }
 }

@@ -24,11 +24,23 @@ enum ModelBuilder {
             accepted.append(spec)
         }
         let sorted = accepted.sorted { Array($0.name.utf8).lexicographicallyPrecedes($1.name.utf8) }
+        // What the previous model gave each name, whether it had the entity
+        // or remembered it as retired: a returning entity gets its codes back.
+        func given(_ name: String) -> (code: Int, attributes: [ExactString: Int], highWater: Int)? {
+            if let entity = previous?.entity(named: name) {
+                var codes = Dictionary(entity.retiredAttributeCodes.map { (ExactString($0.name), $0.code) }, uniquingKeysWith: { first, _ in first })
+                for attribute in entity.attributes { codes[ExactString(attribute.name)] = attribute.code }
+                return (entity.code, codes, entity.codeHighWater)
+            }
+            guard let retired = previous?.retiredEntities.first(where: { ExactString($0.name) == ExactString(name) }) else { return nil }
+            return (retired.code, Dictionary(retired.attributeCodes.map { (ExactString($0.name), $0.code) }, uniquingKeysWith: { first, _ in first }),
+                    retired.codeHighWater)
+        }
         // Entity codes as attribute codes: kept by name, else above every code given.
         var entityCodes: [ExactString: Int] = [:]
         var usedEntityCodes = Set<Int>()
         for spec in sorted {
-            if let kept = previous?.entity(named: spec.name)?.code, usedEntityCodes.insert(kept).inserted {
+            if let kept = given(spec.name)?.code, usedEntityCodes.insert(kept).inserted {
                 entityCodes[ExactString(spec.name)] = kept
             }
         }
@@ -41,13 +53,27 @@ enum ModelBuilder {
             nextEntityCode += 1
         }
         let entities = sorted.enumerated().map { index, spec in
-            let attributes = buildAttributes(spec, previous: previous?.entity(named: spec.name),
+            let previousCodes = given(spec.name)
+            let attributes = buildAttributes(spec, previous: previousCodes.map { ($0.attributes, $0.highWater) },
                                              known: names.union(otherTargets), &diagnostics)
             return Entity(index: index, code: entityCodes[ExactString(spec.name)]!, spec: spec, attributes: attributes.list,
-                          codeHighWater: attributes.highWater)
+                          codeHighWater: attributes.highWater, retiredAttributeCodes: attributes.retired)
+        }
+        // Entities that left (now or before) are remembered, unless their code went to another.
+        var retired: [RetiredEntity] = []
+        var retiredNames = Set<ExactString>()
+        for entity in previous?.entities ?? [] where !names.contains(ExactString(entity.name)) && !usedEntityCodes.contains(entity.code) {
+            guard retiredNames.insert(ExactString(entity.name)).inserted else { continue }
+            let codes = given(entity.name)!.attributes.map { RetiredCode(name: $0.key.string, code: $0.value) }.sorted { $0.code < $1.code }
+            retired.append(RetiredEntity(name: entity.name, code: entity.code, attributeCodes: codes, codeHighWater: entity.codeHighWater))
+        }
+        for entity in previous?.retiredEntities ?? []
+            where !names.contains(ExactString(entity.name)) && !usedEntityCodes.contains(entity.code) {
+            guard retiredNames.insert(ExactString(entity.name)).inserted else { continue }
+            retired.append(entity)
         }
         let highWater = max(previous?.entityCodeHighWater ?? 0, usedEntityCodes.max() ?? 0)
-        return Model(entities: entities, entityCodeHighWater: highWater, diagnostics: diagnostics)
+        return Model(entities: entities, entityCodeHighWater: highWater, retiredEntities: retired, diagnostics: diagnostics)
     }
 
     private struct Draft {
@@ -61,8 +87,10 @@ enum ModelBuilder {
         var reference: Reference? = nil
     }
 
-    private static func buildAttributes(_ spec: Spec, previous: Entity?, known: Set<ExactString>,
-                                        _ diagnostics: inout [Diagnostic]) -> (list: [Attribute], highWater: Int) {
+    /// `previous`: the codes given before, by name, and the highest given.
+    private static func buildAttributes(_ spec: Spec, previous: (codes: [ExactString: Int], highWater: Int)?, known: Set<ExactString>,
+                                        _ diagnostics: inout [Diagnostic])
+        -> (list: [Attribute], highWater: Int, retired: [RetiredCode]) {
         func note(_ attribute: String, _ message: String) {
             diagnostics.append(Diagnostic(entity: spec.name, attribute: attribute, message: message))
         }
@@ -128,7 +156,7 @@ enum ModelBuilder {
             return true
         }
         for (index, draft) in drafts.enumerated() {
-            _ = claim(index, previous?.attributeIndex(named: draft.name).map { previous!.attributes[$0].code })
+            _ = claim(index, previous?.codes[ExactString(draft.name)])
         }
         for (index, draft) in drafts.enumerated() {
             guard let wanted = draft.explicitCode, !claim(index, wanted), codes[index] != wanted else { continue }
@@ -139,20 +167,24 @@ enum ModelBuilder {
         for (index, draft) in drafts.enumerated() { _ = claim(index, draft.isID ? 1 : draft.isVersion ? 2 : nil) }
         // New codes go above every code given so far, so a removed
         // attribute's code is not handed out again.
-        var next = max(firstAllocatedCode, previous?.codeHighWater ?? 0, used.max() ?? 0) + 1
+        var next = max(firstAllocatedCode, previous?.highWater ?? 0, used.max() ?? 0) + 1
         for index in drafts.indices where codes[index] == nil {
             if next > largestCode { next = firstAllocatedCode + 1 }  // the range is spent: fill its gaps
             while used.contains(next) { next += 1 }
             codes[index] = next
             used.insert(next)
         }
-        let highWater = max(previous?.codeHighWater ?? 0, used.max() ?? 0)
+        let highWater = max(previous?.highWater ?? 0, used.max() ?? 0)
+        // Names that left keep their codes for their return, unless another took the code.
+        let present = Set(drafts.map { ExactString($0.name) })
+        let retired = (previous?.codes ?? [:]).filter { !present.contains($0.key) && !used.contains($0.value) }
+            .map { RetiredCode(name: $0.key.string, code: $0.value) }.sorted { $0.code < $1.code }
         let list = zip(drafts, codes).map { draft, code in
             Attribute(name: draft.name, code: code!, type: draft.type, isID: draft.isID,
                       isVersion: draft.isVersion, isRequired: draft.isRequired, allowedValues: draft.allowedValues,
                       reference: draft.reference)
         }
-        return (list, highWater)
+        return (list, highWater, retired)
     }
 }
 
@@ -170,6 +202,7 @@ enum ModelCoding {
                 ("versionField", .string(entity.spec.versionField)),
                 ("operations", .integer(Int64(entity.operations.rawValue))),
                 ("codeHighWater", .integer(Int64(entity.codeHighWater))),
+                ("retiredAttributes", retiredCodes(entity.retiredAttributeCodes)),
                 ("attributes", .array(entity.attributes.map { attribute in
                     .object([
                         ("name", .string(attribute.name)),
@@ -186,8 +219,27 @@ enum ModelCoding {
                 })),
             ])
         }
+        let retired: [JSON] = model.retiredEntities.map { entity in
+            .object([("name", .string(entity.name)), ("code", .integer(Int64(entity.code))),
+                     ("codeHighWater", .integer(Int64(entity.codeHighWater))), ("attributes", retiredCodes(entity.attributeCodes))])
+        }
         return JSON.object([("format", .integer(format)), ("entityCodeHighWater", .integer(Int64(model.entityCodeHighWater))),
-                            ("entities", .array(entities))]).serialized()
+                            ("entities", .array(entities)), ("retired", .array(retired))]).serialized()
+    }
+
+    private static func retiredCodes(_ codes: [RetiredCode]) -> JSON {
+        .array(codes.map { .object([("name", .string($0.name)), ("code", .integer(Int64($0.code)))]) })
+    }
+
+    /// Retired codes as saved (absent in a model saved before they were kept); each within 1...highWater.
+    private static func retiredCodes(_ json: JSON?, highWater: Int64, _ corrupt: () -> TetherError) throws -> [RetiredCode] {
+        guard let json else { return [] }
+        guard let list = json.arrayValue else { throw corrupt() }
+        return try list.map { item in
+            guard let name = item["name"]?.stringValue, Identifier.isUsableName(name),
+                  let code = item["code"]?.integerValue, highWater >= 1, (1...highWater).contains(code) else { throw corrupt() }
+            return RetiredCode(name: name, code: Int(code))
+        }
     }
 
     /// A model saved by an older format is not an error: the store is then
@@ -241,8 +293,22 @@ enum ModelCoding {
             }
             let spec = Spec(name: name, route: route, idField: idField, versionField: versionField, fields: fields,
                             operations: Operations(rawValue: UInt32(truncatingIfNeeded: operations)))
-            return Entity(index: index, code: Int(code), spec: spec, attributes: decoded, codeHighWater: Int(highWater))
-        }, entityCodeHighWater: Int(entityHighWater))
+            let retired = try retiredCodes(entity["retiredAttributes"], highWater: highWater, corrupt)
+                .filter { code in !decoded.contains { $0.code == code.code } }
+            return Entity(index: index, code: Int(code), spec: spec, attributes: decoded, codeHighWater: Int(highWater),
+                          retiredAttributeCodes: retired)
+        }, entityCodeHighWater: Int(entityHighWater), retiredEntities: try (root["retired"].map { json in
+            guard let list = json.arrayValue else { throw corrupt() }
+            return try list.map { item in
+                guard let name = item["name"]?.stringValue, Identifier.isUsableName(name),
+                      let code = item["code"]?.integerValue, code > 0, code <= entityHighWater,
+                      let highWater = item["codeHighWater"]?.integerValue, (0...Int64(ModelBuilder.largestCode)).contains(highWater)
+                else { throw corrupt() }
+                return RetiredEntity(name: name, code: Int(code),
+                                     attributeCodes: try retiredCodes(item["attributes"], highWater: highWater, corrupt),
+                                     codeHighWater: Int(highWater))
+            }
+        } ?? []).filter { retired in !entities.contains { $0["code"]?.integerValue == Int64(retired.code) } })
         guard Set(model.entities.map(\.code)).count == model.entities.count,
               Set(model.entities.map { ExactString($0.name) }).count == model.entities.count else { throw corrupt() }
         return model

@@ -132,6 +132,18 @@ extension Store {
         }
     }
 
+    /// How many rows of `owner` each entity code has, whether or not the model has the entity.
+    func pendingCounts(_ owner: String) throws -> [Int: Int] {
+        try withDatabase { database in
+            var counts: [Int: Int] = [:]
+            try database.statement("SELECT entity, count(*) FROM tether_outbox WHERE owner = ? GROUP BY entity").each([.text(owner)]) { row in
+                guard case .integer(let code) = row[0], case .integer(let count) = row[1] else { return }
+                counts[Int(truncatingIfNeeded: code)] = Int(truncatingIfNeeded: count)
+            }
+            return counts
+        }
+    }
+
     /// Marks changes as sent: an insert sent may exist on the server from
     /// then on, so deleting it locally must delete it there too.
     func markSent(_ owner: String, _ changes: [(entity: Entity, id: String)]) throws {

@@ -315,8 +315,6 @@ def test_a_note_edited_here_is_not_made_again_on_a_deleted_target(kinto, kinto_u
     assert ctx.object("notes", "n3").peek("Also") is None, "the reference was not written"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28 case 1, server side, not fixed yet: the outbox row stays, under the entity's old code, "
-                   "which the entity defined again does not get back")
 def test_changes_outlive_their_entity_leaving_the_server_model(kinto, kinto_url, bucket, tmp_path, open_ctx, items):
     """Issue 28, case 1 (server side): an open whose server model lacks an
     entity with unsaved changes keeps them, for a model that has it again."""
@@ -327,9 +325,40 @@ def test_changes_outlive_their_entity_leaving_the_server_model(kinto, kinto_url,
     kinto.request("DELETE", "/buckets/%s/collections/%s" % (bucket, items))
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
     assert items not in [e.name for e in ctx.entities]
+    absent = [d for d in ctx.diagnostics if d.entity == items]
+    assert len(absent) == 1 and absent[0].attribute is None
+    assert "no longer has the entity %s: 1 unsaved change to it is kept" % items in absent[0].message
     ctx.close()
     kinto.create_collection(bucket, items, ITEMS)
     kinto.put_records(bucket, items, [("i1", {"Title": "item 1"})])
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
     assert [o.id for o in ctx.changed_objects] == ["i1"]
     assert ctx.object(items, "i1").peek("Title") == "kept"
+    assert not [d for d in ctx.diagnostics if d.entity == items], "back: nothing absent"
+    with pytest.raises(tether.ConflictError):
+        ctx.save()                             # the record made again is not the one edited
+    ctx.save(merge="client_wins")
+    assert kinto.get_record(bucket, items, "i1")["Title"] == "kept"
+
+
+def test_changes_outlive_their_field_leaving_the_server_model(kinto, kinto_url, bucket, tmp_path, open_ctx, items):
+    """Issue 28, case 1 (server side): a field that leaves the server's model
+    and comes back gets its code back, and the unsaved value kept under it."""
+    both = {"type": "object", "properties": {"Title": {"type": "string"}, "Note": {"type": "string"}}}
+    kinto.create_collection(bucket, items, both)
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    ctx.fetch_wait(items, policy="server_only")
+    ctx.object(items, "i1").Note = "kept"
+    ctx.close()
+    kinto.create_collection(bucket, items, ITEMS)
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    assert "Note" not in [a.name for a in ctx.entity(items).attributes]
+    absent = [d for d in ctx.diagnostics if d.entity == items]
+    assert len(absent) == 1 and absent[0].attribute == "Note"
+    assert "no longer has the field %s.Note: 1 unsaved change to it is kept" % items in absent[0].message
+    ctx.close()
+    kinto.create_collection(bucket, items, both)
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    assert ctx.object(items, "i1").peek("Note") == "kept"
+    ctx.save()
+    assert kinto.get_record(bucket, items, "i1")["Note"] == "kept"

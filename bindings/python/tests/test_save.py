@@ -197,6 +197,27 @@ def test_save_async_in_poll_mode(kinto, kinto_url, bucket, tmp_path, open_ctx, n
     assert kinto.get_record(bucket, notes, "n2")["Title"] == "async"
 
 
+def test_a_sibling_takes_what_another_fetched(kinto, kinto_url, bucket, tmp_path, open_ctx, notes, recorder):
+    """The store is shared: what one sibling's fetch brings reaches the
+    objects the other holds (its own fetch then finds nothing new, and
+    answered the value it held; found by test_delete_rules_model)."""
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
+    held = ctx.object(notes, "n2")
+    assert held.peek("Title") != "theirs"
+    seen = recorder()
+    held.observe("Title", seen)
+    sibling = ctx.open_sibling("b")
+    try:
+        kinto.patch_record(bucket, notes, "n2", {"Title": "theirs"})
+        sibling.fetch_wait(notes, policy="server_only")
+        assert held.peek("Title") == "theirs"
+        answer = {o.id: o.peek("Title") for o in ctx.fetch_wait(notes, policy="server_only")[1]}
+        assert answer["n2"] == "theirs"
+        assert seen.wait(lambda calls: len(calls) >= 1), "its observer is told"
+    finally:
+        sibling.close()
+
+
 def test_siblings(kinto, kinto_url, bucket, tmp_path, open_ctx, notes, recorder):
     ctx = opened(open_ctx, kinto_url, bucket, tmp_path, notes)
     shown = ctx.object(notes, "n1")
