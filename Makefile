@@ -100,9 +100,10 @@ test-swift test-c test-python test-lua: build
 
 # The libFuzzer targets (fuzz/), FUZZ_SECONDS each (make test runs them briefly),
 # the differential test for FUZZ_SECONDS a connection (make test: a few), and the
-# live fetches' model-based random test for FUZZ_SECONDS (make test: 8).
+# live fetches' model-based random test for FUZZ_SECONDS (make test: 8) on Kinto's
+# memory backend, then on its PostgreSQL backend.
 fuzz: deps
-	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz records schema predicates handles specdef differential live
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz records schema predicates handles specdef differential live live-postgresql
 
 # The kill test's journaled rounds, KILL_ROUNDS of them (make test runs 8):
 # a child killed in a burst of changes, at a save's start, mid-save or after
