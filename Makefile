@@ -100,10 +100,11 @@ test-swift test-c test-python test-lua: build
 
 # The libFuzzer targets (fuzz/), FUZZ_SECONDS each (make test runs them briefly),
 # the differential test for FUZZ_SECONDS a connection (make test: a few), the
-# live fetches' model-based random test for FUZZ_SECONDS (make test: 8) and the delete
-# rules model test (bindings/python/tests/test_delete_rules_model.py) for FUZZ_SECONDS (make test: 3).
+# live fetches' model-based random test for FUZZ_SECONDS (make test: 8) on Kinto's
+# memory backend, then on its PostgreSQL backend, and the delete rules model test
+# (bindings/python/tests/test_delete_rules_model.py) for FUZZ_SECONDS (make test: 3).
 fuzz: deps
-	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz records schema predicates handles specdef differential live rules
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/fuzz records schema predicates handles specdef differential live live-postgresql rules
 
 # The kill test's journaled rounds, KILL_ROUNDS of them (make test runs 8):
 # a child killed in a burst of changes, at a save's start, mid-save or after

@@ -50,10 +50,7 @@ final class KintoBackend: Backend {
         storePath = directory + "/kinto.sqlite"
         admin = try HTTPEngine(credentials: HTTPCredentials(username: "test", password: "test"), timeoutMilliseconds: 10_000)
         try send("PUT", "/buckets/\(bucket)", #"{"permissions": {"read": ["system.Everyone"], "write": ["system.Everyone"]}}"#)
-        try send("PUT", "/buckets/\(bucket)/collections/items", """
-            {"data": {"schema": {"type": "object", "properties": {
-              "Title": {"type": "string", "x-tether-code": 501}, "Rank": {"type": "integer"}}}}}
-            """)
+        try createItems()
         var requests: [String] = []
         for rank in 0..<itemCount {
             requests.append(#"{"method": "PUT", "path": "/buckets/\#(bucket)/collections/items/records/i\#(rank)", "body": {"data": {"Title": "item \#(rank)", "Rank": \#(rank)}}}"#)
@@ -65,6 +62,14 @@ final class KintoBackend: Backend {
     }
 
     deinit { admin.shutdown() }
+
+    /// Creates the (empty) items collection with its schema.
+    func createItems() throws {
+        try send("PUT", "/buckets/\(bucket)/collections/items", """
+            {"data": {"schema": {"type": "object", "properties": {
+              "Title": {"type": "string", "x-tether-code": 501}, "Rank": {"type": "integer"}}}}}
+            """)
+    }
 
     func connection() throws -> any Connection {
         var options = KintoOptions(serverURL: server, bucket: bucket)
