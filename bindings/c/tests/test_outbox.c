@@ -24,16 +24,21 @@ typedef struct saved {
     pthread_mutex_t mu;
     int done, status;
     char message[512];
+    char first_failure[512]; /* the report's first failure's message, if any */
 } saved;
 
 static void on_save(tether_task *task, int status, const char *message, tether_save_report *report, void *userdata)
 {
     saved *s = userdata;
+    size_t failures = 0;
+    const char *failure = NULL;
     (void)task;
-    (void)report;
+    if (report && tether_save_report_failure_count(report, &failures) == TETHER_OK && failures > 0)
+        tether_save_report_failure_at(report, 0, NULL, NULL, &failure);
     pthread_mutex_lock(&s->mu);
     s->status = status;
     snprintf(s->message, sizeof s->message, "%s", message ? message : "");
+    snprintf(s->first_failure, sizeof s->first_failure, "%s", failure ? failure : "");
     s->done = 1;
     pthread_mutex_unlock(&s->mu);
 }
@@ -374,6 +379,33 @@ static void test_required_checked_at_save_start(void)
     CHECK_OK(tether_context_close(ctx));
 }
 
+/* A record the server's schema refuses (a rule the model does not check):
+ * the failure names the field as Kinto's details do, not only its message. */
+static void test_schema_refusal_names_the_field(void)
+{
+    char store[512];
+    tether_context *ctx;
+    tether_object *obj = NULL;
+    saved s;
+    tu_section("a record the server's schema refuses: the failure names Kinto's field");
+    if (!CHECK(tu_put_collection(bucket, "ranked", "{\"type\": \"object\", \"properties\": {"
+                                 "\"Title\": {\"type\": \"string\"}, \"Rank\": {\"type\": \"integer\", \"minimum\": 0}}}")))
+        return;
+    tu_store_path(store, sizeof store, "ranked");
+    ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
+    if (!ctx)
+        return;
+    CHECK_OK(tether_context_insert(ctx, "ranked", "r1", &obj));
+    set_text(obj, "Title", "t");
+    set_int(obj, "Rank", -1);
+    tether_object_release(obj);
+    CHECK(save_with(ctx, -1, &s) != TETHER_OK);
+    printf("  %s\n", s.first_failure);
+    CHECK_STR(s.first_failure, "the server refused ranked/r1 (HTTP 400): Rank: -1 is less than the minimum of 0");
+    CHECK_INT(change_count(ctx), 1);
+    CHECK_OK(tether_context_close(ctx));
+}
+
 /* ---------------------------------------------------------------- case 12 */
 
 typedef struct logged {
@@ -586,6 +618,7 @@ int main(int argc, char **argv)
     test_retry_knows_its_write(TETHER_MERGE_SERVER_WINS);
     test_other_writer_still_conflicts();
     test_required_checked_at_save_start();
+    test_schema_refusal_names_the_field();
     test_close_logs_unsaved();
     test_store_files();
     {
