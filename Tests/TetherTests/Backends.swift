@@ -248,3 +248,36 @@ class MemoryTestCase: DirectoryTestCase {
         try super.tearDownWithError()
     }
 }
+
+/// A test's connection around another: every request goes to `inner` unless
+/// the wrapper says otherwise, so a wrapper names only what it changes (and a
+/// method added to `Connection` is forwarded by all of them at once).
+protocol WrappingConnection: Connection {
+    var inner: any Connection { get }
+}
+
+extension WrappingConnection {
+    var identity: String { inner.identity }
+    var formerIdentities: [String] { inner.formerIdentities }
+    func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
+        inner.serverInfo(done)
+    }
+    func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable { inner.specs(done) }
+    func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        inner.page(request, done)
+    }
+    func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
+        inner.count(request, done)
+    }
+    func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
+                 _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        inner.records(spec, ids: ids, cursor: cursor, done)
+    }
+    func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
+    func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
+    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
+    func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
+        inner.write(writes, answered)
+    }
+    func shutdown() { inner.shutdown() }
+}

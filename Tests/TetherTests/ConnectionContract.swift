@@ -223,7 +223,7 @@ final class MemoryConnectionTests: XCTestCase {
 /// A connection that answers like the one it wraps, its pages passed
 /// through `onPage` (with the listing's request; nil for records by id):
 /// for fault injection and for watching what the core asks.
-final class ForwardingConnection: Connection {
+final class ForwardingConnection: WrappingConnection {
     let inner: any Connection
     private let onPage: @Sendable (PageRequest?, Page) -> Page
     init(_ inner: any Connection, onPage: @escaping @Sendable (PageRequest?, Page) -> Page) {
@@ -242,28 +242,13 @@ final class ForwardingConnection: Connection {
         }
     }
 
-    var identity: String { inner.identity }
-    func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
-        inner.serverInfo(done)
-    }
-    func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable { inner.specs(done) }
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         inner.page(request) { [onPage] in done($0.map { onPage(request, $0) }) }
-    }
-    func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
-        inner.count(request, done)
     }
     func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
                  _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         inner.records(spec, ids: ids, cursor: cursor) { [onPage] in done($0.map { onPage(nil, $0) }) }
     }
-    func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
-    func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
-    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
-    func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
-        inner.write(writes, answered)
-    }
-    func shutdown() { inner.shutdown() }
 }
 
 final class HostileServerTests: XCTestCase {

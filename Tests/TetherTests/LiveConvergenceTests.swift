@@ -4,7 +4,7 @@ import XCTest
 /// A connection whose first listing page is held (its answer already read
 /// from the server) until `release()`: a live fetch's own listing then lands
 /// after other writes, as on a slow network.
-final class HeldPageConnection: Connection, @unchecked Sendable {
+final class HeldPageConnection: WrappingConnection, @unchecked Sendable {
     let inner: any Connection
     private let state = ConditionLock<(held: (@Sendable () -> Void)?, answered: Bool, released: Bool, first: Bool)>(
         (nil, false, false, true))
@@ -24,12 +24,6 @@ final class HeldPageConnection: Connection, @unchecked Sendable {
         if let held { Thread.detachNewThread { held() } }
     }
 
-    var identity: String { inner.identity }
-    var formerIdentities: [String] { inner.formerIdentities }
-    func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
-        inner.serverInfo(done)
-    }
-    func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable { inner.specs(done) }
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         let holds = state.withLock { state -> Bool in
             defer { state.first = false }
@@ -46,27 +40,13 @@ final class HeldPageConnection: Connection, @unchecked Sendable {
             if now { done(result) }
         }
     }
-    func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
-        inner.count(request, done)
-    }
-    func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
-                 _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
-        inner.records(spec, ids: ids, cursor: cursor, done)
-    }
-    func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
-    func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
-    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
-    func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
-        inner.write(writes, answered)
-    }
-    func shutdown() { inner.shutdown() }
 }
 
 /// Delays each page's answer by up to `maxMilliseconds`, on a thread of its
 /// own: fetches running together land their pages in varied orders. A
 /// change armed with `betweenPages` runs after a page's answer is read and
 /// before it is passed on, so the listing's next page is asked after it.
-final class JitterConnection: Connection, @unchecked Sendable {
+final class JitterConnection: WrappingConnection, @unchecked Sendable {
     let inner: any Connection
     let maxMilliseconds: UInt32
     private let hook = ConditionLock<(action: (@Sendable () -> Void)?, skip: Int, running: Bool)>((nil, 0, false))
@@ -117,29 +97,13 @@ final class JitterConnection: Connection, @unchecked Sendable {
         }
     }
 
-    var identity: String { inner.identity }
-    var formerIdentities: [String] { inner.formerIdentities }
-    func serverInfo(_ done: @escaping @Sendable (Result<ServerInfo, TetherError>) -> Void) -> any Cancellable {
-        inner.serverInfo(done)
-    }
-    func specs(_ done: @escaping @Sendable (Result<[Spec], TetherError>) -> Void) -> any Cancellable { inner.specs(done) }
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         inner.page(request, later(done, hooked: true))
-    }
-    func count(_ request: PageRequest, _ done: @escaping @Sendable (Result<Int64, TetherError>) -> Void) -> any Cancellable {
-        inner.count(request, done)
     }
     func records(_ spec: Spec, ids: [String], cursor: PageCursor?,
                  _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
         inner.records(spec, ids: ids, cursor: cursor, later(done))
     }
-    func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
-    func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
-    func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
-    func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
-        inner.write(writes, answered)
-    }
-    func shutdown() { inner.shutdown() }
 }
 
 private struct UncheckedBox<T>: @unchecked Sendable {
