@@ -41,6 +41,9 @@ extension Value {
     }
 }
 
+/// A record's fields as the server sent them, in its order.
+public typealias RecordFields = [(key: String, value: JSON)]
+
 /// A record as the server sent it, split by the entity's attributes.
 struct Record: Sendable {
     let id: String

@@ -76,9 +76,6 @@ public protocol Cancellable: Sendable {
     func cancel()
 }
 
-/// A record's fields as the server sent them, in its order.
-public typealias RecordFields = [(key: String, value: JSON)]
-
 public struct SortKey: Sendable, Equatable {
     /// A field name of the spec.
     public var field: String

@@ -1,13 +1,5 @@
 import CSQLite
 
-/// A value as SQLite holds it.
-enum SQLValue: Equatable, Sendable {
-    case null
-    case integer(Int64)
-    case real(Double)
-    case text(String)
-}
-
 extension SQLValue {
     /// An SQL function's argument.
     init(_ value: OpaquePointer?) {

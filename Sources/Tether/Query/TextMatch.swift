@@ -1,0 +1,101 @@
+/// `[c]` and `[d]` as one function, used for values in memory and, through
+/// SQLite, for rows: the same folding both ways.
+enum TextFolding {
+    /// The text's scalars, lower-cased and/or without combining marks.
+    static func fold(_ text: String, _ options: Comparison.Options) -> [Unicode.Scalar] {
+        guard !options.isEmpty else { return Array(text.unicodeScalars) }
+        var folded = options.contains(.caseInsensitive) ? text.lowercased() : text
+        if options.contains(.diacriticInsensitive) {
+            folded = String(String.UnicodeScalarView(folded.canonicalDecomposition.filter {
+                $0.properties.canonicalCombiningClass == .notReordered
+            }))
+        }
+        return Array(folded.unicodeScalars)
+    }
+
+    static func folded(_ text: String, _ options: Comparison.Options) -> String {
+        String(String.UnicodeScalarView(fold(text, options)))
+    }
+}
+
+/// The text comparisons, the same function for memory and (through SQLite)
+/// the cache.
+enum TextMatch {
+    static func matches(_ operator: Comparison.Operator, _ text: String, _ pattern: String,
+                        _ options: Comparison.Options) -> Bool {
+        if `operator` == .like { return LikePattern.matches(text, pattern, options.folding) }
+        let subject = TextFolding.fold(text, options.folding), wanted = TextFolding.fold(pattern, options.folding)
+        switch `operator` {
+        case .beginsWith: return subject.starts(with: wanted)
+        case .endsWith: return subject.reversed().starts(with: wanted.reversed())
+        case .contains:
+            return wanted.isEmpty || subject.indices.contains { subject[$0...].starts(with: wanted) }
+        default: return false
+        }
+    }
+
+    /// The operators' numbers in SQL (`tether_text(column, op, pattern, options)`).
+    static let codes: [(Comparison.Operator, Int)] = [(.beginsWith, 1), (.endsWith, 2), (.contains, 3), (.like, 4)]
+}
+
+/// LIKE's `*` (any run of scalars, none included) and `?` (one scalar) over
+/// the folded text; `\` makes the next scalar literal (`\*`, `\?`, `\\`).
+enum LikePattern {
+    enum Token: Equatable { case anyRun, one, scalar(Unicode.Scalar) }
+
+    /// The pattern's tokens; its literal runs folded as the text is.
+    static func tokens(_ pattern: String, _ folding: Comparison.Options) -> [Token] {
+        var tokens: [Token] = []
+        var run = String.UnicodeScalarView()
+        func flush() {
+            tokens += TextFolding.fold(String(run), folding).map(Token.scalar)
+            run = String.UnicodeScalarView()
+        }
+        var iterator = pattern.unicodeScalars.makeIterator()
+        while let c = iterator.next() {
+            switch c {
+            // A lone \ at the end is refused by the parser; here it is itself.
+            case "\\": run.append(iterator.next() ?? "\\")
+            case "*": flush(); tokens.append(.anyRun)
+            case "?": flush(); tokens.append(.one)
+            default: run.append(c)
+            }
+        }
+        flush()
+        return tokens
+    }
+
+    /// Whether the pattern ends in a lone `\` (escaping nothing).
+    static func hasDanglingEscape(_ pattern: String) -> Bool {
+        var escaped = false
+        for c in pattern.unicodeScalars { escaped = !escaped && c == "\\" }
+        return escaped
+    }
+
+    static func matches(_ text: String, _ pattern: String, _ folding: Comparison.Options) -> Bool {
+        matches(TextFolding.fold(text, folding), tokens(pattern, folding))
+    }
+
+    static func matches(_ subject: [Unicode.Scalar], _ pattern: [Token]) -> Bool {
+        // Iterative, with one backtracking point: linear for most patterns, never recursive.
+        var s = 0, p = 0, starP = -1, starS = 0
+        while s < subject.count {
+            if p < pattern.count, pattern[p] == .one || pattern[p] == .scalar(subject[s]) {
+                s += 1
+                p += 1
+            } else if p < pattern.count, pattern[p] == .anyRun {
+                starP = p
+                starS = s
+                p += 1
+            } else if starP >= 0 {
+                p = starP + 1
+                starS += 1
+                s = starS
+            } else {
+                return false
+            }
+        }
+        while p < pattern.count, pattern[p] == .anyRun { p += 1 }
+        return p == pattern.count
+    }
+}

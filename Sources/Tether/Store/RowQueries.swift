@@ -1,0 +1,102 @@
+/// Rows matching a predicate, in order, in a window: its SQL, and the SQL
+/// functions that evaluate it as memory does.
+extension Store {
+    /// The functions predicates use in SQL: the very Swift code that
+    /// evaluates them in memory, so the cache answers the same.
+    static func definePredicateFunctions(_ database: Database) throws {
+        func options(_ value: SQLValue) -> Comparison.Options {
+            if case .integer(let raw) = value { return Comparison.Options(rawValue: Int(truncatingIfNeeded: raw)) }
+            return []
+        }
+        // tether_fold(text, options): the text lower-cased and/or without marks.
+        try database.define("tether_fold", arity: 2) { arguments in
+            guard case .text(let text) = arguments[0] else { return arguments[0] }
+            return .text(TextFolding.folded(text, options(arguments[1])))
+        }
+        // tether_text(text, operator, pattern, options): BEGINSWITH, ENDSWITH, CONTAINS, LIKE.
+        try database.define("tether_text", arity: 4) { arguments in
+            guard case .text(let text) = arguments[0], case .integer(let code) = arguments[1],
+                  case .text(let pattern) = arguments[2],
+                  let op = TextMatch.codes.first(where: { $0.1 == code })?.0 else { return .integer(0) }
+            return .integer(TextMatch.matches(op, text, pattern, options(arguments[3])) ? 1 : 0)
+        }
+    }
+
+    /// Rows matching `predicate`, in `sort` order (attribute index,
+    /// descending), after the first `offset`, at most `limit` (0: all).
+    func query(_ entity: Entity, where predicate: Predicate? = nil, sort: [(index: Int, descending: Bool)],
+               limit: Int64, offset: Int64 = 0) throws -> [StoredRecord] {
+        let (sql, parameters) = Self.select(sql(entity).select, entity, predicate, sort: sort, limit: limit, offset: offset)
+        return try withDatabase { database in
+            var records: [StoredRecord] = []
+            try database.statement(sql).each(parameters) { records.append(Self.decode($0, entity)) }
+            return records
+        }
+    }
+
+    /// The ids and versions of the rows `query` would give.
+    func versions(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)],
+                  limit: Int64, offset: Int64) throws -> [(id: String, version: Int64?)] {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        let versionColumn = Identifier.column(code: entity.attributes[entity.versionIndex].code)
+        let (sql, parameters) = Self.select("SELECT \(idColumn), \(versionColumn) FROM \(Self.table(entity))", entity,
+                                            predicate, sort: sort, limit: limit, offset: offset)
+        return try withDatabase { database in
+            var found: [(id: String, version: Int64?)] = []
+            try database.statement(sql).each(parameters) { row in
+                guard case .text(let id) = row[0] else { return }
+                if case .integer(let version) = row[1] { found.append((id, version)) } else { found.append((id, nil)) }
+            }
+            return found
+        }
+    }
+
+    /// The ids of the rows `query` would give (nil sort: in no order),
+    /// read straight into a compact list.
+    func idList(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)]?,
+                limit: Int64 = 0, offset: Int64 = 0) throws -> IDList {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        let (sql, parameters) = Self.select("SELECT \(idColumn) FROM \(Self.table(entity))", entity, predicate,
+                                            sort: sort, limit: limit, offset: offset)
+        return try withDatabase { database in
+            var list = IDList()
+            try database.statement(sql).eachText(parameters) { try list.append($0) }
+            list.compact()
+            return list
+        }
+    }
+
+    /// How many rows `query` would give.
+    func count(_ entity: Entity, where predicate: Predicate?, limit: Int64 = 0, offset: Int64 = 0) throws -> Int64 {
+        let (inner, parameters) = Self.select("SELECT 1 FROM \(Self.table(entity))", entity, predicate,
+                                              sort: nil, limit: limit, offset: offset)
+        return try withDatabase { database in
+            let row = try database.statement("SELECT count(*) FROM (\(inner))").rows(parameters).first
+            if case .integer(let count)? = row?.first { return count }
+            return 0
+        }
+    }
+
+    /// `base` with the predicate's WHERE, the order (`sort`, ties by id; nil:
+    /// none) and the window of `limit` (0: none) after `offset`.
+    static func select(_ base: String, _ entity: Entity, _ predicate: Predicate?,
+                               sort: [(index: Int, descending: Bool)]?, limit: Int64, offset: Int64) -> (String, [SQLValue]) {
+        var sql = base
+        var parameters: [SQLValue] = []
+        if let predicate {
+            let clause = predicate.sql(entity)
+            sql += " WHERE " + clause.text
+            parameters = clause.parameters
+        }
+        if let sort {
+            let order = sort.map { Identifier.column(code: entity.attributes[$0.index].code) + ($0.descending ? " DESC" : " ASC") }
+                + [Identifier.column(code: entity.attributes[entity.idIndex].code) + " ASC"]
+            sql += " ORDER BY " + order.joined(separator: ", ")
+        }
+        if limit > 0 || offset > 0 {
+            sql += " LIMIT ? OFFSET ?"  // a negative limit is none
+            parameters += [.integer(limit > 0 ? limit : -1), .integer(offset)]
+        }
+        return (sql, parameters)
+    }
+}

@@ -1,0 +1,154 @@
+/// Writing what the server sent, and reading rows back by id.
+extension Store {
+    /// Writes what the server sent in one transaction: inserts or replaces
+    /// `records` (not by older versions unless `acceptingOlder`), deletes the
+    /// rows of `deletedIDs`.
+    func write(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
+               acceptingOlder: Bool = false) throws {
+        guard !records.isEmpty || !deletedIDs.isEmpty else { return }
+        try withDatabase { database in
+            try database.transaction {
+                try writeRows(records, deleting: deletedIDs, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder, database)
+            }
+        }
+    }
+
+    /// `write`'s work, inside a transaction the caller holds.
+    func writeRows(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
+                   acceptingOlder: Bool = false, _ database: Database) throws {
+        let sql = sql(entity)
+        // Counted in the file, so contexts sharing it agree.
+        let serial = try Self.lastWrite(database) + 1
+        let insert = try database.statement(sql.upsert)
+        for record in records {
+            var parameters = zip(record.values, entity.attributes).map { value, attribute in
+                Record.isMisfit(value, attribute.type) ? .null : SQLValue(value)
+            }
+            parameters.append(record.extra.isEmpty ? .null : .text(JSON.object(record.extra).serialized()))
+            parameters.append(.integer(fetchedAt))
+            parameters.append(.integer(serial))
+            parameters.append(.integer(acceptingOlder ? 1 : 0))
+            try insert.run(parameters)
+        }
+        try forgetTombstones(records.map(\.id), of: entity, database)
+        try deleteRows(deletedIDs, of: entity, database)
+        try Self.setMeta("write", String(serial), database)
+    }
+
+    func load(_ entity: Entity, id: String) throws -> StoredRecord? {
+        try withReader { database in try load(entity, id: id, database) }
+    }
+
+    /// `load` on `database`: inside a transaction the caller holds on the writing connection.
+    func load(_ entity: Entity, id: String, _ database: Database) throws -> StoredRecord? {
+        try database.statement(sql(entity).load).first([.text(id)]) { Self.decode($0, entity) }
+    }
+
+    /// The distinct non-null texts of one attribute (a reference's targets).
+    func distinctValues(_ entity: Entity, attribute index: Int) throws -> [String] {
+        let column = Identifier.column(code: entity.attributes[index].code)
+        return try withReader { database in
+            var values: [String] = []
+            try database.statement("SELECT DISTINCT \(column) FROM \(Self.table(entity)) WHERE \(column) IS NOT NULL")
+                .each { row in if case .text(let text) = row[0] { values.append(text) } }
+            return values
+        }
+    }
+
+    /// The rows of these ids, by id; those not stored are absent.
+    func rows(_ entity: Entity, ids: [String]) throws -> [ExactString: StoredRecord] {
+        var found: [ExactString: StoredRecord] = [:]
+        try eachRow(entity, ids: ids, select: sql(entity).select, reading: true) { row in
+            let stored = Self.decode(row, entity)
+            found[ExactString(stored.record.id)] = stored
+        }
+        return found
+    }
+
+    /// The versions of these ids, by id; those not stored or without one are absent.
+    func versions(_ entity: Entity, ids: [String]) throws -> [ExactString: Int64] {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        let versionColumn = Identifier.column(code: entity.attributes[entity.versionIndex].code)
+        var found: [ExactString: Int64] = [:]
+        try eachRow(entity, ids: ids, select: "SELECT \(idColumn), \(versionColumn) FROM \(Self.table(entity))") { row in
+            if case .text(let id) = row[0], case .integer(let version) = row[1] { found[ExactString(id)] = version }
+        }
+        return found
+    }
+
+    /// `select` (a SELECT without WHERE) of the rows of these ids.
+    /// `reading`: on the reading connection (rows for objects; bookkeeping
+    /// for writes reads where it writes).
+    private func eachRow(_ entity: Entity, ids: [String], select: String, reading: Bool = false,
+                         _ body: (Statement.Row) throws -> Void) throws {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        try (reading ? withReader : withDatabase) { database in
+            // Lists of one fixed size, so two statements serve every batch.
+            for start in stride(from: 0, to: ids.count, by: Self.idsPerStatement) {
+                let chunk = ids[start..<min(ids.count, start + Self.idsPerStatement)]
+                let size = chunk.count == Self.idsPerStatement ? chunk.count : 1
+                let statement = try database.statement(select + " WHERE \(idColumn) IN ("
+                    + Array(repeating: "?", count: size).joined(separator: ", ") + ")")
+                if size == chunk.count {
+                    try statement.each(chunk.map { .text($0) }, body)
+                } else {
+                    for id in chunk { try statement.each([.text(id)], body) }
+                }
+            }
+        }
+    }
+
+    private static let idsPerStatement = 100
+
+    func delete(ids: [String], of entity: Entity) throws {
+        guard !ids.isEmpty else { return }
+        try withDatabase { database in
+            try database.transaction { try deleteRows(ids, of: entity, database) }
+        }
+    }
+
+    /// Deletes the rows not written since write `serial` (a complete
+    /// listing that began then did not include them, so the server no longer
+    /// has them) and returns their ids.
+    func deleteRows(of entity: Entity, writtenBefore serial: Int64) throws -> [String] {
+        let sql = sql(entity)
+        return try withDatabase { database in
+            try database.transaction {
+                let ids = try database.statement(sql.idsWrittenBefore)
+                    .rows([.integer(serial)])
+                    .compactMap { row -> String? in if case .text(let id) = row[0] { return id } else { return nil } }
+                try deleteRows(ids, of: entity, database)
+                return ids
+            }
+        }
+    }
+
+    /// Typed columns hold values of the attribute's type; a value that did not
+    /// fit its column is in the extra JSON under the attribute's name.
+    static func decode(_ row: Statement.Row, _ entity: Entity) -> StoredRecord {
+        var extra: [(key: String, value: JSON)] = []
+        if case .text(let text) = row[entity.attributes.count], let parsed = try? JSON.parse(text).objectValue {
+            extra = parsed
+        }
+        var values: [Value] = []
+        values.reserveCapacity(entity.attributes.count)
+        for (index, attribute) in entity.attributes.enumerated() {
+            switch (attribute.type, row[index]) {
+            case (.text, .text(let s)): values.append(.text(s))
+            case (.integer, .integer(let i)): values.append(.integer(i))
+            case (.real, .real(let d)): values.append(.real(d))
+            case (.real, .integer(let i)): values.append(.real(Double(i)))
+            case (.boolean, .integer(let i)): values.append(.boolean(i != 0))
+            case (.json, .text(let s)): values.append(.json(s))
+            default:
+                let misfit = extra.first { $0.key.hasSameBytes(as: attribute.name) }?.value
+                values.append(misfit.map { .json($0.serialized(sortKeys: true)) } ?? .null)
+            }
+        }
+        var fetchedAt: Int64 = 0
+        if case .integer(let time) = row[entity.attributes.count + 1] { fetchedAt = time }
+        let id: String
+        if case .text(let s) = row[entity.idIndex] { id = s } else { id = "" }
+        return StoredRecord(record: Record(id: id, values: values, extra: extra), fetchedAt: fetchedAt)
+    }
+}

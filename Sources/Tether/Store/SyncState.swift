@@ -1,0 +1,40 @@
+/// How far each entity's table follows the server: write serials and
+/// sync versions.
+extension Store {
+    /// The serial the next write will take: rows written from now on have
+    /// it or a later one.
+    func nextWrite() throws -> Int64 { try withDatabase { try Self.lastWrite($0) + 1 } }
+
+    /// The serial of the newest write of server records (meta "write").
+    static func lastWrite(_ database: Database) throws -> Int64 {
+        try meta("write", database).flatMap { Int64($0) } ?? 0
+    }
+
+    /// Up to which version of the server's collection every change of
+    /// `entity` is in its table; nil: never synced (or the table changed).
+    func syncVersion(_ entity: Entity) throws -> Int64? {
+        try withDatabase { database in
+            let row = try database.statement("SELECT version FROM tether_sync WHERE entity = ?").rows([.integer(Int64(entity.code))]).first
+            if case .integer(let version)? = row?.first { return version }
+            return nil
+        }
+    }
+
+    /// Records that the table holds every change up to `version`; an older
+    /// version than the one recorded leaves it (both syncs completed).
+    func setSyncVersion(_ entity: Entity, _ version: Int64) throws {
+        try withDatabase { database in
+            try database.statement("""
+                INSERT INTO tether_sync (entity, version) VALUES (?, ?)
+                ON CONFLICT (entity) DO UPDATE SET version = max(version, excluded.version)
+                """).run([.integer(Int64(entity.code)), .integer(version)])
+        }
+    }
+
+    /// Forgets the entity's sync: its next fetch lists everything again.
+    func clearSyncVersion(_ entity: Entity) throws {
+        try withDatabase { database in
+            try database.statement("DELETE FROM tether_sync WHERE entity = ?").run([.integer(Int64(entity.code))])
+        }
+    }
+}
