@@ -227,8 +227,10 @@ public func tether_request_add_spec(_ r: OpaquePointer?, _ name: UnsafePointer<C
 public func tether_request_add_specdef(_ r: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ specdef: UnsafePointer<CChar>?,
                                        _ operations: UInt32) -> Int32 {
     call {
-        try hostRequest(r).request.addSpecDef(name: try text(name, "name"), specdef: try text(specdef, "specdef"),
-                                              operations: Operations(rawValue: operations))
+        let request = try hostRequest(r).request
+        let (spec, folding) = try SpecDef.taggedSpec(name: try text(name, "name"), specdef: try text(specdef, "specdef"),
+                                                     operations: Operations(rawValue: operations))
+        try request.addSpec(spec, foldingRecords: folding)
     }
 }
 

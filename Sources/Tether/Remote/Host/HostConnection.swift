@@ -48,9 +48,9 @@ public final class HostConnection: Connection, ReachabilityReporting {
     private struct State {
         var requests: [ObjectIdentifier: HostRequest] = [:]
         var stopped = false
-        /// The list fields of entities given as Perforce specdefs, by entity:
-        /// their records come in tagged output, lists one key per line.
-        var taggedLists: [String: Set<String>] = [:]
+        /// How the records of an entity come from the host when not in its
+        /// spec's shape, by entity (`addSpec(_:foldingRecords:)`).
+        var foldings: [String: RecordFolding] = [:]
     }
     private let state = Lock(State())
 
@@ -91,11 +91,11 @@ public final class HostConnection: Connection, ReachabilityReporting {
         if !queue.async(job) { job() }
     }
 
-    func noteTagged(_ entity: String, lists: Set<String>) {
-        state.withLock { $0.taggedLists[entity] = lists }
+    func noteFolding(_ entity: String, _ folding: @escaping RecordFolding) {
+        state.withLock { $0.foldings[entity] = folding }
     }
 
-    func taggedLists(_ entity: String) -> Set<String> { state.withLock { $0.taggedLists[entity] ?? [] } }
+    func folding(_ entity: String) -> RecordFolding? { state.withLock { $0.foldings[entity] } }
 
     func cancelled(_ request: HostRequest) {
         guard let cancel = handlers.cancel else { return }
@@ -170,6 +170,9 @@ public final class HostConnection: Connection, ReachabilityReporting {
     }
 }
 
+/// Turns a record as a host gives it into its spec's shape.
+public typealias RecordFolding = @Sendable (RecordFields) -> RecordFields
+
 /// One request to a host connection: what is asked (read it), and the answer
 /// the host builds, then completes, exactly once.
 public final class HostRequest: Cancellable, Sendable {
@@ -241,8 +244,8 @@ public final class HostRequest: Cancellable, Sendable {
         }
     }
 
-    /// The entity's list fields given as tagged output (View0, View1...).
-    private let listTags: Set<String>
+    /// How the entity's records are folded into its spec's shape; nil: they come in it.
+    private let folding: RecordFolding?
 
     init(_ connection: HostConnection, _ kind: Kind, page: PageRequest? = nil, ids: [String] = [], writes: [RecordWrite] = [],
          done: @escaping @Sendable (Result<Answer, TetherError>) -> Void) {
@@ -253,7 +256,7 @@ public final class HostRequest: Cancellable, Sendable {
         self.writes = writes
         self.done = done
         // Read once here, not per record: a page may carry thousands.
-        listTags = page.map { connection.taggedLists($0.spec.name) } ?? []
+        folding = page.flatMap { connection.folding($0.spec.name) }
         state.withLock { $0.answer.writeCount = writes.count }
     }
 
@@ -312,20 +315,12 @@ public final class HostRequest: Cancellable, Sendable {
         try build([.specs], "a spec") { $0.specs.append(spec) }
     }
 
-    /// A record type as a Perforce server describes it: a specdef string
-    /// (the `specdef` field of `p4 -ztag client -o`), its fields keeping
-    /// Perforce's codes; its records then come as tagged output (a list
-    /// field's items as `View0`, `View1`, ...). The version field, which
-    /// Perforce lacks, is `tether_version`: the host gives each record one.
-    public func addSpecDef(name: String, specdef: String, operations: Operations) throws {
-        let fields: [SpecDefField]
-        do { fields = try SpecDef.parse(specdef) } catch let error as TetherError {
-            throw TetherError(error.kind, "\(name): \(error.message)")
-        }
-        var spec = SpecDef.spec(name: name, route: name, fields: fields)
-        spec.operations = operations
+    /// A record type whose records the host gives in a shape of its own
+    /// (as Perforce's tagged output, Remote/Perforce): `folding` turns each
+    /// record of it, in every later request, into the spec's shape.
+    public func addSpec(_ spec: Spec, foldingRecords folding: @escaping RecordFolding) throws {
         try addSpec(spec)
-        connection.noteTagged(name, lists: Set(fields.filter { SpecDef.listTypes.contains($0.type) }.map(\.tag)))
+        connection.noteFolding(spec.name, folding)
     }
 
     /// A record (a JSON object's text) of a page or records answer.
@@ -342,8 +337,8 @@ public final class HostRequest: Cancellable, Sendable {
 
     func addRecord(fields: RecordFields) throws {
         var record = fields
-        if spec != nil {
-            record = TaggedRecords.folded(record, listTags: listTags)
+        if spec != nil, let folding {
+            record = folding(record)
         }
         try build([.page, .records], "a record") { $0.records.append(record) }
     }

@@ -32,3 +32,23 @@ enum TaggedRecords {
         return (String(String.UnicodeScalarView(scalars[..<end])), number)
     }
 }
+
+extension SpecDef {
+    /// A record type as a Perforce server describes it: a specdef string
+    /// (the `specdef` field of `p4 -ztag client -o`), its fields keeping
+    /// Perforce's codes; its records then come as tagged output (a list
+    /// field's items as `View0`, `View1`, ...), which `folding` folds into
+    /// lists. The version field, which Perforce lacks, is `tether_version`:
+    /// the host gives each record one.
+    public static func taggedSpec(name: String, specdef: String, operations: Operations) throws
+        -> (spec: Spec, folding: @Sendable (RecordFields) -> RecordFields) {
+        let fields: [SpecDefField]
+        do { fields = try parse(specdef) } catch let error as TetherError {
+            throw TetherError(error.kind, "\(name): \(error.message)")
+        }
+        var made = Self.spec(name: name, route: name, fields: fields)
+        made.operations = operations
+        let listTags = Set(fields.filter { listTypes.contains($0.type) }.map(\.tag))
+        return (made, { TaggedRecords.folded($0, listTags: listTags) })
+    }
+}
