@@ -7,34 +7,22 @@ import Tether
 
 @_cdecl("tether_context_options_init")
 public func tether_context_options_init(_ opts: UnsafeMutablePointer<tether_context_options>?, _ version: UInt32) -> Int32 {
-    call {
-        guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else { throw misuse("unknown options version \(version)") }
-        guard let opts else { throw misuse("opts is NULL") }
-        let defaults = defaultContextOptions(version: version)
-        // A version-1 struct is shorter: write only its fields.
-        withUnsafeBytes(of: defaults) { bytes in
-            UnsafeMutableRawPointer(opts).copyMemory(from: bytes.baseAddress!, byteCount: contextOptionsSize(version))
-        }
-    }
+    call { try initialize(opts, version: version, "opts") }
 }
 
-private func defaultContextOptions(version: UInt32) -> tether_context_options {
-    var options = tether_context_options()
-    options.version = version
-    options.delivery = TETHER_DELIVER_THREAD
-    options.staleness_ms = 0
-    options.timeout_ms = 30_000
-    options.object_cache_size = 1024
-    options.merge_policy = TETHER_MERGE_REPORT
-    return options
-}
-
-private func contextOptionsSize(_ version: UInt32) -> Int {
-    switch version {
-    case 1: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.object_cache_size)!
-    case 2: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.merge_policy)!
-    case 3: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.local_stores)!
-    default: return MemoryLayout<tether_context_options>.size
+extension tether_context_options: VersionedStruct {
+    static var noun: String { "options" }
+    static var initializer: String { "tether_context_options_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_CONTEXT_OPTIONS_VERSION) }
+    static var versionEnds: [PartialKeyPath<Self>] { [\.object_cache_size, \.merge_policy, \.local_stores] }
+    static var defaults: Self {
+        var options = Self()
+        options.delivery = TETHER_DELIVER_THREAD
+        options.staleness_ms = 0
+        options.timeout_ms = 30_000
+        options.object_cache_size = 1024
+        options.merge_policy = TETHER_MERGE_REPORT
+        return options
     }
 }
 
@@ -94,31 +82,18 @@ public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
     }
 }
 
-/// The host's options struct, read no further than its version goes (later
-/// fields keep their defaults).
+/// The host's options struct, as far as its version goes.
 func contextOptions(_ opts: UnsafePointer<tether_context_options>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) throws
     -> tether_context_options {
     guard let opts else { throw misuse("opts is NULL") }
     guard out != nil else { throw misuse("out is NULL") }
-    let version = UnsafeRawPointer(opts).load(as: UInt32.self)
-    guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else {
-        throw misuse("unknown options version \(version): use tether_context_options_init")
-    }
-    var raw = defaultContextOptions(version: version)
-    withUnsafeMutableBytes(of: &raw) { bytes in
-        bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: contextOptionsSize(version))
-    }
-    return raw
+    return try read(opts)
 }
 
 /// The options every context takes, whatever its connection.
 func coreOptions(_ raw: tether_context_options) throws -> ContextOptions {
     var options = ContextOptions(storePath: try text(raw.store_path, "store_path"))
-    switch raw.delivery {
-    case TETHER_DELIVER_THREAD: options.delivery = .thread
-    case TETHER_DELIVER_POLL: options.delivery = .poll
-    default: throw TetherError(.invalid, "unknown delivery mode \(raw.delivery.rawValue)")
-    }
+    options.delivery = try deliveryMode(raw.delivery)
     options.stalenessMilliseconds = raw.staleness_ms
     options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
     options.mergePolicy = try mergePolicy(Int32(bitPattern: raw.merge_policy.rawValue))
@@ -202,6 +177,14 @@ public func tether_context_poll(_ ctx: OpaquePointer?, _ timeout: Int32, _ out: 
     call {
         let delivered = try openContext(ctx).poll(timeoutMilliseconds: timeout)
         out?.pointee = delivered
+    }
+}
+
+func deliveryMode(_ raw: tether_delivery) throws -> DeliveryMode {
+    switch raw {
+    case TETHER_DELIVER_THREAD: return .thread
+    case TETHER_DELIVER_POLL: return .poll
+    default: throw TetherError(.invalid, "unknown delivery mode \(raw.rawValue)")
     }
 }
 

@@ -184,13 +184,7 @@ public func tether_context_open_sibling(_ ctx: OpaquePointer?, _ name: UnsafePoi
     call {
         let context = try contextBox(ctx).box.context
         guard out != nil else { throw misuse("out is NULL") }
-        let mode: DeliveryMode
-        switch delivery {
-        case TETHER_DELIVER_THREAD: mode = .thread
-        case TETHER_DELIVER_POLL: mode = .poll
-        default: throw TetherError(.invalid, "unknown delivery mode \(delivery.rawValue)")
-        }
-        let sibling = try context.openSibling(name: try text(name, "name"), delivery: mode)
+        let sibling = try context.openSibling(name: try text(name, "name"), delivery: try deliveryMode(delivery))
         do {
             try output(out, try register(sibling))
         } catch {

@@ -31,12 +31,14 @@ private enum RequestStrings {
 
 @_cdecl("tether_connection_init")
 public func tether_connection_init(_ connection: UnsafeMutablePointer<tether_connection>?, _ version: UInt32) -> Int32 {
-    call {
-        guard version == UInt32(TETHER_CONNECTION_VERSION) else { throw misuse("unknown connection version \(version)") }
-        guard let connection else { throw misuse("connection is NULL") }
-        connection.pointee = tether_connection()
-        connection.pointee.version = version
-    }
+    call { try initialize(connection, version: version, "connection") }
+}
+
+extension tether_connection: VersionedStruct {
+    static var noun: String { "connection" }
+    static var initializer: String { "tether_connection_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_CONNECTION_VERSION) }
+    static var defaults: Self { Self() }
 }
 
 @_cdecl("tether_context_open_host")
@@ -44,10 +46,7 @@ public func tether_context_open_host(_ opts: UnsafePointer<tether_context_option
                                      _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
         guard let connection else { throw misuse("connection is NULL") }
-        let raw = connection.pointee
-        guard raw.version == UInt32(TETHER_CONNECTION_VERSION) else {
-            throw misuse("unknown connection version \(raw.version): use tether_connection_init")
-        }
+        let raw = try read(connection)
         // From here on, release is called once whatever happens: by the
         // connection's shutdown once it exists (a failed open shuts it down),
         // else here.
