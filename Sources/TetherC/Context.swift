@@ -109,9 +109,7 @@ func register(_ context: Context) throws -> OpaquePointer {
     let token = Handles.token(handle)
     // Each context's own: siblings share the model's entities, not their handles.
     box.entityHandles = try context.model.entities.map { entity in
-        try Handles.shared.register(EntityBox(entity), kind: .entity, owner: token,
-                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name)
-                                        + context.model.inverses(of: entity).map(\.name) + [entity.configuration]).handle
+        try Handles.shared.register(EntityBox(entity, model: context.model), kind: .entity, owner: token).handle
     }
     return handle
 }
