@@ -21,7 +21,7 @@ let package = Package(
             name: "TetherC",
             dependencies: ["Tether", "CTetherABI"],
             exclude: ["exports.map"],  // the release link's version script (Makefile)
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
             name: "TetherTests",

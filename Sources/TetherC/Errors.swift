@@ -113,6 +113,13 @@ func optionalText(_ pointer: UnsafePointer<CChar>?, _ what: String) throws -> St
     try pointer.map { try text($0, what) }
 }
 
+/// A C string made once and lent for the life of the process.
+/// @unchecked: a C pointer, but nothing writes or frees it after it is made.
+struct ConstantCString: @unchecked Sendable {
+    let pointer: UnsafePointer<CChar>
+    init(_ text: String) { pointer = UnsafePointer(strdup(text)!) }
+}
+
 /// Writes through an out parameter, which must not be NULL.
 func output<T>(_ pointer: UnsafeMutablePointer<T>?, _ value: T, _ what: String = "out") throws {
     guard let pointer else { throw misuse("\(what) is NULL") }
