@@ -26,7 +26,7 @@ let package = Package(
         .testTarget(
             name: "TetherTests",
             dependencies: ["Tether"],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            swiftSettings: [.swiftLanguageMode(.v6)]
         ),
     ]
 )
