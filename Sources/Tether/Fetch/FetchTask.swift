@@ -67,9 +67,8 @@ public struct FetchProgress: Sendable, Equatable {
 /// ends in exactly one final callback. After that the library keeps no
 /// reference to it, its callback, or its results.
 ///
-/// Its life is one state machine (`Machine.State`), changed under its lock
-/// by events from the worker, the network and the host (cancel); each event
-/// returns what to do, done outside the lock.
+/// Its life is a `TaskLifecycle`: `Work` while it works, `Watching` once a
+/// live fetch has answered.
 public final class FetchTask: Sendable {
     public let request: FetchRequest
     let entity: Entity
@@ -80,43 +79,34 @@ public final class FetchTask: Sendable {
     /// The attributes of a values fetch.
     private let properties: [Int]
     private let context: Context
-    private let machine = Lock(Machine())
+    private let lifecycle: TaskLifecycle<FetchResult, FetchProgress, Work, Watching>
 
-    private struct Machine {
-        enum State {
-            case idle
-            /// Working; `remote` is the server request on the wire, if any.
-            case running(remote: (any Cancellable)?)
-            /// A live fetch that has answered: watching its entity's changes.
-            case watching
-            /// The final callback is posted (or the cancellation is).
-            case done
-        }
-        var state = State.idle
-        var subscription: Delivery.SubscriptionID?
-        var callback: (@Sendable (FetchResult) -> Void)?
-        var progress: (@Sendable (FetchProgress) -> Void)?
-        /// Records the server sent so far, and when progress was last told.
-        var sentByServer: Int64 = 0
-        var total: Int64?
+    /// While the fetch works: its cache answer, its server listing, progress.
+    private struct Work {
+        /// The cache's answer, for a final error of CACHE_THEN_SERVER.
+        var cached: FetchedResults?
+        /// A sync's records were counted on the server (once per fetch).
+        var counted = false
+        /// A live fetch's changes noted meanwhile: its answer may have been
+        /// read before them, so the first answer is followed by a look.
+        var changedIDs = Set<ExactString>()
+        /// The server phase so far, once it has begun.
+        var listing: Listing?
+        /// When progress was last told.
+        var progressToldAt: MonotonicTime?
         /// The count asked for progress's total, while in flight.
         var totalRequest: (any Cancellable)?
-        var progressToldAt: MonotonicTime?
-        /// Watching: the answer last posted, the ids changed since, whether
-        /// a look is scheduled, and whether a posted answer is still being
-        /// delivered (then the next waits for it: one in the queue at most).
-        var lastRows: [ResultChanges.Row] = []
-        var lastCount = 0
-        /// (Also gathered while running: see `noteChanged`.)
-        var changedIDs = Set<ExactString>()
-        var lookScheduled = false
-        var answerInFlight = false
-        /// The server phase so far, each object once: a listing can name a
-        /// record twice (a hostile server, or a record moving between pages).
+    }
+
+    /// One server phase, from its plan's first page (it starts again, with
+    /// another plan, when a sync's history was lost).
+    private struct Listing {
+        let plan: ServerPlan
+        /// Each object once: a listing can name a record twice (a hostile
+        /// server, or a record moving between pages).
         var results: [ManagedObject] = []
         var inResults = Set<ObjectIdentifier>()
         var received: Int64 = 0
-        var plan = ServerPlan.query
         /// The collection's version when the listing's first page was answered.
         var version: Int64?
         var firstPage = true
@@ -131,40 +121,23 @@ public final class FetchTask: Sendable {
         var answeredPages = 0
         var checkedPages = 0
         var requestedAfter = -1
-        /// The cache's answer, for a final error of CACHE_THEN_SERVER.
-        var cached: FetchedResults?
-        /// A sync's records were counted on the server (once per fetch).
-        var counted = false
+        /// Records the server sent so far (for progress), of `total`.
+        var sentByServer: Int64 = 0
+        var total: Int64?
 
-        /// The server phase starts (again) with `plan`.
-        mutating func begin(_ plan: ServerPlan) {
-            self.plan = plan
-            results = []
-            inResults = []
-            received = 0
-            version = nil
-            firstPage = true
-            cursors = CursorTrail()
-            lastPageIDs = []
-            answeredPages = 0
-            checkedPages = 0
-            requestedAfter = -1
-            sentByServer = 0
-            total = nil
-        }
+        init(_ plan: ServerPlan) { self.plan = plan }
+    }
 
-        /// The fetch has ended: it holds no objects any longer.
-        mutating func end() {
-            totalRequest?.cancel()
-            totalRequest = nil
-            state = .done
-            results = []
-            inResults = []
-            cached = nil
-            progress = nil
-            lastRows = []
-            changedIDs = []
-        }
+    /// A live fetch that has answered: the answer last posted, the ids
+    /// changed since, whether a look is scheduled, and whether a posted
+    /// answer is still being delivered (then the next waits for it: one in
+    /// the queue at most).
+    private struct Watching {
+        var lastRows: [ResultChanges.Row]
+        var lastCount: Int
+        var changedIDs: Set<ExactString>
+        var lookScheduled = false
+        var answerInFlight = true
     }
 
     init(context: Context, request: FetchRequest) throws {
@@ -234,10 +207,8 @@ public final class FetchTask: Sendable {
         self.entity = entity
         self.sort = sort
         self.context = context
-        Live.tasks.add(1, ordering: .relaxed)
+        lifecycle = TaskLifecycle(context: context, noun: "fetch")
     }
-
-    deinit { Live.tasks.subtract(1, ordering: .relaxed) }
 
     /// Most values a predicate may hold: what one SQLite statement binds,
     /// less those a query adds (limit, offset).
@@ -248,28 +219,19 @@ public final class FetchTask: Sendable {
     /// but always for a listing's last page.
     public func start(progress: (@Sendable (FetchProgress) -> Void)? = nil,
                       _ callback: @escaping @Sendable (FetchResult) -> Void) throws {
-        try machine.withLock { machine in
-            guard case .idle = machine.state else { throw TetherError(.misuse, "the fetch has already started") }
-            machine.callback = callback
-            machine.progress = progress
-        }
-        let id = try context.subscribe(
-            cancel: { [self] id in try? cancel(id) },
-            deliverCancellation: { [self] in deliver(FetchResult(phase: .final, error: .cancelled, results: .empty(request.resultType))) },
-            finished: { [self] in machine.withLock { $0.callback = nil; $0.progress = nil } })
-        let started = machine.withLock { machine -> Bool in
-            machine.subscription = id
-            guard case .idle = machine.state else { return false }
-            machine.state = .running(remote: nil)
-            return true
-        }
+        let started = try lifecycle.start(
+            progress: progress, callback, cancelled: FetchResult(phase: .final, error: .cancelled, results: .empty(request.resultType)),
+            work: Work(), whenCancelled: { [self] former in
+                if case .running(let work, _) = former { work.totalRequest?.cancel() }
+                if request.live { context.unwatch(self, entity) }
+            })
         guard started else { return }
         if request.live {
             // Watched from the start: a change that lands while the server
             // phase runs (another fetch's page, a save) is looked at after
             // the first answer, which may not hold it.
             context.watch(self, entity)
-            if machine.withLock({ if case .done = $0.state { true } else { false } }) { context.unwatch(self, entity) }
+            if !lifecycle.isRunning { context.unwatch(self, entity) }
         }
         context.worker.async { [self] in run() }
     }
@@ -277,21 +239,7 @@ public final class FetchTask: Sendable {
     /// Cancels; afterwards only the final cancelled callback can arrive.
     /// Fails with `.closed` if the fetch was cancelled or has finished.
     public func cancel() throws {
-        guard let id = machine.withLock({ $0.subscription }) else {
-            throw TetherError(.closed, "the fetch has not started")
-        }
-        try cancel(id)
-    }
-
-    private func cancel(_ id: Delivery.SubscriptionID) throws {
-        try context.delivery.cancel(id)
-        let remote = machine.withLock { machine -> (any Cancellable)? in
-            defer { machine.end() }
-            if case .running(let remote) = machine.state { return remote }
-            return nil
-        }
-        remote?.cancel()
-        if request.live { context.unwatch(self, entity) }
+        try lifecycle.cancel()
     }
 
     /// Results to collect from the server before the offset is skipped; 0: all.
@@ -301,19 +249,14 @@ public final class FetchTask: Sendable {
         return overflow ? .max : sum
     }
 
-    private var isRunning: Bool {
-        machine.withLock { if case .running = $0.state { return true } else { return false } }
-    }
+    private var isRunning: Bool { lifecycle.isRunning }
 
-    private func deliver(_ result: FetchResult) {
-        let callback = machine.withLock { $0.callback }
-        callback?(result)
-    }
-
-    private func post(_ phase: FetchPhase, _ error: TetherError?, _ results: FetchedResults) {
-        guard let id = machine.withLock({ $0.subscription }) else { return }
-        let kind: Delivery.Kind = phase == .final ? .final : .update
-        context.delivery.post(kind, to: id) { [self] in deliver(FetchResult(phase: phase, error: error, results: results)) }
+    /// Runs `body` on the server phase's listing while the fetch runs; nil otherwise.
+    private func withListing<T>(_ body: (inout Listing) throws -> T) rethrows -> T? {
+        try lifecycle.withRunning { work -> T? in
+            guard work.listing != nil else { return nil }
+            return try body(&work.listing!)
+        } ?? nil
     }
 
     /// Progress is told at most this often (and not after the final).
@@ -322,106 +265,76 @@ public final class FetchTask: Sendable {
     /// Event: `count` more records came from the server; `last`: the
     /// listing's last page, whose count is told whatever the interval.
     private func received(_ count: Int, total: Int64?, last: Bool) {
-        // The callback is taken now: by delivery time the fetch may have
-        // ended (its final is queued behind this) and let it go.
-        let told = machine.withLock { machine -> (FetchProgress, @Sendable (FetchProgress) -> Void)? in
-            machine.sentByServer += Int64(count)
-            if machine.total == nil { machine.total = total }
-            guard case .running = machine.state else { return nil }
+        let told = lifecycle.withRunning { work -> FetchProgress? in
+            guard work.listing != nil else { return nil }
+            work.listing!.sentByServer += Int64(count)
+            if work.listing!.total == nil { work.listing!.total = total }
             let now = MonotonicTime.now()
-            if !last, let told = machine.progressToldAt, now.milliseconds(since: told) < Self.progressIntervalMilliseconds {
+            if !last, let told = work.progressToldAt, now.milliseconds(since: told) < Self.progressIntervalMilliseconds {
                 return nil
             }
-            machine.progressToldAt = now
-            guard let progress = machine.progress else { return nil }
-            return (FetchProgress(received: machine.sentByServer, total: machine.total), progress)
+            work.progressToldAt = now
+            return FetchProgress(received: work.listing!.sentByServer, total: work.listing!.total)
         }
-        guard let (progress, callback) = told, let id = machine.withLock({ $0.subscription }) else { return }
-        context.delivery.post(.update, to: id) { callback(progress) }
+        if let told = told ?? nil { lifecycle.tell(told) }
     }
 
     /// Event: the fetch ends with `error` (nil: success). Only the first end counts.
     private func finish(_ error: TetherError?, _ results: FetchedResults) {
-        if request.live { return settle(error, results) }
-        let first = machine.withLock { machine -> Bool in
-            switch machine.state {
-            case .running:
-                machine.end()
-                return true
-            case .done, .watching:
-                return false  // cancelled meanwhile: the cancellation is the final
-            case .idle:
-                assertionFailure("a fetch finished before it started")
-                return false
-            }
-        }
-        if first {
-            Log.debug(.sync, "fetch of \(entity.name) (\(request.policy)) ended: "
-                      + (error.map { "\($0.kind): \($0.message)" } ?? "\(results.count) results"))
-            post(.final, error, results)
-        }
+        if request.live { return beginWatching(error, results) }
+        // Else cancelled meanwhile: the cancellation is the final.
+        guard let work = lifecycle.finish(FetchResult(phase: .final, error: error, results: results)) else { return }
+        work.totalRequest?.cancel()
+        Log.debug(.sync, "fetch of \(entity.name) (\(request.policy)) ended: "
+                  + (error.map { "\($0.kind): \($0.message)" } ?? "\(results.count) results"))
     }
 
     // MARK: live
 
     /// Event: a live fetch has its answer (or its server phase failed: the
     /// error is told, and it watches the cache all the same).
-    private func settle(_ error: TetherError?, _ results: FetchedResults) {
+    private func beginWatching(_ error: TetherError?, _ results: FetchedResults) {
         // The versions of the rows the host is given, to tell updates later.
         let ids = results.allIDs
         let versions = (try? context.store(for: entity).versions(entity, ids: ids.map(\.string))) ?? [:]
-        let first = machine.withLock { machine -> Bool in
-            guard case .running = machine.state else { return false }
-            machine.state = .watching
-            machine.results = []
-            machine.inResults = []
-            machine.cached = nil
-            machine.lastRows = ids.map { ResultChanges.Row(id: $0, version: versions[$0]) }
-            machine.lastCount = results.count
-            machine.answerInFlight = true
-            return true
-        }
-        guard first else { return }
         // Changes noted meanwhile stay in `changedIDs`: once this answer is
         // delivered, the cache is looked at again.
+        let former = lifecycle.beginWatching { work in
+            Watching(lastRows: ids.map { ResultChanges.Row(id: $0, version: versions[$0]) }, lastCount: results.count,
+                     changedIDs: work.changedIDs)
+        }
+        guard let former else { return }
+        former.totalRequest?.cancel()
         postLive(error, results)
     }
 
     private func postLive(_ error: TetherError?, _ results: FetchedResults) {
-        guard let id = machine.withLock({ $0.subscription }) else { return }
-        context.delivery.post(.update, to: id) { [self] in
-            deliver(FetchResult(phase: .live, error: error, results: results))
-            answerDelivered()
-        }
+        lifecycle.post(update: FetchResult(phase: .live, error: error, results: results)) { [self] in answerDelivered() }
     }
 
     /// Event: records of the entity were written or deleted in the context.
     /// While the server phase runs they are only noted: its answer may have
     /// been read before them, so the first answer is followed by a look.
     func noteChanged(_ ids: [String]) {
-        let schedule = machine.withLock { machine -> Bool in
-            switch machine.state {
-            case .running:
-                machine.changedIDs.formUnion(ids.map(ExactString.init))
-                return false
-            case .watching: break
-            case .idle, .done: return false
-            }
-            machine.changedIDs.formUnion(ids.map(ExactString.init))
-            guard !machine.lookScheduled, !machine.answerInFlight else { return false }
-            machine.lookScheduled = true
+        let schedule = lifecycle.withWork(running: { work -> Bool in
+            work.changedIDs.formUnion(ids.map(ExactString.init))
+            return false
+        }, watching: { watching -> Bool in
+            watching.changedIDs.formUnion(ids.map(ExactString.init))
+            guard !watching.lookScheduled, !watching.answerInFlight else { return false }
+            watching.lookScheduled = true
             return true
-        }
+        }) ?? false
         if schedule { scheduleLook() }
     }
 
     private func answerDelivered() {
-        let schedule = machine.withLock { machine -> Bool in
-            machine.answerInFlight = false
-            guard case .watching = machine.state, !machine.changedIDs.isEmpty, !machine.lookScheduled else { return false }
-            machine.lookScheduled = true
+        let schedule = lifecycle.withWatching { watching -> Bool in
+            watching.answerInFlight = false
+            guard !watching.changedIDs.isEmpty, !watching.lookScheduled else { return false }
+            watching.lookScheduled = true
             return true
-        }
+        } ?? false
         if schedule { scheduleLook() }
     }
 
@@ -434,12 +347,11 @@ public final class FetchTask: Sendable {
 
     /// On the worker: reads the answer again; posts it if it moved.
     private func look() {
-        guard let (lastRows, lastCount) = machine.withLock({ machine -> ([ResultChanges.Row], Int)? in
-            machine.lookScheduled = false
-            guard case .watching = machine.state else { return nil }
-            machine.changedIDs = []
-            machine.answerInFlight = true
-            return (machine.lastRows, machine.lastCount)
+        guard let (lastRows, lastCount) = lifecycle.withWatching({ watching -> ([ResultChanges.Row], Int) in
+            watching.lookScheduled = false
+            watching.changedIDs = []
+            watching.answerInFlight = true
+            return (watching.lastRows, watching.lastCount)
         }) else { return }
         var rows: [ResultChanges.Row]
         var count: Int
@@ -465,7 +377,7 @@ public final class FetchTask: Sendable {
                 count = rows.count
             }
         } catch {
-            machine.withLock { $0.answerInFlight = false }
+            _ = lifecycle.withWatching { $0.answerInFlight = false }
             return  // the context is closing: its cancel ends the fetch
         }
         guard rows != lastRows || count != lastCount else { return answerDelivered() }
@@ -488,24 +400,16 @@ public final class FetchTask: Sendable {
         } catch { return answerDelivered() }
         guard rows != lastRows || count != lastCount else { return answerDelivered() }
         let changes = ResultChanges.between(lastRows, rows)
-        let moved = machine.withLock { machine -> Bool in
-            guard case .watching = machine.state else { return false }
-            machine.lastRows = rows
-            machine.lastCount = count
+        let moved = lifecycle.withWatching { watching -> Bool in
+            watching.lastRows = rows
+            watching.lastCount = count
             return true
-        }
+        } ?? false
         if moved { postLive(nil, results.with(changes)) } else { answerDelivered() }
     }
 
     /// Event: a server request left; remember it for cancel.
-    private func sent(_ remote: any Cancellable) {
-        let cancelledMeanwhile = machine.withLock { machine -> Bool in
-            guard case .running = machine.state else { return true }
-            machine.state = .running(remote: remote)
-            return false
-        }
-        if cancelledMeanwhile { remote.cancel() }
-    }
+    private func sent(_ remote: any Cancellable) { lifecycle.sent(remote) }
 
     // MARK: on the worker
 
@@ -518,8 +422,8 @@ public final class FetchTask: Sendable {
                 finish(nil, try readCache())
             case .cacheThenServer:
                 let cached = try readCache()
-                machine.withLock { $0.cached = cached }
-                post(.cached, nil, cached)
+                lifecycle.withRunning { $0.cached = cached }
+                lifecycle.post(update: FetchResult(phase: .cached, error: nil, results: cached))
                 fetchFromServer()
             case .serverOnly:
                 fetchFromServer()
@@ -640,7 +544,7 @@ public final class FetchTask: Sendable {
             } else {
                 plan = .query
             }
-            start(plan)
+            beginListing(plan)
         } catch {
             fail(error)
         }
@@ -665,11 +569,10 @@ public final class FetchTask: Sendable {
         sent(remote)
     }
 
-    private func start(_ plan: ServerPlan) {
-        let wantsTotal = machine.withLock { machine -> Bool in
-            machine.begin(plan)
-            return machine.progress != nil
-        }
+    /// The server phase starts (again) with `plan`.
+    private func beginListing(_ plan: ServerPlan) {
+        lifecycle.withRunning { $0.listing = Listing(plan) }
+        let wantsTotal = lifecycle.wantsProgress
         // Not for a sync: a count leaves deletions out, which a sync sends.
         switch plan {
         case .wholeListing: if wantsTotal { askTotal(plan) }
@@ -688,21 +591,15 @@ public final class FetchTask: Sendable {
             page.filters = server.filters
             page.rawQuery = request.serverQuery
         }
-        // A cancel's answer may come at once, from inside `end()`: it must
-        // not take the machine's lock, and it does not (only a count does).
+        // A cancel's answer may come at once, from inside the cancel.
         let remote = context.connection.count(page) { [weak self] result in
             guard let self, case .success(let count) = result else { return }
             let total = needed > 0 ? min(count, needed) : count  // the listing stops at the limit
-            machine.withLock { machine in
-                if machine.plan == plan, machine.total == nil { machine.total = total }
+            withListing { listing in
+                if listing.plan == plan, listing.total == nil { listing.total = total }
             }
         }
-        let ended = machine.withLock { machine -> Bool in
-            guard case .running = machine.state else { return true }
-            machine.totalRequest = remote
-            return false
-        }
-        if ended { remote.cancel() }
+        if lifecycle.withRunning({ $0.totalRequest = remote }) == nil { remote.cancel() }
     }
 
     private func requestPage(_ cursor: PageCursor?, _ plan: ServerPlan) {
@@ -729,22 +626,22 @@ public final class FetchTask: Sendable {
             var index = 0
             // On the network thread: with no limit to watch, the next page
             // leaves now, while this one is decoded and stored on the worker.
-            let eager = machine.withLock { machine -> PageCursor? in
-                guard machine.plan == plan else { return nil }  // a page of a plan given up
-                index = machine.answeredPages
-                machine.answeredPages += 1
+            let eager = withListing { listing -> PageCursor? in
+                guard listing.plan == plan else { return nil }  // a page of a plan given up
+                index = listing.answeredPages
+                listing.answeredPages += 1
                 guard case .success(let answer) = result, let next = answer.next else { return nil }
                 do {
-                    try machine.cursors.advance(to: next, of: entity.name)
+                    try listing.cursors.advance(to: next, of: entity.name)
                 } catch {
                     result = .failure(TetherError.wrap(error))
                     return nil
                 }
-                guard readsToTheEnd, machine.checkedPages >= index, case .running = machine.state else { return nil }
-                machine.requestedAfter = index
+                guard readsToTheEnd, listing.checkedPages >= index else { return nil }
+                listing.requestedAfter = index
                 return next
             }
-            if let eager { requestPage(eager, plan) }
+            if let eager = eager ?? nil { requestPage(eager, plan) }
             context.worker.async { [self, result, index] in receive(result, plan, page: index) }
         }
         sent(remote)
@@ -771,7 +668,7 @@ public final class FetchTask: Sendable {
 
     /// `index`: the page's place in the listing (0: the first).
     private func receive(_ result: Result<Page, TetherError>, _ plan: ServerPlan, page index: Int) {
-        guard isRunning, machine.withLock({ $0.plan == plan }) else { return }  // or a page of a plan given up
+        guard withListing({ $0.plan == plan }) == true else { return }  // ended, or a page of a plan given up
         do {
             // (Only a sync can lose its history: a listing answered so again would start over forever.)
             // (Decoding can tell it too: changes that do not reach the version.)
@@ -788,28 +685,28 @@ public final class FetchTask: Sendable {
             var acceptingOlder = false
             if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
             if let next = page.next { try checkProgress(content, next) }
-            machine.withLock { $0.checkedPages = index + 1 }
+            withListing { $0.checkedPages = index + 1 }
             Log.debug(.sync, "\(entity.name): page of \(content.records.count) records, \(content.deletedIDs.count) deletions"
                       + (page.next == nil ? ", the last" : ", more to come"))
             received(content.records.count + content.deletedIDs.count, total: page.total, last: page.next == nil)
             let objects = try context.absorb(content, of: entity, matching: request.serverQuery == nil ? predicate : nil,
                                              acceptingOlder: acceptingOlder)
-            let received = machine.withLock { machine -> Int64 in
-                if machine.firstPage { machine.version = page.version }
-                machine.firstPage = false
+            let received = withListing { listing -> Int64 in
+                if listing.firstPage { listing.version = page.version }
+                listing.firstPage = false
                 guard keepsPageObjects(plan) else { return 0 }
-                for object in objects where machine.inResults.insert(ObjectIdentifier(object)).inserted {
-                    machine.results.append(object)
+                for object in objects where listing.inResults.insert(ObjectIdentifier(object)).inserted {
+                    listing.results.append(object)
                 }
-                machine.received += Int64(objects.count)
-                return machine.received
-            }
+                listing.received += Int64(objects.count)
+                return listing.received
+            } ?? 0
             if let next = page.next {
                 if plan.readsToTheEnd || !stopsAtLimit {
-                    let requested = machine.withLock { machine -> Bool in
-                        defer { machine.requestedAfter = max(machine.requestedAfter, index) }
-                        return machine.requestedAfter >= index
-                    }
+                    let requested = withListing { listing -> Bool in
+                        defer { listing.requestedAfter = max(listing.requestedAfter, index) }
+                        return listing.requestedAfter >= index
+                    } ?? false
                     return requested ? () : requestPage(next, plan)
                 }
                 if received < needed { return requestPage(next, plan) }
@@ -818,7 +715,7 @@ public final class FetchTask: Sendable {
             // to a page already read. What changed since the first page is
             // asked for before the answer is settled (and before a whole
             // listing removes what it did not see).
-            if index > 0, request.serverQuery == nil, let since = machine.withLock({ $0.version }) {
+            if index > 0, request.serverQuery == nil, let since = withListing({ $0.version }) ?? nil {
                 return catchUp(since: since) { [self] in try ended(plan, page) }
             }
             try ended(plan, page)
@@ -833,7 +730,7 @@ public final class FetchTask: Sendable {
     private func relist() {
         do {
             try context.store(for: entity).clearSyncVersion(entity)
-            start(.wholeListing(firstWrite: try context.store(for: entity).nextWrite(), afterLostHistory: true))
+            beginListing(.wholeListing(firstWrite: try context.store(for: entity).nextWrite(), afterLostHistory: true))
         } catch {
             fail(error)
         }
@@ -841,14 +738,13 @@ public final class FetchTask: Sendable {
 
     /// The listing is in: settles the answer and ends the fetch.
     private func ended(_ plan: ServerPlan, _ page: Page) throws {
-        if case .sync = plan, !machine.withLock({ $0.counted }) {
+        if case .sync = plan, lifecycle.withRunning({ work -> Bool in defer { work.counted = true }; return !work.counted }) == true {
             // A collection recreated, or a record put back with an older
             // version, leaves no trace in what changed since our version:
             // then the server holds another number of records than the store.
-            machine.withLock { $0.counted = true }
             let remote = context.connection.count(PageRequest(spec: entity.spec)) { [self] result in
                 context.worker.async { [self] in
-                    guard isRunning, machine.withLock({ $0.plan == plan }) else { return }
+                    guard withListing({ $0.plan == plan }) == true else { return }
                     do {
                         let held = try context.store(for: entity).count(entity, where: nil)
                         if case .success(let total) = result, total != held {
@@ -866,7 +762,7 @@ public final class FetchTask: Sendable {
         if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
             // The whole filtered answer is in: rows the cache still thinks
             // match, but the server did not name, changed or went.
-            let named = Set(machine.withLock { $0.results }.map { ExactString($0.id) })
+            let named = Set((withListing { $0.results } ?? []).map { ExactString($0.id) })
             let cached = try context.store(for: entity).idList(entity, where: predicate, sort: nil)
             let stale = (0..<cached.count).map { cached[$0] }.filter { !named.contains(ExactString($0)) }
             if !stale.isEmpty { return verify(context.connection.idBatches(stale), cursor: nil, seen: [], cursors: CursorTrail()) }
@@ -899,7 +795,7 @@ public final class FetchTask: Sendable {
                         try cursors.advance(to: next, of: entity.name)
                         return catchUp(since: since, round: round, cursor: next, version: version, cursors: cursors, then: then)
                     }
-                    machine.withLock { $0.version = max($0.version ?? version, version) }
+                    withListing { $0.version = max($0.version ?? version, version) }
                     if cursor != nil, round < Self.catchUpRounds {
                         return catchUp(since: version, round: round + 1, then: then)
                     }
@@ -919,13 +815,13 @@ public final class FetchTask: Sendable {
             guard let predicate else { return false }
             return !(object.state.withLock { $0.record }.map { predicate.matches($0.values) } ?? false)
         }.map { ExactString($0.id) })
-        machine.withLock { machine in
-            guard keepsPageObjects(machine.plan) else { return }
-            machine.results.removeAll { leaving.contains(ExactString($0.id)) }
-            machine.inResults = Set(machine.results.map(ObjectIdentifier.init))
+        withListing { listing in
+            guard keepsPageObjects(listing.plan) else { return }
+            listing.results.removeAll { leaving.contains(ExactString($0.id)) }
+            listing.inResults = Set(listing.results.map(ObjectIdentifier.init))
             for object in objects where !leaving.contains(ExactString(object.id))
-                && machine.inResults.insert(ObjectIdentifier(object)).inserted {
-                machine.results.append(object)
+                && listing.inResults.insert(ObjectIdentifier(object)).inserted {
+                listing.results.append(object)
             }
         }
     }
@@ -939,10 +835,10 @@ public final class FetchTask: Sendable {
         for fields in content.records {
             if let id = fields.first(where: { $0.key == idField })?.value.stringValue { ids.insert(ExactString(id)) }
         }
-        let moved = machine.withLock { machine -> Bool in
-            defer { machine.lastPageIDs = ids }
-            return !ids.isSubset(of: machine.lastPageIDs)
-        }
+        let moved = withListing { listing -> Bool in
+            defer { listing.lastPageIDs = ids }
+            return !ids.isSubset(of: listing.lastPageIDs)
+        } ?? true  // (ended meanwhile: nothing is asked next)
         guard moved else {
             throw TetherError(.protocol, "a page of \(entity.name) brought nothing new (\(content.records.count) records, "
                                          + "none new) and named the cursor \(CursorTrail.name(next)): the listing would never end")
@@ -961,7 +857,7 @@ public final class FetchTask: Sendable {
 
     /// The listing's last page is in: settles the table, returns the results.
     private func listingEnded(_ plan: ServerPlan) throws -> FetchedResults {
-        let (results, version) = machine.withLock { ($0.results, $0.version) }
+        let (results, version) = withListing { ($0.results, $0.version) } ?? ([], nil)
         switch plan {
         case .sync:
             if let version { try context.store(for: entity).setSyncVersion(entity, version) }
@@ -1021,7 +917,7 @@ public final class FetchTask: Sendable {
     }
 
     private func fail(_ error: any Error) {
-        let fallback = machine.withLock { $0.cached }
+        let fallback = lifecycle.withRunning { $0.cached } ?? nil
         finish(TetherError.wrap(error), (try? fallback ?? readCache()) ?? FetchedResults.empty(request.resultType))
     }
 }
