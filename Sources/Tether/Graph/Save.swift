@@ -67,16 +67,12 @@ public struct SaveProgress: Sendable, Equatable {
 public final class SaveTask: Sendable {
     let context: Context
     let policy: MergePolicy
-    private let machine = Lock(Machine())
+    private let lifecycle: TaskLifecycle<SaveResult, SaveProgress, Work, Never>
     /// Rounds of writes at most: a conflict settled by a policy is sent once more.
     static let rounds = 3
 
-    private struct Machine {
-        enum State { case idle, running(remote: (any Cancellable)?), done }
-        var state = State.idle
-        var subscription: Delivery.SubscriptionID?
-        var callback: (@Sendable (SaveResult) -> Void)?
-        var progress: (@Sendable (SaveProgress) -> Void)?
+    /// While the save works.
+    private struct Work {
         /// Changes a delete rule made, each waiting for its target's delete:
         /// sent once the server has confirmed that.
         var held: [(item: Item, target: ManagedObject)] = []
@@ -100,56 +96,23 @@ public final class SaveTask: Sendable {
     init(context: Context, policy: MergePolicy) {
         self.context = context
         self.policy = policy
-        Live.tasks.add(1, ordering: .relaxed)
+        lifecycle = TaskLifecycle(context: context, noun: "save")
     }
-
-    deinit { Live.tasks.subtract(1, ordering: .relaxed) }
 
     public func start(progress: (@Sendable (SaveProgress) -> Void)? = nil,
                       _ callback: @escaping @Sendable (SaveResult) -> Void) throws {
-        try machine.withLock { machine in
-            guard case .idle = machine.state else { throw TetherError(.misuse, "the save has already started") }
-            machine.callback = callback
-            machine.progress = progress
-        }
-        let id = try context.subscribe(
-            cancel: { [self] id in try? cancel(id) },
-            deliverCancellation: { [self] in deliver(SaveResult(error: .cancelled, saved: 0, discarded: 0, failures: [])) },
-            finished: { [self] in machine.withLock { $0.callback = nil; $0.progress = nil } })
-        let started = machine.withLock { machine -> Bool in
-            machine.subscription = id
-            guard case .idle = machine.state else { return false }
-            machine.state = .running(remote: nil)
-            return true
-        }
+        let started = try lifecycle.start(progress: progress, callback,
+                                          cancelled: SaveResult(error: .cancelled, saved: 0, discarded: 0, failures: []), work: Work())
         if started { context.worker.async { [self] in begin() } }
     }
 
     /// Cancels; afterwards only the final cancelled callback can arrive.
     /// Answers already on their way are still settled.
     public func cancel() throws {
-        guard let id = machine.withLock({ $0.subscription }) else { throw TetherError(.closed, "the save has not started") }
-        try cancel(id)
+        try lifecycle.cancel()
     }
 
-    private func cancel(_ id: Delivery.SubscriptionID) throws {
-        try context.delivery.cancel(id)
-        let remote = machine.withLock { machine -> (any Cancellable)? in
-            defer { machine.state = .done; machine.progress = nil }
-            if case .running(let remote) = machine.state { return remote }
-            return nil
-        }
-        remote?.cancel()
-    }
-
-    private func deliver(_ result: SaveResult) {
-        let callback = machine.withLock { $0.callback }
-        callback?(result)
-    }
-
-    private var isRunning: Bool {
-        machine.withLock { if case .running = $0.state { return true } else { return false } }
-    }
+    private var isRunning: Bool { lifecycle.isRunning }
 
     // MARK: rounds
 
@@ -220,12 +183,7 @@ public final class SaveTask: Sendable {
                 ask(next == nil ? asks.dropFirst() : asks, cursor: next, refused: refused, done)
             }
         }
-        let cancelledMeanwhile = machine.withLock { machine -> Bool in
-            guard case .running = machine.state else { return true }
-            machine.state = .running(remote: remote)
-            return false
-        }
-        if cancelledMeanwhile { remote.cancel() }
+        lifecycle.sent(remote)
     }
 
     private func prepare(_ refused: [ObjectIdentifier: TetherError]) {
@@ -281,8 +239,8 @@ public final class SaveTask: Sendable {
             item.object.state.withLock { $0.pending?.sent = true }
         }
         let targets = waitingFor(items)
-        machine.withLock { machine in
-            machine.held = items.compactMap { item in targets[ObjectIdentifier(item.object)].map { (item, $0) } }
+        lifecycle.withRunning { work in
+            work.held = items.compactMap { item in targets[ObjectIdentifier(item.object)].map { (item, $0) } }
         }
         for item in items {
             if let error = refused[ObjectIdentifier(item.object)] {
@@ -327,15 +285,15 @@ public final class SaveTask: Sendable {
     /// was dropped are undone with it; the rest wait, reported.
     private func sendHeld(_ tally: Tally) {
         var tally = tally
-        let held = machine.withLock { machine in
-            defer { machine.held = [] }
-            return machine.held
-        }
+        let held = lifecycle.withRunning { work -> [(item: Item, target: ManagedObject)] in
+            defer { work.held = [] }
+            return work.held
+        } ?? []
         let confirmed = { (target: ManagedObject) in target.state.withLock { $0.pending == nil && $0.deletedOnServer } }
         let ready = held.filter { confirmed($0.target) }.map(\.item)
         let waiting = held.filter { !confirmed($0.target) }
         guard !isRunning || ready.isEmpty else {
-            machine.withLock { $0.held = waiting }
+            lifecycle.withRunning { $0.held = waiting }
             return send(ready, round: 1, tally)
         }
         guard isRunning else { return finish(tally) }
@@ -450,22 +408,10 @@ public final class SaveTask: Sendable {
         let remote = context.connection.write(items.map(\.write)) { [self] outcomes in
             context.worker.async { [self] in settle(outcomes, of: round) }
         }
-        let cancelledMeanwhile = machine.withLock { machine -> Bool in
-            guard case .running = machine.state else { return true }
-            machine.state = .running(remote: remote)
-            return false
-        }
-        if cancelledMeanwhile { remote.cancel() }
+        lifecycle.sent(remote)
     }
 
-    private func tell(_ progress: SaveProgress) {
-        let told = machine.withLock { machine -> (Delivery.SubscriptionID, @Sendable (SaveProgress) -> Void)? in
-            guard case .running = machine.state, let id = machine.subscription, let callback = machine.progress else { return nil }
-            return (id, callback)
-        }
-        guard let (id, callback) = told else { return }
-        context.delivery.post(.update, to: id) { callback(progress) }
-    }
+    private func tell(_ progress: SaveProgress) { lifecycle.tell(progress) }
 
     /// Settles a run of answers (even after a cancel: the server has them);
     /// at the round's end, sends what a merge policy writes again, or ends.
@@ -499,15 +445,10 @@ public final class SaveTask: Sendable {
     }
 
     private func finish(_ tally: Tally) {
-        let ended = machine.withLock { machine -> Bool in
-            guard case .running = machine.state else { return false }
-            machine.state = .done
-            return true
-        }
-        guard ended, let id = machine.withLock({ $0.subscription }) else { return }
-        Self.log(tally)
         let result = SaveResult(error: Self.error(tally), saved: tally.saved, discarded: tally.discarded, failures: tally.failures)
-        context.delivery.post(.final, to: id) { [self] in deliver(result) }
+        // Else cancelled meanwhile: the cancellation is the final.
+        guard lifecycle.finish(result) != nil else { return }
+        Self.log(tally)
     }
 
     /// The outcome at INFO (counts only: a failure reaches the host anyway);
