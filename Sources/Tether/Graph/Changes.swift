@@ -63,7 +63,7 @@ extension ManagedObject {
         }
     }
 
-    /// The conflict the last save met, until a save or a rollback settles it.
+    /// The conflict the last save met, until a save or a rollback ends it.
     public var conflict: SaveConflict? {
         state.withLock { $0.conflict }.map { SaveConflict(object: self, sides: $0) }
     }
