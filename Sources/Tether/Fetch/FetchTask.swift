@@ -105,15 +105,15 @@ public final class FetchTask: Sendable {
             progress: progress, callback, cancelled: FetchResult(phase: .final, error: .cancelled, results: .empty(request.resultType)),
             work: Work(), whenCancelled: { [self] former in
                 if case .running(let work, _) = former { work.totalRequest?.cancel() }
-                if request.live { context.unwatch(self, entity) }
+                if request.live { context.stopListening(self, to: entity) }
             })
         guard started else { return }
         if request.live {
             // Watched from the start: a change that lands while the server
             // phase runs (another fetch's page, a save) is looked at after
             // the first answer, which may not hold it.
-            context.watch(self, entity)
-            if !lifecycle.isRunning { context.unwatch(self, entity) }
+            context.listen(self, to: entity)
+            if !lifecycle.isRunning { context.stopListening(self, to: entity) }
         }
         worker.async { [self] in run() }
     }

@@ -1,6 +1,6 @@
 /// A live fetch: after its answer it watches the cache (the context tells it
 /// which rows of its entity changed) and answers again when its answer moves.
-extension FetchTask {
+extension FetchTask: RowListener {
         /// Event: a live fetch has its answer (or its server phase failed: the
     /// error is told, and it watches the cache all the same).
     func beginWatching(_ error: TetherError?, _ results: FetchedResults) {
@@ -25,7 +25,7 @@ extension FetchTask {
     /// Event: records of the entity were written or deleted in the context.
     /// While the server phase runs they are only noted: its answer may have
     /// been read before them, so the first answer is followed by a look.
-    func noteChanged(_ ids: [String]) {
+    func rowsChanged(_ ids: [String]) {
         let schedule = lifecycle.withWork(running: { work -> Bool in
             work.changedIDs.formUnion(ids.map(ExactString.init))
             return false

@@ -121,9 +121,6 @@ extension Context {
 
     public var hasChanges: Bool { graph.withLock { !$0.changed.isEmpty } }
 
-    /// changedObjects as a fetch's answer, for a host that reads answers.
-    public var changedObjectsResults: FetchedResults { .objects(changedObjects) }
-
     /// A new object of `entity`, saved as an insert at the next save. `id`
     /// nil: a random UUID, made here, so that an insert sent again can never
     /// make a second record. `values` (by attribute name; a later one of a
@@ -407,7 +404,7 @@ extension Context {
         }
         if held { hold(object) } else { release(object) }
         for observer in observers { observer.notify() }
-        tellLiveFetches(entity, [object.id])
+        tellRowsChanged(entity, [object.id])
     }
 
     /// `value` as attribute `attribute` holds it; a value of another type is refused.

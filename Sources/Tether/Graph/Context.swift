@@ -76,8 +76,8 @@ public final class Context: Sendable {
         /// How to cancel each live task and observer, for close.
         var subscriptions: [Delivery.SubscriptionID: @Sendable () -> Void] = [:]
         var pendingRefreshes: [Int: [ManagedObject]] = [:]
-        /// Live fetches watching each entity (by entity index).
-        var liveFetches: [Int: [ObjectIdentifier: FetchTask]] = [:]
+        /// Who listens for changed rows of each entity (by entity index).
+        var rowListeners: [Int: [ObjectIdentifier: any RowListener]] = [:]
         var refreshScheduled = false
         var refreshGatherStart = MonotonicTime.now()
         var lastRefreshRequest = MonotonicTime.now()
@@ -379,23 +379,6 @@ public final class Context: Sendable {
             graph.subscriptions[id] = { cancel(id) }
             return id
         }
-    }
-
-    // MARK: live fetches
-
-    func watch(_ task: FetchTask, _ entity: Entity) {
-        graph.withLock { $0.liveFetches[entity.index, default: [:]][ObjectIdentifier(task)] = task }
-    }
-
-    func unwatch(_ task: FetchTask, _ entity: Entity) {
-        _ = graph.withLock { $0.liveFetches[entity.index]?.removeValue(forKey: ObjectIdentifier(task)) }
-    }
-
-    /// Records of `entity` were written or deleted: live fetches look again.
-    func tellLiveFetches(_ entity: Entity, _ ids: [String]) {
-        guard !ids.isEmpty else { return }
-        let tasks = graph.withLock { $0.liveFetches[entity.index].map { Array($0.values) } ?? [] }
-        for task in tasks { task.noteChanged(ids) }
     }
 
     // MARK: host-thread delivery

@@ -10,7 +10,7 @@ extension Context {
                 acceptingOlder: Bool = false) throws -> [ManagedObject] {
         if content.partial { return try absorbPartial(content, of: entity, matching: predicate) }
         let records = takeable(content, of: entity)
-        defer { tellLiveFetches(entity, records.map(\.id)) }
+        defer { tellRowsChanged(entity, records.map(\.id)) }
         let now = wallClockMilliseconds()
         try store(for: entity).write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         markDeleted(content.deletedIDs, of: entity)
@@ -58,7 +58,7 @@ extension Context {
         let taken = records.filter { held.contains(ExactString($0.id)) }
         if !taken.isEmpty {
             _ = merge(taken, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder)
-            tellLiveFetches(entity, taken.map(\.id))
+            tellRowsChanged(entity, taken.map(\.id))
         }
         for id in ids { takeSaved(nil, id: id, of: entity) }
     }
@@ -107,7 +107,7 @@ extension Context {
     func markDeleted(_ ids: [String], of entity: Entity) {
         guard !ids.isEmpty else { return }
         defer {
-            tellLiveFetches(entity, ids)
+            tellRowsChanged(entity, ids)
             cleanUpReferences(to: ids, of: entity)
         }
         var changed: [KeyObserver] = []

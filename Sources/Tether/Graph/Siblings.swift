@@ -91,6 +91,6 @@ extension Context {
             return state.observers(changedSince: before)
         }
         for observer in observers { observer.notify() }
-        tellLiveFetches(entity, [id])
+        tellRowsChanged(entity, [id])
     }
 }

@@ -204,6 +204,6 @@ extension Context {
             }
         }
         for observer in observers { observer.notify() }
-        tellLiveFetches(object.entity, [object.id])
+        tellRowsChanged(object.entity, [object.id])
     }
 }

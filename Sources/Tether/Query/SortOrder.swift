@@ -7,11 +7,6 @@ struct SortOrder {
     let entity: Entity
     let keys: [(index: Int, descending: Bool)]
 
-    func sorted(_ objects: [ManagedObject]) -> [ManagedObject] {
-        let rows = objects.map { object in (object, object.state.withLock { $0.record?.values }) }
-        return rows.sorted { precedes(($0.0.id, $0.1), ($1.0.id, $1.1)) }.map(\.0)
-    }
-
     /// Whether row `a` (its id and values; nil: not known, all null) comes before `b`.
     func precedes(_ a: (id: String, values: [Value]?), _ b: (id: String, values: [Value]?)) -> Bool {
         for key in keys {
