@@ -1,7 +1,7 @@
 /// A live fetch: after its answer it watches the cache (the context tells it
 /// which rows of its entity changed) and answers again when its answer moves.
 extension FetchTask: RowListener {
-        /// Event: a live fetch has its answer (or its server phase failed: the
+    /// Event: a live fetch has its answer (or its server phase failed: the
     /// error is told, and it watches the cache all the same).
     func beginWatching(_ error: TetherError?, _ results: FetchedResults) {
         // The versions of the rows the host is given, to tell updates later.

@@ -114,12 +114,15 @@ public final class SaveTask: Sendable {
 
     var isRunning: Bool { lifecycle.isRunning }
 
-    // MARK: rounds
+    // MARK: steps (delete rules: SaveDeleteRules.swift; writes: SaveRounds.swift)
 
+    /// On the worker: the delete rules surveyed, then the changes prepared.
     func begin() {
         survey { [self] refused in context.worker.async { [self] in prepare(refused) } }
     }
 
+    /// The changes gathered and checked (what cannot be sent is a failure
+    /// now), inserts marked sent, then the first round of writes sent.
     func prepare(_ refused: [ObjectIdentifier: TetherError]) {
         var tally = Tally()
         var items: [Item] = []
