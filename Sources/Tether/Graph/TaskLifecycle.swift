@@ -27,7 +27,8 @@ final class TaskLifecycle<Answer: Sendable, Progress: Sendable, Running, Watchin
         var subscription: Delivery.SubscriptionID?
         var callback: (@Sendable (Answer) -> Void)?
         var progress: (@Sendable (Progress) -> Void)?
-        /// The task's clean-up at cancel (given at start, dropped at the end).
+        /// The task's clean-up at cancel (given at start; taken by the
+        /// cancel, or dropped when the task has ended without one).
         var whenCancelled: (@Sendable (State) -> Void)?
     }
 
@@ -59,16 +60,26 @@ final class TaskLifecycle<Answer: Sendable, Progress: Sendable, Running, Watchin
             machine.progress = progress
             machine.whenCancelled = whenCancelled
         }
-        let id = try context.subscribe(
-            cancel: { [self] id in try? cancel(id) },
-            deliverCancellation: { [self] in deliver(cancelled) },
-            finished: { [self] in
-                machine.withLock { machine in
-                    machine.callback = nil
-                    machine.progress = nil
-                    machine.whenCancelled = nil
-                }
-            })
+        let id: Delivery.SubscriptionID
+        do {
+            id = try context.subscribe(
+                cancel: { [self] id in try? cancel(id) },
+                deliverCancellation: { [self] in deliver(cancelled) },
+                finished: { [self] in
+                    machine.withLock { machine in
+                        machine.callback = nil
+                        machine.progress = nil
+                        // A cancel's clean-up is the cancel's to take: its
+                        // final may be delivered (on the dispatcher) before
+                        // the cancel has left the delivery.
+                        if case .done = machine.state { machine.whenCancelled = nil }
+                    }
+                })
+        } catch {
+            // (It may hold the task: a cycle, else.)
+            machine.withLock { $0.whenCancelled = nil }
+            throw error
+        }
         return machine.withLock { machine -> Bool in
             machine.subscription = id
             guard case .idle = machine.state else { return false }
@@ -93,6 +104,7 @@ final class TaskLifecycle<Answer: Sendable, Progress: Sendable, Running, Watchin
             defer {
                 machine.state = .done
                 machine.progress = nil
+                machine.whenCancelled = nil
             }
             return (machine.state, machine.whenCancelled)
         }
