@@ -78,7 +78,7 @@ enum LiveFetchContract {
         _ = try fetch(context, FetchRequest(entity: "items"))
         usleep(300_000)
         XCTAssertEqual(watcher.seen.withLock { $0.count }, 4, "nothing after the final")
-        XCTAssertTrue(context.graph.withLock { $0.liveFetches.values.allSatisfy(\.isEmpty) }, "the context let it go")
+        XCTAssertTrue(context.graph.withLock { $0.rowListeners.values.allSatisfy(\.isEmpty) }, "the context let it go")
     }
 
     /// A live count; closing the context ends the live fetch with one final.

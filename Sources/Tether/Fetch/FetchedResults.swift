@@ -218,3 +218,8 @@ public final class FetchedResults: Sendable {
         return objects
     }
 }
+
+extension Context {
+    /// changedObjects as a fetch's answer, for a host that reads answers.
+    public var changedObjectsResults: FetchedResults { .objects(changedObjects) }
+}

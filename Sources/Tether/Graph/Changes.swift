@@ -38,7 +38,7 @@ extension ManagedObject {
         }
     }
 
-    /// The conflict the last save met, until a save or a rollback settles it.
+    /// The conflict the last save met, until a save or a rollback ends it.
     public var conflict: SaveConflict? {
         state.withLock { $0.conflict }.map { SaveConflict(object: self, sides: $0) }
     }
@@ -95,9 +95,6 @@ extension Context {
     }
 
     public var hasChanges: Bool { graph.withLock { !$0.changed.isEmpty } }
-
-    /// changedObjects as a fetch's answer, for a host that reads answers.
-    public var changedObjectsResults: FetchedResults { .objects(changedObjects) }
 
     /// A new object of `entity`, saved as an insert at the next save. `id`
     /// nil: a random UUID, made here, so that an insert sent again can never
@@ -382,7 +379,7 @@ extension Context {
         }
         if held { hold(object) } else { release(object) }
         for observer in observers { observer.notify() }
-        tellLiveFetches(entity, [object.id])
+        tellRowsChanged(entity, [object.id])
     }
 
     /// `value` as attribute `attribute` holds it; a value of another type is refused.

@@ -34,7 +34,7 @@ public final class Context: Sendable {
     /// came from the store) or a request that could not reach it, true again
     /// from any answer. A connection that does not report keeps what open found.
     public var isOnline: Bool { reachability.isOnline ?? openedOnline }
-    private let openedOnline: Bool
+    let openedOnline: Bool
     /// The connection's, shared by siblings.
     let reachability: Reachability
     let options: ContextOptions
@@ -76,8 +76,8 @@ public final class Context: Sendable {
         /// How to cancel each live task and observer, for close.
         var subscriptions: [Delivery.SubscriptionID: @Sendable () -> Void] = [:]
         var pendingRefreshes: [Int: [ManagedObject]] = [:]
-        /// Live fetches watching each entity (by entity index).
-        var liveFetches: [Int: [ObjectIdentifier: FetchTask]] = [:]
+        /// Who listens for changed rows of each entity (by entity index).
+        var rowListeners: [Int: [ObjectIdentifier: any RowListener]] = [:]
         var refreshScheduled = false
         var refreshGatherStart = MonotonicTime.now()
         var lastRefreshRequest = MonotonicTime.now()
@@ -106,40 +106,11 @@ public final class Context: Sendable {
         }
     }
 
-    /// The contexts open on one store: each context's name is its own, and
-    /// the last to close closes the store and the connection.
-    final class Coordinator: Sendable {
-        private let open = Lock<[(name: String, context: WeakContext)]>([])
-
-        struct WeakContext { weak var context: Context? }
-
-        func join(_ context: Context) throws {
-            try open.withLock { open in
-                guard !open.contains(where: { $0.name == context.name && $0.context.context != nil }) else {
-                    throw TetherError(.invalid, "a context named \(context.name.debugDescription) is already open on this store")
-                }
-                open.append((context.name, WeakContext(context: context)))
-            }
-        }
-
-        /// Removes `context`; true if it was the last.
-        func leave(_ context: Context) -> Bool {
-            open.withLock { open in
-                open.removeAll { $0.context.context === context || $0.context.context == nil }
-                return open.isEmpty
-            }
-        }
-
-        func others(than context: Context) -> [Context] {
-            open.withLock { open in open.compactMap { $0.context.context }.filter { $0 !== context } }
-        }
-    }
-
     struct WeakObject {
         weak var object: ManagedObject?
     }
 
-    private init(model: Model, isOnline: Bool, options: ContextOptions, stores: [Store], connection: any Connection,
+    init(model: Model, isOnline: Bool, options: ContextOptions, stores: [Store], connection: any Connection,
                  reachability: Reachability, delivery: Delivery, name: String = "", coordinator: Coordinator = Coordinator()) {
         self.model = model
         openedOnline = isOnline
@@ -292,69 +263,6 @@ public final class Context: Sendable {
 
     public var isClosed: Bool { closed.load(ordering: .acquiring) }
 
-    /// A sibling: another context on this one's store, model and connection,
-    /// with its own objects, callbacks and unsaved changes (a background
-    /// context for an import beside one for a UI, as Core Data has them).
-    /// Its changes are kept in the store under `name`, so a sibling opened
-    /// again under that name finds its unsaved changes. A save in either
-    /// updates the objects the other holds and tells their observers. The
-    /// store and connection close with the last context sharing them.
-    public func openSibling(name: String, delivery mode: DeliveryMode? = nil) throws -> Context {
-        // "" is the first context's: a sibling takes it (and its unsaved
-        // changes) once that context has closed, as join checks.
-        guard !name.unicodeScalars.contains("\u{0}") else {
-            throw TetherError(.invalid, "a sibling's name cannot hold U+0000")
-        }
-        try checkOpen()
-        var siblingOptions = options
-        siblingOptions.delivery = mode ?? options.delivery
-        let sibling = Context(model: model, isOnline: openedOnline, options: siblingOptions, stores: stores, connection: connection,
-                              reachability: reachability, delivery: try Delivery(mode: siblingOptions.delivery), name: name, coordinator: coordinator)
-        do {
-            try coordinator.join(sibling)
-            try sibling.restoreChanges()
-        } catch {
-            // Its threads are running already: a sibling refused is closed, not dropped.
-            try? sibling.close()
-            throw error
-        }
-        return sibling
-    }
-
-    /// This context's object for the record `object` stands for in another
-    /// (Core Data's `objectWithID:` in another context).
-    public func localInstance(of object: ManagedObject) throws -> ManagedObject {
-        guard object.context.coordinator === coordinator else {
-            throw TetherError(.invalid, "the object belongs to a context on another store")
-        }
-        try checkOpen()
-        return uniqueObjects(object.entity, [object.id])[0]
-    }
-
-    /// A save in a sibling settled this record (nil: deleted on the server):
-    /// objects here take it, their observers and live fetches are told.
-    /// Changes pending here stay; their own save meets the new version.
-    func takeSaved(_ record: Record?, id: String, of entity: Entity) {
-        guard let object = objectsInMemory(entity, [id]).first else { return }
-        let now = wallClockMilliseconds()
-        let observers = object.state.withLock { state -> [KeyObserver] in
-            let before = state.observedValues
-            if let record {
-                state.record = record
-                state.loaded = true
-                state.fetchedAt = now
-                state.deletedOnServer = false
-                state.neverOnServer = false
-            } else {
-                if state.pending == nil { state.record = nil }
-                state.deletedOnServer = true
-            }
-            return state.observers(changedSince: before)
-        }
-        for observer in observers { observer.notify() }
-        tellLiveFetches(entity, [id])
-    }
-
     func checkOpen() throws {
         if isClosed { throw TetherError.contextClosed }
     }
@@ -471,159 +379,6 @@ public final class Context: Sendable {
             graph.subscriptions[id] = { cancel(id) }
             return id
         }
-    }
-
-    // MARK: merging server answers
-
-    /// A page from the server, decoded: written to the store in one
-    /// transaction (its deletions too), merged into the graph. Returns the
-    /// page's objects in page order, or those matching `predicate`; every
-    /// record is stored and merged either way.
-    /// Older versions than those held are not taken, unless `acceptingOlder`.
-    func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
-                acceptingOlder: Bool = false) throws -> [ManagedObject] {
-        if content.partial { return try absorbPartial(content, of: entity, matching: predicate) }
-        let records = takeable(content, of: entity)
-        defer { tellLiveFetches(entity, records.map(\.id)) }
-        let now = wallClockMilliseconds()
-        try store(for: entity).write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
-        markDeleted(content.deletedIDs, of: entity)
-        let objects = merge(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
-        // The store is shared: a sibling's objects must not keep what it now
-        // replaced (its own fetch would find nothing new to give them).
-        for sibling in coordinator.others(than: self) {
-            sibling.takeFetched(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
-        }
-        guard let predicate else { return objects }
-        return zip(objects, records).filter { predicate.matches($0.1.values) }.map(\.0)
-    }
-
-    /// A page of partial records: one whose version is the stored row's is
-    /// completed with the row's values for the fields it lacks and taken;
-    /// any other leaves its row alone (not made fresh: the next sync or get
-    /// brings it whole), as writing the fields it lacks as null would be
-    /// wrong. Returns the page's objects in page order, as `absorb`.
-    private func absorbPartial(_ content: PageContent, of entity: Entity, matching predicate: Predicate?) throws -> [ManagedObject] {
-        let idName = entity.attributes[entity.idIndex].name
-        let versionName = entity.attributes[entity.versionIndex].name
-        func field(_ fields: RecordFields, _ name: String) -> JSON? { fields.first { $0.key.hasSameBytes(as: name) }?.value }
-        let ids = content.records.compactMap { fields -> String? in
-            if case .string(let id)? = field(fields, idName), !id.isEmpty { return id } else { return nil }
-        }
-        let stored = try store(for: entity).rows(entity, ids: ids)
-        var whole = content
-        whole.partial = false
-        whole.records = content.records.compactMap { fields in
-            guard case .string(let id)? = field(fields, idName), let row = stored[ExactString(id)]?.record,
-                  let sent = field(fields, versionName)?.integerValue,
-                  case .integer(let held) = row.values[entity.versionIndex], sent == held else { return nil }
-            return fields + row.fields(of: entity).filter { kept in !fields.contains { $0.key.hasSameBytes(as: kept.key) } }
-        }
-        let taken = try absorb(whole, of: entity, matching: predicate)
-        guard predicate == nil else { return taken }
-        // The answer is still the server's: every record it named, in its order.
-        return uniqueObjects(entity, ids)
-    }
-
-    /// A sibling's fetch stored these records and deletions: the objects
-    /// held here take them, as they take a sibling's save.
-    func takeFetched(_ records: [Record], deleting ids: [String], of entity: Entity, fetchedAt: Int64, acceptingOlder: Bool) {
-        let held = Set(objectsInMemory(entity, records.map(\.id)).map { ExactString($0.id) })
-        let taken = records.filter { held.contains(ExactString($0.id)) }
-        if !taken.isEmpty {
-            _ = merge(taken, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder)
-            tellLiveFetches(entity, taken.map(\.id))
-        }
-        for id in ids { takeSaved(nil, id: id, of: entity) }
-    }
-
-    /// Puts records the server sent (already in the store) into their objects
-    /// and tells observers of values that changed. Returns the objects.
-    func merge(_ records: [Record], of entity: Entity, fetchedAt: Int64, acceptingOlder: Bool = false) -> [ManagedObject] {
-        let objects = uniqueObjects(entity, records.map(\.id))
-        var changed: [KeyObserver] = []
-        let versionIndex = entity.versionIndex
-        for (object, record) in zip(objects, records) {
-            object.state.withLock { state in
-                // As in the store: an older version than the one held is not taken.
-                if !acceptingOlder, case .integer(let held)? = state.record?.values[versionIndex],
-                   case .integer(let sent) = record.values[versionIndex], sent < held { return }
-                let before = state.observedValues
-                state.record = record
-                state.loaded = true
-                state.fetchedAt = fetchedAt
-                state.deletedOnServer = false
-                state.neverOnServer = false
-                changed += state.observers(changedSince: before)
-            }
-        }
-        for observer in changed { observer.notify() }
-        return objects
-    }
-
-    /// Objects for rows read from the store; objects already in memory keep
-    /// their state (the store is written through, so they agree).
-    func adopt(_ stored: [StoredRecord], of entity: Entity) -> [ManagedObject] {
-        let objects = uniqueObjects(entity, stored.map(\.record.id))
-        for (object, row) in zip(objects, stored) {
-            object.state.withLock { state in
-                if state.record == nil && !state.deletedOnServer {
-                    state.record = row.record
-                    state.fetchedAt = row.fetchedAt
-                    state.loaded = true
-                }
-            }
-        }
-        return objects
-    }
-
-    /// Records the server no longer has (already removed from the store).
-    func markDeleted(_ ids: [String], of entity: Entity) {
-        guard !ids.isEmpty else { return }
-        defer {
-            tellLiveFetches(entity, ids)
-            cleanUpReferences(to: ids, of: entity)
-        }
-        var changed: [KeyObserver] = []
-        var absent: [(id: String, observers: [KeyObserver])] = []
-        for object in objectsInMemory(entity, ids) {
-            object.state.withLock { state in
-                let wasKnown = state.record != nil
-                // A record edited here keeps its last values: a merge policy may make it again.
-                if state.pending == nil { state.record = nil }
-                // Never cached: its value did not change, but whoever waits
-                // for it (a get's observer) must hear that none will come.
-                if !wasKnown && !state.deletedOnServer {
-                    absent.append((object.id, state.observers))
-                    // Loaded with nothing: the store never had it either.
-                    state.neverOnServer = state.loaded
-                }
-                state.deletedOnServer = true
-                if wasKnown { changed += state.observers }
-            }
-        }
-        for observer in changed { observer.notify() }
-        for (id, observers) in absent {
-            let missing = TetherError.noRecord(entity, id)
-            for observer in observers { observer.notify(missing) }
-        }
-    }
-
-    // MARK: live fetches
-
-    func watch(_ task: FetchTask, _ entity: Entity) {
-        graph.withLock { $0.liveFetches[entity.index, default: [:]][ObjectIdentifier(task)] = task }
-    }
-
-    func unwatch(_ task: FetchTask, _ entity: Entity) {
-        _ = graph.withLock { $0.liveFetches[entity.index]?.removeValue(forKey: ObjectIdentifier(task)) }
-    }
-
-    /// Records of `entity` were written or deleted: live fetches look again.
-    func tellLiveFetches(_ entity: Entity, _ ids: [String]) {
-        guard !ids.isEmpty else { return }
-        let tasks = graph.withLock { $0.liveFetches[entity.index].map { Array($0.values) } ?? [] }
-        for task in tasks { task.noteChanged(ids) }
     }
 
     // MARK: host-thread delivery

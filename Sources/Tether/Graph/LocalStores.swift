@@ -344,7 +344,7 @@ extension Context {
                         try sourceStore.write(cleared, of: source, fetchedAt: now, acceptingOlder: true)
                         try rebaseChanges(of: source, on: cleared)
                         _ = merge(cleared, of: source, fetchedAt: now, acceptingOlder: true)
-                        tellLiveFetches(source, ids)
+                        tellRowsChanged(source, ids)
                         for sibling in siblings {
                             try sibling.rebaseChanges(of: source, on: cleared)
                             for record in cleared { sibling.takeSaved(record, id: record.id, of: source) }

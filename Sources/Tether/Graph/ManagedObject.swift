@@ -25,7 +25,7 @@ public final class ManagedObject: Sendable {
         var observers: [KeyObserver] = []
         /// The local change the server has not confirmed (kept in the outbox too).
         var pending: PendingChange?
-        /// The last save's conflict, until a save or rollback settles it.
+        /// The last save's conflict, until a save or rollback ends it.
         /// Without the object: an object holding itself would never go.
         var conflict: SaveConflict.Sides?
         /// An insert dropped before it was ever sent: the record never existed.

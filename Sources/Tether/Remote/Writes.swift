@@ -51,15 +51,15 @@ extension RecordWrite {
         case conflict
         /// Nothing to do, and this is the outcome (a delete of a record gone
         /// is done; a patch of one is a conflict with nothing).
-        case settled(gone: Bool)
+        case nothingToDo(gone: Bool)
         case apply
     }
 
     func verdict(holding version: Int64?, exists: Bool) -> Verdict {
         switch (kind, exists) {
         case (.create, true): return .conflict
-        case (.delete, false): return .settled(gone: true)
-        case (.patch, false), (.replace, false): return .settled(gone: false)
+        case (.delete, false): return .nothingToDo(gone: true)
+        case (.patch, false), (.replace, false): return .nothingToDo(gone: false)
         case (_, true) where ifVersion != nil && version != ifVersion: return .conflict
         default: return .apply
         }
@@ -68,8 +68,8 @@ extension RecordWrite {
     /// The outcome of a write that was not applied, with the record held.
     func outcome(of verdict: Verdict, current: RecordFields?) -> WriteOutcome {
         switch verdict {
-        case .settled(gone: true): return .deleted
-        case .settled(gone: false): return .conflict(current: nil)
+        case .nothingToDo(gone: true): return .deleted
+        case .nothingToDo(gone: false): return .conflict(current: nil)
         default: return .conflict(current: current)
         }
     }

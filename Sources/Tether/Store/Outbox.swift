@@ -180,7 +180,7 @@ extension Store {
     /// A save's answer for one object, in one transaction: the server's
     /// record stored (nil: the row deleted), and the change dropped
     /// (`remaining` nil) or left as `remaining`.
-    func settle(_ owner: String, _ entity: Entity, id: String, server record: Record?, fetchedAt: Int64,
+    func storeAnswer(_ owner: String, _ entity: Entity, id: String, server record: Record?, fetchedAt: Int64,
                 remaining: PendingChange?) throws {
         try withDatabase { database in
             try database.transaction {

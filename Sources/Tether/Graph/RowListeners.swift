@@ -1,0 +1,26 @@
+/// Who wants to hear that rows of an entity changed in the context (a live
+/// fetch does): the graph tells them, and knows nothing else of them.
+protocol RowListener: AnyObject, Sendable {
+    /// Records of the entity listened to, with these ids, were written or
+    /// deleted in the context (a page stored, a save answered, a local
+    /// change). Called on whichever thread made the change, with no lock held.
+    func rowsChanged(_ ids: [String])
+}
+
+extension Context {
+    /// `listener` hears of `entity`'s changed rows until it stops listening.
+    func listen(_ listener: any RowListener, to entity: Entity) {
+        graph.withLock { $0.rowListeners[entity.index, default: [:]][ObjectIdentifier(listener)] = listener }
+    }
+
+    func stopListening(_ listener: any RowListener, to entity: Entity) {
+        _ = graph.withLock { $0.rowListeners[entity.index]?.removeValue(forKey: ObjectIdentifier(listener)) }
+    }
+
+    /// Records of `entity` were written or deleted: its listeners are told.
+    func tellRowsChanged(_ entity: Entity, _ ids: [String]) {
+        guard !ids.isEmpty else { return }
+        let listeners = graph.withLock { $0.rowListeners[entity.index].map { Array($0.values) } ?? [] }
+        for listener in listeners { listener.rowsChanged(ids) }
+    }
+}

@@ -1,0 +1,133 @@
+/// A save's delete rules: before deletes are sent, the records the server
+/// holds that refer to them are learned and the rules applied; the changes
+/// a rule made wait for their target's delete to be confirmed.
+extension SaveTask {
+    /// Before deletes are sent: the records the server holds that refer to
+    /// them (one filtered listing per inverse), stored, and the delete rules
+    /// applied to those not cached before, so that deny refuses and cascade
+    /// and nullify reach them. `done` gets the deletes refused (a deny, or
+    /// the referrers not learned), by object, with why.
+    func survey(_ done: @escaping @Sendable ([ObjectIdentifier: TetherError]) -> Void) {
+        let deletes = context.changedObjects.filter { $0.changeKind == .delete && !$0.entity.isLocal }
+        var asks: [(inverse: Inverse, targets: [ManagedObject], filter: Filter)] = []
+        var entities: [Entity] = []
+        for object in deletes where !entities.contains(where: { $0 === object.entity }) { entities.append(object.entity) }
+        for entity in entities {
+          for inverse in context.model.inverses(of: entity) where !inverse.source.isLocal && inverse.source.operations.contains(.fetch) {
+            let targets = deletes.filter { $0.entity === entity }
+            let attribute = inverse.source.attributes[inverse.attribute]
+            let field = attribute.name
+            let oneOf = Filter(field: field, .oneOf, targets.map { JSON.string($0.id) }, type: attribute.type)
+            if targets.count > 1, context.connection.supports(oneOf) {
+                asks.append((inverse, targets, oneOf))
+            } else {
+                for target in targets {
+                    let equal = Filter(field: field, .equal, [.string(target.id)], type: attribute.type)
+                    // A connection that cannot filter so: the rules see the cache only.
+                    if context.connection.supports(equal) { asks.append((inverse, [target], equal)) }
+                }
+            }
+          }
+        }
+        ask(asks[...], cursor: nil, refused: [:], done)
+    }
+
+    func ask(_ asks: ArraySlice<(inverse: Inverse, targets: [ManagedObject], filter: Filter)>, cursor: PageCursor?,
+                     refused: [ObjectIdentifier: TetherError], _ done: @escaping @Sendable ([ObjectIdentifier: TetherError]) -> Void) {
+        guard let (inverse, targets, filter) = asks.first, isRunning else {
+            context.worker.async { [self] in
+                var refused = refused
+                for target in context.changedObjects where target.changeKind == .delete && refused[ObjectIdentifier(target)] == nil {
+                    do { try context.applyRules(ofDeleting: target) } catch { refused[ObjectIdentifier(target)] = TetherError.wrap(error) }
+                }
+                done(refused)
+            }
+            return
+        }
+        var request = PageRequest(spec: inverse.source.spec)
+        request.filters = [filter]
+        request.cursor = cursor
+        let remote = context.connection.page(request) { [self] result in
+            context.worker.async { [self] in
+                var refused = refused
+                var next: PageCursor?
+                do {
+                    let page = try result.get()
+                    _ = try context.absorb(try page.decode(), of: inverse.source)
+                    next = page.next
+                } catch {
+                    let error = TetherError.wrap(error)
+                    for target in targets {
+                        refused[ObjectIdentifier(target)] = TetherError(error.kind, "not sent: the \(inverse.source.name) referring to "
+                            + "\(target.entity.name)/\(target.id) could not be asked for, for its delete rule: \(error.message)")
+                    }
+                }
+                ask(next == nil ? asks.dropFirst() : asks, cursor: next, refused: refused, done)
+            }
+        }
+        lifecycle.sent(remote)
+    }
+
+    /// The items a delete rule made (a cascade's delete, a nullify's
+    /// clearing) whose target's delete is in this save: each with the
+    /// target it waits for. Sent with the target, they would stay done
+    /// on the server when its delete fails. Found from the committed
+    /// references, so that changes restored from the outbox wait too.
+    func waitingFor(_ items: [Item]) -> [ObjectIdentifier: ManagedObject] {
+        var deleted: [Int: [ExactString: ManagedObject]] = [:]
+        for item in items where item.change.kind == .delete {
+            deleted[item.object.entity.index, default: [:]][ExactString(item.object.id)] = item.object
+        }
+        guard !deleted.isEmpty else { return [:] }
+        var waiting: [ObjectIdentifier: ManagedObject] = [:]
+        for item in items {
+            let entity = item.object.entity
+            guard let committed = try? context.withCommittedRow(item.object, { $0.record }) else { continue }
+            for index in entity.attributes.indices {
+                guard let target = context.model.target(of: entity.attributes[index]),
+                      item.change.kind == .delete || (item.change.values[index] == .null && committed.values[index] != .null),
+                      let id = try? context.referencedID(committed.values[index], entity.attributes[index], of: entity, to: target),
+                      let object = deleted[target.index]?[ExactString(id)], object !== item.object else { continue }
+                waiting[ObjectIdentifier(item.object)] = object
+                break
+            }
+        }
+        return waiting
+    }
+
+    /// The writes sent so far are settled: the held changes whose target's
+    /// delete the server confirmed go next; those whose target's delete
+    /// was dropped are undone with it; the rest wait, reported.
+    func sendHeld(_ tally: Tally) {
+        var tally = tally
+        let held = lifecycle.withRunning { work -> [(item: Item, target: ManagedObject)] in
+            defer { work.held = [] }
+            return work.held
+        } ?? []
+        let confirmed = { (target: ManagedObject) in target.state.withLock { $0.pending == nil && $0.deletedOnServer } }
+        let ready = held.filter { confirmed($0.target) }.map(\.item)
+        let waiting = held.filter { !confirmed($0.target) }
+        guard !isRunning || ready.isEmpty else {
+            lifecycle.withRunning { $0.held = waiting }
+            return send(ready, round: 1, tally)
+        }
+        guard isRunning else { return finish(tally) }
+        for (item, target) in waiting {
+            tally.answered += 1
+            if target.changeKind != .delete && !target.state.withLock({ $0.deletedOnServer }) {
+                // The target's delete was dropped (server wins): so are its rules.
+                context.undoRules(context.takeRuleChanges(of: target))
+                if !item.object.hasChanges || item.object.state.withLock({ $0.pending?.revision }) != item.change.revision {
+                    tally.discarded += 1
+                    continue
+                }
+            }
+            let failure = tally.failures.first { $0.object === target }
+            let kind = failure?.error.kind == .conflict ? TetherError.Kind.conflict : failure?.error.kind ?? .cancelled
+            tally.failures.append(SaveFailure(object: item.object, error: TetherError(
+                kind, "not sent: it follows the delete rule of \(target.entity.name)/\(target.id), whose delete was not saved"),
+                conflict: nil))
+        }
+        finish(tally)
+    }
+}
