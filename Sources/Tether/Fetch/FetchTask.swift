@@ -133,8 +133,6 @@ public final class FetchTask: Sendable {
         var requestedAfter = -1
         /// The cache's answer, for a final error of CACHE_THEN_SERVER.
         var cached: FetchedResults?
-        /// A sync's records were counted on the server (once per fetch).
-        var counted = false
 
         /// The server phase starts (again) with `plan`.
         mutating func begin(_ plan: ServerPlan) {
@@ -787,6 +785,12 @@ public final class FetchTask: Sendable {
             // The host's own server query says which records: not filtered here.
             var acceptingOlder = false
             if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
+            // A page older than what another fetch has synced since would
+            // bring back what that listing replaced: the cache answers.
+            if request.serverQuery == nil, try context.store(for: entity).isOlderThanSync(page.version, of: entity) {
+                Log.debug(.sync, "\(entity.name): a page of version \(page.version ?? 0) is older than the sync: the cache answers")
+                return finish(nil, try readCache())
+            }
             if let next = page.next { try checkProgress(content, next) }
             machine.withLock { $0.checkedPages = index + 1 }
             Log.debug(.sync, "\(entity.name): page of \(content.records.count) records, \(content.deletedIDs.count) deletions"
@@ -841,27 +845,21 @@ public final class FetchTask: Sendable {
 
     /// The listing is in: settles the answer and ends the fetch.
     private func ended(_ plan: ServerPlan, _ page: Page) throws {
-        if case .sync = plan, !machine.withLock({ $0.counted }) {
-            // A collection recreated, or a record put back with an older
-            // version, leaves no trace in what changed since our version:
-            // then the server holds another number of records than the store.
-            machine.withLock { $0.counted = true }
-            let remote = context.connection.count(PageRequest(spec: entity.spec)) { [self] result in
-                context.worker.async { [self] in
-                    guard isRunning, machine.withLock({ $0.plan == plan }) else { return }
-                    do {
-                        let held = try context.store(for: entity).count(entity, where: nil)
-                        if case .success(let total) = result, total != held {
-                            Log.debug(.sync, "\(entity.name): the server holds \(total) records, the store \(held): listing all again")
-                            return relist()
-                        }
-                        finish(nil, try listingEnded(plan))  // (a count that failed leaves the sync as it is)
-                    } catch {
-                        fail(error)
-                    }
+        if plan != .query {
+            // What changed since a version cannot show history rewritten
+            // behind a newer change: the server's ids and versions are
+            // compared with the store's (see `VersionCheck`). The cache,
+            // then exact, answers (another fetch's check may have changed it too).
+            _ = try listingEnded(plan)
+            return VersionCheck(context: context, entity: entity, sent: { [self] in sent($0) },
+                                isCurrent: { [self] in isRunning && machine.withLock { $0.plan == plan } }) { [self] outcome in
+                do {
+                    _ = try outcome.get()
+                    finish(nil, try readCache())
+                } catch {
+                    fail(error)
                 }
-            }
-            return sent(remote)
+            }.start()
         }
         if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
             // The whole filtered answer is in: rows the cache still thinks

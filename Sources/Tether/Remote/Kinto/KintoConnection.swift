@@ -233,7 +233,7 @@ public final class KintoConnection: Connection, ReachabilityReporting {
         return exchange
     }
 
-    /// The first page's URL: filters, sort, limit, `_since`, then the raw query.
+    /// The first page's URL: filters, sort, limit, `_since`, `_fields`, then the raw query.
     private func listingURL(_ request: PageRequest, sorted: Bool) -> String {
         var query: [String] = request.filters.map(Self.queryParameter)
         if sorted, !request.sort.isEmpty {
@@ -242,6 +242,7 @@ public final class KintoConnection: Connection, ReachabilityReporting {
         }
         if sorted, request.limit > 0 { query.append("_limit=\(request.limit)") }
         if let since = request.since { query.append("_since=\(since)") }  // changes and tombstones after it
+        if let fields = request.fields { query.append("_fields=" + fields.map(Self.escape).joined(separator: ",")) }
         if let raw = request.rawQuery, !raw.isEmpty { query.append(raw) }
         return root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
     }
