@@ -154,6 +154,61 @@ enum LiveConvergenceContract {
         try task.cancel()
     }
 
+    /// Issue 29: a record put back at its older version, behind a newer
+    /// change to another record, is in no `_since` listing, and the ETag
+    /// and count agree: the sync's id+version listing finds it.
+    static func syncSeesARestoreBehindANewerChange(_ backend: KintoBackend) throws {
+        let context = try backend.open()
+        defer { try? context.close() }
+        XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
+        let old = try XCTUnwrap(try backend.record("i1")?.first { $0.key == "last_modified" }?.value.integerValue)
+        try backend.putItem("i1", #"{"Title": "newer", "Rank": 1}"#)
+        XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
+        XCTAssertEqual(try context.object(entity: "items", id: "i1").peek("Title"), .text("newer"))
+        try backend.deleteItem("i1")
+        try backend.putItem("i1", #"{"Title": "item 1", "Rank": 1, "last_modified": \#(old)}"#)
+        try backend.setRank("i2", 5000)  // the newer change: the collection's version is its
+        XCTAssertEqual(try backend.record("i1")?.first { $0.key == "last_modified" }?.value.integerValue, old,
+                       "Kinto keeps the older version")
+        XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
+        XCTAssertEqual(try context.object(entity: "items", id: "i1").peek("Title"), .text("item 1"))
+        var request = FetchRequest(entity: "items")
+        request.predicate = "Title == 'newer'"
+        request.policy = .cacheOnly
+        XCTAssertEqual(try fetch(context, request).last?.objects.map(\.id), [])
+    }
+
+    /// Issue 29: a listing read before a deletion, whose page lands after a
+    /// newer sync stored the deletion, does not bring the record back.
+    static func staleListingDoesNotBringBackADeletedRecord(_ backend: KintoBackend) throws {
+        var held: HeldPageConnection?
+        let context = try backend.open(wrapping: { connection in
+            let wrapped = HeldPageConnection(connection)
+            held = wrapped
+            return wrapped
+        })
+        defer { try? context.close() }
+        let gate = try XCTUnwrap(held)
+        var request = FetchRequest(entity: "items")
+        request.predicate = "Rank < 3"  // one page, filtered by the server: no catch-up follows it
+        request.sort = "Rank"
+        request.policy = .serverOnly
+        request.live = true
+        let watcher = LiveFetchContract.Watcher()
+        let task = try context.makeFetch(request)
+        try task.start(watcher.callback)
+        XCTAssertTrue(gate.waitUntilAnswered(), "the live fetch's listing was answered (and held)")
+        try backend.deleteItem("i0")
+        XCTAssertEqual(try fetch(context, FetchRequest(entity: "items")).last?.objects.count, itemCount - 1)
+        gate.release()
+        XCTAssertTrue(eventually { LiveFetchContract.ids(watcher.seen.withLock { $0.last }) == ["i1", "i2"] },
+                      "the live fetch's last answer: \(LiveFetchContract.ids(watcher.seen.withLock { $0.last }))")
+        var cached = FetchRequest(entity: "items")
+        cached.policy = .cacheOnly
+        XCTAssertEqual(try fetch(context, cached).last?.objects.count, itemCount - 1, "i0 stays gone from the store")
+        try task.cancel()
+    }
+
     /// Issue 29, case 7: a live fetch follows the cache, so a server query,
     /// which only the server can answer, is refused for it.
     static func liveFetchRefusesAServerQuery(_ backend: Backend) throws {
@@ -296,18 +351,14 @@ enum LiveConvergence {
     /// Runs seeded steps for `seconds`; returns the failures (with the seed and step).
     /// The steps that rewrite the server's history: changes between a listing's
     /// pages, the collection recreated, an older record restored. TETHER_LIVE_STEPS
-    /// (comma-separated) names those to run; the default leaves out those with
-    /// known failures (see `knownFailing`).
+    /// (comma-separated) names those to run; the default runs them all.
+    /// (Seeds that once failed: restore 672782 and, on PostgreSQL, recreate,restore
+    /// 752976: an older record put back behind a newer change; recreate 709484: a
+    /// listing read before a deletion landing after a newer sync.)
     static let rewritingSteps = ["pages", "recreate", "restore"]
-    /// recreate: after the collection is recreated, a live fetch can keep a
-    /// record a later sync deleted (TETHER_LIVE_SEED=709484, step 397).
-    /// restore: an older record put back is missed when a newer change
-    /// follows it before the sync: the changes reach the collection's version,
-    /// so nothing lists again (TETHER_LIVE_SEED=672782, step 304).
-    static let knownFailing: Set<String> = ["recreate", "restore"]
     static var steps: Set<String> {
         ProcessInfo.processInfo.environment["TETHER_LIVE_STEPS"].map { Set($0.split(separator: ",").map(String.init)) }
-            ?? Set(rewritingSteps).subtracting(knownFailing)
+            ?? Set(rewritingSteps)
     }
 
     static func run(_ backend: KintoBackend, seed: UInt64, steps maxSteps: Int, seconds: Double) throws -> [String] {
@@ -561,6 +612,10 @@ final class KintoLiveConvergenceTests: KintoTestCase {
         try LiveConvergenceContract.liveFetchSeesWritesMadeDuringItsListing(backend)
     }
     func testLiveFetchRefusesAServerQuery() throws { try LiveConvergenceContract.liveFetchRefusesAServerQuery(backend) }
+    func testSyncSeesARestoreBehindANewerChange() throws { try LiveConvergenceContract.syncSeesARestoreBehindANewerChange(backend) }
+    func testStaleListingDoesNotBringBackADeletedRecord() throws {
+        try LiveConvergenceContract.staleListingDoesNotBringBackADeletedRecord(backend)
+    }
     func testCacheElseServerAsksUntilSynced() throws { try LiveConvergenceContract.cacheElseServerAsksUntilSynced(backend) }
 
     /// A few seconds in `make test`; TETHER_LIVE_SECONDS (scripts/fuzz live) for longer.

@@ -10,9 +10,16 @@ final class ListingRecorder: @unchecked Sendable {
         let deleted: [String]
     }
     private let listings = Lock<[Listing]>([])
+    private let checkPages = Lock(0)
 
+    /// The listings, but for a sync's id+version check (see `VersionCheck`).
     var all: [Listing] { listings.withLock { $0 } }
-    func reset() { listings.withLock { $0 = [] } }
+    /// Pages of the id+version checks that end syncs.
+    var versionCheckPages: Int { checkPages.withLock { $0 } }
+    func reset() {
+        listings.withLock { $0 = [] }
+        checkPages.withLock { $0 = 0 }
+    }
 
     /// A whole listing: pages asked without `since`, then at most catch-ups
     /// (what changed since its first page) that bring nothing here.
@@ -25,6 +32,10 @@ final class ListingRecorder: @unchecked Sendable {
     func wrap(_ connection: any Connection) -> any Connection {
         ForwardingConnection(connection) { [self] request, page in
             guard let request else { return page }
+            if request.fields != nil {
+                checkPages.withLock { $0 += 1 }
+                return page
+            }
             return Page(next: page.next, version: page.version) { [self] in
                 let content = try page.decode()
                 let ids = content.records.compactMap { record in record.first { $0.key == "id" }?.value.stringValue }
@@ -76,6 +87,7 @@ enum SyncContract {
         XCTAssertEqual(third.last?.objects.count, itemCount - 1)
         XCTAssertEqual(recorder.all.map(\.records.count), [0], "nothing changed: nothing comes")
         XCTAssertEqual(recorder.all.map(\.deleted.count), [0])
+        XCTAssertGreaterThan(recorder.versionCheckPages, 0, "the sync ends with the id+version check")
     }
 
     /// A record changed so that it no longer matches a filter leaves that

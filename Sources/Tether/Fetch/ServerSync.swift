@@ -118,6 +118,12 @@ extension FetchTask {
             // The host's own server query says which records: not filtered here.
             var acceptingOlder = false
             if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
+            // A page older than what another fetch has synced since would
+            // bring back what that listing replaced: the cache answers.
+            if request.serverQuery == nil, try store.isOlderThanSync(page.version, of: entity) {
+                Log.debug(.sync, "\(entity.name): a page of version \(page.version ?? 0) is older than the sync: the cache answers")
+                return finish(nil, try readCache())
+            }
             if let next = page.next { try checkProgress(content, next) }
             withListing { $0.checkedPages = index + 1 }
             Log.debug(.sync, "\(entity.name): page of \(content.records.count) records, \(content.deletedIDs.count) deletions"
@@ -172,26 +178,22 @@ extension FetchTask {
 
     /// The listing is in: makes the answer and ends the fetch.
     func ended(_ plan: ServerPlan, _ page: Page) throws {
-        if case .sync = plan, lifecycle.withRunning({ work -> Bool in defer { work.counted = true }; return !work.counted }) == true {
-            // A collection recreated, or a record put back with an older
-            // version, leaves no trace in what changed since our version:
-            // then the server holds another number of records than the store.
-            let remote = connection.count(PageRequest(spec: entity.spec)) { [self] result in
-                worker.async { [self] in
-                    guard withListing({ $0.plan == plan }) == true else { return }
-                    do {
-                        let held = try store.count(entity, where: nil)
-                        if case .success(let total) = result, total != held {
-                            Log.debug(.sync, "\(entity.name): the server holds \(total) records, the store \(held): listing all again")
-                            return relist()
-                        }
-                        finish(nil, try listingEnded(plan))  // (a count that failed leaves the sync as it is)
-                    } catch {
-                        fail(error)
-                    }
+        if plan != .query {
+            // What changed since a version cannot show history rewritten
+            // behind a newer change: the server's ids and versions are
+            // compared with the store's (see `VersionCheck`). The cache,
+            // then exact, answers (another fetch's check may have changed it too).
+            _ = try listingEnded(plan)
+            return VersionCheck(context: context, store: store, connection: connection, worker: worker, entity: entity,
+                                sent: { [self] in sent($0) },
+                                isCurrent: { [self] in withListing({ $0.plan == plan }) == true }) { [self] outcome in
+                do {
+                    _ = try outcome.get()
+                    finish(nil, try readCache())
+                } catch {
+                    fail(error)
                 }
-            }
-            return sent(remote)
+            }.start()
         }
         if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
             // The whole filtered answer is in: rows the cache still thinks

@@ -132,6 +132,10 @@ public struct PageRequest: Sendable {
     /// Only what changed after this version of the collection (a `Page`'s
     /// `version`), deletions included; nil: the records as they stand.
     public var since: Int64?
+    /// Only these fields are needed (the spec's id and version among them):
+    /// a connection may leave the others out, and then marks its pages
+    /// `partial`, or send whole records. nil: whole records.
+    public var fields: [String]?
     public var cursor: PageCursor?
 
     public init(spec: Spec) { self.spec = spec }

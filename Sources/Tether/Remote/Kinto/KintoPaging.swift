@@ -31,7 +31,7 @@ extension KintoConnection {
         return exchange
     }
 
-    /// The first page's URL: filters, sort, limit, `_since`, then the raw query.
+    /// The first page's URL: filters, sort, limit, `_since`, `_fields`, then the raw query.
     private func listingURL(_ request: PageRequest, sorted: Bool) -> String {
         var query: [String] = request.filters.map(Self.queryParameter)
         if sorted, !request.sort.isEmpty {
@@ -40,6 +40,7 @@ extension KintoConnection {
         }
         if sorted, request.limit > 0 { query.append("_limit=\(request.limit)") }
         if let since = request.since { query.append("_since=\(since)") }  // changes and tombstones after it
+        if let fields = request.fields { query.append("_fields=" + fields.map(Self.escape).joined(separator: ",")) }
         if let raw = request.rawQuery, !raw.isEmpty { query.append(raw) }
         return root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
     }
