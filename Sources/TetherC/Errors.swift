@@ -115,3 +115,22 @@ func output<T>(_ pointer: UnsafeMutablePointer<T>?, _ value: T, _ what: String =
     guard let pointer else { throw misuse("\(what) is NULL") }
     pointer.pointee = value
 }
+
+@_cdecl("tether_errmsg")
+public func tether_errmsg() -> UnsafePointer<CChar> { lastMessage() }
+
+private let statusNames: [Int32: UnsafeMutablePointer<CChar>] = ([
+    TETHER_OK: "TETHER_OK", TETHER_E_ERROR: "TETHER_E_ERROR", TETHER_E_MISUSE: "TETHER_E_MISUSE",
+    TETHER_E_HANDLE: "TETHER_E_HANDLE", TETHER_E_NOT_FOUND: "TETHER_E_NOT_FOUND", TETHER_E_TYPE: "TETHER_E_TYPE",
+    TETHER_E_INVALID: "TETHER_E_INVALID", TETHER_E_NETWORK: "TETHER_E_NETWORK", TETHER_E_AUTH: "TETHER_E_AUTH",
+    TETHER_E_SERVER: "TETHER_E_SERVER", TETHER_E_PROTOCOL: "TETHER_E_PROTOCOL", TETHER_E_STORE: "TETHER_E_STORE",
+    TETHER_E_CANCELLED: "TETHER_E_CANCELLED", TETHER_E_NOT_CACHED: "TETHER_E_NOT_CACHED", TETHER_E_BUSY: "TETHER_E_BUSY",
+    TETHER_E_CONFLICT: "TETHER_E_CONFLICT",
+    TETHER_E_NOT_ALLOWED: "TETHER_E_NOT_ALLOWED", TETHER_E_EXPIRED: "TETHER_E_EXPIRED",
+] as [Int32: String]).mapValues { strdup($0)! }
+private let unknownStatusName = strdup("TETHER_E_UNKNOWN")!
+
+@_cdecl("tether_errstr")
+public func tether_errstr(_ status: Int32) -> UnsafePointer<CChar> {
+    UnsafePointer(statusNames[status] ?? unknownStatusName)
+}

@@ -242,3 +242,24 @@ final class Handles: @unchecked Sendable {
         return entry.object
     }
 }
+
+/// A host callback with its userdata and the handles it is given, carried to
+/// the library's threads. Unchecked because they are C pointers: the header
+/// tells hosts that callbacks run there, and the handles are registry tokens,
+/// never dereferenced.
+struct HostCall<Function>: @unchecked Sendable {
+    let function: Function
+    let userdata: UnsafeMutableRawPointer?
+    let handle: OpaquePointer
+    var object: OpaquePointer? = nil
+    var key: UnsafeMutablePointer<CChar>? = nil
+
+    init(_ function: Function, _ userdata: UnsafeMutableRawPointer?, handle: OpaquePointer,
+         object: OpaquePointer? = nil, key: UnsafeMutablePointer<CChar>? = nil) {
+        self.function = function
+        self.userdata = userdata
+        self.handle = handle
+        self.object = object
+        self.key = key
+    }
+}

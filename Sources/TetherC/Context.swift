@@ -1,0 +1,211 @@
+// The C ABI, "context" section of include/tether.h: options, open, close,
+// online state and delivery.
+import CTetherABI
+import Glibc
+import Synchronization
+import Tether
+
+@_cdecl("tether_context_options_init")
+public func tether_context_options_init(_ opts: UnsafeMutablePointer<tether_context_options>?, _ version: UInt32) -> Int32 {
+    call {
+        guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else { throw misuse("unknown options version \(version)") }
+        guard let opts else { throw misuse("opts is NULL") }
+        let defaults = defaultContextOptions(version: version)
+        // A version-1 struct is shorter: write only its fields.
+        withUnsafeBytes(of: defaults) { bytes in
+            UnsafeMutableRawPointer(opts).copyMemory(from: bytes.baseAddress!, byteCount: contextOptionsSize(version))
+        }
+    }
+}
+
+private func defaultContextOptions(version: UInt32) -> tether_context_options {
+    var options = tether_context_options()
+    options.version = version
+    options.delivery = TETHER_DELIVER_THREAD
+    options.staleness_ms = 0
+    options.timeout_ms = 30_000
+    options.object_cache_size = 1024
+    options.merge_policy = TETHER_MERGE_REPORT
+    return options
+}
+
+private func contextOptionsSize(_ version: UInt32) -> Int {
+    switch version {
+    case 1: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.object_cache_size)!
+    case 2: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.merge_policy)!
+    case 3: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.local_stores)!
+    default: return MemoryLayout<tether_context_options>.size
+    }
+}
+
+/// A context and the handles of its model, as the boundary keeps them.
+final class ContextBox {
+    let context: Context
+    var entityHandles: [OpaquePointer] = []
+    /// The context's diagnostics as C strings (entity, attribute or nil,
+    /// message), copied as they are first read: the list only grows, and
+    /// each string lives until the context's handle dies.
+    private let copied = Mutex<[(UnsafeMutablePointer<CChar>, UnsafeMutablePointer<CChar>?, UnsafeMutablePointer<CChar>)]>([])
+
+    init(_ context: Context) {
+        self.context = context
+    }
+
+    var diagnostics: [(UnsafeMutablePointer<CChar>, UnsafeMutablePointer<CChar>?, UnsafeMutablePointer<CChar>)] {
+        let all = context.diagnostics
+        return copied.withLock { copied in
+            for diagnostic in all.dropFirst(copied.count) {
+                copied.append((diagnostic.entity.cDuplicate, diagnostic.attribute?.cDuplicate, diagnostic.message.cDuplicate))
+            }
+            return copied
+        }
+    }
+
+    deinit {
+        for (entity, attribute, message) in copied.withLock({ $0 }) {
+            free(entity)
+            free(attribute)
+            free(message)
+        }
+    }
+}
+
+extension String {
+    /// A malloc'd C copy. Names from a server may not hold U+0000 (the
+    /// model leaves such out), so nothing is cut short.
+    var cDuplicate: UnsafeMutablePointer<CChar> { strdup(self)! }
+}
+
+func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UInt) {
+    let resolved = try Handles.shared.resolveWithOwner(pointer, .context, as: ContextBox.self)
+    return (resolved.object, resolved.owner)
+}
+
+@_cdecl("tether_context_open")
+public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
+                                _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let raw = try contextOptions(opts, out)
+        var kinto = KintoOptions(serverURL: try text(raw.server_url, "server_url"), bucket: try text(raw.bucket, "bucket"))
+        kinto.username = try optionalText(raw.username, "username")
+        kinto.password = try optionalText(raw.password, "password")
+        kinto.timeoutMilliseconds = raw.timeout_ms
+        try output(out, try register(Context.open(try coreOptions(raw), kinto: kinto)))
+    }
+}
+
+/// The host's options struct, read no further than its version goes (later
+/// fields keep their defaults).
+func contextOptions(_ opts: UnsafePointer<tether_context_options>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) throws
+    -> tether_context_options {
+    guard let opts else { throw misuse("opts is NULL") }
+    guard out != nil else { throw misuse("out is NULL") }
+    let version = UnsafeRawPointer(opts).load(as: UInt32.self)
+    guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else {
+        throw misuse("unknown options version \(version): use tether_context_options_init")
+    }
+    var raw = defaultContextOptions(version: version)
+    withUnsafeMutableBytes(of: &raw) { bytes in
+        bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: contextOptionsSize(version))
+    }
+    return raw
+}
+
+/// The options every context takes, whatever its connection.
+func coreOptions(_ raw: tether_context_options) throws -> ContextOptions {
+    var options = ContextOptions(storePath: try text(raw.store_path, "store_path"))
+    switch raw.delivery {
+    case TETHER_DELIVER_THREAD: options.delivery = .thread
+    case TETHER_DELIVER_POLL: options.delivery = .poll
+    default: throw TetherError(.invalid, "unknown delivery mode \(raw.delivery.rawValue)")
+    }
+    options.stalenessMilliseconds = raw.staleness_ms
+    options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
+    options.mergePolicy = try mergePolicy(Int32(bitPattern: raw.merge_policy.rawValue))
+    options.localStores = try localStores(raw.local_stores, count: raw.local_store_count)
+    return options
+}
+
+/// A context's handle, and its entities' (the fuzzer registers contexts on
+/// other connections through this too).
+func register(_ context: Context) throws -> OpaquePointer {
+    let box = ContextBox(context)
+    let handle = try Handles.shared.register(box, kind: .context, owner: 0).handle
+    let token = Handles.token(handle)
+    // Each context's own: siblings share the model's entities, not their handles.
+    box.entityHandles = try context.model.entities.map { entity in
+        try Handles.shared.register(EntityBox(entity), kind: .entity, owner: token,
+                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name)
+                                        + context.model.inverses(of: entity).map(\.name) + [entity.configuration]).handle
+    }
+    return handle
+}
+
+@_cdecl("tether_context_close")
+public func tether_context_close(_ ctx: OpaquePointer?) -> Int32 {
+    call {
+        guard let ctx else { return }
+        let (box, _) = try contextBox(ctx)
+        try box.context.close()
+        let held = Handles.shared.removeContext(ctx)
+        _ = held  // released here, outside the registry's lock
+    }
+}
+
+@_cdecl("tether_context_is_online")
+public func tether_context_is_online(_ ctx: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
+    call {
+        let context = try openContext(ctx)
+        try output(out, context.isOnline ? 1 : 0)
+    }
+}
+
+@_cdecl("tether_context_observe_online")
+public func tether_context_observe_online(_ ctx: OpaquePointer?, _ callback: tether_online_cb?, _ userdata: UnsafeMutableRawPointer?,
+                                          _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let context = try openContext(ctx)
+        guard let callback, let ctx else { throw misuse("callback is NULL") }
+        let observer = OnlineObserver(context: context)
+        let handle = try Handles.shared.register(observer, kind: .observer, owner: Handles.token(ctx)).handle
+        let host = HostCall(callback, userdata, handle: handle, object: ctx)
+        do {
+            try observer.activate { online, final in
+                host.function(host.object, online ? 1 : 0, final.map { status(of: $0.kind) } ?? TETHER_OK, host.userdata)
+                if final != nil { Handles.shared.remove(host.handle) }
+            }
+        } catch {
+            Handles.shared.remove(handle)
+            throw error
+        }
+        out?.pointee = handle
+    }
+}
+
+private func openContext(_ pointer: OpaquePointer?) throws -> Context {
+    let context = try contextBox(pointer).box.context
+    if context.isClosed { throw TetherError(.closed, "the context is closed") }
+    return context
+}
+
+@_cdecl("tether_context_fd")
+public func tether_context_fd(_ ctx: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
+    call {
+        let context = try openContext(ctx)
+        guard context.deliveryMode == .poll else { throw misuse("the context delivers on its own thread: no descriptor") }
+        try output(out, context.eventDescriptor)
+    }
+}
+
+@_cdecl("tether_context_poll")
+public func tether_context_poll(_ ctx: OpaquePointer?, _ timeout: Int32, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let delivered = try openContext(ctx).poll(timeoutMilliseconds: timeout)
+        out?.pointee = delivered
+    }
+}
+
+func mergePolicy(_ raw: Int32) throws -> MergePolicy {
+    guard let policy = MergePolicy(rawValue: Int(raw)) else { throw TetherError(.invalid, "unknown merge policy \(raw)") }
+    return policy
+}

@@ -1,0 +1,207 @@
+// The C ABI, "results" section of include/tether.h.
+import CTetherABI
+import Glibc
+import Synchronization
+import Tether
+
+/// A fetch's answer as the host holds it, and what it has lent out: object
+/// handles (one reference each) and id strings, made as rows are read. With
+/// a batch size only the last batch's are kept, so lending stays bounded.
+final class ResultsBox: @unchecked Sendable {
+    let results: FetchedResults
+    private let owner: UInt
+    private struct Loans {
+        var batch = 0
+        var objects: [Int: OpaquePointer] = [:]
+        var ids: [Int: UnsafeMutablePointer<CChar>] = [:]
+    }
+    private let lent = Mutex(Loans())
+
+    init(_ results: FetchedResults, owner: UInt) {
+        self.results = results
+        self.owner = owner
+    }
+
+    func object(at index: Int) throws -> OpaquePointer {
+        let object = try results.object(at: index)
+        var dropped: [OpaquePointer] = []
+        let handle = try lent.withLock { lent -> OpaquePointer in
+            dropped = enter(index, &lent)
+            if let held = lent.objects[index] { return held }
+            let handle = try objectHandle(object, owner: owner)
+            lent.objects[index] = handle
+            return handle
+        }
+        for handle in dropped { _ = try? Handles.shared.release(handle, .object) }
+        return handle
+    }
+
+    /// Handles of the objects of rows `range`, one reference each for the
+    /// caller (not loans); all or none.
+    func objects(_ range: Range<Int>) throws -> [OpaquePointer] {
+        let objects = try range.map { try results.object(at: $0) }
+        return try Handles.shared.registerObjects(objects, owner: owner) { $0.id }
+    }
+
+    func id(at index: Int) throws -> UnsafePointer<CChar> {
+        let id = try results.id(at: index)
+        var dropped: [OpaquePointer] = []
+        let text = lent.withLock { lent -> UnsafeMutablePointer<CChar> in
+            dropped = enter(index, &lent)
+            if let held = lent.ids[index] { return held }
+            let text = strdup(id)!
+            lent.ids[index] = text
+            return text
+        }
+        for handle in dropped { _ = try? Handles.shared.release(handle, .object) }
+        return UnsafePointer(text)
+    }
+
+    /// Reading a row of another batch lets the previous batch's loans go;
+    /// returns the object handles to release (outside the lock).
+    private func enter(_ index: Int, _ lent: inout Loans) -> [OpaquePointer] {
+        guard results.batchSize > 0 else { return [] }
+        let batch = index / results.batchSize
+        guard batch != lent.batch else { return [] }
+        lent.batch = batch
+        lent.ids.values.forEach { free($0) }
+        lent.ids = [:]
+        defer { lent.objects = [:] }
+        return Array(lent.objects.values)
+    }
+
+    /// Gives back every loan: the handle is released.
+    func releaseLoans() {
+        let (objects, ids) = lent.withLock { lent in
+            defer { lent = Loans() }
+            return (Array(lent.objects.values), Array(lent.ids.values))
+        }
+        ids.forEach { free($0) }
+        for handle in objects { _ = try? Handles.shared.release(handle, .object) }
+    }
+}
+
+private func resultsBox(_ results: OpaquePointer?) throws -> ResultsBox {
+    try Handles.shared.resolve(results, .results, as: ResultsBox.self)
+}
+
+@_cdecl("tether_results_type")
+public func tether_results_type(_ results: OpaquePointer?, _ out: UnsafeMutablePointer<tether_result_type>?) -> Int32 {
+    call {
+        let type: tether_result_type
+        switch try resultsBox(results).results.type {
+        case .objects: type = TETHER_RESULT_OBJECTS
+        case .ids: type = TETHER_RESULT_IDS
+        case .count: type = TETHER_RESULT_COUNT
+        case .values: type = TETHER_RESULT_VALUES
+        }
+        try output(out, type)
+    }
+}
+
+@_cdecl("tether_results_count")
+public func tether_results_count(_ results: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try resultsBox(results).results.count) }
+}
+
+@_cdecl("tether_results_object_at")
+public func tether_results_object_at(_ results: OpaquePointer?, _ index: Int,
+                                     _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    call {
+        let box = try resultsBox(results)
+        guard out != nil else { throw misuse("out is NULL") }
+        try output(out, try box.object(at: try rowIndex(index, box)))
+    }
+}
+
+@_cdecl("tether_results_objects")
+public func tether_results_objects(_ results: OpaquePointer?, _ start: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                                   _ capacity: Int, _ outCount: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let box = try resultsBox(results)
+        try requireRows(box)
+        guard let out, let outCount else { throw misuse("out or out_count is NULL") }
+        guard start >= 0, start <= box.results.count else { throw TetherError(.notFound, "no row at index \(start)") }
+        let wanted = capacity < 0 ? Int.max : capacity  // a size_t past Int.max
+        let handles = try box.objects(start..<(start + min(wanted, box.results.count - start)))
+        for (offset, handle) in handles.enumerated() { out[offset] = handle }
+        outCount.pointee = handles.count
+    }
+}
+
+@_cdecl("tether_results_id_at")
+public func tether_results_id_at(_ results: OpaquePointer?, _ index: Int,
+                                 _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call {
+        let box = try resultsBox(results)
+        guard out != nil else { throw misuse("out is NULL") }
+        try output(out, try box.id(at: try rowIndex(index, box)))
+    }
+}
+
+@_cdecl("tether_results_value_at")
+public func tether_results_value_at(_ results: OpaquePointer?, _ index: Int, _ key: UnsafePointer<CChar>?,
+                                    _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
+    call {
+        let fetched = try resultsBox(results).results
+        let key = try text(key, "key")
+        guard fetched.type == .values else {
+            throw misuse("only a TETHER_RESULT_VALUES answer has values: read an object's with tether_object_peek")
+        }
+        let row = try rowIndex(index, try resultsBox(results))
+        guard let column = fetched.column(named: key) else {
+            throw TetherError(.notFound, "the fetch did not ask for \(key.debugDescription)")
+        }
+        try fill(out, try fetched.value(at: row, column: column))
+    }
+}
+
+/// A row index checked against the answer: a count has none.
+private func requireRows(_ box: ResultsBox) throws {
+    guard box.results.type != .count else { throw misuse("a count has no rows: read it with tether_results_count") }
+}
+
+private func rowIndex(_ index: Int, _ box: ResultsBox) throws -> Int {
+    try requireRows(box)
+    guard index >= 0, index < box.results.count else { throw TetherError(.notFound, "no row at index \(index)") }
+    return index
+}
+
+@_cdecl("tether_results_change_count")
+public func tether_results_change_count(_ results: OpaquePointer?, _ kind: tether_change,
+                                        _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    call { try output(out, try changes(of: kind, in: results).count) }
+}
+
+@_cdecl("tether_results_change_at")
+public func tether_results_change_at(_ results: OpaquePointer?, _ kind: tether_change, _ index: Int,
+                                     _ outOld: UnsafeMutablePointer<Int>?, _ outNew: UnsafeMutablePointer<Int>?) -> Int32 {
+    call {
+        let list = try changes(of: kind, in: results)
+        guard index >= 0, index < list.count else { throw TetherError(.notFound, "no change at index \(index)") }
+        // SIZE_MAX: no such index (the row was not in that answer).
+        outOld?.pointee = list[index].from ?? -1
+        outNew?.pointee = list[index].to ?? -1
+    }
+}
+
+/// The changes of one kind, as (old index, new index) pairs.
+private func changes(of kind: tether_change, in results: OpaquePointer?) throws -> [(from: Int?, to: Int?)] {
+    let changes = try resultsBox(results).results.changes ?? ResultChanges()
+    switch kind {
+    case TETHER_CHANGE_DELETE: return changes.deleted.map { (from: $0, to: nil) }
+    case TETHER_CHANGE_INSERT: return changes.inserted.map { (from: nil, to: $0) }
+    case TETHER_CHANGE_MOVE: return changes.moved.map { ($0.from, $0.to) }
+    case TETHER_CHANGE_UPDATE: return changes.updated.map { ($0.from, $0.to) }
+    default: throw TetherError(.invalid, "unknown change kind \(kind.rawValue)")
+    }
+}
+
+@_cdecl("tether_results_release")
+public func tether_results_release(_ results: OpaquePointer?) -> Int32 {
+    call {
+        guard let results else { return }
+        guard let box = try Handles.shared.release(results, .results) as? ResultsBox else { return }
+        box.releaseLoans()
+    }
+}
