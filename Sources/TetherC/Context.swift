@@ -1,5 +1,6 @@
 // The C ABI, "context" section of include/tether.h: options, open, close,
-// online state and delivery.
+// online state and delivery; and the "Kinto" section (its options and open),
+// which sits between the context's options and its close.
 import CTetherABI
 import Glibc
 import Synchronization
@@ -8,13 +9,32 @@ import Tether
 @_cdecl("tether_context_options_init")
 public func tether_context_options_init(_ opts: UnsafeMutablePointer<tether_context_options>?, _ version: UInt32) -> Int32 {
     call {
-        guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else { throw misuse("unknown options version \(version)") }
+        guard contextOptionsVersions.contains(version) else { throw misuse(unknownContextOptionsVersion(version)) }
         guard let opts else { throw misuse("opts is NULL") }
         let defaults = defaultContextOptions(version: version)
-        // A version-1 struct is shorter: write only its fields.
         withUnsafeBytes(of: defaults) { bytes in
             UnsafeMutableRawPointer(opts).copyMemory(from: bytes.baseAddress!, byteCount: contextOptionsSize(version))
         }
+    }
+}
+
+/// The context options versions this library reads: 1 to 4 had 0.2's
+/// layout (Kinto's fields first), which is not 0.3's.
+private let contextOptionsVersions = UInt32(TETHER_CONTEXT_OPTIONS_VERSION)...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)
+
+private func unknownContextOptionsVersion(_ version: UInt32) -> String {
+    (1...4).contains(version)
+        ? "context options version \(version) is 0.2's layout, which 0.3 does not read: use tether_context_options_init (version \(TETHER_CONTEXT_OPTIONS_VERSION)) and put Kinto's fields in tether_kinto_options"
+        : "unknown options version \(version): use tether_context_options_init"
+}
+
+@_cdecl("tether_kinto_options_init")
+public func tether_kinto_options_init(_ kinto: UnsafeMutablePointer<tether_kinto_options>?, _ version: UInt32) -> Int32 {
+    call {
+        guard version == UInt32(TETHER_KINTO_OPTIONS_VERSION) else { throw misuse("unknown Kinto options version \(version)") }
+        guard let kinto else { throw misuse("kinto is NULL") }
+        kinto.pointee = tether_kinto_options()
+        kinto.pointee.version = version
     }
 }
 
@@ -30,12 +50,7 @@ private func defaultContextOptions(version: UInt32) -> tether_context_options {
 }
 
 private func contextOptionsSize(_ version: UInt32) -> Int {
-    switch version {
-    case 1: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.object_cache_size)!
-    case 2: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.merge_policy)!
-    case 3: return MemoryLayout<tether_context_options>.offset(of: \tether_context_options.local_stores)!
-    default: return MemoryLayout<tether_context_options>.size
-    }
+    MemoryLayout<tether_context_options>.size  // version 5 is 0.3's first; later ones grow at the end
 }
 
 /// A context and the handles of its model, as the boundary keeps them.
@@ -81,16 +96,23 @@ func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UI
     return (resolved.object, resolved.owner)
 }
 
-@_cdecl("tether_context_open")
-public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
-                                _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+@_cdecl("tether_context_open_kinto")
+public func tether_context_open_kinto(_ opts: UnsafePointer<tether_context_options>?,
+                                      _ kintoOptions: UnsafePointer<tether_kinto_options>?,
+                                      _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
         let raw = try contextOptions(opts, out)
-        var kinto = KintoOptions(serverURL: try text(raw.server_url, "server_url"), bucket: try text(raw.bucket, "bucket"))
-        kinto.username = try optionalText(raw.username, "username")
-        kinto.password = try optionalText(raw.password, "password")
+        guard let kintoOptions else { throw misuse("kinto is NULL") }
+        let rawKinto = kintoOptions.pointee
+        guard rawKinto.version == UInt32(TETHER_KINTO_OPTIONS_VERSION) else {
+            throw misuse("unknown Kinto options version \(rawKinto.version): use tether_kinto_options_init")
+        }
+        var kinto = KintoOptions(serverURL: try text(rawKinto.server_url, "server_url"), bucket: try text(rawKinto.bucket, "bucket"))
+        kinto.username = try optionalText(rawKinto.username, "username")
+        kinto.password = try optionalText(rawKinto.password, "password")
         kinto.timeoutMilliseconds = raw.timeout_ms
-        try output(out, try register(Context.open(try coreOptions(raw), kinto: kinto)))
+        let options = try coreOptions(raw)
+        try output(out, try register(Context.open(options, connection: KintoConnection(kinto))))
     }
 }
 
@@ -101,9 +123,7 @@ func contextOptions(_ opts: UnsafePointer<tether_context_options>?, _ out: Unsaf
     guard let opts else { throw misuse("opts is NULL") }
     guard out != nil else { throw misuse("out is NULL") }
     let version = UnsafeRawPointer(opts).load(as: UInt32.self)
-    guard (1...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)).contains(version) else {
-        throw misuse("unknown options version \(version): use tether_context_options_init")
-    }
+    guard contextOptionsVersions.contains(version) else { throw misuse(unknownContextOptionsVersion(version)) }
     var raw = defaultContextOptions(version: version)
     withUnsafeMutableBytes(of: &raw) { bytes in
         bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: contextOptionsSize(version))

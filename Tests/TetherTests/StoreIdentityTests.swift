@@ -38,13 +38,13 @@ final class StoreIdentityTests: KintoTestCase {
         let password = "pw-\(UUID().uuidString)"
         let url = userInfoURL(password)
         let path = directory + "/former.sqlite"
-        var context = try Context.open(ContextOptions(storePath: path), kinto: KintoOptions(serverURL: url, bucket: backend.bucket))
+        var context = try Context.open(ContextOptions(storePath: path), connection: KintoConnection(KintoOptions(serverURL: url, bucket: backend.bucket)))
         XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
         try context.close()
         let former = "server \(url), bucket \(backend.bucket)"
         try setIdentity(former, of: path)
 
-        context = try Context.open(ContextOptions(storePath: path), kinto: KintoOptions(serverURL: url, bucket: backend.bucket))
+        context = try Context.open(ContextOptions(storePath: path), connection: KintoConnection(KintoOptions(serverURL: url, bucket: backend.bucket)))
         XCTAssertTrue(context.isOnline)
         var request = FetchRequest(entity: "items")
         request.policy = .cacheOnly

@@ -49,7 +49,7 @@ from . import logs
 from .logs import log_to_python, set_log_level, stop_logging
 from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase, Pending
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
