@@ -43,11 +43,13 @@
  *              follows, after which the library frees it.
  *     _close   ends a context and every handle that came from it.
  *     _complete  the host's answer to a request, which ends it.
- *   tether_local_store_drop drops data, not a handle.
+ *   tether_local_store_drop drops data, not a handle. The one callback the
+ *   library calls for the host to free its own userdata is
+ *   tether_connection.release.
  * - The generic API speaks of "the server": its version of a record (an
  *   integer that grows with each change), its id, its record types
- *   ("entities"). What these are for Kinto is said once, at
- *   tether_context_open_kinto.
+ *   ("entities"). What these are for Kinto is said once, in the Kinto
+ *   section.
  *
  * Ownership at a glance
  * ---------------------

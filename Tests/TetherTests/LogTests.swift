@@ -185,7 +185,7 @@ final class LogTests: XCTestCase {
         // The password in the URL's user info instead.
         let withUserInfo = backend.server.replacingOccurrences(of: "://", with: "://logger:\(password)@")
         context = try Context.open(ContextOptions(storePath: directory + "/b.sqlite"),
-                                   kinto: KintoOptions(serverURL: withUserInfo, bucket: backend.bucket))
+                                   connection: KintoConnection(KintoOptions(serverURL: withUserInfo, bucket: backend.bucket)))
         XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
         try context.close()
         try Log.install(.off, nil)
