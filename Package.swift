@@ -21,12 +21,12 @@ let package = Package(
             name: "TetherC",
             dependencies: ["Tether", "CTetherABI"],
             exclude: ["exports.map"],  // the release link's version script (Makefile)
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
             name: "TetherTests",
             dependencies: ["Tether"],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            swiftSettings: [.swiftLanguageMode(.v6)]
         ),
     ]
 )

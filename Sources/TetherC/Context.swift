@@ -8,49 +8,40 @@ import Tether
 
 @_cdecl("tether_context_options_init")
 public func tether_context_options_init(_ opts: UnsafeMutablePointer<tether_context_options>?, _ version: UInt32) -> Int32 {
-    call {
-        guard contextOptionsVersions.contains(version) else { throw misuse(unknownContextOptionsVersion(version)) }
-        guard let opts else { throw misuse("opts is NULL") }
-        let defaults = defaultContextOptions(version: version)
-        withUnsafeBytes(of: defaults) { bytes in
-            UnsafeMutableRawPointer(opts).copyMemory(from: bytes.baseAddress!, byteCount: contextOptionsSize(version))
-        }
-    }
+    call { try initialize(opts, version: version, "opts") }
 }
 
-/// The context options versions this library reads: 1 to 4 had 0.2's
-/// layout (Kinto's fields first), which is not 0.3's.
-private let contextOptionsVersions = UInt32(TETHER_CONTEXT_OPTIONS_VERSION)...UInt32(TETHER_CONTEXT_OPTIONS_VERSION)
-
-private func unknownContextOptionsVersion(_ version: UInt32) -> String {
-    (1...4).contains(version)
-        ? "context options version \(version) is 0.2's layout, which 0.3 does not read: use tether_context_options_init (version \(TETHER_CONTEXT_OPTIONS_VERSION)) and put Kinto's fields in tether_kinto_options"
-        : "unknown options version \(version): use tether_context_options_init"
+extension tether_context_options: VersionedStruct {
+    static var noun: String { "options" }
+    static var initializer: String { "tether_context_options_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_CONTEXT_OPTIONS_VERSION) }
+    /// 1 to 4 had 0.2's layout (Kinto's fields first), which 0.3 cannot
+    /// read as its own.
+    static var firstVersion: UInt32 { 5 }
+    static var formerVersions: String {
+        "0.2's layout, which 0.3 does not read (put Kinto's fields in tether_kinto_options)"
+    }
+    static var defaults: Self {
+        var options = Self()
+        options.delivery = TETHER_DELIVER_THREAD
+        options.staleness_ms = 0
+        options.timeout_ms = 30_000
+        options.object_cache_size = 1024
+        options.merge_policy = TETHER_MERGE_REPORT
+        return options
+    }
 }
 
 @_cdecl("tether_kinto_options_init")
 public func tether_kinto_options_init(_ kinto: UnsafeMutablePointer<tether_kinto_options>?, _ version: UInt32) -> Int32 {
-    call {
-        guard version == UInt32(TETHER_KINTO_OPTIONS_VERSION) else { throw misuse("unknown Kinto options version \(version)") }
-        guard let kinto else { throw misuse("kinto is NULL") }
-        kinto.pointee = tether_kinto_options()
-        kinto.pointee.version = version
-    }
+    call { try initialize(kinto, version: version, "kinto") }
 }
 
-private func defaultContextOptions(version: UInt32) -> tether_context_options {
-    var options = tether_context_options()
-    options.version = version
-    options.delivery = TETHER_DELIVER_THREAD
-    options.staleness_ms = 0
-    options.timeout_ms = 30_000
-    options.object_cache_size = 1024
-    options.merge_policy = TETHER_MERGE_REPORT
-    return options
-}
-
-private func contextOptionsSize(_ version: UInt32) -> Int {
-    MemoryLayout<tether_context_options>.size  // version 5 is 0.3's first; later ones grow at the end
+extension tether_kinto_options: VersionedStruct {
+    static var noun: String { "Kinto options" }
+    static var initializer: String { "tether_kinto_options_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_KINTO_OPTIONS_VERSION) }
+    static var defaults: Self { Self() }
 }
 
 /// A context and the handles of its model, as the boundary keeps them.
@@ -103,10 +94,7 @@ public func tether_context_open_kinto(_ opts: UnsafePointer<tether_context_optio
     call {
         let raw = try contextOptions(opts, out)
         guard let kintoOptions else { throw misuse("kinto is NULL") }
-        let rawKinto = kintoOptions.pointee
-        guard rawKinto.version == UInt32(TETHER_KINTO_OPTIONS_VERSION) else {
-            throw misuse("unknown Kinto options version \(rawKinto.version): use tether_kinto_options_init")
-        }
+        let rawKinto = try read(kintoOptions)
         var kinto = KintoOptions(serverURL: try text(rawKinto.server_url, "server_url"), bucket: try text(rawKinto.bucket, "bucket"))
         kinto.username = try optionalText(rawKinto.username, "username")
         kinto.password = try optionalText(rawKinto.password, "password")
@@ -116,29 +104,18 @@ public func tether_context_open_kinto(_ opts: UnsafePointer<tether_context_optio
     }
 }
 
-/// The host's options struct, read no further than its version goes (later
-/// fields keep their defaults).
+/// The host's options struct, as far as its version goes.
 func contextOptions(_ opts: UnsafePointer<tether_context_options>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) throws
     -> tether_context_options {
     guard let opts else { throw misuse("opts is NULL") }
     guard out != nil else { throw misuse("out is NULL") }
-    let version = UnsafeRawPointer(opts).load(as: UInt32.self)
-    guard contextOptionsVersions.contains(version) else { throw misuse(unknownContextOptionsVersion(version)) }
-    var raw = defaultContextOptions(version: version)
-    withUnsafeMutableBytes(of: &raw) { bytes in
-        bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: contextOptionsSize(version))
-    }
-    return raw
+    return try read(opts)
 }
 
 /// The options every context takes, whatever its connection.
 func coreOptions(_ raw: tether_context_options) throws -> ContextOptions {
     var options = ContextOptions(storePath: try text(raw.store_path, "store_path"))
-    switch raw.delivery {
-    case TETHER_DELIVER_THREAD: options.delivery = .thread
-    case TETHER_DELIVER_POLL: options.delivery = .poll
-    default: throw TetherError(.invalid, "unknown delivery mode \(raw.delivery.rawValue)")
-    }
+    options.delivery = try deliveryMode(raw.delivery)
     options.stalenessMilliseconds = raw.staleness_ms
     options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
     options.mergePolicy = try mergePolicy(Int32(bitPattern: raw.merge_policy.rawValue))
@@ -154,9 +131,7 @@ func register(_ context: Context) throws -> OpaquePointer {
     let token = Handles.token(handle)
     // Each context's own: siblings share the model's entities, not their handles.
     box.entityHandles = try context.model.entities.map { entity in
-        try Handles.shared.register(EntityBox(entity), kind: .entity, owner: token,
-                                    strings: [entity.name, entity.route] + entity.attributes.map(\.name)
-                                        + context.model.inverses(of: entity).map(\.name) + [entity.configuration]).handle
+        try Handles.shared.register(EntityBox(entity, model: context.model), kind: .entity, owner: token).handle
     }
     return handle
 }
@@ -222,6 +197,14 @@ public func tether_context_poll(_ ctx: OpaquePointer?, _ timeout: Int32, _ out: 
     call {
         let delivered = try openContext(ctx).poll(timeoutMilliseconds: timeout)
         out?.pointee = delivered
+    }
+}
+
+func deliveryMode(_ raw: tether_delivery) throws -> DeliveryMode {
+    switch raw {
+    case TETHER_DELIVER_THREAD: return .thread
+    case TETHER_DELIVER_POLL: return .poll
+    default: throw TetherError(.invalid, "unknown delivery mode \(raw.rawValue)")
     }
 }
 

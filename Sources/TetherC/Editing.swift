@@ -169,8 +169,7 @@ public func tether_entity_relationship_at(_ e: OpaquePointer?, _ index: Int, _ o
         let box = try Handles.shared.resolve(Handles.pointer(resolved.owner), .context, as: ContextBox.self)
         let inverses = box.context.model.inverses(of: entity)
         guard index >= 0, index < inverses.count else { throw TetherError(.notFound, "\(entity.name) has no relationship \(index)") }
-        // The names follow the attribute names among the entity handle's strings.
-        outName?.pointee = UnsafePointer(resolved.strings[2 + entity.attributes.count + index])
+        outName?.pointee = UnsafePointer(resolved.object.relationshipNames[index])
         outSource?.pointee = box.entityHandles[inverses[index].source.index]
         outAttribute?.pointee = inverses[index].attribute
     }
@@ -184,13 +183,7 @@ public func tether_context_open_sibling(_ ctx: OpaquePointer?, _ name: UnsafePoi
     call {
         let context = try contextBox(ctx).box.context
         guard out != nil else { throw misuse("out is NULL") }
-        let mode: DeliveryMode
-        switch delivery {
-        case TETHER_DELIVER_THREAD: mode = .thread
-        case TETHER_DELIVER_POLL: mode = .poll
-        default: throw TetherError(.invalid, "unknown delivery mode \(delivery.rawValue)")
-        }
-        let sibling = try context.openSibling(name: try text(name, "name"), delivery: mode)
+        let sibling = try context.openSibling(name: try text(name, "name"), delivery: try deliveryMode(delivery))
         do {
             try output(out, try register(sibling))
         } catch {

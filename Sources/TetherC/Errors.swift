@@ -34,36 +34,39 @@ private func setMessage(_ cell: MessageCell, _ message: String) {
 
 func lastMessage() -> UnsafePointer<CChar> { UnsafePointer(messageCell().pointee) }
 
-func status(of kind: TetherError.Kind) -> Int32 {
+/// The status table: each error kind's TETHER_E_* code and that code's name.
+/// Everything else about statuses derives from it (the switch makes a new
+/// kind a compile error until it has a row here and in the header).
+private func statusRow(_ kind: TetherError.Kind) -> (code: Int32, name: StaticString) {
     switch kind {
-    case .internal: return TETHER_E_ERROR
-    case .misuse: return TETHER_E_MISUSE
-    case .closed: return TETHER_E_HANDLE
-    case .notFound: return TETHER_E_NOT_FOUND
-    case .type: return TETHER_E_TYPE
-    case .invalid: return TETHER_E_INVALID
-    case .network: return TETHER_E_NETWORK
-    case .auth: return TETHER_E_AUTH
-    case .server: return TETHER_E_SERVER
-    case .expired: return TETHER_E_EXPIRED
-    case .protocol: return TETHER_E_PROTOCOL
-    case .store: return TETHER_E_STORE
-    case .cancelled: return TETHER_E_CANCELLED
-    case .notCached: return TETHER_E_NOT_CACHED
-    case .busy: return TETHER_E_BUSY
-    case .conflict: return TETHER_E_CONFLICT
-    case .notAllowed: return TETHER_E_NOT_ALLOWED
+    case .internal: return (TETHER_E_ERROR, "TETHER_E_ERROR")
+    case .misuse: return (TETHER_E_MISUSE, "TETHER_E_MISUSE")
+    case .closed: return (TETHER_E_HANDLE, "TETHER_E_HANDLE")
+    case .notFound: return (TETHER_E_NOT_FOUND, "TETHER_E_NOT_FOUND")
+    case .type: return (TETHER_E_TYPE, "TETHER_E_TYPE")
+    case .invalid: return (TETHER_E_INVALID, "TETHER_E_INVALID")
+    case .network: return (TETHER_E_NETWORK, "TETHER_E_NETWORK")
+    case .auth: return (TETHER_E_AUTH, "TETHER_E_AUTH")
+    case .server: return (TETHER_E_SERVER, "TETHER_E_SERVER")
+    case .expired: return (TETHER_E_EXPIRED, "TETHER_E_EXPIRED")
+    case .protocol: return (TETHER_E_PROTOCOL, "TETHER_E_PROTOCOL")
+    case .store: return (TETHER_E_STORE, "TETHER_E_STORE")
+    case .cancelled: return (TETHER_E_CANCELLED, "TETHER_E_CANCELLED")
+    case .notCached: return (TETHER_E_NOT_CACHED, "TETHER_E_NOT_CACHED")
+    case .busy: return (TETHER_E_BUSY, "TETHER_E_BUSY")
+    case .conflict: return (TETHER_E_CONFLICT, "TETHER_E_CONFLICT")
+    case .notAllowed: return (TETHER_E_NOT_ALLOWED, "TETHER_E_NOT_ALLOWED")
     }
 }
 
+func status(of kind: TetherError.Kind) -> Int32 { statusRow(kind).code }
+
 /// The status codes a host may give, as the core's kinds.
-private let statusKinds: [Int32: TetherError.Kind] = [
-    TETHER_E_ERROR: .internal, TETHER_E_MISUSE: .misuse, TETHER_E_HANDLE: .closed, TETHER_E_NOT_FOUND: .notFound,
-    TETHER_E_TYPE: .type, TETHER_E_INVALID: .invalid, TETHER_E_NETWORK: .network, TETHER_E_AUTH: .auth,
-    TETHER_E_SERVER: .server, TETHER_E_PROTOCOL: .protocol, TETHER_E_STORE: .store, TETHER_E_CANCELLED: .cancelled,
-    TETHER_E_NOT_CACHED: .notCached, TETHER_E_BUSY: .busy, TETHER_E_CONFLICT: .conflict,
-    TETHER_E_NOT_ALLOWED: .notAllowed, TETHER_E_EXPIRED: .expired,
-]
+private let statusKinds = Dictionary(uniqueKeysWithValues: TetherError.Kind.allCases.map { (statusRow($0).code, $0) })
+
+/// Every status's name, as tether_errstr lends it (static text, never freed).
+private let statusNames: [Int32: StaticString] =
+    statusKinds.mapValues { statusRow($0).name }.merging([TETHER_OK: "TETHER_OK"]) { row, _ in row }
 
 /// Whether `status` is TETHER_OK or a TETHER_E_* code of this version.
 func isStatus(_ status: Int32) -> Bool { status == TETHER_OK || statusKinds[status] != nil }
@@ -110,6 +113,13 @@ func optionalText(_ pointer: UnsafePointer<CChar>?, _ what: String) throws -> St
     try pointer.map { try text($0, what) }
 }
 
+/// A C string made once and lent for the life of the process.
+/// @unchecked: a C pointer, but nothing writes or frees it after it is made.
+struct ConstantCString: @unchecked Sendable {
+    let pointer: UnsafePointer<CChar>
+    init(_ text: String) { pointer = UnsafePointer(strdup(text)!) }
+}
+
 /// Writes through an out parameter, which must not be NULL.
 func output<T>(_ pointer: UnsafeMutablePointer<T>?, _ value: T, _ what: String = "out") throws {
     guard let pointer else { throw misuse("\(what) is NULL") }
@@ -119,18 +129,8 @@ func output<T>(_ pointer: UnsafeMutablePointer<T>?, _ value: T, _ what: String =
 @_cdecl("tether_errmsg")
 public func tether_errmsg() -> UnsafePointer<CChar> { lastMessage() }
 
-private let statusNames: [Int32: UnsafeMutablePointer<CChar>] = ([
-    TETHER_OK: "TETHER_OK", TETHER_E_ERROR: "TETHER_E_ERROR", TETHER_E_MISUSE: "TETHER_E_MISUSE",
-    TETHER_E_HANDLE: "TETHER_E_HANDLE", TETHER_E_NOT_FOUND: "TETHER_E_NOT_FOUND", TETHER_E_TYPE: "TETHER_E_TYPE",
-    TETHER_E_INVALID: "TETHER_E_INVALID", TETHER_E_NETWORK: "TETHER_E_NETWORK", TETHER_E_AUTH: "TETHER_E_AUTH",
-    TETHER_E_SERVER: "TETHER_E_SERVER", TETHER_E_PROTOCOL: "TETHER_E_PROTOCOL", TETHER_E_STORE: "TETHER_E_STORE",
-    TETHER_E_CANCELLED: "TETHER_E_CANCELLED", TETHER_E_NOT_CACHED: "TETHER_E_NOT_CACHED", TETHER_E_BUSY: "TETHER_E_BUSY",
-    TETHER_E_CONFLICT: "TETHER_E_CONFLICT",
-    TETHER_E_NOT_ALLOWED: "TETHER_E_NOT_ALLOWED", TETHER_E_EXPIRED: "TETHER_E_EXPIRED",
-] as [Int32: String]).mapValues { strdup($0)! }
-private let unknownStatusName = strdup("TETHER_E_UNKNOWN")!
-
 @_cdecl("tether_errstr")
 public func tether_errstr(_ status: Int32) -> UnsafePointer<CChar> {
-    UnsafePointer(statusNames[status] ?? unknownStatusName)
+    let name: StaticString = statusNames[status] ?? "TETHER_E_UNKNOWN"
+    return UnsafeRawPointer(name.utf8Start).assumingMemoryBound(to: CChar.self)
 }

@@ -5,30 +5,19 @@ import Tether
 
 @_cdecl("tether_fetch_options_init")
 public func tether_fetch_options_init(_ opts: UnsafeMutablePointer<tether_fetch_options>?, _ version: UInt32) -> Int32 {
-    call {
-        guard (1...UInt32(TETHER_FETCH_OPTIONS_VERSION)).contains(version) else {
-            throw misuse("unknown options version \(version)")
-        }
-        guard let opts else { throw misuse("opts is NULL") }
-        var options = tether_fetch_options()
-        options.version = version
-        options.policy = TETHER_POLICY_CACHE_THEN_SERVER
-        // A version 1 host's struct ends before the version 2 fields.
-        withUnsafeBytes(of: &options) { bytes in
-            UnsafeMutableRawPointer(opts).copyMemory(from: bytes.baseAddress!, byteCount: fetchOptionsSize(version))
-        }
-    }
+    call { try initialize(opts, version: version, "opts") }
 }
 
-/// The bytes of a context options struct of `version`.
-private func fetchOptionsSize(_ version: UInt32) -> Int {
-    switch version {
-    case 1: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.predicate)!
-    case 2: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.offset)!
-    case 3: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.result_type)!
-    case 4: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.live)!
-    case 5: return MemoryLayout<tether_fetch_options>.offset(of: \tether_fetch_options.related_owner)!
-    default: return MemoryLayout<tether_fetch_options>.size
+extension tether_fetch_options: VersionedStruct {
+    static var noun: String { "options" }
+    static var initializer: String { "tether_fetch_options_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_FETCH_OPTIONS_VERSION) }
+    static var versionEnds: [PartialKeyPath<Self>] { [\.predicate, \.offset, \.result_type, \.live, \.related_owner] }
+    static var defaults: Self {
+        var options = Self()
+        options.policy = TETHER_POLICY_CACHE_THEN_SERVER
+        options.result_type = TETHER_RESULT_OBJECTS
+        return options
     }
 }
 
@@ -40,15 +29,7 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
         let (box, token) = try contextBox(ctx)
         guard let opts else { throw misuse("opts is NULL") }
         guard let callback else { throw misuse("callback is NULL") }
-        let version = UnsafeRawPointer(opts).load(as: UInt32.self)
-        guard (1...UInt32(TETHER_FETCH_OPTIONS_VERSION)).contains(version) else {
-            throw misuse("unknown options version \(version): use tether_fetch_options_init")
-        }
-        // Read no further than the host's struct goes; later fields keep their defaults.
-        var raw = tether_fetch_options()
-        withUnsafeMutableBytes(of: &raw) { bytes in
-            bytes.baseAddress!.copyMemory(from: UnsafeRawPointer(opts), byteCount: fetchOptionsSize(version))
-        }
+        let raw = try read(opts)
         var request = FetchRequest(entity: raw.related_owner != nil && raw.entity == nil ? "" : try text(raw.entity, "entity"))
         if raw.related_owner != nil || raw.related_name != nil {
             let (owner, ownerContext, _) = try object(raw.related_owner)

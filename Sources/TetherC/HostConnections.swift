@@ -13,10 +13,15 @@ private struct HostCallbacks: @unchecked Sendable {
     let userdata: UnsafeMutableRawPointer?
 }
 
-/// A request as its handle lends it: the strings, laid out as
-/// `RequestStrings` says.
-private enum RequestStrings {
-    static let name = 0, route = 1, cursor = 2, query = 3, firstSort = 4
+/// The strings a request's handle lends, by name. The handle keeps them as
+/// one list, freed with it; `make` and `init` are the one place that knows
+/// its order.
+private struct RequestStrings {
+    let name, route, cursor, query: UnsafeMutablePointer<CChar>
+    private let sortFields: ArraySlice<UnsafeMutablePointer<CChar>>
+    private let ids: ArraySlice<UnsafeMutablePointer<CChar>>
+    /// Each write's entity name, id and fields (JSON), in turn.
+    private let writeStrings: ArraySlice<UnsafeMutablePointer<CChar>>
 
     static func make(_ request: HostRequest) -> [String] {
         let page = request.pageRequest
@@ -25,18 +30,35 @@ private enum RequestStrings {
             + request.writes.flatMap { [$0.spec.name, $0.id, JSON.object($0.fields).serialized()] }
     }
 
-    static func firstID(_ request: HostRequest) -> Int { firstSort + (request.pageRequest?.sort.count ?? 0) }
-    static func firstWrite(_ request: HostRequest) -> Int { firstID(request) + request.ids.count }
+    init(_ strings: [UnsafeMutablePointer<CChar>], of request: HostRequest) {
+        (name, route, cursor, query) = (strings[0], strings[1], strings[2], strings[3])
+        let idsStart = 4 + (request.pageRequest?.sort.count ?? 0)
+        let writesStart = idsStart + request.ids.count
+        sortFields = strings[4..<idsStart]
+        ids = strings[idsStart..<writesStart]
+        writeStrings = strings[writesStart...]
+    }
+
+    func sortField(_ index: Int) -> UnsafeMutablePointer<CChar> { sortFields[sortFields.startIndex + index] }
+    func id(_ index: Int) -> UnsafeMutablePointer<CChar> { ids[ids.startIndex + index] }
+
+    func write(_ index: Int) -> (entity: UnsafeMutablePointer<CChar>, id: UnsafeMutablePointer<CChar>,
+                                 fields: UnsafeMutablePointer<CChar>) {
+        let first = writeStrings.startIndex + 3 * index
+        return (writeStrings[first], writeStrings[first + 1], writeStrings[first + 2])
+    }
 }
 
 @_cdecl("tether_connection_init")
 public func tether_connection_init(_ connection: UnsafeMutablePointer<tether_connection>?, _ version: UInt32) -> Int32 {
-    call {
-        guard version == UInt32(TETHER_CONNECTION_VERSION) else { throw misuse("unknown connection version \(version)") }
-        guard let connection else { throw misuse("connection is NULL") }
-        connection.pointee = tether_connection()
-        connection.pointee.version = version
-    }
+    call { try initialize(connection, version: version, "connection") }
+}
+
+extension tether_connection: VersionedStruct {
+    static var noun: String { "connection" }
+    static var initializer: String { "tether_connection_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_CONNECTION_VERSION) }
+    static var defaults: Self { Self() }
 }
 
 @_cdecl("tether_context_open_host")
@@ -44,10 +66,7 @@ public func tether_context_open_host(_ opts: UnsafePointer<tether_context_option
                                      _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
         guard let connection else { throw misuse("connection is NULL") }
-        let raw = connection.pointee
-        guard raw.version == UInt32(TETHER_CONNECTION_VERSION) else {
-            throw misuse("unknown connection version \(raw.version): use tether_connection_init")
-        }
+        let raw = try read(connection)
         // From here on, release is called once whatever happens: by the
         // connection's shutdown once it exists (a failed open shuts it down),
         // else here.
@@ -94,9 +113,9 @@ private func handlers(_ callbacks: HostCallbacks) -> HostConnection.Handlers {
         release: { callbacks.release?(callbacks.userdata) })
 }
 
-private func hostRequest(_ pointer: OpaquePointer?) throws -> (request: HostRequest, strings: [UnsafeMutablePointer<CChar>]) {
+private func hostRequest(_ pointer: OpaquePointer?) throws -> (request: HostRequest, strings: RequestStrings) {
     let resolved = try Handles.shared.resolveWithOwner(pointer, .request, as: HostRequest.self)
-    return (resolved.object, resolved.strings)
+    return (resolved.object, RequestStrings(resolved.strings, of: resolved.object))
 }
 
 private func pageRequest(_ request: HostRequest) throws -> PageRequest {
@@ -115,8 +134,8 @@ public func tether_request_entity(_ r: OpaquePointer?, _ outName: UnsafeMutableP
     call {
         let (request, strings) = try hostRequest(r)
         _ = try pageRequest(request)
-        outName?.pointee = UnsafePointer(strings[RequestStrings.name])
-        outRoute?.pointee = UnsafePointer(strings[RequestStrings.route])
+        outName?.pointee = UnsafePointer(strings.name)
+        outRoute?.pointee = UnsafePointer(strings.route)
     }
 }
 
@@ -124,7 +143,7 @@ public func tether_request_entity(_ r: OpaquePointer?, _ outName: UnsafeMutableP
 public func tether_request_cursor(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
     call {
         let (request, strings) = try hostRequest(r)
-        try output(out, try pageRequest(request).cursor == nil ? nil : UnsafePointer(strings[RequestStrings.cursor]))
+        try output(out, try pageRequest(request).cursor == nil ? nil : UnsafePointer(strings.cursor))
     }
 }
 
@@ -146,7 +165,7 @@ public func tether_request_since(_ r: OpaquePointer?, _ out: UnsafeMutablePointe
 public func tether_request_query(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
     call {
         let (request, strings) = try hostRequest(r)
-        try output(out, try pageRequest(request).rawQuery == nil ? nil : UnsafePointer(strings[RequestStrings.query]))
+        try output(out, try pageRequest(request).rawQuery == nil ? nil : UnsafePointer(strings.query))
     }
 }
 
@@ -162,7 +181,7 @@ public func tether_request_sort_at(_ r: OpaquePointer?, _ index: Int, _ outField
         let (request, strings) = try hostRequest(r)
         let sort = try pageRequest(request).sort
         guard sort.indices.contains(index) else { throw TetherError(.notFound, "no sort key at index \(index)") }
-        outField?.pointee = UnsafePointer(strings[RequestStrings.firstSort + index])
+        outField?.pointee = UnsafePointer(strings.sortField(index))
         outDescending?.pointee = sort[index].descending ? 1 : 0
     }
 }
@@ -177,7 +196,7 @@ public func tether_request_id_at(_ r: OpaquePointer?, _ index: Int, _ out: Unsaf
     call {
         let (request, strings) = try hostRequest(r)
         guard request.ids.indices.contains(index) else { throw TetherError(.notFound, "no id at index \(index)") }
-        try output(out, UnsafePointer(strings[RequestStrings.firstID(request) + index]))
+        try output(out, UnsafePointer(strings.id(index)))
     }
 }
 
@@ -196,13 +215,13 @@ public func tether_request_write_at(_ r: OpaquePointer?, _ index: Int, _ outKind
         let (request, strings) = try hostRequest(r)
         guard request.writes.indices.contains(index) else { throw TetherError(.notFound, "no write at index \(index)") }
         let write = request.writes[index]
-        let first = RequestStrings.firstWrite(request) + 3 * index
+        let lent = strings.write(index)
         let kinds: [RecordWrite.Kind: tether_write_kind] = [.create: TETHER_WRITE_CREATE, .patch: TETHER_WRITE_PATCH,
                                                             .replace: TETHER_WRITE_REPLACE, .delete: TETHER_WRITE_DELETE]
         outKind?.pointee = kinds[write.kind]!
-        outEntity?.pointee = UnsafePointer(strings[first])
-        outID?.pointee = UnsafePointer(strings[first + 1])
-        outFields?.pointee = UnsafePointer(strings[first + 2])
+        outEntity?.pointee = UnsafePointer(lent.entity)
+        outID?.pointee = UnsafePointer(lent.id)
+        outFields?.pointee = UnsafePointer(lent.fields)
         outIfVersion?.pointee = write.ifVersion ?? 0
         outHasVersion?.pointee = write.ifVersion == nil ? 0 : 1
     }

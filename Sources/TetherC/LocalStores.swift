@@ -6,12 +6,14 @@ import CTetherABI
 
 @_cdecl("tether_local_store_init")
 public func tether_local_store_init(_ store: UnsafeMutablePointer<tether_local_store>?, _ version: UInt32) -> Int32 {
-    call {
-        guard version == UInt32(TETHER_LOCAL_STORE_VERSION) else { throw misuse("unknown local store version \(version)") }
-        guard let store else { throw misuse("store is NULL") }
-        store.pointee = tether_local_store()
-        store.pointee.version = version
-    }
+    call { try initialize(store, version: version, "store") }
+}
+
+extension tether_local_store: VersionedStruct {
+    static var noun: String { "local store" }
+    static var initializer: String { "tether_local_store_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_LOCAL_STORE_VERSION) }
+    static var defaults: Self { Self() }
 }
 
 /// The host's array of local stores, read during open.
@@ -19,10 +21,7 @@ func localStores(_ stores: UnsafePointer<tether_local_store>?, count: Int) throw
     guard count > 0 else { return [] }
     guard let stores else { throw misuse("local_stores is NULL with local_store_count \(count)") }
     return try (0..<count).map { index in
-        let store = stores[index]
-        guard store.version == UInt32(TETHER_LOCAL_STORE_VERSION) else {
-            throw misuse("local_stores[\(index)]: unknown version \(store.version): use tether_local_store_init")
-        }
+        let store = try read(stores + index, "local_stores[\(index)]")
         return LocalStoreOptions(configuration: try text(store.configuration, "local_stores[\(index)].configuration"),
                                  path: try text(store.path, "local_stores[\(index)].path"),
                                  specs: try text(store.specs_json, "local_stores[\(index)].specs_json"))
@@ -34,11 +33,9 @@ public func tether_local_store_drop(_ store: UnsafePointer<tether_local_store>?,
                                     _ field: UnsafePointer<CChar>?) -> Int32 {
     call {
         guard let store else { throw misuse("store is NULL") }
-        guard store.pointee.version == UInt32(TETHER_LOCAL_STORE_VERSION) else {
-            throw misuse("unknown local store version \(store.pointee.version): use tether_local_store_init")
-        }
-        let local = LocalStoreOptions(configuration: try text(store.pointee.configuration, "configuration"),
-                                      path: try text(store.pointee.path, "path"), specs: "")
+        let raw = try read(store)
+        let local = LocalStoreOptions(configuration: try text(raw.configuration, "configuration"),
+                                      path: try text(raw.path, "path"), specs: "")
         try local.drop(entity: try text(entity, "entity"), field: try optionalText(field, "field"))
     }
 }

@@ -4,8 +4,8 @@ import Glibc
 import Tether
 
 /// Each category's name as a C string, made once: the hook borrows it.
-private let categoryNames: [LogCategory: UnsafeMutablePointer<CChar>] =
-    Dictionary(uniqueKeysWithValues: LogCategory.allCases.map { ($0, strdup($0.rawValue)!) })
+private let categoryNames: [LogCategory: ConstantCString] =
+    Dictionary(uniqueKeysWithValues: LogCategory.allCases.map { ($0, ConstantCString($0.rawValue)) })
 
 /// The host's hook and its userdata.
 // @unchecked: a C function pointer and the host's pointer force it. The core
@@ -19,7 +19,7 @@ private struct HostHook: @unchecked Sendable {
     func callAsFunction(_ level: LogLevel, _ category: LogCategory, _ message: String) {
         let cLevel = tether_log_level(rawValue: UInt32(level.rawValue))
         // The core's messages hold no U+0000 (one that did would end early).
-        message.withCString { callback(cLevel, categoryNames[category], $0, userdata) }
+        message.withCString { callback(cLevel, categoryNames[category]?.pointer, $0, userdata) }
     }
 }
 

@@ -4,10 +4,30 @@ import CTetherABI
 import Glibc
 import Tether
 
-/// An entity as one context's handle holds it.
+/// An entity as one context's handle holds it, with the names it lends as
+/// C strings (valid while the handle is, that is until the context closes).
 final class EntityBox {
     let entity: Entity
-    init(_ entity: Entity) { self.entity = entity }
+    let name: UnsafeMutablePointer<CChar>
+    let route: UnsafeMutablePointer<CChar>
+    let configuration: UnsafeMutablePointer<CChar>
+    /// By attribute index.
+    let attributeNames: [UnsafeMutablePointer<CChar>]
+    /// The to-many relationships' names, in the model's order of inverses.
+    let relationshipNames: [UnsafeMutablePointer<CChar>]
+
+    init(_ entity: Entity, model: Model) {
+        self.entity = entity
+        name = entity.name.cDuplicate
+        route = entity.route.cDuplicate
+        configuration = entity.configuration.cDuplicate
+        attributeNames = entity.attributes.map(\.name.cDuplicate)
+        relationshipNames = model.inverses(of: entity).map(\.name.cDuplicate)
+    }
+
+    deinit {
+        for string in [name, route, configuration] + attributeNames + relationshipNames { free(string) }
+    }
 }
 
 /// The handle of `entity` in the context whose token is `owner`.
@@ -18,8 +38,7 @@ func entityHandle(_ entity: Entity, owner: UInt) throws -> OpaquePointer {
 
 /// An attribute's name as the entity's handle in the context `owner` lends it (valid until close).
 func attributeName(_ entity: Entity, _ index: Int, owner: UInt) throws -> UnsafePointer<CChar> {
-    let strings = try Handles.shared.resolveWithOwner(entityHandle(entity, owner: owner), .entity, as: EntityBox.self).strings
-    return UnsafePointer(strings[2 + index])
+    UnsafePointer(try Handles.shared.resolve(entityHandle(entity, owner: owner), .entity, as: EntityBox.self).attributeNames[index])
 }
 
 @_cdecl("tether_context_diagnostic_count")
@@ -69,39 +88,40 @@ public func tether_context_entity(_ ctx: OpaquePointer?, _ name: UnsafePointer<C
     }
 }
 
-private func entity(_ pointer: OpaquePointer?) throws -> (Entity, [UnsafeMutablePointer<CChar>]) {
-    let resolved = try Handles.shared.resolveWithOwner(pointer, .entity, as: EntityBox.self)
-    return (resolved.object.entity, resolved.strings)
+private func entityBox(_ pointer: OpaquePointer?) throws -> EntityBox {
+    try Handles.shared.resolve(pointer, .entity, as: EntityBox.self)
 }
+
+private func entity(_ pointer: OpaquePointer?) throws -> Entity { try entityBox(pointer).entity }
 
 @_cdecl("tether_entity_name")
 public func tether_entity_name(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    call { try output(out, UnsafePointer(try entity(e).1[0])) }
+    call { try output(out, UnsafePointer(try entityBox(e).name)) }
 }
 
 @_cdecl("tether_entity_route")
 public func tether_entity_route(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    call { try output(out, UnsafePointer(try entity(e).1[1])) }
+    call { try output(out, UnsafePointer(try entityBox(e).route)) }
 }
 
 @_cdecl("tether_entity_configuration")
 public func tether_entity_configuration(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    call { try output(out, UnsafePointer(try entity(e).1.last!)) }
+    call { try output(out, UnsafePointer(try entityBox(e).configuration)) }
 }
 
 @_cdecl("tether_entity_code")
 public func tether_entity_code(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
-    call { try output(out, Int32(clamping: try entity(e).0.code)) }
+    call { try output(out, Int32(clamping: try entity(e).code)) }
 }
 
 @_cdecl("tether_entity_operations")
 public func tether_entity_operations(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<UInt32>?) -> Int32 {
-    call { try output(out, try entity(e).0.operations.rawValue) }
+    call { try output(out, try entity(e).operations.rawValue) }
 }
 
 @_cdecl("tether_entity_attribute_count")
 public func tether_entity_attribute_count(_ e: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
-    call { try output(out, try entity(e).0.attributes.count) }
+    call { try output(out, try entity(e).attributes.count) }
 }
 
 @_cdecl("tether_entity_attribute_at")
@@ -111,12 +131,13 @@ public func tether_entity_attribute_at(_ e: OpaquePointer?, _ index: Int,
                                        _ outType: UnsafeMutablePointer<tether_type>?,
                                        _ outFlags: UnsafeMutablePointer<UInt32>?) -> Int32 {
     call {
-        let (entity, strings) = try entity(e)
+        let box = try entityBox(e)
+        let entity = box.entity
         guard index >= 0, index < entity.attributes.count else {
             throw TetherError(.notFound, "\(entity.name) has no attribute at index \(index)")
         }
         let attribute = entity.attributes[index]
-        outName?.pointee = UnsafePointer(strings[2 + index])
+        outName?.pointee = UnsafePointer(box.attributeNames[index])
         outCode?.pointee = Int32(clamping: attribute.code)
         outType?.pointee = tether_type(rawValue: UInt32(attribute.type.rawValue))
         var flags: UInt32 = 0
@@ -131,7 +152,7 @@ public func tether_entity_attribute_at(_ e: OpaquePointer?, _ index: Int,
 public func tether_entity_attribute_index(_ e: OpaquePointer?, _ name: UnsafePointer<CChar>?,
                                           _ out: UnsafeMutablePointer<Int>?) -> Int32 {
     call {
-        let entity = try entity(e).0
+        let entity = try entity(e)
         let name = try text(name, "name")
         guard let index = entity.attributeIndex(named: name) else {
             throw TetherError(.notFound, "\(entity.name) has no attribute \(name.debugDescription)")
@@ -144,7 +165,7 @@ public func tether_entity_attribute_index(_ e: OpaquePointer?, _ name: UnsafePoi
 public func tether_entity_attribute_index_by_code(_ e: OpaquePointer?, _ code: Int32,
                                                   _ out: UnsafeMutablePointer<Int>?) -> Int32 {
     call {
-        let entity = try entity(e).0
+        let entity = try entity(e)
         guard let index = entity.attributeIndex(code: Int(code)) else {
             throw TetherError(.notFound, "\(entity.name) has no attribute with code \(code)")
         }

@@ -1,38 +1,44 @@
 // The C ABI, "results" section of include/tether.h.
 import CTetherABI
 import Glibc
-import Synchronization
 import Tether
 
 /// A fetch's answer as the host holds it, and what it has lent out: object
-/// handles (one reference each) and id strings, made as rows are read. With
-/// a batch size only the last batch's are kept, so lending stays bounded.
-final class ResultsBox: @unchecked Sendable {
+/// handles (one reference each) and id strings, lent by the core's
+/// `RowLoans` batch by batch.
+final class ResultsBox: Sendable {
     let results: FetchedResults
     private let owner: UInt
-    private struct Loans {
-        var batch = 0
-        var objects: [Int: OpaquePointer] = [:]
-        var ids: [Int: UnsafeMutablePointer<CChar>] = [:]
+    private let loans: RowLoans<LoanKind, Lent>
+
+    private enum LoanKind { case object, id }
+
+    /// @unchecked: C pointers, but the handle is a registry token (never
+    /// dereferenced) and the id a string no one writes after it is made.
+    private enum Lent: @unchecked Sendable {
+        case object(OpaquePointer)
+        case id(UnsafeMutablePointer<CChar>)
     }
-    private let lent = Mutex(Loans())
 
     init(_ results: FetchedResults, owner: UInt) {
         self.results = results
         self.owner = owner
+        loans = RowLoans(batchSize: results.batchSize) { returned in
+            for loan in returned {
+                switch loan {
+                case .object(let handle): _ = try? Handles.shared.release(handle, .object)
+                case .id(let text): free(text)
+                }
+            }
+        }
     }
 
     func object(at index: Int) throws -> OpaquePointer {
         let object = try results.object(at: index)
-        var dropped: [OpaquePointer] = []
-        let handle = try lent.withLock { lent -> OpaquePointer in
-            dropped = enter(index, &lent)
-            if let held = lent.objects[index] { return held }
-            let handle = try objectHandle(object, owner: owner)
-            lent.objects[index] = handle
-            return handle
-        }
-        for handle in dropped { _ = try? Handles.shared.release(handle, .object) }
+        let owner = self.owner
+        guard case .object(let handle) = try loans.loan(.object, row: index, make: {
+            .object(try objectHandle(object, owner: owner))
+        }) else { preconditionFailure("an object loan is a handle") }
         return handle
     }
 
@@ -45,40 +51,14 @@ final class ResultsBox: @unchecked Sendable {
 
     func id(at index: Int) throws -> UnsafePointer<CChar> {
         let id = try results.id(at: index)
-        var dropped: [OpaquePointer] = []
-        let text = lent.withLock { lent -> UnsafeMutablePointer<CChar> in
-            dropped = enter(index, &lent)
-            if let held = lent.ids[index] { return held }
-            let text = strdup(id)!
-            lent.ids[index] = text
-            return text
+        guard case .id(let text) = try loans.loan(.id, row: index, make: { .id(strdup(id)!) }) else {
+            preconditionFailure("an id loan is a string")
         }
-        for handle in dropped { _ = try? Handles.shared.release(handle, .object) }
         return UnsafePointer(text)
     }
 
-    /// Reading a row of another batch lets the previous batch's loans go;
-    /// returns the object handles to release (outside the lock).
-    private func enter(_ index: Int, _ lent: inout Loans) -> [OpaquePointer] {
-        guard results.batchSize > 0 else { return [] }
-        let batch = index / results.batchSize
-        guard batch != lent.batch else { return [] }
-        lent.batch = batch
-        lent.ids.values.forEach { free($0) }
-        lent.ids = [:]
-        defer { lent.objects = [:] }
-        return Array(lent.objects.values)
-    }
-
     /// Gives back every loan: the handle is released.
-    func releaseLoans() {
-        let (objects, ids) = lent.withLock { lent in
-            defer { lent = Loans() }
-            return (Array(lent.objects.values), Array(lent.ids.values))
-        }
-        ids.forEach { free($0) }
-        for handle in objects { _ = try? Handles.shared.release(handle, .object) }
-    }
+    func releaseLoans() { loans.giveBackAll() }
 }
 
 private func resultsBox(_ results: OpaquePointer?) throws -> ResultsBox {

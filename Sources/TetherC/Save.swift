@@ -7,10 +7,15 @@ import CTetherABI
 
 @_cdecl("tether_save_options_init")
 public func tether_save_options_init(_ opts: UnsafeMutablePointer<tether_save_options>?, _ version: UInt32) -> Int32 {
-    call {
-        guard version == UInt32(TETHER_SAVE_OPTIONS_VERSION) else { throw misuse("unknown options version \(version)") }
-        try output(opts, tether_save_options(version: version, merge_policy: -1, progress: nil), "opts")
-    }
+    call { try initialize(opts, version: version, "opts") }
+}
+
+extension tether_save_options: VersionedStruct {
+    static var noun: String { "options" }
+    static var initializer: String { "tether_save_options_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_SAVE_OPTIONS_VERSION) }
+    /// -1: the context's merge policy.
+    static var defaults: Self { Self(version: 0, merge_policy: -1, progress: nil) }
 }
 
 /// A save's outcome as the host reads it during the callback; the strings
@@ -49,13 +54,7 @@ public func tether_save_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<tethe
     call {
         let (box, token) = try contextBox(ctx)
         guard let callback else { throw misuse("callback is NULL") }
-        var options = tether_save_options(version: UInt32(TETHER_SAVE_OPTIONS_VERSION), merge_policy: -1, progress: nil)
-        if let opts {
-            guard opts.pointee.version == UInt32(TETHER_SAVE_OPTIONS_VERSION) else {
-                throw misuse("unknown options version \(opts.pointee.version): use tether_save_options_init")
-            }
-            options = opts.pointee
-        }
+        let options = try opts.map { try read($0) } ?? tether_save_options.defaults
         let policy = options.merge_policy == -1 ? nil : try mergePolicy(options.merge_policy)
         let task = try box.context.makeSave(policy: policy)
         let handle = try Handles.shared.register(task, kind: .task, owner: token).handle

@@ -42,32 +42,13 @@ func fill(_ out: UnsafeMutablePointer<tether_value>?, _ value: Value) throws {
     out.pointee = result
 }
 
-/// A predicate argument from the host: text by length, so it may hold NUL.
-func argument(_ value: tether_value, number: Int) throws -> Value {
-    switch value.type {
-    case TETHER_TYPE_NULL: return .null
-    case TETHER_TYPE_INTEGER: return .integer(value.integer)
-    case TETHER_TYPE_REAL: return .real(value.real)
-    case TETHER_TYPE_BOOLEAN: return .boolean(value.integer != 0)
-    case TETHER_TYPE_TEXT:
-        guard value.text != nil || value.length == 0 else { throw misuse("argument $\(number) is TEXT with a NULL text") }
-        let bytes = UnsafeRawBufferPointer(start: value.text, count: value.length)
-        guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw TetherError(.invalid, "argument $\(number) is not valid UTF-8")
-        }
-        return .text(text)
-    default: throw TetherError(.invalid, "argument $\(number) has type \(value.type.rawValue): give TEXT, INTEGER, REAL, BOOLEAN or NULL")
-    }
-}
-
-/// A value from the host, by its type: text by length, so it may hold NUL.
-func hostValue(_ pointer: UnsafePointer<tether_value>?) throws -> Value {
-    guard let pointer else { throw misuse("value is NULL") }
-    let value = pointer.pointee
+/// A value from the host as the core's, by its type: text by length, so it
+/// may hold NUL. `what` names it in messages ("the value", "argument $2").
+func coreValue(_ value: tether_value, _ what: String) throws -> Value {
     func text() throws -> String {
-        guard value.text != nil || value.length == 0 else { throw misuse("value is TEXT or JSON with a NULL text") }
+        guard value.text != nil || value.length == 0 else { throw misuse("\(what) is TEXT or JSON with a NULL text") }
         guard let text = String(validating: UnsafeRawBufferPointer(start: value.text, count: value.length), as: UTF8.self) else {
-            throw TetherError(.invalid, "the value is not valid UTF-8")
+            throw TetherError(.invalid, "\(what) is not valid UTF-8")
         }
         return text
     }
@@ -78,6 +59,21 @@ func hostValue(_ pointer: UnsafePointer<tether_value>?) throws -> Value {
     case TETHER_TYPE_BOOLEAN: return .boolean(value.integer != 0)
     case TETHER_TYPE_TEXT: return .text(try text())
     case TETHER_TYPE_JSON: return .json(try text())
-    default: throw TetherError(.invalid, "unknown value type \(value.type.rawValue)")
+    default: throw TetherError(.invalid, "\(what) has unknown type \(value.type.rawValue)")
     }
+}
+
+/// A predicate argument from the host: a scalar, not JSON (the header's
+/// list of argument types).
+func argument(_ value: tether_value, number: Int) throws -> Value {
+    guard value.type != TETHER_TYPE_JSON else {
+        throw TetherError(.invalid, "argument $\(number) has type JSON: give TEXT, INTEGER, REAL, BOOLEAN or NULL")
+    }
+    return try coreValue(value, "argument $\(number)")
+}
+
+/// A value the host passes by pointer (to set or insert).
+func hostValue(_ pointer: UnsafePointer<tether_value>?) throws -> Value {
+    guard let pointer else { throw misuse("value is NULL") }
+    return try coreValue(pointer.pointee, "the value")
 }

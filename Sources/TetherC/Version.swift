@@ -4,10 +4,10 @@
 import CTetherABI
 import Glibc
 
-private let versionText = strdup(TETHER_VERSION)!
+private let versionText = ConstantCString(TETHER_VERSION)
 
 @_cdecl("tether_version")
-public func tether_version() -> UnsafePointer<CChar> { UnsafePointer(versionText) }
+public func tether_version() -> UnsafePointer<CChar> { versionText.pointer }
 
 @_cdecl("tether_version_number")
 public func tether_version_number() -> Int32 { TETHER_VERSION_NUMBER }

@@ -226,9 +226,9 @@ enum LiveConvergence {
     }
 
     /// The live queries kept open: a predicate over the model, its text, and a sort.
-    struct Query {
+    struct Query: Sendable {
         let text: String?
-        let matches: (Item) -> Bool
+        let matches: @Sendable (Item) -> Bool
         let limit: Int64
     }
 
@@ -551,7 +551,7 @@ enum LiveConvergence {
         if !failures.isEmpty { failures.append("seed \(seed), steps: " + log.joined(separator: "; ")) }
         print("live convergence: seed \(seed), \(step) steps (\(steps.sorted().joined(separator: ","))), "
               + (failures.first.map { "FAILED: " + $0.prefix(300) } ?? "converged"))
-        fflush(stdout)
+        fflush(nil)  // every stream: stdout is a C global Swift 6 will not share
         return failures
     }
 }

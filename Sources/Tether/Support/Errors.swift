@@ -1,7 +1,7 @@
 /// Every failure the core reports. `kind` is what a caller branches on; the
 /// message is for people.
 public struct TetherError: Error, CustomStringConvertible, Sendable {
-    public enum Kind: Sendable {
+    public enum Kind: Sendable, CaseIterable {
         case `internal`, misuse, closed, notFound, type, invalid
         case network, auth, server, `protocol`, store, cancelled, notCached, busy, conflict
         /// The server's spec does not allow the operation (insert, update, delete).
