@@ -58,7 +58,7 @@ static inline void fetch_waiter_callback(tether_task *task, tether_phase phase, 
     struct fetch_waiter *w = userdata;
     (void)task;
     if (phase != TETHER_PHASE_FINAL) {
-        tether_results_release(results);
+        tether_results_free(results);
         return;
     }
     if (status != TETHER_OK) fprintf(stderr, "%s: fetch: %s\n", BENCH_NAME, message ? message : "?");
@@ -105,7 +105,7 @@ static inline char **sync_ids(tether_context *ctx, const char *collection, size_
     fetch.policy = TETHER_POLICY_SERVER_ONLY;
     tether_results *results = fetch_wait(ctx, &fetch);
     char **ids = result_ids(results, count);
-    tether_results_release(results);
+    tether_results_free(results);
     return ids;
 }
 
@@ -117,7 +117,7 @@ static inline void wait_no_objects(void) {
     struct timespec ms = {0, 1000000};
     for (int i = 0; i < 10000; i++) {
         int64_t n = -1;
-        if (tether_live_count(TETHER_LIVE_OBJECTS, &n) != TETHER_OK) die_tether("live_count");
+        if (tether_debug_count(TETHER_DEBUG_OBJECTS, &n) != TETHER_OK) die_tether("debug_count");
         if (n == 0) return;
         nanosleep(&ms, NULL);
     }
@@ -152,10 +152,10 @@ static inline int attribute_code(tether_entity *entity, const char *name) {
 }
 
 /* The library's running total of SQL statements prepared in this process,
- * every store counted (TETHER_LIVE_PREPARED_STATEMENTS). */
+ * every store counted (TETHER_DEBUG_PREPARED_STATEMENTS). */
 static inline long long prepared_statements(void) {
     int64_t n = -1;
-    if (tether_live_count(TETHER_LIVE_PREPARED_STATEMENTS, &n) != TETHER_OK) die_tether("live_count");
+    if (tether_debug_count(TETHER_DEBUG_PREPARED_STATEMENTS, &n) != TETHER_OK) die_tether("debug_count");
     return (long long)n;
 }
 

@@ -51,16 +51,18 @@ static long peak_kb(void) { return status_kb("VmHWM:"); }
 
 static tether_context *open_context(void) {
     tether_context_options opts;
+    tether_kinto_options kinto;
     tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
-    opts.server_url = url;
-    opts.bucket = bucket;
+    tether_kinto_options_init(&kinto, TETHER_KINTO_OPTIONS_VERSION);
+    kinto.server_url = url;
+    kinto.bucket = bucket;
     opts.store_path = store;
     if (*user) {
-        opts.username = user;
-        opts.password = password;
+        kinto.username = user;
+        kinto.password = password;
     }
     tether_context *ctx;
-    if (tether_context_open(&opts, &ctx) != TETHER_OK) die_tether("context_open");
+    if (tether_context_open_kinto(&opts, &kinto, &ctx) != TETHER_OK) die_tether("context_open");
     return ctx;
 }
 
@@ -130,7 +132,7 @@ static int cmd_make(long long target) {
     tether_results *res = fetch_wait(ctx, &fo);
     size_t fetched = 0;
     tether_results_count(res, &fetched);
-    tether_results_release(res);
+    tether_results_free(res);
     struct names n = model_names(ctx);
     tether_context_close(ctx);
 
@@ -272,7 +274,7 @@ static int cmd_predicate(int runs) {
             return 1;
         }
         matches = count;
-        tether_results_release(res);
+        tether_results_free(res);
         if (run == 0) prepared_warm = prepared_statements();
     }
     long long prepared_end = prepared_statements();
@@ -346,15 +348,15 @@ static int cmd_iterate(const char *side, size_t batch) {
                     die("object_at/peek", tether_errmsg());
             }
             checksum += (long)v.length;
-            tether_value_clear(&v);
+            tether_value_free(&v);
         }
         seconds = now_s() - t0;
         peak = peak_kb();
         prepared_end = prepared_statements();
         int64_t n = 0;
-        tether_live_count(TETHER_LIVE_OBJECTS, &n);
+        tether_debug_count(TETHER_DEBUG_OBJECTS, &n);
         live = n;
-        tether_results_release(res);
+        tether_results_free(res);
         tether_context_close(ctx);
     }
     printf("{\"side\": \"%s\", \"batch\": %zu, \"rows\": %zu, \"seconds\": %.3f, \"baseline_kb\": %ld, "

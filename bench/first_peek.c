@@ -7,7 +7,7 @@
  *
  * Fills STORE with a server-only fetch (object cache 0, so nothing stays in
  * memory), then for every record: tether_context_object + tether_object_peek
- * + tether_object_release, against sqlite3_bind/step/column/reset of the
+ * + tether_object_free, against sqlite3_bind/step/column/reset of the
  * same SELECT on the store's own table (tables and columns are named by the
  * entity's and the attribute's codes). Prints one JSON line
  * with nanoseconds per read (median of 5 passes after an untimed warm-up
@@ -37,7 +37,7 @@ static atomic_int fetch_done;
 static void note_final(tether_task *task, tether_phase phase, int status, const char *message, tether_results *results,
                        void *userdata) {
     (void)task; (void)message; (void)userdata;
-    tether_results_release(results);
+    tether_results_free(results);
     if (phase == TETHER_PHASE_FINAL) {
         if (status != TETHER_OK) die("fetch during reads", tether_errstr(status));
         atomic_store(&fetch_done, 1);
@@ -69,8 +69,8 @@ static void reads_during_fetch(tether_context *ctx, const char *store, const cha
         if (tether_context_object(ctx, collection, ids[n % id_count], &obj) != TETHER_OK ||
             tether_object_peek(obj, key, &value) != TETHER_OK)
             die(ids[n % id_count], tether_errmsg());
-        tether_value_clear(&value);
-        tether_object_release(obj);
+        tether_value_free(&value);
+        tether_object_free(obj);
         if (n == capacity) {
             capacity *= 2;
             if (!(ns = realloc(ns, capacity * sizeof *ns))) die("realloc", "out of memory");
@@ -92,17 +92,19 @@ int main(int argc, char **argv) {
     }
     const char *collection = argv[3], *key = argv[4];
     tether_context_options opts;
+    tether_kinto_options kinto;
     tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
-    opts.server_url = argv[1];
-    opts.bucket = argv[2];
+    tether_kinto_options_init(&kinto, TETHER_KINTO_OPTIONS_VERSION);
+    kinto.server_url = argv[1];
+    kinto.bucket = argv[2];
     opts.store_path = argv[5];
     opts.object_cache_size = 0;
     if (argc == 8) {
-        opts.username = argv[6];
-        opts.password = argv[7];
+        kinto.username = argv[6];
+        kinto.password = argv[7];
     }
     tether_context *ctx;
-    if (tether_context_open(&opts, &ctx) != TETHER_OK) die_tether("open");
+    if (tether_context_open_kinto(&opts, &kinto, &ctx) != TETHER_OK) die_tether("open");
     size_t id_count;
     char **ids = sync_ids(ctx, collection, &id_count);
     wait_no_objects();
@@ -133,8 +135,8 @@ int main(int argc, char **argv) {
                 tether_object_peek(obj, key, &value) != TETHER_OK)
                 die(ids[i], tether_errmsg());
             checksum += (long)value.length;
-            tether_value_clear(&value);
-            tether_object_release(obj);
+            tether_value_free(&value);
+            tether_object_free(obj);
         }
         if (pass >= 0) tether_ns[pass] = (now_ns() - start) / id_count;
 
@@ -152,7 +154,7 @@ int main(int argc, char **argv) {
     qsort(tether_ns, PASSES, sizeof(double), compare_doubles);
     qsort(sqlite_ns, PASSES, sizeof(double), compare_doubles);
     int64_t live = 0;
-    tether_live_count(TETHER_LIVE_OBJECTS, &live);
+    tether_debug_count(TETHER_DEBUG_OBJECTS, &live);
     printf("{\"tether_ns\": %.0f, \"sqlite_ns\": %.0f, \"reads\": %zu, \"objects_in_memory\": %lld, "
            "\"prepared_after_warmup\": %lld, \"prepared_after_timed\": %lld, \"checksum\": %ld",
            tether_ns[PASSES / 2], sqlite_ns[PASSES / 2], id_count, (long long)live, prepared_warm, prepared_end,

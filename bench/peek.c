@@ -54,7 +54,7 @@ static double time_peek(tether_object *obj, const char *key, long *checksum) {
     for (long i = 0; i < calls; i++) {
         if (tether_object_peek(obj, key, &value) != TETHER_OK) die_tether("peek");
         *checksum += (long)value.length + (long)value.integer;
-        tether_value_clear(&value);
+        tether_value_free(&value);
     }
     return (now_ns() - start) / calls;
 }
@@ -65,7 +65,7 @@ static double time_peek_code(tether_object *obj, int code, long *checksum) {
     for (long i = 0; i < calls; i++) {
         if (tether_object_peek_code(obj, code, &value) != TETHER_OK) die_tether("peek_code");
         *checksum += (long)value.length + (long)value.integer;
-        tether_value_clear(&value);
+        tether_value_free(&value);
     }
     return (now_ns() - start) / calls;
 }
@@ -94,10 +94,10 @@ static void *peek_worker(void *argument) {
     tether_object *obj = object_at(w->record);
     tether_value value;
     if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die_tether("peek");
-    tether_value_clear(&value);
+    tether_value_free(&value);
     pthread_barrier_wait(&barrier);
     w->ns = time_peek(obj, "Name", &w->checksum);
-    tether_object_release(obj);
+    tether_object_free(obj);
     return NULL;
 }
 
@@ -118,14 +118,16 @@ int main(int argc, char **argv) {
     char store[256];
     snprintf(store, sizeof store, "/tmp/tether-peek-%ld.db", (long)getpid());
     tether_context_options opts;
+    tether_kinto_options kinto;
     tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
-    opts.server_url = url;
-    opts.bucket = "bench";
-    opts.username = user;
-    opts.password = password;
+    tether_kinto_options_init(&kinto, TETHER_KINTO_OPTIONS_VERSION);
+    kinto.server_url = url;
+    kinto.bucket = "bench";
+    kinto.username = user;
+    kinto.password = password;
     opts.store_path = store;
     opts.object_cache_size = 0;
-    if (tether_context_open(&opts, &ctx) != TETHER_OK) die_tether("open");
+    if (tether_context_open_kinto(&opts, &kinto, &ctx) != TETHER_OK) die_tether("open");
     ids = sync_ids(ctx, COLLECTION, &id_count);
     wait_no_objects();
     if (id_count < 2) die("fetch", "fewer than 2 records");
@@ -143,11 +145,11 @@ int main(int argc, char **argv) {
         int codes[] = {name_code, count_code};
         for (int k = 0; k < 2; k++) {
             if (tether_object_peek(obj, keys[k], &value) != TETHER_OK) die_tether("peek");
-            tether_value_clear(&value);
+            tether_value_free(&value);
             if (tether_object_peek_code(obj, codes[k], &value) != TETHER_OK) die_tether("peek_code");
-            tether_value_clear(&value);
+            tether_value_free(&value);
         }
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     printf("prepared_after_warmup %lld\n", prepared_statements());
 
@@ -155,7 +157,7 @@ int main(int argc, char **argv) {
         tether_object *obj = object_at(0);
         tether_value value;
         if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die_tether("peek");  /* loads the row */
-        tether_value_clear(&value);
+        tether_value_free(&value);
         if (only != NULL) {  /* profiling: one loop, on PEEK_KEY (default Name) */
             const char *key = getenv("PEEK_KEY") ? getenv("PEEK_KEY") : "Name";
             printf("a_loaded_peek_%s_ns %.1f\n", key, time_peek(obj, key, &checksum));
@@ -166,7 +168,7 @@ int main(int argc, char **argv) {
             printf("a_loaded_peek_code_Name_ns %.1f\n", time_peek_code(obj, name_code, &checksum));
             printf("a_loaded_peek_code_Count_ns %.1f\n", time_peek_code(obj, count_code, &checksum));
         }
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
 
     if (wanted(only, "first")) {
@@ -178,14 +180,14 @@ int main(int argc, char **argv) {
                 tether_value value;
                 if (tether_object_peek(obj, "Name", &value) != TETHER_OK) die_tether("first peek");
                 checksum += (long)value.length;
-                tether_value_clear(&value);
-                tether_object_release(obj);
+                tether_value_free(&value);
+                tether_object_free(obj);
             }
             double ns = (now_ns() - start) / id_count;
             if (ns < best_peek) best_peek = ns;
             if (only != NULL) continue;  /* profiling: the peek loop only */
             start = now_ns();
-            for (size_t i = 0; i < id_count; i++) tether_object_release(object_at(i));
+            for (size_t i = 0; i < id_count; i++) tether_object_free(object_at(i));
             ns = (now_ns() - start) / id_count;
             if (ns < best_bare) best_bare = ns;
         }

@@ -74,9 +74,9 @@ DLOPEN_GOAL_S = 0.005
 # Row 2c (build/peek): calls a timed loop on a loaded row, and issue 9's goal for one.
 PEEK_C_CALLS = env_int("BENCH_PEEK_CALLS", 100000 if QUICK else 2000000)
 PEEK_GOAL_NS = 100
-# tether_live_count's TETHER_LIVE_PREPARED_STATEMENTS: a running total of the
+# tether_debug_count's TETHER_DEBUG_PREPARED_STATEMENTS: a running total of the
 # SQL statements the library prepared in the process (include/tether.h).
-LIVE_PREPARED_STATEMENTS = 8
+DEBUG_PREPARED_STATEMENTS = 8
 STRIPPED_GOAL = 6 * 1000 * 1000     # bytes ("6 MB")
 
 
@@ -128,16 +128,16 @@ def ratio(a, b):
 
 def prepared_statements():
     """The library's running total of prepared SQL statements in this
-    process. The binding's live_counts() does not name that kind, so the C
+    process. The binding's debug_counts() does not name that kind, so the C
     function is called straight through ctypes (a function object of our
     own, the binding's declarations untouched)."""
     from tether import _lib
-    f = _lib.lib["tether_live_count"]
+    f = _lib.lib["tether_debug_count"]
     f.restype, f.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
     n = ctypes.c_int64(-1)
-    status = f(LIVE_PREPARED_STATEMENTS, ctypes.byref(n))
+    status = f(DEBUG_PREPARED_STATEMENTS, ctypes.byref(n))
     if status != 0:
-        raise RuntimeError("tether_live_count(PREPARED_STATEMENTS) gave status %d" % status)
+        raise RuntimeError("tether_debug_count(PREPARED_STATEMENTS) gave status %d" % status)
     return n.value
 
 
@@ -308,7 +308,7 @@ def m2b_ctypes(table, tether, ctx):
     if obj.peek("Count") != common.make_record(RECORDS // 2)["Count"]:
         raise RuntimeError("peek(Count) of %s gave %r" % (obj.id, obj.peek("Count")))
     trivial = _lib.tether_version_number
-    raw_peek, clear = _lib.tether_object_peek, _lib.tether_value_clear
+    raw_peek, clear = _lib.tether_object_peek, _lib.tether_value_free
     handle, key, value = obj._h, b"Count", _lib.tether_value()
     ref = ctypes.byref(value)
     rng = range(CALLS)
@@ -331,7 +331,7 @@ def m2b_ctypes(table, tether, ctx):
         tr.append((now() - t0) / CALLS)
     table.add("2b. peek from Python vs a trivial ctypes call (tether_version_number), per call",
               us(median(tp)), us(median(tc)), ratio(median(tp), median(tc)))
-    table.notes.append("2b: %d calls, median of 3 passes; tether_object_peek + tether_value_clear through "
+    table.notes.append("2b: %d calls, median of 3 passes; tether_object_peek + tether_value_free through "
                        "ctypes without the binding's checks and conversion: %s per read"
                        % (CALLS, us(median(tr))))
 

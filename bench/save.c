@@ -40,15 +40,17 @@ int main(int argc, char **argv) {
     const char *collection = argv[3];
     long first = atol(argv[7]), count = atol(argv[8]);
     tether_context_options opts;
+    tether_kinto_options kinto;
     tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
-    opts.server_url = argv[1];
-    opts.bucket = argv[2];
+    tether_kinto_options_init(&kinto, TETHER_KINTO_OPTIONS_VERSION);
+    kinto.server_url = argv[1];
+    kinto.bucket = argv[2];
     opts.store_path = argv[4];
-    opts.username = argv[5];
-    opts.password = argv[6];
+    kinto.username = argv[5];
+    kinto.password = argv[6];
     opts.timeout_ms = 600000;
     tether_context *ctx;
-    if (tether_context_open(&opts, &ctx) != TETHER_OK) die_tether("open");
+    if (tether_context_open_kinto(&opts, &kinto, &ctx) != TETHER_OK) die_tether("open");
     size_t synced = 0;
     free_ids(sync_ids(ctx, collection, &synced), synced);
     long synced_kb = status_kb("VmRSS:");
@@ -65,7 +67,7 @@ int main(int argc, char **argv) {
         if (tether_object_set(obj, "Count", &value) != TETHER_OK) die_tether("set Count");
         tether_value status = {.type = TETHER_TYPE_TEXT, .text = (char *)"review", .length = 6};
         if (tether_object_set(obj, "Status", &status) != TETHER_OK) die_tether("set Status");
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     double edited = now_ns();
     if (tether_save_start(ctx, NULL, on_save, NULL, NULL) != TETHER_OK) die_tether("save_start");

@@ -55,7 +55,7 @@ private let observerCallback: tether_observer_cb = { object, key, status, userda
     }
     var value = tether_value()
     _ = tether_object_peek(object, key, &value)
-    tether_value_clear(&value)
+    tether_value_free(&value)
 }
 
 private struct Input {
@@ -77,9 +77,9 @@ private let uris = ["tether://server/items/i1", "tether://private/remarks/r", "t
                     "tether://server/items/", "items/i1", ""]
 private let sorts: [String?] = [nil, "Rank", "-Rank", "Title,-Rank", "nope", ",", "-"]
 
-private func live(_ what: tether_live) -> Int64 {
+private func live(_ what: tether_debug_counter) -> Int64 {
     var count: Int64 = -1
-    require(tether_live_count(what, &count) == TETHER_OK)
+    require(tether_debug_count(what, &count) == TETHER_OK)
     return count
 }
 
@@ -110,7 +110,7 @@ private let saveCallback: tether_save_cb = { task, status, message, report, user
             }
             var value = tether_value()
             _ = tether_save_report_server_value(report, index, "Title", &value)
-            tether_value_clear(&value)
+            tether_value_free(&value)
         }
     }
     if serial(userdata) % 3 == 0 { _ = tether_task_cancel(task) }
@@ -182,7 +182,7 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         case 2:
             if !owned.isEmpty {
                 let object = owned.remove(at: input.next() % owned.count)
-                let status = tether_object_release(object)
+                let status = tether_object_free(object)
                 require(status == (closed ? TETHER_E_HANDLE : TETHER_OK), "release of an owned reference gave \(status)")
             }
         case 3, 4:
@@ -191,12 +191,12 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             let status = input.next() % 2 == 0 ? tether_object_peek(anyObject(&input), key, &value)
                                                 : tether_object_get(anyObject(&input), key, &value)
             check(status, "read")
-            tether_value_clear(&value)
+            tether_value_free(&value)
         case 5:
             var value = tether_value()
             let code = Int32(truncatingIfNeeded: [1, 2, 501, 101, 0, -1, Int(Int32.max)][input.next() % 7])
             check(tether_object_peek_code(anyObject(&input), code, &value), "peek code")
-            tether_value_clear(&value)
+            tether_value_free(&value)
         case 6:
             let id = nextSerial
             nextSerial += 1
@@ -210,7 +210,7 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             }
         case 7:
             if let (observer, _) = input.pick(observers) {
-                let status = tether_observer_remove(observer)
+                let status = tether_observer_cancel(observer)
                 require(status == TETHER_OK || status == TETHER_E_HANDLE, "observer remove gave \(status)")
             }
         case 8, 9:
@@ -262,10 +262,10 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             // Releasing NULL is a no-op; anything else about a bogus handle is TETHER_E_HANDLE.
             let handle = input.pick(bogus) ?? nil
             let released = handle == nil ? TETHER_OK : TETHER_E_HANDLE
-            require(tether_object_release(handle) == released, "object release of \(String(describing: handle))")
-            require(tether_results_release(handle) == released, "results release of \(String(describing: handle))")
+            require(tether_object_free(handle) == released, "object release of \(String(describing: handle))")
+            require(tether_results_free(handle) == released, "results release of \(String(describing: handle))")
             require(tether_task_cancel(handle) == TETHER_E_HANDLE, "cancel of \(String(describing: handle))")
-            require(tether_observer_remove(handle) == TETHER_E_HANDLE, "remove of \(String(describing: handle))")
+            require(tether_observer_cancel(handle) == TETHER_E_HANDLE, "remove of \(String(describing: handle))")
         case 15, 16:
             var value = anyValue(&input, &texts)
             let status = input.next() % 4 == 0
@@ -294,7 +294,7 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
                 check(tether_object_changed_key_at(object, input.next() % 3, &name), "changed key")
                 var value = tether_value()
                 check(tether_object_committed(object, input.pick(keys)!, &value), "committed")
-                tether_value_clear(&value)
+                tether_value_free(&value)
             }
         case 19, 20:
             let id = nextSerial
@@ -323,7 +323,7 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
                     if tether_context_local_object(sibling, object, &local) == TETHER_OK {
                         var value = tether_value()
                         _ = tether_object_set(local, "Title", &value)
-                        require(tether_object_release(local) == TETHER_OK, "release of a local object")
+                        require(tether_object_free(local) == TETHER_OK, "release of a local object")
                     }
                 }
             }
@@ -341,7 +341,7 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
                     check(found, "object for its own uri")
                     if found == TETHER_OK { owned.append(object!) }
                 }
-                tether_value_clear(&value)
+                tether_value_free(&value)
             default:
                 var object: OpaquePointer?
                 let status = tether_context_object_for_uri(ctx, input.pick(uris)!, &object)
@@ -361,10 +361,10 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     if !closed { require(tether_context_close(ctx) == TETHER_OK, "close at the end") }
     for sibling in siblings.dropFirst(early.count) { require(tether_context_close(sibling) == TETHER_OK, "sibling close") }
     require(tether_context_close(ctx) == TETHER_E_HANDLE, "a second close")
-    for object in owned { require(tether_object_release(object) == TETHER_E_HANDLE, "release after close") }
+    for object in owned { require(tether_object_free(object) == TETHER_E_HANDLE, "release after close") }
 
     let (finals, late) = calls.withLock { calls -> ([Int: Int], [Int]) in
-        for results in calls.results { _ = tether_results_release(results) }
+        for results in calls.results { _ = tether_results_free(results) }
         calls.results = []
         defer { calls = Calls() }
         return (calls.finals, calls.afterFinal)
@@ -373,15 +373,15 @@ public func fuzzHandles(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     for id in started { require(finals[id] == 1, "task or observer \(id) saw \(finals[id] ?? 0) finals, not 1") }
     // The close delivered every final; what is left is freed once the
     // context's threads have let go (a moment).
-    for what in [TETHER_LIVE_CONTEXTS, TETHER_LIVE_OBJECTS, TETHER_LIVE_OBJECT_HANDLES, TETHER_LIVE_RESULTS,
-                 TETHER_LIVE_TASKS, TETHER_LIVE_OBSERVERS, TETHER_LIVE_THREADS] {
+    for what in [TETHER_DEBUG_CONTEXTS, TETHER_DEBUG_OBJECTS, TETHER_DEBUG_OBJECT_HANDLES, TETHER_DEBUG_RESULTS,
+                 TETHER_DEBUG_TASKS, TETHER_DEBUG_OBSERVERS, TETHER_DEBUG_THREADS] {
         var waited = 0
         while live(what) != 0, waited < 2_000 {
             usleep(1_000)
             waited += 1
         }
         require(live(what) == 0, "live count \(what.rawValue) is \(live(what)) 2 s after close; all: "
-                + (1...7).map { "\($0)=\(live(tether_live(rawValue: UInt32($0))))" }.joined(separator: " "))
+                + (1...7).map { "\($0)=\(live(tether_debug_counter(rawValue: UInt32($0))))" }.joined(separator: " "))
     }
     return 0
 }

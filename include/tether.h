@@ -12,7 +12,7 @@
  *   tether_errmsg() gives a message for it on the calling thread.
  * - Results come back through a trailing `out` parameter, written only on
  *   success.
- * - Handles are opaque. A handle that is NULL, closed, released, or of the
+ * - Handles are opaque. A handle that is NULL, closed, freed, or of the
  *   wrong kind is reported as TETHER_E_HANDLE; it never crashes the host.
  *   Handle values are never reused within a process.
  * - Strings passed in are NUL-terminated UTF-8; invalid UTF-8 is
@@ -27,26 +27,74 @@
  *   its callbacks at the same time.
  * - Unless a function says otherwise, it may be called from any thread,
  *   including from inside a callback.
+ * - Names are tether_<noun>_<verb>, and a getter is tether_<noun>_<property>
+ *   with no get_ (tether_request_kind, tether_entity_name): `get` is the
+ *   object's read that refreshes (tether_object_get), never a prefix. Where a
+ *   getter's name would also be its value's type, the type takes libgit2's
+ *   `_t` (tether_request_kind_t).
+ * - One verb per way a thing ends:
+ *     _free    gives back what the caller owns: a handle (results, specdef),
+ *              one reference to an object (each tether_context_object,
+ *              tether_object_retain... needs one tether_object_free), or
+ *              the memory a tether_value holds. After it the handle is dead;
+ *              NULL is a no-op.
+ *     _cancel  ends what the library owns and calls back (a task, an
+ *              observer): exactly one final TETHER_E_CANCELLED callback
+ *              follows, after which the library frees it.
+ *     _close   ends a context and every handle that came from it.
+ *     _complete  the host's answer to a request, which ends it.
+ *   tether_local_store_drop drops data, not a handle. The one callback the
+ *   library calls for the host to free its own userdata is
+ *   tether_connection.release.
+ * - The generic API speaks of "the server": its version of a record (an
+ *   integer that grows with each change), its id, its record types
+ *   ("entities"). What these are for Kinto is said once, in the Kinto
+ *   section.
  *
  * Ownership at a glance
  * ---------------------
- *   handle            comes from                         released by
- *   tether_context    tether_context_open                tether_context_close
- *   tether_object     tether_context_object,             tether_object_release (one
- *                     tether_object_retain                 release per reference)
- *   tether_results    a fetch callback                   tether_results_release
- *   tether_task       tether_fetch_start                 the library, after its FINAL
- *                                                          callback returns
+ *   handle            comes from                         given back by
+ *   tether_context    tether_context_open_kinto,         tether_context_close
+ *                     tether_context_open_host,
+ *                     tether_context_open_sibling
+ *   tether_object     tether_context_object,             tether_object_free (one
+ *                     tether_object_retain...              per reference)
+ *   tether_results    a fetch callback,                  tether_results_free
+ *                     tether_context_changes
+ *   tether_task       tether_fetch_start,                the library, after its FINAL
+ *                     tether_save_start                    callback returns
  *   tether_observer   tether_object_observe,             the library, after its final
- *                     tether_context_observe_online        (TETHER_E_CANCELLED) callback
+ *                     tether_context_observe_online        (TETHER_E_CANCELLED) callback;
+ *                                                          tether_observer_cancel asks it
  *   tether_entity     the context's model                the context, when it closes
- *   tether_value      tether_object_peek/get             tether_value_clear
+ *   tether_value      tether_object_peek/get...          tether_value_free (what it holds;
+ *                                                          the struct is the caller's)
  *   tether_request    a host connection's request        tether_request_complete (once;
  *                       callback                           close ends the rest)
  *   tether_specdef    tether_specdef_parse or            tether_specdef_free
  *                       tether_specdef_from_form
- * Closing a context releases every handle that came from it: afterwards they
- * are dead (TETHER_E_HANDLE), and releasing one is harmless.
+ * Closing a context frees every handle that came from it: afterwards they
+ * are dead (TETHER_E_HANDLE), and freeing one is harmless.
+ *
+ * Changes in 0.3 (every rename old -> new; CHANGES.md says more)
+ * ---------------------------------------------------------------
+ *   tether_context_open(opts, out)     -> tether_context_open_kinto(opts, kinto, out):
+ *                                         Kinto's server_url, bucket, username and
+ *                                         password moved from tether_context_options
+ *                                         (now version 5; earlier versions refused)
+ *                                         to tether_kinto_options (new, with
+ *                                         tether_kinto_options_init)
+ *   tether_object_release              -> tether_object_free
+ *   tether_results_release             -> tether_results_free
+ *   tether_value_clear                 -> tether_value_free
+ *   tether_observer_remove             -> tether_observer_cancel
+ *   tether_request_get_kind            -> tether_request_kind
+ *   tether_request_kind (enum type)    -> tether_request_kind_t
+ *   tether_live_count                  -> tether_debug_count
+ *   tether_live (enum type)            -> tether_debug_counter
+ *   TETHER_LIVE_<X>                    -> TETHER_DEBUG_<X> (all nine counters)
+ *   tether_request_add_specdef and tether_specdef moved to the Perforce
+ *   section; nothing else changed meaning.
  */
 #ifndef TETHER_H
 #define TETHER_H
@@ -67,11 +115,11 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define TETHER_VERSION_MAJOR 0
-#define TETHER_VERSION_MINOR 2
+#define TETHER_VERSION_MINOR 3
 #define TETHER_VERSION_PATCH 0
-#define TETHER_VERSION "0.2.0"
+#define TETHER_VERSION "0.3.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH */
-#define TETHER_VERSION_NUMBER 2000
+#define TETHER_VERSION_NUMBER 3000
 
 /* The version of the library loaded at run time, as TETHER_VERSION. Static
  * string; never NULL. */
@@ -84,14 +132,15 @@ TETHER_API int tether_version_number(void);
 #define TETHER_OK               0
 #define TETHER_E_ERROR         -1  /* internal error; the message says more */
 #define TETHER_E_MISUSE        -2  /* NULL argument, bad option version, wrong mode */
-#define TETHER_E_HANDLE        -3  /* NULL, closed, released or wrong kind of handle */
+#define TETHER_E_HANDLE        -3  /* NULL, closed, freed or wrong kind of handle */
 #define TETHER_E_NOT_FOUND     -4  /* unknown entity, key, code or record */
 #define TETHER_E_TYPE          -5  /* value of the wrong type */
 #define TETHER_E_INVALID       -6  /* invalid argument: bad UTF-8, URL, sort key... */
 #define TETHER_E_NETWORK       -7  /* server unreachable, timed out, answer cut short */
 #define TETHER_E_AUTH          -8  /* server refused the credentials (401, 403) */
 #define TETHER_E_SERVER        -9  /* server answered with an error status (5xx...) */
-#define TETHER_E_PROTOCOL     -10  /* server answered something that is not Kinto JSON */
+#define TETHER_E_PROTOCOL     -10  /* server answered something that is not its protocol
+                                      (for Kinto: not Kinto's JSON) */
 #define TETHER_E_STORE        -11  /* the SQLite store failed or belongs elsewhere */
 #define TETHER_E_CANCELLED    -12  /* the request was cancelled, or its context closed */
 #define TETHER_E_NOT_CACHED   -13  /* the record has no cached value yet */
@@ -120,7 +169,6 @@ typedef struct tether_object tether_object;       /* one record, uniqued per con
 typedef struct tether_task tether_task;           /* an asynchronous request */
 typedef struct tether_observer tether_observer;   /* a key observation */
 typedef struct tether_results tether_results;     /* the objects a fetch answered */
-typedef struct tether_specdef tether_specdef;     /* a parsed Perforce spec definition */
 
 /* ---------------------------------------------------------------- values */
 
@@ -135,7 +183,7 @@ typedef enum tether_type {
 } tether_type;
 
 /* A value read from an object. Filled by tether_object_peek/get; the text it
- * carries is owned by the value: release it with tether_value_clear. */
+ * carries is owned by the value: free it with tether_value_free. */
 typedef struct tether_value {
     tether_type type;
     int64_t integer;
@@ -144,9 +192,10 @@ typedef struct tether_value {
     size_t length;    /* bytes in text, without the NUL */
 } tether_value;
 
-/* Frees what `value` owns and resets it to TETHER_TYPE_NULL. NULL is a no-op;
- * clearing twice is safe. */
-TETHER_API void tether_value_clear(tether_value *value);
+/* Frees what `value` owns (its text) and resets it to TETHER_TYPE_NULL; the
+ * struct itself is the caller's storage. NULL is a no-op; freeing twice is
+ * safe. */
+TETHER_API void tether_value_free(tether_value *value);
 
 /* ---------------------------------------------------------------- context */
 
@@ -207,7 +256,8 @@ typedef enum tether_merge_policy {
  * that client_wins or merge_properties would settle by writing one (a note
  * edited here, cascaded away by its target's deletion, made again) is
  * reported instead (TETHER_E_CONFLICT). A URI does not name the server: instead a local
- * store records the server and bucket it was first attached beside, and an
+ * store records the server it was first attached beside (its connection's
+ * identity: for Kinto, its URL and bucket), and an
  * open that attaches it beside another fails with TETHER_E_STORE naming both
  * (its references name that server's records: resolving or cleaning them up
  * against another's would delete and clear what is not gone). A local record
@@ -245,7 +295,7 @@ TETHER_API int tether_local_store_init(tether_local_store *store, unsigned int v
 /* A local store's file is its records' only copy, so an open never drops
  * what it holds: specs that leave out an entity whose table holds records,
  * or a field (or change its column's type: TEXT, INTEGER, REAL) that holds
- * values, make tether_context_open fail with TETHER_E_STORE naming each
+ * values, make a context open fail with TETHER_E_STORE naming each
  * ("local store private: the specs leave out ...: other (3 records),
  * notes.Extra (2 values) ..."), and nothing changes. Left-out entities and
  * fields that hold nothing are dropped. To drop data on purpose, call this
@@ -260,17 +310,15 @@ TETHER_API int tether_local_store_init(tether_local_store *store, unsigned int v
  * TETHER_E_BUSY while a context of this process has the file open. */
 TETHER_API int tether_local_store_drop(const tether_local_store *store, const char *entity, const char *field);
 
-/* Version 2 added object_cache_size, version 3 merge_policy, version 4
- * local_stores. A struct of an earlier version is still accepted (its
- * missing fields take their defaults). */
-#define TETHER_CONTEXT_OPTIONS_VERSION 4
+/* The options every context takes, whatever its server. Version 2 added
+ * object_cache_size, version 3 merge_policy, version 4 local_stores; version
+ * 5 (0.3) moved the server's own options out (Kinto's to
+ * tether_kinto_options). A struct of version 1 to 4 has 0.2's layout and is
+ * refused (TETHER_E_MISUSE); later versions will only grow at the end. */
+#define TETHER_CONTEXT_OPTIONS_VERSION 5
 
 typedef struct tether_context_options {
     unsigned int version;      /* TETHER_CONTEXT_OPTIONS_VERSION */
-    const char *server_url;    /* Kinto root, e.g. "http://127.0.0.1:8888/v1" (required) */
-    const char *bucket;        /* Kinto bucket whose collections form the model (required) */
-    const char *username;      /* basic auth; NULL for anonymous. Never stored or logged */
-    const char *password;      /* basic auth; NULL for anonymous. Never stored or logged */
     const char *store_path;    /* SQLite file, created if missing (required).
                                   An existing file is taken only if it is
                                   empty (zero length, or an SQLite database
@@ -280,19 +328,17 @@ typedef struct tether_context_options {
     tether_delivery delivery;  /* default TETHER_DELIVER_THREAD */
     int64_t staleness_ms;      /* get() skips its refresh while a value is younger
                                   than this; default 0: every get refreshes */
-    int64_t timeout_ms;        /* per HTTP request, and per request to a host
-                                  connection; default 30000 */
-    /* since version 2 */
+    int64_t timeout_ms;        /* per request to the server (an HTTP request,
+                                  a request to a host connection); default
+                                  30000 */
     size_t object_cache_size;  /* objects no handle, result or observer holds
                                   that the context keeps in memory anyway,
                                   most recently used first; the rest reload
                                   from the store on demand. Default 1024; 0
                                   keeps only what is held; at most 1048576
                                   (TETHER_E_INVALID above) */
-    /* since version 3 */
     tether_merge_policy merge_policy; /* for saves that do not name one;
                                          default TETHER_MERGE_REPORT */
-    /* since version 4 */
     const tether_local_store *local_stores; /* local_store_count stores to
                                                attach (borrowed: read during
                                                open only); default NULL */
@@ -300,22 +346,47 @@ typedef struct tether_context_options {
 } tether_context_options;
 
 /* Fills `opts` with defaults for the given struct version. Returns
- * TETHER_E_MISUSE if `opts` is NULL or the version is unknown. */
+ * TETHER_E_MISUSE if `opts` is NULL or the version is unknown (1 to 4
+ * included: see TETHER_CONTEXT_OPTIONS_VERSION). */
 TETHER_API int tether_context_options_init(tether_context_options *opts, unsigned int version);
 
-/* Opens a context: opens (or creates) the store, reads the server's info and
- * every collection's schema of the bucket, builds the model, migrates the
- * store's tables to it and saves the model in the store. An entity whose
- * table changed (a field added, gone or given another type) lists everything
- * again at its next fetch; until then a field given another type reads null
- * in its cached records (predicates and peek alike), except a value the
- * server sent that did not fit the old type and fits the new one, which is
- * kept as the new type's value.
+/* ---------------------------------------------------------------- Kinto */
+
+/* Kinto (https://kinto.readthedocs.io) is the server Tether speaks over
+ * HTTP itself. In Kinto's words: the model is a bucket, each entity one of
+ * its collections (the entity's name is the collection id, its route
+ * "/buckets/B/collections/C/records", its fields the collection's JSON
+ * schema), a record's id is its "id" and the server's version of it is its
+ * "last_modified" (milliseconds, growing with each change); a data set's
+ * version is a collection's ETag. Where the generic doc gives Kinto's way
+ * of doing a thing, it says "Kinto:". */
+#define TETHER_KINTO_OPTIONS_VERSION 1
+
+typedef struct tether_kinto_options {
+    unsigned int version;      /* TETHER_KINTO_OPTIONS_VERSION */
+    const char *server_url;    /* Kinto root, e.g. "http://127.0.0.1:8888/v1" (required) */
+    const char *bucket;        /* the bucket whose collections form the model (required) */
+    const char *username;      /* basic auth; NULL for anonymous. Never stored or logged */
+    const char *password;      /* basic auth; NULL for anonymous. Never stored or logged */
+} tether_kinto_options;
+
+/* Fills `kinto` with defaults (all NULL) for the given struct version.
+ * TETHER_E_MISUSE if `kinto` is NULL or the version is unknown. */
+TETHER_API int tether_kinto_options_init(tether_kinto_options *kinto, unsigned int version);
+
+/* Opens a context on a Kinto bucket: opens (or creates) the store, reads the
+ * server's info and every collection's schema of the bucket, builds the
+ * model, migrates the store's tables to it and saves the model in the store.
+ * An entity whose table changed (a field added, gone or given another type)
+ * lists everything again at its next fetch; until then a field given another
+ * type reads null in its cached records (predicates and peek alike), except
+ * a value the server sent that did not fit the old type and fits the new
+ * one, which is kept as the new type's value.
  *
  * Blocks for at most about opts->timeout_ms per request. If the server cannot
  * be reached at all (connection refused or closed, name unknown, time-out,
- * with not a byte of answer) and the store holds a model for this server and bucket, the
- * context opens offline from the store (TETHER_OK; see
+ * with not a byte of answer) and the store holds a model for this server and
+ * bucket, the context opens offline from the store (TETHER_OK; see
  * tether_context_is_online). With no such store it fails with
  * TETHER_E_NETWORK. A server that answers badly is not "offline": an answer
  * cut short or a dropped connection gives TETHER_E_NETWORK, refused
@@ -333,11 +404,15 @@ TETHER_API int tether_context_options_init(tether_context_options *opts, unsigne
  * A store saved for another server or bucket gives TETHER_E_STORE, and a store
  * file a context of this process has open already gives TETHER_E_BUSY (a
  * store's unsaved changes have one keeper: open a sibling of that context
- * instead, see tether_context_open_sibling).
+ * instead, see tether_context_open_sibling). `opts` and `kinto` are read
+ * during the call only.
  *
  * On success *out is a new context owned by the caller: close it with
  * tether_context_close. */
-TETHER_API int tether_context_open(const tether_context_options *opts, tether_context **out);
+TETHER_API int tether_context_open_kinto(const tether_context_options *opts, const tether_kinto_options *kinto,
+                                         tether_context **out);
+
+/* ---------------------------------------------------------------- context lifetime */
 
 /* Closes a context: cancels its tasks and observers, ends every request in
  * flight, delivers each task's and observer's final TETHER_E_CANCELLED
@@ -354,7 +429,8 @@ TETHER_API int tether_context_open(const tether_context_options *opts, tether_co
  * context's callbacks (the context stays open).
  *
  * Unsaved changes are not lost by a close: they stay in the store's outbox
- * under the context's name ("" for a context from tether_context_open, the
+ * under the context's name ("" for a context from tether_context_open_kinto
+ * or tether_context_open_host, the
  * sibling's name for a sibling), and the next context opened on the store
  * under that name has them as its own and sends them at its next save. A
  * close that leaves any logs so at TETHER_LOG_INFO (category "context"),
@@ -401,13 +477,13 @@ TETHER_API int tether_context_is_online(tether_context *ctx, int *out);
  * (see tether_context_is_online), `online` the state that change led to
  * (changes are told in order, one call each); and exactly once more, last,
  * with TETHER_E_CANCELLED (`online` then the state at that time) when the
- * observer is removed or its context closes: free userdata then. `ctx` is
+ * observer is cancelled or its context closes: free userdata then. `ctx` is
  * borrowed for the call. Delivered as the context's delivery mode says, as
  * every callback of the context. */
 typedef void (*tether_online_cb)(tether_context *ctx, int online, int status, void *userdata);
 
 /* Observes tether_context_is_online. *out (may be NULL) is the observer,
- * owned by the library, removed with tether_observer_remove (as a key
+ * owned by the library, cancelled with tether_observer_cancel (as a key
  * observer): it stays valid until its final callback has returned, and then
  * the library drops it, its callback and every reference to userdata. The
  * state when this returns is tether_context_is_online's; changes after it
@@ -439,8 +515,8 @@ TETHER_API int tether_context_poll(tether_context *ctx, int timeout_ms, size_t *
 #define TETHER_OP_DELETE  8u
 
 /* Attribute flags, as a bit set. */
-#define TETHER_ATTR_ID        1u  /* the record's id ("id" in Kinto) */
-#define TETHER_ATTR_VERSION   2u  /* the server's version ("last_modified", ms) */
+#define TETHER_ATTR_ID        1u  /* the record's id */
+#define TETHER_ATTR_VERSION   2u  /* the server's version of the record */
 #define TETHER_ATTR_REQUIRED  4u  /* the spec requires it */
 
 /* The number of entities in the model. */
@@ -450,7 +526,7 @@ TETHER_API int tether_context_entity_count(tether_context *ctx, size_t *out);
  * until the context closes. TETHER_E_NOT_FOUND past the end. */
 TETHER_API int tether_context_entity_at(tether_context *ctx, size_t index, tether_entity **out);
 
-/* The entity named `name` (the Kinto collection id). Borrowed: valid until
+/* The entity named `name` (as the server names the record type). Borrowed: valid until
  * the context closes. TETHER_E_NOT_FOUND if the model has none. */
 TETHER_API int tether_context_entity(tether_context *ctx, const char *name, tether_entity **out);
 
@@ -490,7 +566,7 @@ TETHER_API int tether_context_diagnostic_at(tether_context *ctx, size_t index, c
 /* The entity's name. Borrowed: valid until the context closes. */
 TETHER_API int tether_entity_name(tether_entity *entity, const char **out);
 
-/* The entity's route on the server, e.g. "/buckets/demo/collections/users/records".
+/* The entity's route on the server (Kinto: e.g. "/buckets/demo/collections/users/records").
  * Borrowed: valid until the context closes. */
 TETHER_API int tether_entity_route(tether_entity *entity, const char **out);
 
@@ -528,7 +604,7 @@ typedef enum tether_delete_rule {
 } tether_delete_rule;
 
 /* Relationships. A to-one relationship is a TEXT attribute holding the id of
- * a record of another entity (a reference; in a Kinto schema, the property
+ * a record of another entity (a reference; in a spec's JSON schema, the property
  * keywords "x-tether-to": "<collection>", "x-tether-inverse": "<name>"
  * (default: this collection's name) and "x-tether-delete": "nullify",
  * "cascade" or "deny", in any case (default nullify); another word is a
@@ -567,23 +643,23 @@ TETHER_API int tether_entity_attribute_index_by_code(tether_entity *entity, int 
 /* The object for record `id` of `entity`. The record need not be cached yet
  * (reads then give TETHER_E_NOT_CACHED until a fetch or a get brings it).
  *
- * Owned: *out is a new reference; release it with tether_object_release.
+ * Owned: *out is a new reference; free it with tether_object_free.
  * While any reference to an object is held (by the host, a results handle or
  * an observer), the context returns the same handle for the same record, so
- * handles can be compared. Once the last is released the handle is dead and
+ * handles can be compared. Once the last is freed the handle is dead and
  * a later call returns a new one (handles are never reused); the record stays
  * in the store and, for a while, in the context's object cache. */
 TETHER_API int tether_context_object(tether_context *ctx, const char *entity, const char *id,
                                      tether_object **out);
 
 /* Adds a reference to `obj` (for instance to keep an object of a results
- * handle past its release). Each retain needs one tether_object_release. */
+ * handle past its free). Each retain needs one tether_object_free. */
 TETHER_API int tether_object_retain(tether_object *obj);
 
 /* Drops one reference. When the last is gone the handle is dead. NULL is a
  * no-op (TETHER_OK); a dead handle, or one whose context has closed, gives
  * TETHER_E_HANDLE and does nothing else. */
-TETHER_API int tether_object_release(tether_object *obj);
+TETHER_API int tether_object_free(tether_object *obj);
 
 /* The object's entity. Borrowed: valid until the context closes. */
 TETHER_API int tether_object_entity(tether_object *obj, tether_entity **out);
@@ -591,7 +667,8 @@ TETHER_API int tether_object_entity(tether_object *obj, tether_entity **out);
 /* The object's record id. Borrowed: valid while the object handle is. */
 TETHER_API int tether_object_id(tether_object *obj, const char **out);
 
-/* The cached server version of the record (Kinto last_modified, ms).
+/* The server's version of the record, as cached: an integer that grows
+ * with each change (see tether_context_open_kinto for Kinto's).
  * TETHER_E_NOT_CACHED if the record is not cached. */
 TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
 
@@ -604,7 +681,7 @@ TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
  * a record it held) survives a reopen: the store keeps a tombstone for the
  * newest 10000 deleted records of each entity (an older one reads
  * TETHER_E_NOT_CACHED again); a later answer that has the record drops it.
- * On success *out holds the value; release it with tether_value_clear.
+ * On success *out holds the value; free it with tether_value_free.
  * `out` is written only on success. `key` may be a key path through to-one
  * relationships ("Client.Owner"). */
 TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_value *out);
@@ -621,7 +698,7 @@ TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_va
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);
 
 /* The object the to-one relationship `key` of `obj` refers to: *out is a new
- * reference (release it), or NULL (TETHER_OK) when the reference is NULL.
+ * reference (free it), or NULL (TETHER_OK) when the reference is NULL.
  * TETHER_E_INVALID if `key` is not a relationship (an unknown key included);
  * TETHER_E_NOT_FOUND if its target's store is not attached; TETHER_E_NOT_CACHED
  * if obj is not cached. The target need not be cached: reads of it then give
@@ -639,8 +716,8 @@ TETHER_API int tether_object_set_related(tether_object *obj, const char *key, te
 
 /* The object's URI, its name across stores: "tether://<store>/<entity>/<id>",
  * <store> being "server" or a local store's configuration, entity and id
- * percent-encoded. On success *out is TEXT: release it with
- * tether_value_clear. */
+ * percent-encoded. On success *out is TEXT: free it with
+ * tether_value_free. */
 TETHER_API int tether_object_uri(tether_object *obj, tether_value *out);
 
 /* The object an object URI names, as tether_context_object (*out is a new
@@ -658,7 +735,7 @@ TETHER_API int tether_object_get_code(tether_object *obj, int code, tether_value
  * the store's outbox before it returns, so a process killed at any moment
  * loses no change it was told succeeded. Nothing reaches the server until
  * tether_save_start. An object with unsaved changes stays in the context
- * (its handle, if released, is made again by tether_context_object) until
+ * (its handle, if freed, is made again by tether_context_object) until
  * the server confirms them or they are rolled back. peek and get read the
  * pending value, and observers of a key are told of local changes as of
  * server ones. Each may be called from any thread. */
@@ -769,7 +846,7 @@ TETHER_API int tether_object_changed_key_at(tether_object *obj, size_t index, co
 
 /* The value of `key` as the server last confirmed it, whatever is pending
  * (peek gives the pending one). TETHER_E_NOT_CACHED for a pending insert or
- * an object not cached. Release *out with tether_value_clear. */
+ * an object not cached. Free *out with tether_value_free. */
 TETHER_API int tether_object_committed(tether_object *obj, const char *key, tether_value *out);
 
 /* How many objects have unsaved changes (*out 0: none). */
@@ -780,7 +857,7 @@ TETHER_API int tether_context_change_count(tether_context *ctx, size_t *out);
  * TETHER_RESULT_OBJECTS: read it as a fetch's (tether_results_count,
  * tether_results_object_at); tether_object_pending says each one's change
  * and tether_object_changed_key_at its keys. A snapshot: later edits and
- * saves do not change it. Owned: release *out with tether_results_release. */
+ * saves do not change it. Owned: free *out with tether_results_free. */
 TETHER_API int tether_context_changes(tether_context *ctx, tether_results **out);
 
 /* ---------------------------------------------------------------- observers */
@@ -792,7 +869,7 @@ TETHER_API int tether_context_changes(tether_context *ctx, tether_results **out)
  * the object failed, the cached value staying as it was; once with
  * TETHER_E_NOT_FOUND when a refresh finds that the server has no such record
  * and none was ever cached (a get of a wrong id: no value will come); and
- * exactly once more, last, with TETHER_E_CANCELLED when the observer is removed or its
+ * exactly once more, last, with TETHER_E_CANCELLED when the observer is cancelled or its
  * context closes: free userdata then. `obj` and `key` (the key as it was observed) are borrowed
  * for the call; retain `obj` to keep it. An observer holds its object. */
 typedef void (*tether_observer_cb)(tether_object *obj, const char *key, int status, void *userdata);
@@ -805,14 +882,15 @@ typedef void (*tether_observer_cb)(tether_object *obj, const char *key, int stat
 TETHER_API int tether_object_observe(tether_object *obj, const char *key, tether_observer_cb callback,
                                      void *userdata, tether_observer **out);
 
-/* Removes an observer (of a key, or of tether_context_is_online). After it returns, the observer's callback runs only
+/* Cancels an observer (of a key, or of tether_context_is_online): ends the
+ * registration (not a handle the caller owns). After it returns, the observer's callback runs only
  * once more, with TETHER_E_CANCELLED. Called outside any Tether callback, it
  * first waits for a call of this observer in progress on another thread to
  * return; called from inside a callback it does not wait (so two callbacks
- * removing each other's observers cannot deadlock), and the call in progress
+ * cancelling each other's observers cannot deadlock), and the call in progress
  * may still be running when it returns. TETHER_E_HANDLE if it was already
- * removed. */
-TETHER_API int tether_observer_remove(tether_observer *observer);
+ * cancelled. */
+TETHER_API int tether_observer_cancel(tether_observer *observer);
 
 /* ---------------------------------------------------------------- fetch */
 
@@ -1075,8 +1153,8 @@ TETHER_API int tether_fetch_options_init(tether_fetch_options *opts, unsigned in
  * only), or TETHER_E_CANCELLED (FINAL only). `message` is "" on success
  * (borrowed for the call).
  *
- * `results` is never NULL and is owned by the callee: release it with
- * tether_results_release, during the callback or any time later (it may
+ * `results` is never NULL and is owned by the callee: free it with
+ * tether_results_free, during the callback or any time later (it may
  * outlive the task; it dies when the context closes). It holds the objects in
  * result order; on a FINAL error, those of the cache (possibly none); when
  * cancelled, none. `task` is valid until the FINAL callback returns. */
@@ -1136,7 +1214,7 @@ TETHER_API int tether_fetch_start(tether_context *ctx, const tether_fetch_option
  * FINAL with TETHER_E_CANCELLED; the request on the wire, if any, is
  * abandoned. Outside any Tether callback it first waits for a callback of the
  * task in progress on another thread to return; from inside a callback it
- * does not wait (see tether_observer_remove). TETHER_E_HANDLE if the task
+ * does not wait (see tether_observer_cancel). TETHER_E_HANDLE if the task
  * was already cancelled or its FINAL callback is under way: from the moment
  * the library starts delivering it (which may be a little before your
  * callback is entered) until it has returned, the task ends as that FINAL
@@ -1243,7 +1321,7 @@ TETHER_API int tether_save_report_conflict_key_at(tether_save_report *report, si
 
 /* The server's value of `key` in the conflict at `index` (the local one is
  * the object's peek). TETHER_E_NOT_FOUND if the server has no record.
- * Release *out with tether_value_clear. */
+ * Free *out with tether_value_free. */
 TETHER_API int tether_save_report_server_value(tether_save_report *report, size_t index, const char *key,
                                                tether_value *out);
 
@@ -1268,7 +1346,7 @@ TETHER_API int tether_results_object_at(tether_results *results, size_t index, t
 
 /* Up to `capacity` objects of the rows from `start` on, in result order,
  * into out[0..*out_count): each with its own reference, which the caller
- * releases with tether_object_release (they outlive `results`). For reading
+ * frees with tether_object_free (they outlive `results`). For reading
  * a large answer in few calls. *out_count is less than `capacity` only at
  * the end (0 for start == count); TETHER_E_NOT_FOUND for start > count,
  * TETHER_E_MISUSE for a COUNT answer. On an error nothing is written and no
@@ -1281,8 +1359,8 @@ TETHER_API int tether_results_objects(tether_results *results, size_t start, tet
 TETHER_API int tether_results_id_at(tether_results *results, size_t index, const char **out);
 
 /* The value of attribute `key` (its name) in the row at `index` of
- * a TETHER_RESULT_VALUES answer, as fetched; owned by the caller: clear it
- * with tether_value_clear. TETHER_E_NOT_FOUND for an attribute the fetch did
+ * a TETHER_RESULT_VALUES answer, as fetched; owned by the caller: free it
+ * with tether_value_free. TETHER_E_NOT_FOUND for an attribute the fetch did
  * not ask for; TETHER_E_MISUSE for other result types (read an object's
  * values with tether_object_peek). */
 TETHER_API int tether_results_value_at(tether_results *results, size_t index, const char *key, tether_value *out);
@@ -1308,9 +1386,9 @@ TETHER_API int tether_results_change_count(tether_results *results, tether_chang
 TETHER_API int tether_results_change_at(tether_results *results, tether_change kind, size_t i,
                                         size_t *out_old, size_t *out_new);
 
-/* Releases `results` and its references to its objects. NULL is a no-op
+/* Frees `results` and its references to its objects. NULL is a no-op
  * (TETHER_OK); a dead handle gives TETHER_E_HANDLE. */
-TETHER_API int tether_results_release(tether_results *results);
+TETHER_API int tether_results_free(tether_results *results);
 
 /* ---------------------------------------------------------------- host connections */
 
@@ -1346,7 +1424,7 @@ TETHER_API int tether_results_release(tether_results *results);
 typedef struct tether_request tether_request;
 
 /* What a request asks. */
-typedef enum tether_request_kind {
+typedef enum tether_request_kind_t {
     TETHER_REQUEST_SERVER_INFO = 0, /* who the server is: answer with
                                        tether_request_set_server_info (at open) */
     TETHER_REQUEST_SPECS = 1,       /* every record type: tether_request_add_spec, one
@@ -1375,7 +1453,7 @@ typedef enum tether_request_kind {
                                        tether_request_set_page for a next cursor */
     TETHER_REQUEST_WRITE = 5        /* writes to apply, each conditional:
                                        tether_request_set_outcome for each */
-} tether_request_kind;
+} tether_request_kind_t;
 
 /* A write's kind (TETHER_REQUEST_WRITE). Every write is conditional, so that
  * one sent twice (a retry, a save again after a crash) is never applied twice. */
@@ -1419,13 +1497,13 @@ typedef struct tether_connection {
  * TETHER_E_MISUSE if `connection` is NULL or the version is unknown. */
 TETHER_API int tether_connection_init(tether_connection *connection, unsigned int version);
 
-/* Opens a context on a host-written connection, as tether_context_open does
- * on Kinto: asks the server info and the specs (each a request to the host,
- * so answer them from another thread than the one calling this, or at once),
- * builds the model, opens the store and any local stores. opts->server_url,
- * bucket, username and password are not used; opts->timeout_ms bounds each
- * request (the context option, not one of the connection's: it means what
- * it means for Kinto, how long one answer may take). A server info or specs
+/* Opens a context on a host-written connection, as tether_context_open_kinto
+ * does on Kinto: asks the server info and the specs (each a request to the
+ * host, so answer them from another thread than the one calling this, or at
+ * once), builds the model, opens the store and any local stores.
+ * opts->timeout_ms bounds each request (the context option, not one of the
+ * connection's: it means what it means for Kinto, how long one answer may
+ * take). A server info or specs
  * request not completed in time fails the open with TETHER_E_NETWORK, or
  * opens offline from a store holding a model, as an unreachable Kinto does.
  * There is no context to close before this returns: to give up an open, the
@@ -1438,7 +1516,7 @@ TETHER_API int tether_context_open_host(const tether_context_options *opts, cons
                                         tether_context **out);
 
 /* The request's kind. */
-TETHER_API int tether_request_get_kind(tether_request *request, tether_request_kind *out);
+TETHER_API int tether_request_kind(tether_request *request, tether_request_kind_t *out);
 
 /* PAGE, COUNT, RECORDS: the entity's name and its route (the name, unless the
  * spec gave another). Borrowed. Each out may be NULL. TETHER_E_MISUSE for
@@ -1501,17 +1579,6 @@ TETHER_API int tether_request_set_server_info(tether_request *request, const cha
 TETHER_API int tether_request_add_spec(tether_request *request, const char *name, const char *id_field,
                                        const char *version_field, const char *schema_json, unsigned int operations);
 
-/* SPECS: a record type as a Perforce server describes it: a specdef string
- * (the `specdef` field of `p4 -ztag client -o`; see tether_specdef_parse),
- * each field keeping Perforce's code, list fields (wlist, llist) one list
- * value, a select's values the allowed ones. Its records are then taken as
- * Perforce's tagged output gives them: a list field's items as View0,
- * View1, ... are folded into one list, View. Perforce has no version field:
- * give each record a "tether_version" (an integer that changes when the
- * record does). TETHER_E_INVALID for a malformed specdef, naming the field. */
-TETHER_API int tether_request_add_specdef(tether_request *request, const char *name, const char *specdef,
-                                          unsigned int operations);
-
 /* PAGE, RECORDS: a record, as a JSON object with the spec's id and version
  * fields. Records that do not fit the spec are kept as the library keeps
  * Kinto's (nothing lost); one without a usable id (none, not text, empty) is
@@ -1555,7 +1622,12 @@ TETHER_API int tether_request_set_outcome(tether_request *request, size_t index,
  * dead already. */
 TETHER_API int tether_request_complete(tether_request *request, int status, const char *message);
 
-/* ---------------------------------------------------------------- perforce */
+/* ---------------------------------------------------------------- Perforce */
+
+/* Perforce's own words: its spec definitions ("specdef" strings), read
+ * without a server, and a host connection's spec given as one. */
+
+typedef struct tether_specdef tether_specdef;     /* a parsed Perforce spec definition */
 
 /* One field of a Perforce spec definition, in Perforce's own words, as
  * tether_specdef_field_at fills it. Every string is borrowed from the
@@ -1645,6 +1717,18 @@ TETHER_API int tether_specdef_field_at(tether_specdef *specdef, size_t index, te
  * but not while another thread reads the same handle's strings. */
 TETHER_API int tether_specdef_free(tether_specdef *specdef);
 
+/* A host connection's answer (see tether_request above).
+ * SPECS: a record type as a Perforce server describes it: a specdef string
+ * (the `specdef` field of `p4 -ztag client -o`; see tether_specdef_parse),
+ * each field keeping Perforce's code, list fields (wlist, llist) one list
+ * value, a select's values the allowed ones. Its records are then taken as
+ * Perforce's tagged output gives them: a list field's items as View0,
+ * View1, ... are folded into one list, View. Perforce has no version field:
+ * give each record a "tether_version" (an integer that changes when the
+ * record does). TETHER_E_INVALID for a malformed specdef, naming the field. */
+TETHER_API int tether_request_add_specdef(tether_request *request, const char *name, const char *specdef,
+                                          unsigned int operations);
+
 /* ---------------------------------------------------------------- logging */
 
 /* How much a log message matters. A hook asks for every message up to its
@@ -1706,29 +1790,30 @@ typedef void (*tether_log_callback)(tether_log_level level, const char *category
 TETHER_API int tether_log_set(tether_log_level max_level, tether_log_callback callback,
                               void *userdata);
 
-/* ---------------------------------------------------------------- diagnostics */
+/* ---------------------------------------------------------------- debug counters */
 
-/* What tether_live_count counts, process-wide. */
-typedef enum tether_live {
-    TETHER_LIVE_CONTEXTS = 1,       /* contexts open or still closing */
-    TETHER_LIVE_OBJECTS = 2,        /* objects in memory, in every context */
-    TETHER_LIVE_OBJECT_HANDLES = 3, /* object handles the host holds */
-    TETHER_LIVE_RESULTS = 4,        /* results handles not yet released */
-    TETHER_LIVE_TASKS = 5,          /* fetch tasks not yet freed */
-    TETHER_LIVE_OBSERVERS = 6,      /* observers not yet freed */
-    TETHER_LIVE_THREADS = 7,        /* threads the library runs */
-    TETHER_LIVE_PREPARED_STATEMENTS = 8, /* not a live count but a running
+/* What tether_debug_count counts, process-wide: counters for leak checks
+ * (what exists now), not live fetches. */
+typedef enum tether_debug_counter {
+    TETHER_DEBUG_CONTEXTS = 1,       /* contexts open or still closing */
+    TETHER_DEBUG_OBJECTS = 2,        /* objects in memory, in every context */
+    TETHER_DEBUG_OBJECT_HANDLES = 3, /* object handles the host holds */
+    TETHER_DEBUG_RESULTS = 4,        /* results handles not yet freed */
+    TETHER_DEBUG_TASKS = 5,          /* fetch tasks not yet freed */
+    TETHER_DEBUG_OBSERVERS = 6,      /* observers not yet freed */
+    TETHER_DEBUG_THREADS = 7,        /* threads the library runs */
+    TETHER_DEBUG_PREPARED_STATEMENTS = 8, /* not a count of what exists but a running
                                        total: SQL statements prepared so far,
                                        in every store. Each store prepares a
                                        statement once and keeps it, so
                                        repeating the same work leaves it put */
-    TETHER_LIVE_REQUESTS = 9        /* host connection requests handed to the
+    TETHER_DEBUG_REQUESTS = 9        /* host connection requests handed to the
                                        host and not yet completed */
-} tether_live;
+} tether_debug_counter;
 
 /* How many of `what` exist right now in this process, for leak checks in
  * tests and long-running hosts. TETHER_E_INVALID for an unknown `what`. */
-TETHER_API int tether_live_count(tether_live what, int64_t *out);
+TETHER_API int tether_debug_count(tether_debug_counter what, int64_t *out);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 // The C ABI, "context" section of include/tether.h: options, open, close,
-// online state and delivery.
+// online state and delivery; and the "Kinto" section (its options and open),
+// which sits between the context's options and its close.
 import CTetherABI
 import Glibc
 import Synchronization
@@ -14,7 +15,12 @@ extension tether_context_options: VersionedStruct {
     static var noun: String { "options" }
     static var initializer: String { "tether_context_options_init" }
     static var currentVersion: UInt32 { UInt32(TETHER_CONTEXT_OPTIONS_VERSION) }
-    static var versionEnds: [PartialKeyPath<Self>] { [\.object_cache_size, \.merge_policy, \.local_stores] }
+    /// 1 to 4 had 0.2's layout (Kinto's fields first), which 0.3 cannot
+    /// read as its own.
+    static var firstVersion: UInt32 { 5 }
+    static var formerVersions: String {
+        "0.2's layout, which 0.3 does not read (put Kinto's fields in tether_kinto_options)"
+    }
     static var defaults: Self {
         var options = Self()
         options.delivery = TETHER_DELIVER_THREAD
@@ -24,6 +30,18 @@ extension tether_context_options: VersionedStruct {
         options.merge_policy = TETHER_MERGE_REPORT
         return options
     }
+}
+
+@_cdecl("tether_kinto_options_init")
+public func tether_kinto_options_init(_ kinto: UnsafeMutablePointer<tether_kinto_options>?, _ version: UInt32) -> Int32 {
+    call { try initialize(kinto, version: version, "kinto") }
+}
+
+extension tether_kinto_options: VersionedStruct {
+    static var noun: String { "Kinto options" }
+    static var initializer: String { "tether_kinto_options_init" }
+    static var currentVersion: UInt32 { UInt32(TETHER_KINTO_OPTIONS_VERSION) }
+    static var defaults: Self { Self() }
 }
 
 /// A context and the handles of its model, as the boundary keeps them.
@@ -69,16 +87,20 @@ func contextBox(_ pointer: OpaquePointer?) throws -> (box: ContextBox, token: UI
     return (resolved.object, resolved.owner)
 }
 
-@_cdecl("tether_context_open")
-public func tether_context_open(_ opts: UnsafePointer<tether_context_options>?,
-                                _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+@_cdecl("tether_context_open_kinto")
+public func tether_context_open_kinto(_ opts: UnsafePointer<tether_context_options>?,
+                                      _ kintoOptions: UnsafePointer<tether_kinto_options>?,
+                                      _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
         let raw = try contextOptions(opts, out)
-        var kinto = KintoOptions(serverURL: try text(raw.server_url, "server_url"), bucket: try text(raw.bucket, "bucket"))
-        kinto.username = try optionalText(raw.username, "username")
-        kinto.password = try optionalText(raw.password, "password")
+        guard let kintoOptions else { throw misuse("kinto is NULL") }
+        let rawKinto = try read(kintoOptions)
+        var kinto = KintoOptions(serverURL: try text(rawKinto.server_url, "server_url"), bucket: try text(rawKinto.bucket, "bucket"))
+        kinto.username = try optionalText(rawKinto.username, "username")
+        kinto.password = try optionalText(rawKinto.password, "password")
         kinto.timeoutMilliseconds = raw.timeout_ms
-        try output(out, try register(Context.open(try coreOptions(raw), kinto: kinto)))
+        let options = try coreOptions(raw)
+        try output(out, try register(Context.open(options, connection: KintoConnection(kinto))))
     }
 }
 

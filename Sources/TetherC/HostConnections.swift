@@ -123,9 +123,9 @@ private func pageRequest(_ request: HostRequest) throws -> PageRequest {
     return page
 }
 
-@_cdecl("tether_request_get_kind")
-public func tether_request_get_kind(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<tether_request_kind>?) -> Int32 {
-    call { try output(out, tether_request_kind(rawValue: UInt32(try hostRequest(r).request.kind.rawValue))) }
+@_cdecl("tether_request_kind")
+public func tether_request_kind(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<tether_request_kind_t>?) -> Int32 {
+    call { try output(out, tether_request_kind_t(rawValue: UInt32(try hostRequest(r).request.kind.rawValue))) }
 }
 
 @_cdecl("tether_request_entity")

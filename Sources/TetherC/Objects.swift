@@ -28,8 +28,8 @@ public func tether_object_retain(_ obj: OpaquePointer?) -> Int32 {
     call { try Handles.shared.retain(obj, .object) }
 }
 
-@_cdecl("tether_object_release")
-public func tether_object_release(_ obj: OpaquePointer?) -> Int32 {
+@_cdecl("tether_object_free")
+public func tether_object_free(_ obj: OpaquePointer?) -> Int32 {
     call {
         guard let obj else { return }
         try Handles.shared.release(obj, .object)

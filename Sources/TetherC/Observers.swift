@@ -37,8 +37,8 @@ public func tether_object_observe(_ obj: OpaquePointer?, _ key: UnsafePointer<CC
     }
 }
 
-@_cdecl("tether_observer_remove")
-public func tether_observer_remove(_ observer: OpaquePointer?) -> Int32 {
+@_cdecl("tether_observer_cancel")
+public func tether_observer_cancel(_ observer: OpaquePointer?) -> Int32 {
     call {
         let resolved = try Handles.shared.resolve(observer, .observer, as: AnyObject.self)
         if let online = resolved as? OnlineObserver { try online.remove() } else { try (resolved as! KeyObserver).remove() }

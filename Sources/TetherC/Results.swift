@@ -177,8 +177,8 @@ private func changes(of kind: tether_change, in results: OpaquePointer?) throws 
     }
 }
 
-@_cdecl("tether_results_release")
-public func tether_results_release(_ results: OpaquePointer?) -> Int32 {
+@_cdecl("tether_results_free")
+public func tether_results_free(_ results: OpaquePointer?) -> Int32 {
     call {
         guard let results else { return }
         guard let box = try Handles.shared.release(results, .results) as? ResultsBox else { return }

@@ -4,8 +4,8 @@ import CTetherABI
 import Glibc
 import Tether
 
-@_cdecl("tether_value_clear")
-public func tether_value_clear(_ value: UnsafeMutablePointer<tether_value>?) {
+@_cdecl("tether_value_free")
+public func tether_value_free(_ value: UnsafeMutablePointer<tether_value>?) {
     guard let value else { return }
     free(value.pointee.text)
     value.pointee = tether_value()

@@ -47,7 +47,7 @@ final class ContextTests: XCTestCase {
         kinto.timeoutMilliseconds = 2_000
         var options = ContextOptions(storePath: directory + "/" + store)
         options.delivery = mode
-        return try Context.open(options, kinto: kinto)
+        return try Context.open(options, connection: KintoConnection(kinto))
     }
 
     func testModelChangesOnTheServerMigrateTheStore() throws {

@@ -175,7 +175,7 @@ final class LogTests: XCTestCase {
         var kinto = KintoOptions(serverURL: backend.server, bucket: backend.bucket)
         kinto.username = "logger"
         kinto.password = password
-        var context = try Context.open(ContextOptions(storePath: directory + "/a.sqlite"), kinto: kinto)
+        var context = try Context.open(ContextOptions(storePath: directory + "/a.sqlite"), connection: KintoConnection(kinto))
         XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
         let object = try context.object(entity: "items", id: "i3")
         try object.set("Title", .text("logged"))
@@ -185,7 +185,7 @@ final class LogTests: XCTestCase {
         // The password in the URL's user info instead.
         let withUserInfo = backend.server.replacingOccurrences(of: "://", with: "://logger:\(password)@")
         context = try Context.open(ContextOptions(storePath: directory + "/b.sqlite"),
-                                   kinto: KintoOptions(serverURL: withUserInfo, bucket: backend.bucket))
+                                   connection: KintoConnection(KintoOptions(serverURL: withUserInfo, bucket: backend.bucket)))
         XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
         try context.close()
         try Log.install(.off, nil)
@@ -216,7 +216,7 @@ final class LogTests: XCTestCase {
         try Log.install(.warning, recorder.sink)
         var kinto = KintoOptions(serverURL: "http://127.0.0.1:9/v1", bucket: "nowhere")
         kinto.timeoutMilliseconds = 2_000
-        XCTAssertThrowsError(try Context.open(ContextOptions(storePath: directory + "/s.sqlite"), kinto: kinto))
+        XCTAssertThrowsError(try Context.open(ContextOptions(storePath: directory + "/s.sqlite"), connection: KintoConnection(kinto)))
         let warnings = recorder.all.filter { $0.level == .warning && $0.category == .http }
         XCTAssertTrue(warnings.contains { $0.message.hasPrefix("GET /v1/: cannot reach the server") }, "\(recorder.all)")
     }

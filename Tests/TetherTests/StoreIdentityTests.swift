@@ -19,7 +19,7 @@ final class StoreIdentityTests: KintoTestCase {
         let password = "pw-\(UUID().uuidString)"
         let path = directory + "/userinfo.sqlite"
         let context = try Context.open(ContextOptions(storePath: path),
-                                       kinto: KintoOptions(serverURL: userInfoURL(password), bucket: backend.bucket))
+                                       connection: KintoConnection(KintoOptions(serverURL: userInfoURL(password), bucket: backend.bucket)))
         XCTAssertTrue(context.isOnline)
         XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
         try context.object(entity: "items", id: "i2").set("Title", .text("kept"))
@@ -38,13 +38,13 @@ final class StoreIdentityTests: KintoTestCase {
         let password = "pw-\(UUID().uuidString)"
         let url = userInfoURL(password)
         let path = directory + "/former.sqlite"
-        var context = try Context.open(ContextOptions(storePath: path), kinto: KintoOptions(serverURL: url, bucket: backend.bucket))
+        var context = try Context.open(ContextOptions(storePath: path), connection: KintoConnection(KintoOptions(serverURL: url, bucket: backend.bucket)))
         XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
         try context.close()
         let former = "server \(url), bucket \(backend.bucket)"
         try setIdentity(former, of: path)
 
-        context = try Context.open(ContextOptions(storePath: path), kinto: KintoOptions(serverURL: url, bucket: backend.bucket))
+        context = try Context.open(ContextOptions(storePath: path), connection: KintoConnection(KintoOptions(serverURL: url, bucket: backend.bucket)))
         XCTAssertTrue(context.isOnline)
         var request = FetchRequest(entity: "items")
         request.policy = .cacheOnly
@@ -55,7 +55,7 @@ final class StoreIdentityTests: KintoTestCase {
         // Another server's store is still refused, and its user info not shown.
         try setIdentity("server http://other:\(password)@elsewhere/v1, bucket b", of: path)
         XCTAssertThrowsError(try Context.open(ContextOptions(storePath: path),
-                                             kinto: KintoOptions(serverURL: url, bucket: backend.bucket))) { error in
+                                             connection: KintoConnection(KintoOptions(serverURL: url, bucket: backend.bucket)))) { error in
             let error = error as? TetherError
             XCTAssertEqual(error?.kind, .store)
             XCTAssertFalse(error?.message.contains(password) ?? true, error?.message ?? "")

@@ -137,7 +137,7 @@ static const char *peek_str(tether_object *obj, const char *key, char *buf, size
         snprintf(buf, size, "<%s>", tether_errstr(s));
     else
         show(&v, buf, size);
-    tether_value_clear(&v);
+    tether_value_free(&v);
     return buf;
 }
 
@@ -165,17 +165,18 @@ static void print_change_row(tether_object *obj)
 static tether_context *open_context(tether_delivery delivery)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
     if (failed(tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION), "options_init"))
         return NULL;
-    o.server_url = g_url;
-    o.bucket = g_bucket;
+    k.server_url = g_url;
+    k.bucket = g_bucket;
     o.store_path = g_store;
-    o.username = "demo";
-    o.password = "demo";
+    k.username = "demo";
+    k.password = "demo";
     o.delivery = delivery;
     o.timeout_ms = 5000;
-    if (failed(tether_context_open(&o, &ctx), "tether_context_open"))
+    if (failed(tether_context_open_kinto(&o, &k, &ctx), "tether_context_open_kinto"))
         return NULL;
     return ctx;
 }
@@ -284,7 +285,7 @@ static void on_fetch(tether_task *task, tether_phase phase, int status, const ch
     }
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
-    failed(tether_results_release(results), "tether_results_release");
+    failed(tether_results_free(results), "tether_results_free");
 }
 
 /* A fetch of the records matching `predicate` (NULL: all), with `count`
@@ -450,18 +451,18 @@ static void section_peek_get(tether_context *ctx, const char *id)
         return;
     t0 = now_us();
     if (failed(tether_object_peek(obj, "Description", &v), "peek Description")) {
-        tether_object_release(obj);
+        tether_object_free(obj);
         return;
     }
     printf("  peek(Description) = \"%s\"  (cache, no network, %" PRId64 " us)\n", show(&v, buf, sizeof buf),
            now_us() - t0);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 
     snprintf(text, sizeof text, "Edited on the server by the C demo at %ld", (long)time(NULL));
     if (!patch_description(id, text)) {
         fprintf(stderr, "  ! could not change the record on the server\n");
         g_failures++;
-        tether_object_release(obj);
+        tether_object_free(obj);
         return;
     }
     printf("  peek(Description) = \"%s\"  (still the cached value)\n",
@@ -479,7 +480,7 @@ static void section_peek_get(tether_context *ctx, const char *id)
     if (!failed(tether_object_get(obj, "Description", &v), "get Description"))
         printf("  get(Description)  = \"%s\"  (at once, %" PRId64 " us; a refresh started)\n",
                show(&v, buf, sizeof buf), now_us() - t0);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 
     dl = deadline(WAIT_MS);
     pthread_mutex_lock(&os.mu);
@@ -497,8 +498,8 @@ static void section_peek_get(tether_context *ctx, const char *id)
     }
 
     /* Removing an observer delivers its final (cancelled) callback. */
-    failed(tether_observer_remove(o1), "observer_remove");
-    failed(tether_observer_remove(o2), "observer_remove");
+    failed(tether_observer_cancel(o1), "observer_cancel");
+    failed(tether_observer_cancel(o2), "observer_cancel");
     dl = deadline(WAIT_MS);
     pthread_mutex_lock(&os.mu);
     while (os.cancels < 2 && pthread_cond_timedwait(&os.cv, &os.mu, &dl) != ETIMEDOUT) {
@@ -506,7 +507,7 @@ static void section_peek_get(tether_context *ctx, const char *id)
     pthread_mutex_unlock(&os.mu);
     o1 = o2 = NULL;
 out:
-    failed(tether_object_release(obj), "tether_object_release");
+    failed(tether_object_free(obj), "tether_object_free");
     pthread_cond_destroy(&os.cv);
     pthread_mutex_destroy(&os.mu);
 }
@@ -601,7 +602,7 @@ static void section_offline(tether_context *ctx)
         if (!failed(tether_context_object(ctx, "changes", id, &obj), "tether_context_object")) {
             printf("  peek(changes/%s, Description) = \"%s\"\n", id,
                    peek_str(obj, "Description", buf, sizeof buf));
-            failed(tether_object_release(obj), "tether_object_release");
+            failed(tether_object_free(obj), "tether_object_free");
         }
     }
 

@@ -237,9 +237,9 @@ static void reload(json_host *host)
 static void on_request(tether_request *r, void *userdata)
 {
     json_host *host = userdata;
-    tether_request_kind kind;
+    tether_request_kind_t kind;
     int status = TETHER_OK;
-    tether_request_get_kind(r, &kind);
+    tether_request_kind(r, &kind);
     pthread_mutex_lock(&host->mu);
     reload(host);
     switch (kind) {
@@ -306,7 +306,7 @@ static void on_fetch(tether_task *task, tether_phase phase, int status, const ch
     tether_results_count(results, &count);
     printf("fetch %s: %zu notes%s%s\n", phase == TETHER_PHASE_CACHED ? "(cached)" : "(final)", count,
            status == TETHER_OK ? "" : ", ", status == TETHER_OK ? "" : message);
-    tether_results_release(results);
+    tether_results_free(results);
 }
 
 static void on_save(tether_task *task, int status, const char *message, tether_save_report *report, void *userdata)
@@ -347,12 +347,12 @@ int main(int argc, char **argv)
         tether_context_object(ctx, entity, id, &note);
         if (tether_object_peek(note, key, &value) == TETHER_OK && value.type == TETHER_TYPE_TEXT)
             printf("%s/%s %s: %s\n", entity, id, key, value.text);
-        tether_value_clear(&value);
+        tether_value_free(&value);
         if (tether_object_set(note, key, &text) == TETHER_OK) /* in the outbox now */
             tether_save_start(ctx, NULL, on_save, NULL, NULL); /* to the file */
         sleep(1);
     }
-    tether_object_release(note);
+    tether_object_free(note);
     tether_context_close(ctx);
     return 0;
 }

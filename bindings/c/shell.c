@@ -431,15 +431,17 @@ static int need_ctx(void)
         return usage_error("no context: give --server, --bucket and --store "
                            "(or $TETHER_SERVER, $TETHER_BUCKET, $TETHER_STORE)");
     tether_context_options opts;
+    tether_kinto_options kinto;
     tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
-    opts.server_url = g.server;
-    opts.bucket = g.bucket;
+    tether_kinto_options_init(&kinto, TETHER_KINTO_OPTIONS_VERSION);
+    kinto.server_url = g.server;
+    kinto.bucket = g.bucket;
     opts.store_path = g.store;
-    opts.username = g.username;
-    opts.password = g.password;
+    kinto.username = g.username;
+    kinto.password = g.password;
     opts.timeout_ms = g.timeout_ms;
     opts.delivery = TETHER_DELIVER_POLL; /* see the top of this file */
-    int rc = tether_context_open(&opts, &g.ctx);
+    int rc = tether_context_open_kinto(&opts, &kinto, &g.ctx);
     if (rc != TETHER_OK) {
         g.ctx = NULL;
         return api_error(rc);
@@ -824,7 +826,7 @@ static void on_fetch(tether_task *task, tether_phase phase, int status, const ch
     (void)task;
     fetch_wait *w = ud;
     if (phase != TETHER_PHASE_FINAL) { /* the cache's answer: the server's follows */
-        tether_results_release(results);
+        tether_results_free(results);
         return;
     }
     w->done = 1;
@@ -847,7 +849,7 @@ static int run_fetch(const tether_fetch_options *o, fetch_wait *w)
         return report(TETHER_E_HANDLE, NULL, "the context closed");
     if (w->status != TETHER_OK) {
         rc = report(w->status, NULL, w->message);
-        tether_results_release(w->results);
+        tether_results_free(w->results);
         w->results = NULL;
         free(w->message);
         w->message = NULL;
@@ -870,7 +872,7 @@ static char **row_cells(const fetch_spec *fs, tether_object *obj)
         int rc = read_key(obj, fs->cols[c], 0, &v);
         if (rc == TETHER_OK) {
             row[c + 1] = cell_value(&v);
-            tether_value_clear(&v);
+            tether_value_free(&v);
         } else {
             row[c + 1] = xstrdup(tether_errstr(rc));
         }
@@ -894,7 +896,7 @@ static void row_json(buf *b, const fetch_spec *fs, tether_object *obj)
         int rc = read_key(obj, fs->cols[c], 0, &v);
         if (rc == TETHER_OK) {
             buf_json_value(b, &v);
-            tether_value_clear(&v);
+            tether_value_free(&v);
         } else {
             buf_str(b, "{\"error\":");
             buf_json_cstr(b, tether_errstr(rc));
@@ -970,7 +972,7 @@ static int cmd_fetch(int argc, char **argv)
         rc = run_fetch(&o, &w);
         if (rc == SHELL_OK) {
             print_answer(&fs, w.results, NULL);
-            tether_results_release(w.results);
+            tether_results_free(w.results);
         }
     }
     fetch_spec_free(&fs);
@@ -999,7 +1001,7 @@ static int cmd_count(int argc, char **argv)
             } else {
                 printf("%zu\n", n);
             }
-            tether_results_release(w.results);
+            tether_results_free(w.results);
         }
     }
     fetch_spec_free(&fs);
@@ -1103,11 +1105,11 @@ static void on_watch(tether_task *task, tether_phase phase, int status, const ch
         w->done = 1;
         w->status = status;
         w->message = xstrdup(message);
-        tether_results_release(results);
+        tether_results_free(results);
         return;
     }
     if (phase != TETHER_PHASE_LIVE) { /* the cache's first answer: the live one follows */
-        tether_results_release(results);
+        tether_results_free(results);
         return;
     }
     progress_clear();
@@ -1122,7 +1124,7 @@ static void on_watch(tether_task *task, tether_phase phase, int status, const ch
         print_changes(w, results);
     }
     w->answers++;
-    tether_results_release(w->prev);
+    tether_results_free(w->prev);
     w->prev = results;
 }
 
@@ -1131,7 +1133,7 @@ static void on_watch_refresh(tether_task *task, tether_phase phase, int status, 
 {
     (void)task;
     watch_state *w = ud;
-    tether_results_release(results);
+    tether_results_free(results);
     if (phase != TETHER_PHASE_FINAL)
         return;
     if (status != TETHER_OK && status != TETHER_E_CANCELLED)
@@ -1196,7 +1198,7 @@ static int cmd_watch(int argc, char **argv)
     rc = SHELL_OK;
     if (w.done && w.status != TETHER_E_CANCELLED && w.status != TETHER_OK)
         rc = report(w.status, NULL, w.message);
-    tether_results_release(w.prev);
+    tether_results_free(w.prev);
     free(w.message);
     fetch_spec_free(&fs);
     return rc;
@@ -1479,10 +1481,10 @@ static int cmd_peek(int argc, char **argv)
         }
     }
     for (size_t i = 0; i < nkeys; i++)
-        tether_value_clear(&vals[i]);
+        tether_value_free(&vals[i]);
     free(vals);
     free(keys);
-    tether_object_release(obj);
+    tether_object_free(obj);
     return rc;
 }
 
@@ -1523,7 +1525,7 @@ static int cmd_get(int argc, char **argv)
         rc = run_fetch(&o, &w);
         if (rc != SHELL_OK)
             goto out;
-        tether_results_release(w.results);
+        tether_results_free(w.results);
         tether_context_poll(g.ctx, 0, NULL); /* observers and the like, if any */
         fresh_st = read_key(obj, key, 0, &fresh);
         /* The server answered without it: it has no such record (as the
@@ -1577,9 +1579,9 @@ static int cmd_get(int argc, char **argv)
         rc = report(fresh_st, NULL, msg);
     }
 out:
-    tether_value_clear(&cached);
-    tether_value_clear(&fresh);
-    tether_object_release(obj);
+    tether_value_free(&cached);
+    tether_value_free(&fresh);
+    tether_object_free(obj);
     return rc;
 }
 
@@ -1615,7 +1617,7 @@ static void print_set(const entity_info *ent, tether_object *obj, const char *ke
     } else {
         printf("%s %s (pending %s)\n", ent->name, id, pending_name(p));
     }
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 static int cmd_set(int argc, char **argv)
@@ -1641,7 +1643,7 @@ static int cmd_set(int argc, char **argv)
     }
     if (rc == SHELL_OK)
         print_set(&ent, obj, argv[3]);
-    tether_object_release(obj);
+    tether_object_free(obj);
     return rc;
 }
 
@@ -1679,7 +1681,7 @@ static int cmd_insert(int argc, char **argv)
         print_set(&ent, obj, NULL);
     else
         tether_object_rollback(obj); /* all or nothing: no half-made record left pending */
-    tether_object_release(obj);
+    tether_object_free(obj);
     return rc;
 }
 
@@ -1698,7 +1700,7 @@ static int cmd_delete(int argc, char **argv)
     } else {
         rc = api_error(st);
     }
-    tether_object_release(obj);
+    tether_object_free(obj);
     return rc;
 }
 
@@ -1729,7 +1731,7 @@ static int cmd_rollback(int argc, char **argv)
         print_set(&ent, obj, NULL);
     else
         rc = api_error(st);
-    tether_object_release(obj);
+    tether_object_free(obj);
     return rc;
 }
 
@@ -1779,8 +1781,8 @@ static void pending_object(tether_object *obj, const char *entity, table *t, buf
                             now_st == TETHER_OK ? cell_value(&now) : xstrdup(tether_errstr(now_st))};
             table_add(t, row);
         }
-        tether_value_clear(&was);
-        tether_value_clear(&now);
+        tether_value_free(&was);
+        tether_value_free(&now);
     }
     if (g.json) {
         buf_str(b, "]}");
@@ -1822,9 +1824,9 @@ static int cmd_pending(int argc, char **argv)
             continue;
         if (tether_object_entity(obj, &e) == TETHER_OK && tether_entity_name(e, &name) == TETHER_OK)
             pending_object(obj, name, &t, &b, &first);
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
-    tether_results_release(changes);
+    tether_results_free(changes);
     if (g.json) {
         buf_printf(&b, "],\"count\":%zu}", total);
         json_out(&b);
@@ -1930,8 +1932,8 @@ static void on_save(tether_task *task, int status, const char *message, tether_s
                 free(l);
                 free(s);
             }
-            tether_value_clear(&server);
-            tether_value_clear(&local);
+            tether_value_free(&server);
+            tether_value_free(&local);
         }
         if (g.json) {
             buf_str(&b, conflict ? "]}}" : "}");

@@ -65,10 +65,6 @@ typedef struct tether_local_store {
 
 typedef struct tether_context_options {
     unsigned int version;
-    const char *server_url;
-    const char *bucket;
-    const char *username;
-    const char *password;
     const char *store_path;
     tether_delivery delivery;
     int64_t staleness_ms;
@@ -78,6 +74,14 @@ typedef struct tether_context_options {
     const tether_local_store *local_stores;
     size_t local_store_count;
 } tether_context_options;
+
+typedef struct tether_kinto_options {
+    unsigned int version;
+    const char *server_url;
+    const char *bucket;
+    const char *username;
+    const char *password;
+} tether_kinto_options;
 
 typedef enum tether_phase {
     TETHER_PHASE_CACHED = 1,
@@ -151,26 +155,28 @@ typedef enum tether_change {
     TETHER_CHANGE_UPDATE = 4
 } tether_change;
 
-typedef enum tether_live {
-    TETHER_LIVE_CONTEXTS = 1,
-    TETHER_LIVE_OBJECTS = 2,
-    TETHER_LIVE_OBJECT_HANDLES = 3,
-    TETHER_LIVE_RESULTS = 4,
-    TETHER_LIVE_TASKS = 5,
-    TETHER_LIVE_OBSERVERS = 6,
-    TETHER_LIVE_THREADS = 7,
-    TETHER_LIVE_PREPARED_STATEMENTS = 8,
-    TETHER_LIVE_REQUESTS = 9
-} tether_live;
+typedef enum tether_debug_counter {
+    TETHER_DEBUG_CONTEXTS = 1,
+    TETHER_DEBUG_OBJECTS = 2,
+    TETHER_DEBUG_OBJECT_HANDLES = 3,
+    TETHER_DEBUG_RESULTS = 4,
+    TETHER_DEBUG_TASKS = 5,
+    TETHER_DEBUG_OBSERVERS = 6,
+    TETHER_DEBUG_THREADS = 7,
+    TETHER_DEBUG_PREPARED_STATEMENTS = 8,
+    TETHER_DEBUG_REQUESTS = 9
+} tether_debug_counter;
 
 const char *tether_version(void);
 int tether_version_number(void);
 const char *tether_errmsg(void);
 const char *tether_errstr(int status);
-void tether_value_clear(tether_value *value);
+void tether_value_free(tether_value *value);
 
 int tether_context_options_init(tether_context_options *opts, unsigned int version);
-int tether_context_open(const tether_context_options *opts, tether_context **out);
+int tether_kinto_options_init(tether_kinto_options *kinto, unsigned int version);
+int tether_context_open_kinto(const tether_context_options *opts, const tether_kinto_options *kinto,
+                              tether_context **out);
 int tether_context_close(tether_context *ctx);
 int tether_context_is_online(tether_context *ctx, int *out);
 int tether_context_fd(tether_context *ctx, int *out);
@@ -190,7 +196,7 @@ int tether_entity_attribute_at(tether_entity *entity, size_t index,
 int tether_context_object(tether_context *ctx, const char *entity, const char *id,
                           tether_object **out);
 int tether_object_retain(tether_object *obj);
-int tether_object_release(tether_object *obj);
+int tether_object_free(tether_object *obj);
 int tether_object_entity(tether_object *obj, tether_entity **out);
 int tether_object_id(tether_object *obj, const char **out);
 int tether_object_version(tether_object *obj, int64_t *out);
@@ -205,7 +211,7 @@ int tether_context_change_count(tether_context *ctx, size_t *out);
 
 int tether_object_observe(tether_object *obj, const char *key, tether_observer_cb callback,
                           void *userdata, tether_observer **out);
-int tether_observer_remove(tether_observer *observer);
+int tether_observer_cancel(tether_observer *observer);
 
 int tether_fetch_options_init(tether_fetch_options *opts, unsigned int version);
 int tether_fetch_start(tether_context *ctx, const tether_fetch_options *opts,
@@ -224,9 +230,9 @@ int tether_results_object_at(tether_results *results, size_t index, tether_objec
 int tether_results_id_at(tether_results *results, size_t index, const char **out);
 int tether_results_value_at(tether_results *results, size_t index, const char *key, tether_value *out);
 int tether_results_change_count(tether_results *results, tether_change kind, size_t *out);
-int tether_results_release(tether_results *results);
+int tether_results_free(tether_results *results);
 
-int tether_live_count(tether_live what, int64_t *out);
+int tether_debug_count(tether_debug_counter what, int64_t *out);
 ]]
 M._cdef = CDEF
 ffi.cdef(CDEF)
@@ -238,9 +244,10 @@ M.E_TYPE, M.E_INVALID, M.E_NETWORK, M.E_AUTH = -5, -6, -7, -8
 M.E_SERVER, M.E_PROTOCOL, M.E_STORE, M.E_CANCELLED = -9, -10, -11, -12
 M.E_NOT_CACHED, M.E_BUSY, M.E_CONFLICT, M.E_NOT_ALLOWED = -13, -14, -15, -16
 M.E_EXPIRED = -17
-local CONTEXT_OPTIONS_VERSION = 4
+local CONTEXT_OPTIONS_VERSION = 5
+local KINTO_OPTIONS_VERSION = 1
 local FETCH_OPTIONS_VERSION = 6
-M._versions = {TETHER_CONTEXT_OPTIONS_VERSION = CONTEXT_OPTIONS_VERSION,
+M._versions = {TETHER_CONTEXT_OPTIONS_VERSION = CONTEXT_OPTIONS_VERSION, TETHER_KINTO_OPTIONS_VERSION = KINTO_OPTIONS_VERSION,
                TETHER_FETCH_OPTIONS_VERSION = FETCH_OPTIONS_VERSION}
 
 -- ------------------------------------------------------------ loading
@@ -440,7 +447,7 @@ local function on_fetch(_, phase, status, message, results, userdata)
     local id = tonumber(ffi.cast("intptr_t", userdata))
     local entry = registry[id]
     if entry == nil then  -- cannot happen: nothing is freed before its FINAL
-        C.tether_results_release(results)
+        C.tether_results_free(results)
         return
     end
     local task, ctx = entry.task, entry.ctx
@@ -500,7 +507,7 @@ Object.__index = Object
 Object.__eq = function(a, b) return a._h == b._h end
 Object.__tostring = function(o) return "tether.Object(" .. o.entity .. "/" .. o.id .. ")" end
 
-local function release_object(h) C.tether_object_release(h) end
+local function release_object(h) C.tether_object_free(h) end
 
 -- Wraps a reference the caller owns: the GC releases it if :release() was
 -- not called. Id and entity are read now, while the handle is surely alive
@@ -529,7 +536,7 @@ local function read_value(self, verb, fn_name, fn_code, key, default)
     if st == M.E_NOT_CACHED then return default, nil end
     if st ~= 0 then raise(st, verb .. " " .. (type(key) == "number" and "#" or "") .. tostring(key)) end
     local value, t = from_value(v)
-    C.tether_value_clear(v)
+    C.tether_value_free(v)
     return value, t
 end
 
@@ -594,9 +601,9 @@ function Object:release()
     ffi.gc(h, nil)
     self._h = nil  -- NULL from now on: later calls give TETHER_E_HANDLE, even
                    -- while another wrapper keeps the same handle alive
-    local st = C.tether_object_release(h)
+    local st = C.tether_object_free(h)
     if st == M.E_HANDLE then return false end
-    check(st, "tether_object_release")
+    check(st, "tether_object_free")
     return true
 end
 
@@ -628,9 +635,9 @@ end
 -- tether.E_CANCELLED. Returns false if it was removed already.
 function Observer:remove()
     if self.removed then return false end
-    local st = C.tether_observer_remove(self._h)
+    local st = C.tether_observer_cancel(self._h)
     if st == M.E_HANDLE then return false end
-    check(st, "tether_observer_remove")
+    check(st, "tether_observer_cancel")
     return true
 end
 jit.off(Observer.remove)
@@ -640,7 +647,7 @@ jit.off(Observer.remove)
 local Results = {}
 Results.__index = Results
 
-local function release_results(h) C.tether_results_release(h) end
+local function release_results(h) C.tether_results_free(h) end
 
 function wrap_results(h, ctx)
     return setmetatable({_h = ffi.gc(h, release_results), ctx = ctx}, Results)
@@ -676,7 +683,7 @@ function Results:object(i)
     local h = out[0]
     check(C.tether_object_retain(h), "tether_object_retain")
     local ok, o = pcall(wrap_object, h, self.ctx)
-    if not ok then C.tether_object_release(h); error(o, 0) end
+    if not ok then C.tether_object_free(h); error(o, 0) end
     return o
 end
 
@@ -692,7 +699,7 @@ function Results:value(i, key)
     local v = ffi.new("tether_value")
     check(C.tether_results_value_at(self._h, index0(i, "value"), key, v), "value " .. key)
     local value, t = from_value(v)
-    C.tether_value_clear(v)
+    C.tether_value_free(v)
     return value, t
 end
 
@@ -727,9 +734,9 @@ function Results:release()
     local h = self._h
     ffi.gc(h, nil)
     self._h = nil
-    local st = C.tether_results_release(h)
+    local st = C.tether_results_free(h)
     if st == M.E_HANDLE then return false end
-    check(st, "tether_results_release")
+    check(st, "tether_results_free")
     return true
 end
 
@@ -782,15 +789,17 @@ function M.open(o)
     end
     local opts = ffi.new("tether_context_options")
     check(C.tether_context_options_init(opts, CONTEXT_OPTIONS_VERSION), "tether_context_options_init")
-    opts.server_url, opts.bucket, opts.store_path = o.url, o.bucket, o.store
-    if o.username ~= nil then need_string(o.username, "open", "username"); opts.username = o.username end
-    if o.password ~= nil then need_string(o.password, "open", "password"); opts.password = o.password end
+    local kinto = ffi.new("tether_kinto_options")
+    check(C.tether_kinto_options_init(kinto, KINTO_OPTIONS_VERSION), "tether_kinto_options_init")
+    kinto.server_url, kinto.bucket, opts.store_path = o.url, o.bucket, o.store
+    if o.username ~= nil then need_string(o.username, "open", "username"); kinto.username = o.username end
+    if o.password ~= nil then need_string(o.password, "open", "password"); kinto.password = o.password end
     opts.delivery = C.TETHER_DELIVER_POLL
     opts.timeout_ms = opt_int(o, "timeout_ms", tonumber(opts.timeout_ms))
     opts.staleness_ms = opt_int(o, "staleness_ms", tonumber(opts.staleness_ms))
     opts.object_cache_size = opt_int(o, "object_cache_size", tonumber(opts.object_cache_size))
     local out = ffi.new("tether_context *[1]")
-    check(C.tether_context_open(opts, out), "tether_context_open")
+    check(C.tether_context_open_kinto(opts, kinto, out), "tether_context_open_kinto")
     return setmetatable({_h = ffi.gc(out[0], close_context), url = o.url, bucket = o.bucket,
                          store = o.store, _pending = {}, _callback_errors = {}, closed = false},
                         Context)
@@ -916,7 +925,7 @@ function Context:object(entity, id)
     check(C.tether_context_object(self._h, entity, id, out), "object " .. entity .. "/" .. id)
     local h = out[0]
     local ok, o = pcall(wrap_object, h, self)
-    if not ok then C.tether_object_release(h); error(o, 0) end
+    if not ok then C.tether_object_free(h); error(o, 0) end
     return o
 end
 
@@ -1033,15 +1042,16 @@ end
 
 -- ------------------------------------------------------------ module
 
-local LIVE = {contexts = 1, objects = 2, object_handles = 3, results = 4, tasks = 5, observers = 6,
+local DEBUG_COUNTERS = {contexts = 1, objects = 2, object_handles = 3, results = 4, tasks = 5, observers = 6,
               threads = 7, prepared_statements = 8, requests = 9}
 
 -- How many of `what` ("contexts", "objects", "object_handles", "results",
--- "tasks", "observers", ...) the library holds now, process-wide.
-function M.live_count(what)
-    local k = LIVE[what] or misuse("live_count", "unknown count " .. tostring(what))
+-- "tasks", "observers", ...) the library holds now, process-wide: the debug
+-- counters, for leak checks.
+function M.debug_count(what)
+    local k = DEBUG_COUNTERS[what] or misuse("debug_count", "unknown counter " .. tostring(what))
     local out = ffi.new("int64_t[1]")
-    check(C.tether_live_count(k, out), "tether_live_count")
+    check(C.tether_debug_count(k, out), "tether_debug_count")
     return tonumber(out[0])
 end
 

@@ -129,11 +129,6 @@ public final class Context: Sendable {
 
     deinit { Live.contexts.subtract(1, ordering: .relaxed) }
 
-    /// Opens a context on a Kinto bucket.
-    public static func open(_ options: ContextOptions, kinto: KintoOptions) throws -> Context {
-        try open(options, connection: KintoConnection(kinto))
-    }
-
     /// Opens the store, reads the connection's specs and builds the model;
     /// opens offline from the store when the server cannot be reached. The
     /// context owns `connection` from here on, and shuts it down at close

@@ -65,6 +65,7 @@ static void test_errstr(void)
 static void test_options(void)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_fetch_options f;
     tu_section("option structs");
 
@@ -79,23 +80,22 @@ static void test_options(void)
     /* A success leaves no message behind. */
     CHECK_STR(tether_errmsg(), "");
     CHECK_INT(o.version, TETHER_CONTEXT_OPTIONS_VERSION);
-    CHECK(o.server_url == NULL);
-    CHECK(o.bucket == NULL);
-    CHECK(o.username == NULL);
-    CHECK(o.password == NULL);
+    CHECK_STATUS(tether_kinto_options_init(NULL, TETHER_KINTO_OPTIONS_VERSION), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_kinto_options_init(&k, 0), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_kinto_options_init(&k, TETHER_KINTO_OPTIONS_VERSION + 1), TETHER_E_MISUSE);
+    memset(&k, 0x5a, sizeof k);
+    CHECK_OK(tether_kinto_options_init(&k, TETHER_KINTO_OPTIONS_VERSION));
+    CHECK_INT(k.version, TETHER_KINTO_OPTIONS_VERSION);
+    CHECK(k.server_url == NULL);
+    CHECK(k.bucket == NULL);
+    CHECK(k.username == NULL);
+    CHECK(k.password == NULL);
     CHECK(o.store_path == NULL);
     CHECK_INT(o.delivery, TETHER_DELIVER_THREAD);
     CHECK_INT(o.staleness_ms, 0);
     CHECK_INT(o.timeout_ms, 30000);
     CHECK_INT(o.object_cache_size, 1024);
     CHECK_INT(o.merge_policy, TETHER_MERGE_REPORT);
-    {   /* a version-2 struct: init writes nothing past its end */
-        tether_context_options two;
-        memset(&two, 0x5a, sizeof two);
-        CHECK_OK(tether_context_options_init(&two, 2));
-        CHECK_INT(two.object_cache_size, 1024);
-        CHECK_INT((int)two.merge_policy, 0x5a5a5a5a);
-    }
     {
         tether_save_options s;
         CHECK_STATUS(tether_save_options_init(NULL, TETHER_SAVE_OPTIONS_VERSION), TETHER_E_MISUSE);
@@ -119,9 +119,9 @@ static void test_options(void)
     CHECK_INT(f.policy, TETHER_POLICY_CACHE_THEN_SERVER);
 }
 
-/* tether_context_options as version 1 of the header declared it: a host
- * built against 0.1 passes this shorter struct. */
-typedef struct options_v1 {
+/* tether_context_options as 0.2 declared it (versions 1 to 4 began so):
+ * Kinto's fields came first. A host built against 0.2 passes this. */
+typedef struct options_0_2 {
     unsigned int version;
     const char *server_url;
     const char *bucket;
@@ -131,16 +131,16 @@ typedef struct options_v1 {
     tether_delivery delivery;
     int64_t staleness_ms;
     int64_t timeout_ms;
-} options_v1;
+} options_0_2;
 
-/* A version-1 struct with guard bytes right after it: the library must not
- * write past the struct's version-1 end. */
-typedef struct guarded_v1 {
-    options_v1 o;
+/* A 0.2 struct with guard bytes right after it: nothing may be written past
+ * its end, nor into it. */
+typedef struct guarded_0_2 {
+    options_0_2 o;
     unsigned char guard[32];
-} guarded_v1;
+} guarded_0_2;
 
-static int guard_intact(const guarded_v1 *g)
+static int guard_intact(const guarded_0_2 *g)
 {
     size_t i;
     for (i = 0; i < sizeof g->guard; i++)
@@ -149,59 +149,46 @@ static int guard_intact(const guarded_v1 *g)
     return 1;
 }
 
-static void test_options_v1(void)
+/* Versions 1 to 4 had 0.2's layout, which 0.3 cannot read as its own: they
+ * are refused, by init and by every open, instead of read as store_path,
+ * delivery... */
+static void test_options_0_2(const char *bucket, const char *store)
 {
-    guarded_v1 g;
-    tu_section("a version-1 context options struct");
-    /* Version 2 only grew at the end. */
-    CHECK_INT(offsetof(options_v1, timeout_ms), offsetof(tether_context_options, timeout_ms));
-    CHECK(sizeof(options_v1) <= offsetof(tether_context_options, object_cache_size));
-    memset(&g, 0x5a, sizeof g);
-    if (CHECK_OK(tether_context_options_init((tether_context_options *)&g.o, 1)) == TETHER_OK) {
-        CHECK_INT(g.o.version, 1);
-        CHECK(g.o.server_url == NULL && g.o.bucket == NULL && g.o.store_path == NULL);
-        CHECK_INT(g.o.delivery, TETHER_DELIVER_THREAD);
-        CHECK_INT(g.o.staleness_ms, 0);
-        CHECK_INT(g.o.timeout_ms, 30000);
-    }
-    CHECK(guard_intact(&g));
-}
-
-/* Opens and closes a context from a version-1 struct (its missing
- * object_cache_size takes the default). */
-static void test_open_v1(const char *bucket, const char *store)
-{
-    guarded_v1 g;
-    tether_context *ctx = NULL;
-    memset(&g, 0x5a, sizeof g);
-    tether_context_options_init((tether_context_options *)&g.o, 1);
-    g.o.version = 1; /* whatever init did, this is what a 0.1 host sends */
-    g.o.server_url = tu_url();
-    g.o.bucket = bucket;
-    g.o.store_path = store;
-    g.o.username = "test";
-    g.o.password = "test";
-    g.o.delivery = TETHER_DELIVER_THREAD;
-    g.o.staleness_ms = 0;
-    g.o.timeout_ms = 5000;
-    CHECK_OK(tether_context_open((const tether_context_options *)&g.o, &ctx));
-    CHECK(ctx != NULL);
-    CHECK(guard_intact(&g));
-    if (ctx) {
-        tether_object *obj = NULL;
-        CHECK_OK(tether_context_object(ctx, "things", "t1", &obj));
-        CHECK_OK(tether_object_release(obj));
-        CHECK_INT(tether_context_close(ctx), TETHER_OK);
+    unsigned int version;
+    tu_section("a 0.2 context options struct (versions 1 to 4) is refused");
+    for (version = 1; version <= 4; version++) {
+        guarded_0_2 g;
+        tether_kinto_options k;
+        tether_context *ctx = NULL;
+        memset(&g, 0x5a, sizeof g);
+        CHECK_STATUS(tether_context_options_init((tether_context_options *)&g.o, version), TETHER_E_MISUSE);
+        CHECK(guard_intact(&g));
+        g.o.version = version;
+        g.o.server_url = tu_url();
+        g.o.bucket = bucket;
+        g.o.store_path = store;
+        g.o.username = "test";
+        g.o.password = "test";
+        g.o.delivery = TETHER_DELIVER_THREAD;
+        g.o.staleness_ms = 0;
+        g.o.timeout_ms = 5000;
+        CHECK_OK(tether_kinto_options_init(&k, TETHER_KINTO_OPTIONS_VERSION));
+        k.server_url = tu_url();
+        k.bucket = bucket;
+        CHECK_STATUS(tether_context_open_kinto((const tether_context_options *)&g.o, &k, &ctx), TETHER_E_MISUSE);
+        CHECK(ctx == NULL);
+        CHECK(strstr(tether_errmsg(), "version") != NULL);
+        CHECK(guard_intact(&g));
     }
 }
 
 static void test_values(void)
 {
     tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
-    tu_section("tether_value_clear");
-    tether_value_clear(NULL);
-    tether_value_clear(&v);
-    tether_value_clear(&v);
+    tu_section("tether_value_free");
+    tether_value_free(NULL);
+    tether_value_free(&v);
+    tether_value_free(&v);
     CHECK_INT(v.type, TETHER_TYPE_NULL);
     CHECK(v.text == NULL);
 }
@@ -238,7 +225,7 @@ static void test_null_handles(void)
     CHECK_STATUS(tether_entity_attribute_index_by_code(NULL, 1, &n), TETHER_E_HANDLE);
     CHECK_STATUS(tether_context_object(NULL, "x", "y", &obj), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_retain(NULL), TETHER_E_HANDLE);
-    CHECK_INT(tether_object_release(NULL), TETHER_OK); /* as closing NULL */
+    CHECK_INT(tether_object_free(NULL), TETHER_OK); /* as closing NULL */
     CHECK_STATUS(tether_object_entity(NULL, &e), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_id(NULL, &s), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_version(NULL, &i64), TETHER_E_HANDLE);
@@ -247,11 +234,11 @@ static void test_null_handles(void)
     CHECK_STATUS(tether_object_peek_code(NULL, 1, &v), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_get_code(NULL, 1, &v), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_observe(NULL, "x", tu_obs_cb, NULL, &ob), TETHER_E_HANDLE);
-    CHECK_STATUS(tether_observer_remove(NULL), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_observer_cancel(NULL), TETHER_E_HANDLE);
     CHECK_STATUS(tether_task_cancel(NULL), TETHER_E_HANDLE);
     CHECK_STATUS(tether_results_count(NULL, &n), TETHER_E_HANDLE);
     CHECK_STATUS(tether_results_object_at(NULL, 0, &obj), TETHER_E_HANDLE);
-    CHECK_INT(tether_results_release(NULL), TETHER_OK);
+    CHECK_INT(tether_results_free(NULL), TETHER_OK);
     CHECK_OK(tether_fetch_options_init(&f, TETHER_FETCH_OPTIONS_VERSION));
     f.entity = "x";
     CHECK_STATUS(tether_fetch_start(NULL, &f, tu_fetch_cb, NULL, &task), TETHER_E_HANDLE);
@@ -263,81 +250,89 @@ static void test_null_handles(void)
     CHECK_INT(v.type, TETHER_TYPE_NULL);
 }
 
-static void test_live_count(void)
+static void test_debug_count(void)
 {
-    static const tether_live kinds[] = {
-        TETHER_LIVE_CONTEXTS, TETHER_LIVE_OBJECTS, TETHER_LIVE_OBJECT_HANDLES, TETHER_LIVE_RESULTS,
-        TETHER_LIVE_TASKS,    TETHER_LIVE_OBSERVERS, TETHER_LIVE_THREADS, TETHER_LIVE_PREPARED_STATEMENTS,
-        TETHER_LIVE_REQUESTS,
+    static const tether_debug_counter kinds[] = {
+        TETHER_DEBUG_CONTEXTS, TETHER_DEBUG_OBJECTS, TETHER_DEBUG_OBJECT_HANDLES, TETHER_DEBUG_RESULTS,
+        TETHER_DEBUG_TASKS,    TETHER_DEBUG_OBSERVERS, TETHER_DEBUG_THREADS, TETHER_DEBUG_PREPARED_STATEMENTS,
+        TETHER_DEBUG_REQUESTS,
     };
     int64_t n = 7;
     size_t i;
-    tu_section("tether_live_count");
-    CHECK_INT(TETHER_LIVE_CONTEXTS, 1);
-    CHECK_INT(TETHER_LIVE_THREADS, 7);
-    CHECK_INT(TETHER_LIVE_PREPARED_STATEMENTS, 8);
-    CHECK_INT(TETHER_LIVE_REQUESTS, 9);
+    tu_section("tether_debug_count");
+    CHECK_INT(TETHER_DEBUG_CONTEXTS, 1);
+    CHECK_INT(TETHER_DEBUG_THREADS, 7);
+    CHECK_INT(TETHER_DEBUG_PREPARED_STATEMENTS, 8);
+    CHECK_INT(TETHER_DEBUG_REQUESTS, 9);
     for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         n = -1;
-        CHECK_OK(tether_live_count(kinds[i], &n));
+        CHECK_OK(tether_debug_count(kinds[i], &n));
         /* No context has been opened yet: nothing lives but, perhaps, threads. */
-        if (kinds[i] == TETHER_LIVE_THREADS)
+        if (kinds[i] == TETHER_DEBUG_THREADS)
             CHECK(n >= 0);
         else
             CHECK_INT(n, 0);
     }
     n = 7;
-    CHECK_STATUS(tether_live_count((tether_live)0, &n), TETHER_E_INVALID);
-    CHECK_STATUS(tether_live_count((tether_live)10, &n), TETHER_E_INVALID);
-    CHECK_STATUS(tether_live_count((tether_live)-1, &n), TETHER_E_INVALID);
-    CHECK_STATUS(tether_live_count((tether_live)0x7fffffff, &n), TETHER_E_INVALID);
+    CHECK_STATUS(tether_debug_count((tether_debug_counter)0, &n), TETHER_E_INVALID);
+    CHECK_STATUS(tether_debug_count((tether_debug_counter)10, &n), TETHER_E_INVALID);
+    CHECK_STATUS(tether_debug_count((tether_debug_counter)-1, &n), TETHER_E_INVALID);
+    CHECK_STATUS(tether_debug_count((tether_debug_counter)0x7fffffff, &n), TETHER_E_INVALID);
     CHECK_INT(n, 7);
-    CHECK_STATUS(tether_live_count(TETHER_LIVE_CONTEXTS, NULL), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_debug_count(TETHER_DEBUG_CONTEXTS, NULL), TETHER_E_MISUSE);
 }
 
 static void test_open_errors(const char *bucket)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
     char store[512], store2[512];
-    tu_section("tether_context_open errors");
+    tu_section("tether_context_open_kinto errors");
     tu_store_path(store, sizeof store, "open");
 
-    CHECK_STATUS(tether_context_open(NULL, &ctx), TETHER_E_MISUSE);
     CHECK_OK(tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION));
-    o.server_url = tu_url();
-    o.bucket = bucket;
+    CHECK_OK(tether_kinto_options_init(&k, TETHER_KINTO_OPTIONS_VERSION));
+    CHECK_STATUS(tether_context_open_kinto(NULL, &k, &ctx), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_context_open_kinto(&o, NULL, &ctx), TETHER_E_MISUSE);
+    k.server_url = tu_url();
+    k.bucket = bucket;
     o.store_path = store;
-    o.username = "test";
-    o.password = "test";
+    k.username = "test";
+    k.password = "test";
     o.timeout_ms = 5000;
-    CHECK_STATUS(tether_context_open(&o, NULL), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, NULL), TETHER_E_MISUSE);
     o.version = 0;
-    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_MISUSE);
     o.version = 99;
-    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_MISUSE);
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_MISUSE);
     o.version = TETHER_CONTEXT_OPTIONS_VERSION;
+    k.version = 0;
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_MISUSE);
+    k.version = TETHER_KINTO_OPTIONS_VERSION + 1;
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_MISUSE);
+    k.version = TETHER_KINTO_OPTIONS_VERSION;
     /* Required fields left NULL: a NULL argument. */
-    o.server_url = NULL;
-    CHECK_FAILS(tether_context_open(&o, &ctx));
-    o.server_url = tu_url();
-    o.bucket = NULL;
-    CHECK_FAILS(tether_context_open(&o, &ctx));
-    o.bucket = bucket;
+    k.server_url = NULL;
+    CHECK_FAILS(tether_context_open_kinto(&o, &k, &ctx));
+    k.server_url = tu_url();
+    k.bucket = NULL;
+    CHECK_FAILS(tether_context_open_kinto(&o, &k, &ctx));
+    k.bucket = bucket;
     o.store_path = NULL;
-    CHECK_FAILS(tether_context_open(&o, &ctx));
+    CHECK_FAILS(tether_context_open_kinto(&o, &k, &ctx));
     o.store_path = store;
     o.delivery = (tether_delivery)7;
-    CHECK_FAILS(tether_context_open(&o, &ctx));
+    CHECK_FAILS(tether_context_open_kinto(&o, &k, &ctx));
     o.delivery = TETHER_DELIVER_THREAD;
     /* Invalid strings. */
-    o.bucket = "bad\xff\xfe";
-    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_INVALID);
-    o.bucket = bucket;
-    o.server_url = "not a url";
-    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_INVALID);
-    o.server_url = "http://127.0.0.1:1/v1\xc3";
-    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_INVALID);
+    k.bucket = "bad\xff\xfe";
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_INVALID);
+    k.bucket = bucket;
+    k.server_url = "not a url";
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_INVALID);
+    k.server_url = "http://127.0.0.1:1/v1\xc3";
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_INVALID);
     CHECK(ctx == NULL);
 
     /* Unreachable server and no store: NETWORK, and the store untouched. */
@@ -345,11 +340,11 @@ static void test_open_errors(const char *bucket)
         char fresh[512];
         tu_store_path(fresh, sizeof fresh, "unreachable");
         o.store_path = fresh;
-        o.server_url = "http://127.0.0.1:1/v1";
-        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_NETWORK);
+        k.server_url = "http://127.0.0.1:1/v1";
+        CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_NETWORK);
         CHECK(ctx == NULL);
         CHECK(!tu_file_exists(fresh));
-        o.server_url = tu_url();
+        k.server_url = tu_url();
         o.store_path = store;
     }
 
@@ -358,11 +353,11 @@ static void test_open_errors(const char *bucket)
         char fresh[512];
         tu_store_path(fresh, sizeof fresh, "nobucket");
         o.store_path = fresh;
-        o.bucket = "no-such-bucket-tether-c";
-        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_NOT_FOUND);
+        k.bucket = "no-such-bucket-tether-c";
+        CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_NOT_FOUND);
         CHECK(ctx == NULL);
         CHECK(!tu_file_exists(fresh));
-        o.bucket = bucket;
+        k.bucket = bucket;
         o.store_path = store;
     }
 
@@ -371,16 +366,16 @@ static void test_open_errors(const char *bucket)
         char fresh[512];
         tu_store_path(fresh, sizeof fresh, "auth");
         o.store_path = fresh;
-        o.username = NULL;
-        o.password = NULL;
-        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_AUTH);
-        o.username = "intruder";
-        o.password = "nope";
-        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_AUTH);
+        k.username = NULL;
+        k.password = NULL;
+        CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_AUTH);
+        k.username = "intruder";
+        k.password = "nope";
+        CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_AUTH);
         CHECK(ctx == NULL);
         CHECK(!tu_file_exists(fresh));
-        o.username = "test";
-        o.password = "test";
+        k.username = "test";
+        k.password = "test";
         o.store_path = store;
     }
 
@@ -394,13 +389,13 @@ static void test_open_errors(const char *bucket)
             fclose(fp);
         }
         o.store_path = store2;
-        CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_STORE);
+        CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_STORE);
         CHECK(ctx == NULL);
         o.store_path = store;
     }
 
     /* At last, a good open, and the message is empty again. */
-    CHECK_OK(tether_context_open(&o, &ctx));
+    CHECK_OK(tether_context_open_kinto(&o, &k, &ctx));
     CHECK_STR(tether_errmsg(), "");
     if (ctx) {
         int online = -1;
@@ -412,7 +407,7 @@ static void test_open_errors(const char *bucket)
         CHECK_INT(tether_context_close(ctx), TETHER_OK);
     }
     CHECK(tu_file_exists(store));
-    test_open_v1(bucket, store);
+    test_options_0_2(bucket, store);
 }
 
 static void *thread_errmsg(void *arg)
@@ -444,10 +439,9 @@ int main(int argc, char **argv)
     test_version();
     test_errstr();
     test_options();
-    test_options_v1();
     test_values();
     test_null_handles();
-    test_live_count();
+    test_debug_count();
     test_errmsg_per_thread();
 
     tu_unique(bucket, sizeof bucket, "c-abi");
@@ -458,12 +452,12 @@ int main(int argc, char **argv)
 
     tu_section("every context closed: nothing of theirs lives on");
     {
-        static const tether_live kinds[] = {TETHER_LIVE_CONTEXTS, TETHER_LIVE_OBJECTS, TETHER_LIVE_OBJECT_HANDLES,
-                                            TETHER_LIVE_RESULTS, TETHER_LIVE_TASKS, TETHER_LIVE_OBSERVERS};
+        static const tether_debug_counter kinds[] = {TETHER_DEBUG_CONTEXTS, TETHER_DEBUG_OBJECTS, TETHER_DEBUG_OBJECT_HANDLES,
+                                            TETHER_DEBUG_RESULTS, TETHER_DEBUG_TASKS, TETHER_DEBUG_OBSERVERS};
         size_t i;
         for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
             int64_t n = -1;
-            CHECK_OK(tether_live_count(kinds[i], &n));
+            CHECK_OK(tether_debug_count(kinds[i], &n));
             if (n != 0)
                 printf("   live count %d is %lld\n", (int)kinds[i], (long long)n);
             CHECK_INT(n, 0);

@@ -118,8 +118,8 @@ static void test_phases_and_uniquing(tether_context *ctx)
             if (tether_context_object(ctx, "items", id, &o2) == TETHER_OK && o2 == o)
                 again++;
             /* two references taken, two given back */
-            released += tether_object_release(o) == TETHER_OK;
-            released += tether_object_release(o2) == TETHER_OK;
+            released += tether_object_free(o) == TETHER_OK;
+            released += tether_object_free(o2) == TETHER_OK;
         }
         CHECK_INT(same, NITEMS);
         CHECK_INT(again, NITEMS);
@@ -139,12 +139,12 @@ static void test_phases_and_uniquing(tether_context *ctx)
                     CHECK_INT(v.type, TETHER_TYPE_INTEGER);
                     CHECK_INT(v.integer, version);
                 }
-                tether_value_clear(&v);
+                tether_value_free(&v);
                 if (CHECK_OK(tether_object_peek(o, "id", &v)) == TETHER_OK) {
                     CHECK_INT(v.type, TETHER_TYPE_TEXT);
                     CHECK_STR(v.text, tu_id(o));
                 }
-                tether_value_clear(&v);
+                tether_value_free(&v);
             }
         }
     }
@@ -158,13 +158,13 @@ static void test_phases_and_uniquing(tether_context *ctx)
         /* f1's task ended long ago; its results still answer. */
         CHECK_OK(tether_results_count(held, &n));
         CHECK_INT(n, NITEMS);
-        CHECK_OK(tu_fetch_release(&f1));
+        CHECK_OK(tu_fetch_free(&f1));
         CHECK_STATUS(tether_results_count(held, &n), TETHER_E_HANDLE);
         CHECK_OK(tether_object_version(first, &version)); /* f2's results hold it */
         CHECK_OK(tether_object_retain(first));
-        CHECK_OK(tu_fetch_release(&f2));
+        CHECK_OK(tu_fetch_free(&f2));
         CHECK_OK(tether_object_version(first, &version)); /* the host holds it */
-        CHECK_OK(tether_object_release(first));
+        CHECK_OK(tether_object_free(first));
         CHECK_STATUS(tether_object_version(first, &version), TETHER_E_HANDLE);
     }
     tu_fetch_destroy(&f1);
@@ -385,12 +385,12 @@ static void test_close_in_flight(const char *store)
     CHECK(ob != NULL);
     /* The observer holds its object: the same handle comes back after the
      * host let go of its reference. */
-    CHECK_OK(tether_object_release(obj));
+    CHECK_OK(tether_object_free(obj));
     {
         tether_object *again = NULL;
         CHECK_OK(tether_context_object(ctx, "items", "i001", &again));
         CHECK(again == obj);
-        CHECK_OK(tether_object_release(again));
+        CHECK_OK(tether_object_free(again));
     }
     CHECK_OK(tu_fetch_start(ctx, &f, "big", NULL, 0, TETHER_POLICY_SERVER_ONLY, &task));
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
@@ -409,9 +409,9 @@ static void test_close_in_flight(const char *store)
     CHECK_INT(o.changes, 0);
     /* Their handles are dead now. */
     CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
-    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
-    CHECK_STATUS(tether_object_release(obj), TETHER_E_HANDLE);
-    CHECK_STATUS(tu_fetch_release(&f), TETHER_E_HANDLE); /* its results died with the context */
+    CHECK_STATUS(tether_observer_cancel(ob), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_free(obj), TETHER_E_HANDLE);
+    CHECK_STATUS(tu_fetch_free(&f), TETHER_E_HANDLE); /* its results died with the context */
     tu_fetch_destroy(&f);
     tu_obs_destroy(&o);
 }

@@ -270,7 +270,7 @@ static void test_errors(tether_context *ctx)
     refused(ctx, "n == 'x'", 0, "in_n=1", TETHER_POLICY_CACHE_THEN_SERVER, TETHER_E_INVALID, __LINE__);
 
     tu_section("no task left behind");
-    live = tu_live_settle(TETHER_LIVE_TASKS, 0, 2000);
+    live = tu_debug_count_settle(TETHER_DEBUG_TASKS, 0, 2000);
     CHECK_INT(live, 0);
 }
 
@@ -620,13 +620,13 @@ static void test_cache_kept(const char *store)
         char label[16];
         CHECK_OK(tu_peek_text(obj, "label", label, sizeof label));
         CHECK_STR(label, "v2");
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     if (CHECK_OK(tether_context_object(ctx, "keep", "k5", &obj)) == TETHER_OK) {
         char label[16];
         CHECK_OK(tu_peek_text(obj, "label", label, sizeof label));
         CHECK_STR(label, "v1");
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
 }

@@ -59,14 +59,14 @@ static void dead_handles(tether_context *ctx, tether_entity *e, tether_object *o
     CHECK_STATUS(tether_object_observe(obj, "title", tu_obs_cb, NULL, &ob2), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_retain(obj), TETHER_E_HANDLE);
     /* The reference the host still held: releasing it after close is harmless. */
-    CHECK_STATUS(tether_object_release(obj), TETHER_E_HANDLE);
-    CHECK_STATUS(tether_object_release(obj), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_free(obj), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_free(obj), TETHER_E_HANDLE);
 
     CHECK_STATUS(tether_results_count(results, &n), TETHER_E_HANDLE);
     CHECK_STATUS(tether_results_object_at(results, 0, &o2), TETHER_E_HANDLE);
-    CHECK_STATUS(tether_results_release(results), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_results_free(results), TETHER_E_HANDLE);
 
-    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_observer_cancel(ob), TETHER_E_HANDLE);
     CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
 
     CHECK(i == 7 && n == 7 && u == 7 && i64 == 7);
@@ -98,12 +98,12 @@ static tether_object *object_references(tether_context *ctx, tu_fetch *f)
     CHECK_OK(tether_object_retain(a));
     CHECK_OK(tether_object_retain(b));
     /* four references from the host: four releases, each OK */
-    CHECK_OK(tether_object_release(a));
-    CHECK_OK(tether_object_release(b));
-    CHECK_OK(tether_object_release(a));
+    CHECK_OK(tether_object_free(a));
+    CHECK_OK(tether_object_free(b));
+    CHECK_OK(tether_object_free(a));
     CHECK_OK(tether_object_peek(a, "title", &v)); /* one left */
-    tether_value_clear(&v);
-    CHECK_OK(tether_object_release(b));
+    tether_value_free(&v);
+    CHECK_OK(tether_object_free(b));
     /* The results still hold it. */
     CHECK_OK(tu_peek_text(a, "title", buf, sizeof buf));
     CHECK_STR(buf, "one");
@@ -124,16 +124,16 @@ static tether_object *object_references(tether_context *ctx, tu_fetch *f)
         CHECK_STATUS(tether_results_count(held, NULL), TETHER_E_MISUSE);
         CHECK_STATUS(tether_results_object_at(held, 0, NULL), TETHER_E_MISUSE);
     }
-    CHECK_OK(tu_fetch_release(f));
+    CHECK_OK(tu_fetch_free(f));
     CHECK_STATUS(tether_results_count(held, &n), TETHER_E_HANDLE);
-    CHECK_STATUS(tether_results_release(held), TETHER_E_HANDLE); /* a second release */
+    CHECK_STATUS(tether_results_free(held), TETHER_E_HANDLE); /* a second release */
 
     tu_section("after the last release the handle is dead; the next one is new and reads");
     CHECK_STATUS(tether_object_peek(a, "title", &v), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_id(a, NULL), TETHER_E_HANDLE);
     CHECK_STATUS(tether_object_retain(a), TETHER_E_HANDLE);
-    CHECK_STATUS(tether_object_release(a), TETHER_E_HANDLE); /* a second release of the last reference */
-    CHECK_STATUS(tether_object_release(b), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_free(a), TETHER_E_HANDLE); /* a second release of the last reference */
+    CHECK_STATUS(tether_object_free(b), TETHER_E_HANDLE);
     CHECK_INT(v.type, TETHER_TYPE_NULL);
     CHECK_OK(tether_context_object(ctx, "docs", "d1", &c));
     CHECK(c != NULL && c != a); /* handles are never reused */
@@ -152,13 +152,13 @@ static void twice(tether_context *ctx, tether_object *obj)
     tether_observer *ob = NULL;
     tether_task *task = NULL;
 
-    tu_section("a second tether_observer_remove, a second tether_task_cancel: TETHER_E_HANDLE");
+    tu_section("a second tether_observer_cancel, a second tether_task_cancel: TETHER_E_HANDLE");
     tu_obs_init(&o, obj, "title", NULL);
     CHECK_OK(tu_observe(&o, &ob));
-    CHECK_OK(tether_observer_remove(ob));
-    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
+    CHECK_OK(tether_observer_cancel(ob));
+    CHECK_STATUS(tether_observer_cancel(ob), TETHER_E_HANDLE);
     CHECK(tu_obs_wait_cancel(&o, TU_WAIT_MS));
-    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_observer_cancel(ob), TETHER_E_HANDLE);
 
     tu_fetch_init(&f);
     CHECK_OK(tu_fetch_start(ctx, &f, "docs", NULL, 0, TETHER_POLICY_SERVER_ONLY, &task));
@@ -182,6 +182,7 @@ static void cache_size_zero(void)
 {
     char store[512], buf[64];
     tether_context_options opts;
+    tether_kinto_options kinto;
     tether_context *ctx = NULL;
     tether_object *obj = NULL, *again = NULL;
     tu_fetch f;
@@ -189,31 +190,31 @@ static void cache_size_zero(void)
 
     tu_section("object_cache_size 0: a released object reloads from the store");
     tu_store_path(store, sizeof store, "nocache");
-    tu_options(&opts, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 10000);
+    tu_options(&opts, &kinto, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 10000);
     opts.object_cache_size = 0;
-    if (CHECK_OK(tether_context_open(&opts, &ctx)) != TETHER_OK)
+    if (CHECK_OK(tether_context_open_kinto(&opts, &kinto, &ctx)) != TETHER_OK)
         return;
-    base = tu_live(TETHER_LIVE_OBJECTS);
+    base = tu_debug_count(TETHER_DEBUG_OBJECTS);
     tu_fetch_init(&f);
     CHECK_OK(tu_fetch_start(ctx, &f, "docs", NULL, 0, TETHER_POLICY_SERVER_ONLY, NULL));
     CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
     CHECK_INT(f.final_count, 1);
-    CHECK_INT(tu_live_settle(TETHER_LIVE_OBJECTS, base + 1, 2000), base + 1); /* held by the results */
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_OBJECTS, base + 1, 2000), base + 1); /* held by the results */
     if (f.final_count == 1)
         obj = f.final_objs[0];
-    CHECK_OK(tu_fetch_release(&f));
-    CHECK_INT(tu_live_settle(TETHER_LIVE_OBJECTS, base, 2000), base);
+    CHECK_OK(tu_fetch_free(&f));
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_OBJECTS, base, 2000), base);
     {
         tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
         CHECK_STATUS(tether_object_peek(obj, "title", &v), TETHER_E_HANDLE);
     }
     CHECK_OK(tether_context_object(ctx, "docs", "d1", &again));
     CHECK(again != NULL && again != obj);
-    CHECK_INT(tu_live(TETHER_LIVE_OBJECTS), base + 1);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_OBJECTS), base + 1);
     CHECK_OK(tu_peek_text(again, "title", buf, sizeof buf));
     CHECK_STR(buf, "one");
-    CHECK_OK(tether_object_release(again));
-    CHECK_INT(tu_live_settle(TETHER_LIVE_OBJECTS, base, 2000), base);
+    CHECK_OK(tether_object_free(again));
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_OBJECTS, base, 2000), base);
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     tu_fetch_destroy(&f);
 }
@@ -286,8 +287,8 @@ int main(int argc, char **argv)
         CHECK_STATUS(tether_object_id((tether_object *)e2, NULL), TETHER_E_HANDLE);
         CHECK_STATUS(tether_entity_name((tether_entity *)o2, NULL), TETHER_E_HANDLE);
         CHECK_STATUS(tether_results_count((tether_results *)o2, &n), TETHER_E_HANDLE);
-        CHECK_STATUS(tether_results_release((tether_results *)o2), TETHER_E_HANDLE);
-        CHECK_STATUS(tether_object_release((tether_object *)e2), TETHER_E_HANDLE);
+        CHECK_STATUS(tether_results_free((tether_results *)o2), TETHER_E_HANDLE);
+        CHECK_STATUS(tether_object_free((tether_object *)e2), TETHER_E_HANDLE);
         CHECK_STATUS(tether_object_retain((tether_object *)ctx2), TETHER_E_HANDLE);
         {
             char buf[64];
@@ -306,16 +307,18 @@ int main(int argc, char **argv)
     tu_section("a store opened for another server URL");
     {
         tether_context_options opts;
+        tether_kinto_options kinto;
         tether_context *off = NULL;
         tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
-        opts.server_url = "http://127.0.0.1:1/v1"; /* nothing listens there */
-        opts.bucket = bucket;
+        tether_kinto_options_init(&kinto, TETHER_KINTO_OPTIONS_VERSION);
+        kinto.server_url = "http://127.0.0.1:1/v1"; /* nothing listens there */
+        kinto.bucket = bucket;
         opts.store_path = store;
-        opts.username = "test";
-        opts.password = "test";
+        kinto.username = "test";
+        kinto.password = "test";
         opts.timeout_ms = 3000;
         /* A store belongs to one server and bucket: another URL is not it. */
-        CHECK_STATUS(tether_context_open(&opts, &off), TETHER_E_STORE);
+        CHECK_STATUS(tether_context_open_kinto(&opts, &kinto, &off), TETHER_E_STORE);
         CHECK(off == NULL);
     }
     tu_fetch_destroy(&f);

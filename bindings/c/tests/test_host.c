@@ -73,10 +73,10 @@ static void test_json_file(void)
         tether_value t = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
         CHECK_OK(tether_object_peek_code(n1, 7, &t));
         CHECK_STR(t.text ? t.text : "", "one");
-        tether_value_clear(&t);
+        tether_value_free(&t);
         CHECK_OK(tether_object_get(n1, "Rank", &t));
         CHECK_INT(t.integer, 2);
-        tether_value_clear(&t);
+        tether_value_free(&t);
     }
 
     tu_section("edits and an insert saved to the file");
@@ -119,11 +119,11 @@ static void test_json_file(void)
     }
     CHECK_OK(tu_peek_text(n2, "Text", buf, sizeof buf));
     CHECK_STR(buf, "theirs");
-    tether_object_release(n1);
-    tether_object_release(n2);
-    tether_object_release(made);
+    tether_object_free(n1);
+    tether_object_free(n2);
+    tether_object_free(made);
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
-    CHECK_INT(tu_live(TETHER_LIVE_REQUESTS), 0);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_REQUESTS), 0);
 }
 
 /* ------------------------------------------------------------ a host that holds requests */
@@ -205,7 +205,7 @@ static void test_misbehaving_host(void)
     opener o;
     pthread_t thread;
     tether_request *r;
-    tether_request_kind kind = (tether_request_kind)9;
+    tether_request_kind_t kind = (tether_request_kind_t)9;
     const char *name = NULL, *cursor = (const char *)1;
     tu_fetch f;
     tether_task *task = NULL;
@@ -228,7 +228,7 @@ static void test_misbehaving_host(void)
     o.connection.userdata = &h;
     pthread_create(&thread, NULL, open_thread, &o);
     r = nth(&h, 1);
-    CHECK_OK(tether_request_get_kind(r, &kind));
+    CHECK_OK(tether_request_kind(r, &kind));
     CHECK_INT(kind, TETHER_REQUEST_SERVER_INFO);
     CHECK_STATUS(tether_request_set_count(r, 3), TETHER_E_MISUSE);
     CHECK_STATUS(tether_request_entity(r, &name, NULL), TETHER_E_MISUSE);
@@ -250,7 +250,7 @@ static void test_misbehaving_host(void)
     tu_fetch_init(&f);
     CHECK_OK(tu_fetch_start(o.ctx, &f, "notes", "-Text", 0, TETHER_POLICY_SERVER_ONLY, NULL));
     r = nth(&h, 3);
-    CHECK_OK(tether_request_get_kind(r, &kind));
+    CHECK_OK(tether_request_kind(r, &kind));
     CHECK_INT(kind, TETHER_REQUEST_PAGE);
     CHECK_OK(tether_request_entity(r, &name, NULL));
     CHECK_STR(name, "notes");
@@ -294,7 +294,7 @@ static void test_misbehaving_host(void)
         CHECK_OK(tether_context_object(o.ctx, "notes", "c", &typed));
         CHECK_OK(tu_peek_text(typed, "Text", text, sizeof text));
         CHECK_STR(text, "typed");
-        tether_object_release(typed);
+        tether_object_free(typed);
     }
 
     tu_section("cancelled before its answer: one final CANCELLED; the host is told; its answer dropped");
@@ -341,26 +341,26 @@ static void test_misbehaving_host(void)
     CHECK_OK(tether_context_object(o.ctx, "notes", "a", &obj));
     CHECK_OK(tether_object_get(obj, "Text", &v)); /* cached: held; its refresh goes to the host */
     CHECK_STR(v.text ? v.text : "", "held");
-    tether_value_clear(&v);
+    tether_value_free(&v);
     r = nth(&h, 6);
     {
         size_t count = 0;
         const char *id = NULL;
-        CHECK_OK(tether_request_get_kind(r, &kind));
+        CHECK_OK(tether_request_kind(r, &kind));
         CHECK_INT(kind, TETHER_REQUEST_RECORDS);
         CHECK_OK(tether_request_id_count(r, &count));
         CHECK_INT(count, 1);
         CHECK_OK(tether_request_id_at(r, 0, &id));
         CHECK_STR(id, "a");
     }
-    CHECK_INT(tu_live(TETHER_LIVE_REQUESTS), 1);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_REQUESTS), 1);
 
     tu_section("close ends the request never answered, tells the host, releases it once");
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_INT(tether_context_close(o.ctx), TETHER_OK);
     CHECK_INT(counted(&h, &h.cancels), 2);
     CHECK_INT(counted(&h, &h.releases), 1);
-    CHECK_INT(tu_live(TETHER_LIVE_REQUESTS), 0);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_REQUESTS), 0);
     CHECK_STATUS(tether_request_complete(r, TETHER_OK, NULL), TETHER_E_HANDLE);
     pthread_mutex_destroy(&h.mu);
 }

@@ -64,10 +64,10 @@ static void answer_page(host *h, tether_request *r, enum mode mode)
 static void host_request(tether_request *r, void *userdata)
 {
     host *h = userdata;
-    tether_request_kind kind;
+    tether_request_kind_t kind;
     enum mode mode;
     int status = TETHER_OK, result;
-    tether_request_get_kind(r, &kind);
+    tether_request_kind(r, &kind);
     pthread_mutex_lock(&h->mu);
     mode = kind == TETHER_REQUEST_SERVER_INFO ? h->info_mode : kind == TETHER_REQUEST_SPECS ? h->specs_mode : h->page_mode;
     if (mode == STATUS)
@@ -213,7 +213,7 @@ static void test_statuses(void)
         CHECK_CODE(read_int(&h, &h.complete_result), TETHER_E_INVALID);
         tu_fetch_destroy(&f);
     }
-    CHECK_INT(tu_live(TETHER_LIVE_REQUESTS), 0);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_REQUESTS), 0);
     set_modes(&h, GOOD, GOOD, GOOD, 0);
     CHECK_CODE(fetch_items(ctx, &f), TETHER_OK); /* and it still works */
     CHECK_INT(f.final_count, 1);
@@ -245,7 +245,7 @@ static void test_timeouts(void)
     set_modes(&h, GOOD, SILENT, GOOD, 0);
     CHECK_STATUS(open_host(&h, store, 300, &ctx), TETHER_E_NETWORK);
     CHECK_INT(read_int(&h, &h.releases), 2);
-    CHECK_INT(tu_live(TETHER_LIVE_REQUESTS), 0);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_REQUESTS), 0);
 
     tu_section("a page never answered: the fetch ends with TETHER_E_NETWORK; the host is told; its answer is dropped");
     set_modes(&h, GOOD, GOOD, GOOD, 0);
@@ -277,7 +277,7 @@ static void test_timeouts(void)
         CHECK_INT(online, 0);
         CHECK_INT(tether_context_close(ctx), TETHER_OK);
     }
-    CHECK_INT(tu_live(TETHER_LIVE_REQUESTS), 0);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_REQUESTS), 0);
     pthread_mutex_destroy(&h.mu);
 }
 
@@ -339,7 +339,7 @@ static void test_bad_records(void)
         CHECK_OK(tether_context_object(ctx, "items", "g2", &obj));
         CHECK_OK(tu_peek_text(obj, "Text", text, sizeof text));
         CHECK_STR(text, "second");
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     tu_section("the same bad records again: no new diagnostic (one each, at most 100 in all)");
     CHECK_CODE(fetch_items(ctx, &f), TETHER_OK);
@@ -390,7 +390,7 @@ static void test_cursors(void)
     CHECK_CODE(fetch_items(ctx, &f), TETHER_OK);
     tu_fetch_destroy(&f);
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
-    CHECK_INT(tu_live(TETHER_LIVE_REQUESTS), 0);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_REQUESTS), 0);
     pthread_mutex_destroy(&h.mu);
 }
 

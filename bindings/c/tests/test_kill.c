@@ -77,9 +77,10 @@ static int save_and_wait(tether_context *ctx, int seconds)
 static tether_context *open_quietly(void)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
-    tu_options(&o, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 20000);
-    return tether_context_open(&o, &ctx) == TETHER_OK ? ctx : NULL;
+    tu_options(&o, &k, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 20000);
+    return tether_context_open_kinto(&o, &k, &ctx) == TETHER_OK ? ctx : NULL;
 }
 
 static int fetch_all(tether_context *ctx)
@@ -109,7 +110,7 @@ static void first_child(int ready)
         if (tether_context_insert(ctx, collection, NULL, &obj) != TETHER_OK ||
             tether_object_set(obj, "N", &n) != TETHER_OK || tether_object_set(obj, "Tag", &tag) != TETHER_OK)
             _exit(4);
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     for (i = 0; i < UPDATES + DELETES; i++) {
         tether_object *obj = NULL;
@@ -119,7 +120,7 @@ static void first_child(int ready)
             _exit(5);
         if ((i < UPDATES ? tether_object_set(obj, "N", &n) : tether_object_delete(obj)) != TETHER_OK)
             _exit(6);
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     if (write(ready, "x", 1) != 1)
         _exit(7);
@@ -478,7 +479,7 @@ static void journal_child(int ready, unsigned seed, int at, int op)
                 jwrite(fd, line + 1);
             }
         }
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     jwrite(fd, "#S\n");
     if (at == AT_SAVE_START || at == AT_MID_SAVE)

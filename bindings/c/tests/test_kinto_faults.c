@@ -223,7 +223,7 @@ static void test_batch_limit(void)
                 snprintf(id, sizeof id, "n%03d", i);
                 CHECK_OK(tether_context_insert(ctx, "notes", id, &obj));
                 CHECK_OK(tether_object_set(obj, "n", &v));
-                tether_object_release(obj);
+                tether_object_free(obj);
             }
             proxy_fault(&p, "{\"mode\": \"pass\", \"reset_log\": true}");
             CHECK_CODE(tu_save(ctx, &saved), TETHER_OK);

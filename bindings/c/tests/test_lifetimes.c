@@ -2,7 +2,7 @@
  * fetches in each delivery mode, some cancelled at random, (b) 1,000
  * open/close cycles with a fetch and an observer live at close, (c) 200,000
  * distinct objects touched one at a time and (d) a close with 50 fetches in
- * flight against a stalled server, the live counts of tether_live_count, the
+ * flight against a stalled server, the live counts of tether_debug_count, the
  * process's threads and its open descriptors return to where they started,
  * memory stays flat, and every request ends in exactly one final callback. */
 #define _POSIX_C_SOURCE 200809L
@@ -45,10 +45,10 @@ static void check_back(const tu_counts *base, const char *when)
             break;
         tu_sleep_ms(20);
     } while (tu_now_ms() < end);
-    for (i = 1; i < TU_NLIVE; i++) {
-        snprintf(what, sizeof what, "live %s back after %s", tu_live_names[i], when);
-        snprintf(detail, sizeof detail, "%lld, started at %lld", (long long)now.live[i], (long long)base->live[i]);
-        tu_check(now.live[i] == base->live[i], __FILE__, __LINE__, what, detail);
+    for (i = 1; i < TU_NDEBUG_COUNTERS; i++) {
+        snprintf(what, sizeof what, "%s back after %s", tu_debug_counter_names[i], when);
+        snprintf(detail, sizeof detail, "%lld, started at %lld", (long long)now.counters[i], (long long)base->counters[i]);
+        tu_check(now.counters[i] == base->counters[i], __FILE__, __LINE__, what, detail);
     }
     snprintf(what, sizeof what, "open descriptors back after %s", when);
     snprintf(detail, sizeof detail, "%d, started at %d", now.fds, base->fds);
@@ -62,10 +62,11 @@ static tether_context *open_ctx(const char *url, const char *path, tether_delive
                                 size_t cache_size, int *status)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
-    tu_options(&o, url, bucket, path, delivery, 10000);
+    tu_options(&o, &k, url, bucket, path, delivery, 10000);
     o.object_cache_size = cache_size;
-    *status = tether_context_open(&o, &ctx);
+    *status = tether_context_open_kinto(&o, &k, &ctx);
     return *status == TETHER_OK ? ctx : NULL;
 }
 
@@ -122,7 +123,7 @@ static void storm_cb(tether_task *task, tether_phase phase, int status, const ch
     if (keep)
         st->kept[st->nkept++] = results;
     pthread_mutex_unlock(&st->mu);
-    if (!keep && tether_results_release(results) != TETHER_OK)
+    if (!keep && tether_results_free(results) != TETHER_OK)
         bad++;
 
     pthread_mutex_lock(&st->mu);
@@ -276,24 +277,24 @@ static void fetch_storm(tether_delivery delivery, unsigned int seed)
     /* The results kept past their callback still answer, their tasks long
      * gone, until released. */
     CHECK(st.nkept > 0);
-    CHECK_INT(tu_live_settle(TETHER_LIVE_TASKS, open_base.live[TETHER_LIVE_TASKS], 2000),
-              open_base.live[TETHER_LIVE_TASKS]);
-    CHECK_INT(tu_live(TETHER_LIVE_RESULTS), open_base.live[TETHER_LIVE_RESULTS] + st.nkept);
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_TASKS, open_base.counters[TETHER_DEBUG_TASKS], 2000),
+              open_base.counters[TETHER_DEBUG_TASKS]);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_RESULTS), open_base.counters[TETHER_DEBUG_RESULTS] + st.nkept);
     for (i = 0; i < st.nkept; i++) {
         size_t n = 99;
         if (tether_results_count(st.kept[i], &n) != TETHER_OK || n > NSMALL ||
-            tether_results_release(st.kept[i]) != TETHER_OK ||
-            tether_results_release(st.kept[i]) != TETHER_E_HANDLE)
+            tether_results_free(st.kept[i]) != TETHER_OK ||
+            tether_results_free(st.kept[i]) != TETHER_E_HANDLE)
             kept_bad++;
     }
     CHECK_INT(kept_bad, 0);
 
     /* With the context still open: no handle, results, task or observer left. */
-    CHECK_INT(tu_live_settle(TETHER_LIVE_OBJECT_HANDLES, open_base.live[TETHER_LIVE_OBJECT_HANDLES], 2000),
-              open_base.live[TETHER_LIVE_OBJECT_HANDLES]);
-    CHECK_INT(tu_live(TETHER_LIVE_RESULTS), open_base.live[TETHER_LIVE_RESULTS]);
-    CHECK_INT(tu_live(TETHER_LIVE_OBSERVERS), open_base.live[TETHER_LIVE_OBSERVERS]);
-    CHECK(tu_live(TETHER_LIVE_OBJECTS) <= open_base.live[TETHER_LIVE_OBJECTS] + NSMALL);
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_OBJECT_HANDLES, open_base.counters[TETHER_DEBUG_OBJECT_HANDLES], 2000),
+              open_base.counters[TETHER_DEBUG_OBJECT_HANDLES]);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_RESULTS), open_base.counters[TETHER_DEBUG_RESULTS]);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_OBSERVERS), open_base.counters[TETHER_DEBUG_OBSERVERS]);
+    CHECK(tu_debug_count(TETHER_DEBUG_OBJECTS) <= open_base.counters[TETHER_DEBUG_OBJECTS] + NSMALL);
 
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     check_back(&base, title);
@@ -339,7 +340,7 @@ static void open_close_cycles(void)
         if (tu_observe(&o, &ob) != TETHER_OK)
             other_bad++;
         /* Half the time the host lets go first: the observer holds the object. */
-        if (release_first && tether_object_release(obj) != TETHER_OK)
+        if (release_first && tether_object_free(obj) != TETHER_OK)
             release_bad++;
         if (tu_fetch_start(ctx, &f, "small", NULL, 0,
                            i % 3 ? TETHER_POLICY_SERVER_ONLY : TETHER_POLICY_CACHE_THEN_SERVER, NULL) != TETHER_OK)
@@ -358,9 +359,9 @@ static void open_close_cycles(void)
         if (o.cancels != 1 || o.others != 0 || o.after_cancel != 0)
             observer_bad++;
         pthread_mutex_unlock(&o.mu);
-        if (!release_first && tether_object_release(obj) != TETHER_E_HANDLE)
+        if (!release_first && tether_object_free(obj) != TETHER_E_HANDLE)
             release_bad++;
-        if (tether_observer_remove(ob) != TETHER_E_HANDLE)
+        if (tether_observer_cancel(ob) != TETHER_E_HANDLE)
             observer_bad++;
         tu_fetch_destroy(&f);
         tu_obs_destroy(&o);
@@ -392,7 +393,7 @@ static void touch_many(void)
     ctx = open_ctx(tu_url(), store, TETHER_DELIVER_THREAD, TOUCH_CACHE, &s);
     if (!CHECK(ctx != NULL))
         return;
-    objects_base = tu_live(TETHER_LIVE_OBJECTS);
+    objects_base = tu_debug_count(TETHER_DEBUG_OBJECTS);
     for (i = 0; i < TOUCHES; i++) {
         char id[32];
         tether_object *obj = NULL;
@@ -410,11 +411,11 @@ static void touch_many(void)
             not_cached++;
         else
             other++;
-        tether_value_clear(&v);
-        if (tether_object_release(obj) != TETHER_OK)
+        tether_value_free(&v);
+        if (tether_object_free(obj) != TETHER_OK)
             release_bad++;
         if (i % 1000 == 999) {
-            n = tu_live(TETHER_LIVE_OBJECTS);
+            n = tu_debug_count(TETHER_DEBUG_OBJECTS);
             if (n > objects_max)
                 objects_max = n;
         }
@@ -445,7 +446,7 @@ static void touch_many(void)
         tu_check(objects_max <= objects_base + TOUCH_CACHE + TOUCH_SLACK, __FILE__, __LINE__,
                  "live objects bounded by the object cache", detail);
     }
-    CHECK_INT(tu_live(TETHER_LIVE_OBJECT_HANDLES), base.live[TETHER_LIVE_OBJECT_HANDLES]);
+    CHECK_INT(tu_debug_count(TETHER_DEBUG_OBJECT_HANDLES), base.counters[TETHER_DEBUG_OBJECT_HANDLES]);
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     check_back(&base, "200,000 objects");
 }

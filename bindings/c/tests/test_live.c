@@ -145,7 +145,7 @@ static void live_cb(tether_task *task, tether_phase phase, int status, const cha
         read_answer(results, &a);
     else
         a.api_errors++;
-    tether_results_release(results);
+    tether_results_free(results);
 
     pthread_mutex_lock(&r->mu);
     r->calls++;
@@ -567,7 +567,7 @@ static void run(tether_delivery mode, const char *store)
     ctx = tu_open(bucket, store, mode);
     if (!ctx)
         return;
-    tasks0 = tu_live(TETHER_LIVE_TASKS);
+    tasks0 = tu_debug_count(TETHER_DEBUG_TASKS);
 
     snprintf(title, sizeof title, "%s: a live fetch answers first with PHASE_LIVE, no changes", name);
     tu_section(title);
@@ -658,7 +658,7 @@ static void run(tether_delivery mode, const char *store)
         if (CHECK_OK(tether_context_object(ctx, "items", "q002", &obj)) == TETHER_OK) {
             CHECK_OK(tu_peek_text(obj, "label", label, sizeof label));
             CHECK_STR(label, "label changed");
-            CHECK_OK(tether_object_release(obj));
+            CHECK_OK(tether_object_free(obj));
         }
     }
 
@@ -702,7 +702,7 @@ static void run(tether_delivery mode, const char *store)
         CHECK_INT(r.on_main, 0);
     pthread_mutex_unlock(&r.mu);
     CHECK_STATUS(tether_task_cancel(task), TETHER_E_HANDLE);
-    CHECK_INT(tu_live_settle(TETHER_LIVE_TASKS, tasks0, 2000), tasks0);
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_TASKS, tasks0, 2000), tasks0);
     rec_destroy(&r);
 
     snprintf(title, sizeof title, "%s: a live COUNT fetch answers the new count after a sync", name);
@@ -769,7 +769,7 @@ static void run(tether_delivery mode, const char *store)
         CHECK_INT(rec_get(&r3, &r3.on_main) + rec_get(&rc, &rc.on_main), 0);
     CHECK_STATUS(tether_task_cancel(task3), TETHER_E_HANDLE);
     CHECK_STATUS(tether_task_cancel(count_task), TETHER_E_HANDLE);
-    CHECK_INT(tu_live_settle(TETHER_LIVE_TASKS, tasks0, 2000), tasks0);
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_TASKS, tasks0, 2000), tasks0);
     rec_destroy(&r3);
     rec_destroy(&rc);
 }
@@ -784,7 +784,7 @@ int main(int argc, char **argv)
     test_checker();
     run(TETHER_DELIVER_THREAD, store_thread);
     run(TETHER_DELIVER_POLL, store_poll);
-    CHECK_INT(tu_live_settle(TETHER_LIVE_RESULTS, 0, 2000), 0);
-    CHECK_INT(tu_live_settle(TETHER_LIVE_CONTEXTS, 0, 2000), 0);
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_RESULTS, 0, 2000), 0);
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_CONTEXTS, 0, 2000), 0);
     return tu_finish();
 }

@@ -54,13 +54,14 @@ static int curl_mapped(void)
 
 static struct {
     int (*options_init)(tether_context_options *, unsigned int);
-    int (*open)(const tether_context_options *, tether_context **);
+    int (*kinto_options_init)(tether_kinto_options *, unsigned int);
+    int (*open)(const tether_context_options *, const tether_kinto_options *, tether_context **);
     int (*close)(tether_context *);
     int (*poll)(tether_context *, int, size_t *);
     int (*fetch_options_init)(tether_fetch_options *, unsigned int);
     int (*fetch_start)(tether_context *, const tether_fetch_options *, tether_fetch_cb, void *, tether_task **);
     int (*results_count)(tether_results *, size_t *);
-    int (*results_release)(tether_results *);
+    int (*results_free)(tether_results *);
     const char *(*errmsg)(void);
 } t;
 
@@ -75,7 +76,7 @@ static void on_fetch(tether_task *task, tether_phase phase, int status, const ch
         final_status = status;
         t.results_count(results, &final_count);
     }
-    t.results_release(results);
+    t.results_free(results);
 }
 
 static int resolve(void *library, const char *name, void *field)
@@ -90,6 +91,7 @@ static int resolve(void *library, const char *name, void *field)
 int main(int argc, char **argv)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_fetch_options f;
     tether_context *ctx = NULL;
     void *library;
@@ -109,26 +111,28 @@ int main(int argc, char **argv)
     }
     printf("curl_after_dlopen %d\n", curl_mapped());
     ok = resolve(library, "tether_context_options_init", &t.options_init);
-    ok &= resolve(library, "tether_context_open", &t.open);
+    ok &= resolve(library, "tether_kinto_options_init", &t.kinto_options_init);
+    ok &= resolve(library, "tether_context_open_kinto", &t.open);
     ok &= resolve(library, "tether_context_close", &t.close);
     ok &= resolve(library, "tether_context_poll", &t.poll);
     ok &= resolve(library, "tether_fetch_options_init", &t.fetch_options_init);
     ok &= resolve(library, "tether_fetch_start", &t.fetch_start);
     ok &= resolve(library, "tether_results_count", &t.results_count);
-    ok &= resolve(library, "tether_results_release", &t.results_release);
+    ok &= resolve(library, "tether_results_free", &t.results_free);
     ok &= resolve(library, "tether_errmsg", &t.errmsg);
     if (!ok)
         return 0;
 
     t.options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION);
-    o.server_url = argv[2];
-    o.bucket = argv[3];
+    t.kinto_options_init(&k, TETHER_KINTO_OPTIONS_VERSION);
+    k.server_url = argv[2];
+    k.bucket = argv[3];
     o.store_path = argv[4];
-    o.username = "test";
-    o.password = "test";
+    k.username = "test";
+    k.password = "test";
     o.delivery = TETHER_DELIVER_POLL;
     o.timeout_ms = 10000;
-    printf("open %d\n", t.open(&o, &ctx));
+    printf("open %d\n", t.open(&o, &k, &ctx));
     if (!ctx) {
         printf("open: %s\n", t.errmsg());
         return 0;

@@ -21,11 +21,12 @@ static const char *specs =
 static tether_context *open_with(const tether_local_store *stores, size_t count, int *status)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
-    tu_options(&o, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 20000);
+    tu_options(&o, &k, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 20000);
     o.local_stores = stores;
     o.local_store_count = count;
-    *status = tether_context_open(&o, &ctx);
+    *status = tether_context_open_kinto(&o, &k, &ctx);
     return ctx;
 }
 
@@ -127,7 +128,7 @@ static void test_model_and_save(void)
     CHECK_OK(tether_object_uri(note, &v));
     CHECK_INT(v.type, TETHER_TYPE_TEXT);
     snprintf(uri, sizeof uri, "%s", v.text ? v.text : "");
-    tether_value_clear(&v);
+    tether_value_free(&v);
     CHECK(strncmp(uri, "tether://private/notes/", 23) == 0);
     CHECK_OK(tether_context_object_for_uri(ctx, uri, &again));
     CHECK(again == note);
@@ -135,9 +136,9 @@ static void test_model_and_save(void)
     CHECK_STATUS(tether_context_object_for_uri(ctx, "notes/x", &related), TETHER_E_INVALID);
     CHECK_STATUS(tether_object_uri(NULL, &v), TETHER_E_HANDLE);
     snprintf(id, sizeof id, "%s", tu_id(note));
-    tether_object_release(again);
-    tether_object_release(note);
-    tether_object_release(item);
+    tether_object_free(again);
+    tether_object_free(note);
+    tether_object_free(item);
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
 
     tu_section("reopened: the note is there; Kinto deletes its item; the reference is cleared");
@@ -149,7 +150,7 @@ static void test_model_and_save(void)
     CHECK_STR(buf, "look again");
     CHECK_OK(tether_object_related(note, "Item", &related));
     CHECK_STR(tu_id(related), "i1");
-    tether_object_release(related);
+    tether_object_free(related);
     CHECK(tu_delete_record(bucket, "items", "i1"));
     tu_fetch_all(ctx, "items");
     {
@@ -159,16 +160,16 @@ static void test_model_and_save(void)
             status = tether_object_peek(note, "Item", &v);
             if (status != TETHER_OK || v.type == TETHER_TYPE_NULL)
                 break;
-            tether_value_clear(&v);
+            tether_value_free(&v);
             tu_sleep_ms(10);
         }
         CHECK_CODE(status, TETHER_OK);
         CHECK_INT(v.type, TETHER_TYPE_NULL);
-        tether_value_clear(&v);
+        tether_value_free(&v);
     }
     CHECK_OK(tether_object_related(note, "Item", &related));
     CHECK(related == NULL);
-    tether_object_release(note);
+    tether_object_free(note);
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
 }
 

@@ -146,22 +146,23 @@ static int seed(void)
 static void session(const char *url, const char *user, const char *store, const char *title)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
     tether_object *obj = NULL;
     tether_value v = {TETHER_TYPE_TEXT, 0, 0.0, (char *)title, strlen(title)};
     size_t saved = 0;
 
-    tu_options(&o, url, bucket, store, TETHER_DELIVER_THREAD, 10000);
-    o.username = user;
-    o.password = user ? password : NULL;
-    if (CHECK_OK(tether_context_open(&o, &ctx)) != TETHER_OK)
+    tu_options(&o, &k, url, bucket, store, TETHER_DELIVER_THREAD, 10000);
+    k.username = user;
+    k.password = user ? password : NULL;
+    if (CHECK_OK(tether_context_open_kinto(&o, &k, &ctx)) != TETHER_OK)
         return;
     tu_fetch_all(ctx, "tasks");
     if (CHECK_OK(tether_context_object(ctx, "tasks", "t03", &obj)) == TETHER_OK) {
         CHECK_OK(tether_object_set(obj, "title", &v));
         CHECK_OK(tu_save(ctx, &saved));
         CHECK_INT(saved, 1);
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     CHECK_OK(tether_context_close(ctx));
 }
@@ -268,6 +269,7 @@ static void test_unreachable(void)
     recorder r;
     char store[512], cached[512], dead[256];
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
     tu_proxy *px;
 
@@ -281,15 +283,15 @@ static void test_unreachable(void)
     rec_init(&r);
     CHECK_OK(tether_log_set(TETHER_LOG_WARNING, on_log, &r));
     tu_store_path(store, sizeof store, "log-unreachable");
-    tu_options(&o, dead, bucket, store, TETHER_DELIVER_THREAD, 3000);
-    CHECK_FAILS(tether_context_open(&o, &ctx));
+    tu_options(&o, &k, dead, bucket, store, TETHER_DELIVER_THREAD, 3000);
+    CHECK_FAILS(tether_context_open_kinto(&o, &k, &ctx));
     CHECK(rec_find(&r, TETHER_LOG_WARNING, "http", "cannot reach the server") >= 1);
 
     /* With a store holding a model: it opens offline, and says so. */
-    tu_options(&o, dead, bucket, cached, TETHER_DELIVER_THREAD, 3000);
-    o.username = "logtest";
-    o.password = password;
-    if (CHECK_OK(tether_context_open(&o, &ctx)) == TETHER_OK)
+    tu_options(&o, &k, dead, bucket, cached, TETHER_DELIVER_THREAD, 3000);
+    k.username = "logtest";
+    k.password = password;
+    if (CHECK_OK(tether_context_open_kinto(&o, &k, &ctx)) == TETHER_OK)
         CHECK_OK(tether_context_close(ctx));
     CHECK(rec_find(&r, TETHER_LOG_WARNING, "context", "opening offline") == 1);
     CHECK_OK(tether_log_set(TETHER_LOG_OFF, NULL, NULL));

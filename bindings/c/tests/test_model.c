@@ -228,19 +228,19 @@ static void check_entities(tether_context *ctx)
             CHECK_STATUS(tether_context_entity_count((tether_context *)e0, &k), TETHER_E_HANDLE);
             CHECK_STATUS(tether_context_entity_count((tether_context *)obj, &k), TETHER_E_HANDLE);
             CHECK_STATUS(tether_task_cancel((tether_task *)obj), TETHER_E_HANDLE);
-            CHECK_STATUS(tether_observer_remove((tether_observer *)e0), TETHER_E_HANDLE);
+            CHECK_STATUS(tether_observer_cancel((tether_observer *)e0), TETHER_E_HANDLE);
             /* Releasing the wrong kind of handle does nothing else. */
             CHECK_STATUS(tether_results_count((tether_results *)obj, &k), TETHER_E_HANDLE);
-            CHECK_STATUS(tether_results_release((tether_results *)obj), TETHER_E_HANDLE);
-            CHECK_STATUS(tether_object_release((tether_object *)e0), TETHER_E_HANDLE);
-            CHECK_STATUS(tether_object_release((tether_object *)ctx), TETHER_E_HANDLE);
+            CHECK_STATUS(tether_results_free((tether_results *)obj), TETHER_E_HANDLE);
+            CHECK_STATUS(tether_object_free((tether_object *)e0), TETHER_E_HANDLE);
+            CHECK_STATUS(tether_object_free((tether_object *)ctx), TETHER_E_HANDLE);
             CHECK_STATUS(tether_object_retain((tether_object *)e0), TETHER_E_HANDLE);
             CHECK(s == NULL);
             CHECK_OK(tether_object_id(obj, &s));
             CHECK_STR(s, "x1");
             CHECK_OK(tether_entity_name(e0, &s));
             CHECK_STR(s, "alpha");
-            CHECK_OK(tether_object_release(obj));
+            CHECK_OK(tether_object_free(obj));
         }
     }
 }
@@ -367,12 +367,13 @@ int main(int argc, char **argv)
     {
         char root[512], want[1200], rootstore[512];
         tether_context_options o;
+        tether_kinto_options k;
         tether_context *none = NULL;
         size_t n = strlen(tu_url());
         snprintf(root, sizeof root, "%.*s", (int)(n > 3 ? n - 3 : n), tu_url()); /* without "/v1" */
         tu_store_path(rootstore, sizeof rootstore, "model-root");
-        tu_options(&o, root, bucket, rootstore, TETHER_DELIVER_THREAD, 10000);
-        CHECK_STATUS(tether_context_open(&o, &none), TETHER_E_INVALID);
+        tu_options(&o, &k, root, bucket, rootstore, TETHER_DELIVER_THREAD, 10000);
+        CHECK_STATUS(tether_context_open_kinto(&o, &k, &none), TETHER_E_INVALID);
         snprintf(want, sizeof want,
                  "%s/ redirects to %s/v1/ (HTTP 307): the server URL must be Kinto's API root; add /v1", root, root);
         CHECK_STR(tether_errmsg(), want);

@@ -39,7 +39,7 @@ static void test_peek_get_observe(tether_context *ctx)
     CHECK_STR(buf, "one");
     if (CHECK_OK(tether_object_peek_code(d1, 601, &v)) == TETHER_OK)
         CHECK_STR(v.text, "one");
-    tether_value_clear(&v);
+    tether_value_free(&v);
 
     tu_section("misuse of peek/get/observe");
     CHECK_STATUS(tether_object_peek(d1, "nosuch", &v), TETHER_E_NOT_FOUND);
@@ -85,7 +85,7 @@ static void test_peek_get_observe(tether_context *ctx)
         CHECK_INT(v.type, TETHER_TYPE_TEXT);
         CHECK_STR(v.text, "one"); /* the cached value, at once */
     }
-    tether_value_clear(&v);
+    tether_value_free(&v);
     CHECK(tu_obs_wait_changes(&ot, 1, TU_WAIT_MS));
     CHECK(tu_obs_wait_changes(&op, 1, TU_WAIT_MS));
     tu_sleep_ms(300);
@@ -106,7 +106,7 @@ static void test_peek_get_observe(tether_context *ctx)
     CHECK(tu_patch_record(bucket, "docs", "d1", "{\"title\": \"eins\", \"body\": \"erste\"}"));
     if (CHECK_OK(tether_object_get_code(d1, 601, &v)) == TETHER_OK)
         CHECK_STR(v.text, "uno");
-    tether_value_clear(&v);
+    tether_value_free(&v);
     CHECK(tu_obs_wait_changes(&ot, 2, TU_WAIT_MS));
     CHECK(tu_obs_wait_changes(&ob, 1, TU_WAIT_MS));
     CHECK_STR(ot.peeked, "eins");
@@ -114,22 +114,22 @@ static void test_peek_get_observe(tether_context *ctx)
     CHECK(tu_obs_wait_changes(&op, 2, TU_WAIT_MS));
 
     tu_section("remove: one final cancelled callback, then HANDLE");
-    CHECK_OK(tether_observer_remove(o_peek));
+    CHECK_OK(tether_observer_cancel(o_peek));
     CHECK(tu_obs_wait_cancel(&op, TU_WAIT_MS));
-    CHECK_STATUS(tether_observer_remove(o_peek), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_observer_cancel(o_peek), TETHER_E_HANDLE);
     CHECK(tu_patch_record(bucket, "docs", "d1", "{\"title\": \"un\"}"));
     tether_object_get(d1, "title", &v);
-    tether_value_clear(&v);
+    tether_value_free(&v);
     CHECK(tu_obs_wait_changes(&ot, 3, TU_WAIT_MS));
     tu_sleep_ms(300);
     CHECK_INT(tu_obs_changes(&op), 2); /* nothing after removal */
     CHECK_INT(tu_obs_cancels(&op), 1);
     CHECK_INT(op.after_cancel, 0);
-    CHECK_OK(tether_observer_remove(o_title));
-    CHECK_OK(tether_observer_remove(o_body));
+    CHECK_OK(tether_observer_cancel(o_title));
+    CHECK_OK(tether_observer_cancel(o_body));
     CHECK(tu_obs_wait_cancel(&ot, TU_WAIT_MS));
     CHECK(tu_obs_wait_cancel(&ob, TU_WAIT_MS));
-    CHECK_OK(tether_object_release(d1));
+    CHECK_OK(tether_object_free(d1));
     tu_obs_destroy(&ot);
     tu_obs_destroy(&op);
     tu_obs_destroy(&ob);
@@ -151,7 +151,7 @@ static void test_remove_in_callback(tether_context *ctx)
     o.remove_in_cb = x;
     CHECK(tu_patch_record(bucket, "docs", "d1", "{\"rev\": 2}"));
     tether_object_get(d1, "rev", &v);
-    tether_value_clear(&v);
+    tether_value_free(&v);
     CHECK(tu_obs_wait_changes(&o, 1, TU_WAIT_MS));
     CHECK(tu_obs_wait_cancel(&o, TU_WAIT_MS));
     tu_sleep_ms(100);
@@ -160,7 +160,7 @@ static void test_remove_in_callback(tether_context *ctx)
     CHECK_INT(tu_obs_changes(&o), 1);
     CHECK_INT(tu_obs_cancels(&o), 1);
     CHECK_INT(o.after_cancel, 0);
-    CHECK_OK(tether_object_release(d1));
+    CHECK_OK(tether_object_free(d1));
     tu_obs_destroy(&o);
 }
 
@@ -191,9 +191,9 @@ static void test_uncached_and_deleted(tether_context *ctx)
         CHECK_STR(buf, "nine");
         CHECK(tu_obs_wait_changes(&ol, 1, TU_WAIT_MS));
         CHECK_STR(ol.peeked, "nine");
-        CHECK_OK(tether_observer_remove(x));
+        CHECK_OK(tether_observer_cancel(x));
         CHECK(tu_obs_wait_cancel(&ol, TU_WAIT_MS));
-        CHECK_OK(tether_object_release(late));
+        CHECK_OK(tether_object_free(late));
         tu_obs_destroy(&ol);
     }
 
@@ -207,8 +207,8 @@ static void test_uncached_and_deleted(tether_context *ctx)
         CHECK_STATUS(s, TETHER_E_NOT_FOUND);
         /* A wrong id, not a deletion (issue 22, case 10). */
         CHECK_STR(tether_errmsg(), "no record docs/ghost on the server");
-        tether_value_clear(&v);
-        CHECK_OK(tether_object_release(ghost));
+        tether_value_free(&v);
+        CHECK_OK(tether_object_free(ghost));
         ghost = NULL;
     }
     CHECK_STATUS(tether_context_object(ctx, "nosuch", "d1", &ghost), TETHER_E_NOT_FOUND);
@@ -227,13 +227,13 @@ static void test_uncached_and_deleted(tether_context *ctx)
         CHECK(tu_delete_record(bucket, "docs", "d2"));
         s = tether_object_get(d2, "title", &v);
         CHECK(s == TETHER_OK); /* the cached value, at once */
-        tether_value_clear(&v);
+        tether_value_free(&v);
         CHECK(tu_obs_wait_changes(&o2, 1, TU_WAIT_MS));
         CHECK_STATUS(tether_object_peek(d2, "title", &v), TETHER_E_NOT_FOUND);
         CHECK_STR(tether_errmsg(), "docs/d2 was deleted");
-        CHECK_OK(tether_observer_remove(x));
+        CHECK_OK(tether_observer_cancel(x));
         CHECK(tu_obs_wait_cancel(&o2, TU_WAIT_MS));
-        CHECK_OK(tether_object_release(d2));
+        CHECK_OK(tether_object_free(d2));
         tu_obs_destroy(&o2);
     }
 }
@@ -241,6 +241,7 @@ static void test_uncached_and_deleted(tether_context *ctx)
 static void test_staleness(const char *store)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
     tether_object *d3 = NULL;
     tether_observer *x = NULL;
@@ -249,13 +250,14 @@ static void test_staleness(const char *store)
 
     tu_section("staleness window: get skips its refresh while the value is young");
     tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION);
-    o.server_url = tu_url();
-    o.bucket = bucket;
+    tether_kinto_options_init(&k, TETHER_KINTO_OPTIONS_VERSION);
+    k.server_url = tu_url();
+    k.bucket = bucket;
     o.store_path = store;
-    o.username = "test";
-    o.password = "test";
+    k.username = "test";
+    k.password = "test";
     o.staleness_ms = 600000;
-    if (CHECK_OK(tether_context_open(&o, &ctx)) != TETHER_OK)
+    if (CHECK_OK(tether_context_open_kinto(&o, &k, &ctx)) != TETHER_OK)
         return;
     tu_fetch_all(ctx, "docs"); /* d3 is fresh now */
     CHECK_OK(tether_context_object(ctx, "docs", "d3", &d3));
@@ -267,12 +269,12 @@ static void test_staleness(const char *store)
     CHECK(tu_patch_record(bucket, "docs", "d3", "{\"title\": \"drei\"}"));
     if (CHECK_OK(tether_object_get(d3, "title", &v)) == TETHER_OK)
         CHECK_STR(v.text, "three");
-    tether_value_clear(&v);
+    tether_value_free(&v);
     tu_sleep_ms(1500);
     CHECK_INT(tu_obs_changes(&ob), 0);
     /* The observer holds its object: with the host's reference gone it is
      * still told, with the same handle, and can read it in the callback. */
-    CHECK_OK(tether_object_release(d3));
+    CHECK_OK(tether_object_free(d3));
     /* A fetch still brings the change, and tells the observer. */
     tu_fetch_all(ctx, "docs");
     CHECK(tu_obs_wait_changes(&ob, 1, TU_WAIT_MS));
@@ -283,7 +285,7 @@ static void test_staleness(const char *store)
     CHECK_INT(tu_obs_cancels(&ob), 1); /* close ended the observer */
     CHECK_INT(tu_obs_cancels(&unowned), 1);
     CHECK_INT(unowned.changes + unowned.others + unowned.after_cancel, 0);
-    CHECK_STATUS(tether_object_release(d3), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_free(d3), TETHER_E_HANDLE);
     tu_obs_destroy(&ob);
     tu_obs_destroy(&unowned);
 }

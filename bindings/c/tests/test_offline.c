@@ -58,7 +58,7 @@ static void test_batched_gets(tu_proxy *px, const char *store)
     for (i = 0; i < 30; i++) {
         tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
         CHECK_OK(tether_object_get(objs[i], "title", &v));
-        tether_value_clear(&v);
+        tether_value_free(&v);
     }
     end = tu_now_ms() + TU_WAIT_MS;
     while (tu_now_ms() < end) {
@@ -228,7 +228,7 @@ static void test_online_changes(tu_proxy *px, const char *store)
     tether_context *ctx, *sib = NULL;
     tether_observer *ob = NULL, *ob2 = NULL;
     online_rec r, r2;
-    int64_t contexts_before = tu_live(TETHER_LIVE_CONTEXTS), observers_before = tu_live(TETHER_LIVE_OBSERVERS);
+    int64_t contexts_before = tu_debug_count(TETHER_DEBUG_CONTEXTS), observers_before = tu_debug_count(TETHER_DEBUG_OBSERVERS);
 
     memset(&r, 0, sizeof r);
     memset(&r2, 0, sizeof r2);
@@ -279,7 +279,7 @@ static void test_online_changes(tu_proxy *px, const char *store)
     pthread_mutex_unlock(&log_mu);
 
     tu_section("an online observer ends once, cancelled: removed, or at close");
-    CHECK_OK(tether_observer_remove(ob));
+    CHECK_OK(tether_observer_cancel(ob));
     {
         int64_t end = tu_now_ms() + TU_WAIT_MS;
         int finals = 0;
@@ -291,7 +291,7 @@ static void test_online_changes(tu_proxy *px, const char *store)
         }
     }
     CHECK_INT(r.finals, 1);
-    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_observer_cancel(ob), TETHER_E_HANDLE);
     if (sib) {
         CHECK_INT(tether_context_close(sib), TETHER_OK);
         CHECK_INT(r2.finals, 1);
@@ -328,8 +328,8 @@ static void test_online_changes(tu_proxy *px, const char *store)
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     CHECK_INT(r.finals, 1);
     /* an observer left to close holds nothing after it: not its context */
-    CHECK_INT(tu_live_settle(TETHER_LIVE_OBSERVERS, observers_before, 2000), observers_before);
-    CHECK_INT(tu_live_settle(TETHER_LIVE_CONTEXTS, contexts_before, 2000), contexts_before);
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_OBSERVERS, observers_before, 2000), observers_before);
+    CHECK_INT(tu_debug_count_settle(TETHER_DEBUG_CONTEXTS, contexts_before, 2000), contexts_before);
     tether_log_set(TETHER_LOG_OFF, NULL, NULL);
     pthread_mutex_lock(&log_mu);
     CHECK_INT(online_lines, 2);
@@ -391,7 +391,7 @@ static void test_offline(tu_proxy *px, const char *store)
             CHECK_OK(tu_observe(&ob, &x));
             if (CHECK_OK(tether_object_get(o, "title", &v)) == TETHER_OK)
                 CHECK_STR(v.text, "task 7");
-            tether_value_clear(&v);
+            tether_value_free(&v);
             tu_sleep_ms(500);
             CHECK_INT(tu_obs_changes(&ob), 0); /* a failed refresh changes nothing */
             pthread_mutex_lock(&ob.mu);
@@ -400,9 +400,9 @@ static void test_offline(tu_proxy *px, const char *store)
             CHECK_INT(failures, 1); /* but its observer hears that it failed */
             CHECK_OK(tu_peek_text(o, "title", buf, sizeof buf));
             CHECK_STR(buf, "task 7");
-            CHECK_OK(tether_observer_remove(x));
+            CHECK_OK(tether_observer_cancel(x));
             CHECK(tu_obs_wait_cancel(&ob, TU_WAIT_MS));
-            CHECK_OK(tether_object_release(o));
+            CHECK_OK(tether_object_free(o));
             tu_obs_destroy(&ob);
         }
     }
@@ -447,15 +447,17 @@ static void test_offline(tu_proxy *px, const char *store)
     tu_section("offline with another bucket: the store belongs elsewhere, TETHER_E_STORE");
     {
         tether_context_options o;
+        tether_kinto_options k;
         tether_context *c2 = NULL;
         tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION);
-        o.server_url = url;
-        o.bucket = "some-other-bucket";
+        tether_kinto_options_init(&k, TETHER_KINTO_OPTIONS_VERSION);
+        k.server_url = url;
+        k.bucket = "some-other-bucket";
         o.store_path = store;
-        o.username = "test";
-        o.password = "test";
+        k.username = "test";
+        k.password = "test";
         o.timeout_ms = 3000;
-        CHECK_STATUS(tether_context_open(&o, &c2), TETHER_E_STORE);
+        CHECK_STATUS(tether_context_open_kinto(&o, &k, &c2), TETHER_E_STORE);
         CHECK(c2 == NULL);
     }
 }

@@ -119,7 +119,7 @@ static void test_insert_without_values(void)
         return;
     CHECK_OK(tether_context_insert(ctx, "plain", NULL, &obj));
     snprintf(id, sizeof id, "%s", tu_id(obj));
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_INT(change_count(ctx), 1);
     CHECK_OK(tether_context_close(ctx));
     ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
@@ -156,7 +156,7 @@ static void test_no_stray_rows(void)
             set_int(obj, "N", 1000 + i);
         if (i % 3 == 0)
             set_text(obj, "Tag", "new");
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     for (i = 0; i < SEEDED; i++) {
         tether_object *obj = NULL;
@@ -167,7 +167,7 @@ static void test_no_stray_rows(void)
             set_int(obj, "N", 500 + i);
         else if (i < 15)
             CHECK_OK(tether_object_delete(obj));
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     CHECK_INT(change_count(ctx), INSERTS + 15);
     CHECK_CODE(save_with(ctx, -1, &s), TETHER_OK);
@@ -178,7 +178,7 @@ static void test_no_stray_rows(void)
         snprintf(deleted, sizeof deleted, "%s", ids[0]);
         CHECK_OK(tether_context_object(ctx, "mixed", deleted, &obj));
         CHECK_OK(tether_object_delete(obj));
-        tether_object_release(obj);
+        tether_object_free(obj);
         CHECK_CODE(save_with(ctx, -1, &s), TETHER_OK);
     }
     CHECK_OK(tether_context_open_sibling(ctx, "mixed", TETHER_DELIVER_THREAD, &sibling));
@@ -254,14 +254,14 @@ static void test_retry_knows_its_write(int policy)
     tu_fetch_all(ctx, collection);
     CHECK_OK(tether_context_object(ctx, collection, "r0", &obj));
     set_int(obj, "N", 100);
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_OK(tether_context_insert(ctx, collection, NULL, &obj));
     snprintf(inserted, sizeof inserted, "%s", tu_id(obj));
     set_int(obj, "N", 7);
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_OK(tether_context_object(ctx, collection, "r1", &obj));
     set_int(obj, "N", 101);
-    tether_object_release(obj);
+    tether_object_free(obj);
     save_cut_off(ctx, proxy, collection, "r1", "\"N\":101");
     CHECK(server_has(collection, "r0", "\"N\":100"));
     CHECK(server_has(collection, inserted, "\"N\":7"));
@@ -273,13 +273,13 @@ static void test_retry_knows_its_write(int policy)
     CHECK_INT(change_count(ctx), 3);
     CHECK_OK(tether_context_object(ctx, collection, "r0", &obj));
     set_text(obj, "Tag", "edited again");
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_OK(tether_context_object(ctx, collection, inserted, &obj));
     set_text(obj, "Tag", "inserted, then edited");
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_OK(tether_context_object(ctx, collection, "r1", &obj));
     CHECK_OK(tether_object_delete(obj));
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_CODE(save_with(ctx, policy, &s), TETHER_OK);
     if (s.status != TETHER_OK)
         printf("  save: %s\n", s.message);
@@ -314,7 +314,7 @@ static void test_other_writer_still_conflicts(void)
     tu_fetch_all(ctx, "other");
     CHECK_OK(tether_context_object(ctx, "other", "o0", &obj));
     set_int(obj, "N", 100);
-    tether_object_release(obj);
+    tether_object_free(obj);
     save_cut_off(ctx, proxy, "other", "o0", "\"N\":100");
     CHECK(tu_patch_record(bucket, "other", "o0", "{\"Tag\": \"theirs\"}"));
     ctx = tu_open_url(tu_proxy_url(proxy), bucket, store, TETHER_DELIVER_THREAD, 20000);
@@ -324,7 +324,7 @@ static void test_other_writer_still_conflicts(void)
     tu_fetch_all(ctx, "other");
     CHECK_OK(tether_context_object(ctx, "other", "o0", &obj));
     set_int(obj, "N", 200);
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_CODE(save_with(ctx, -1, &s), TETHER_E_CONFLICT);
     CHECK_INT(change_count(ctx), 1);
     CHECK_OK(tether_context_close(ctx));
@@ -354,14 +354,14 @@ static void test_required_checked_at_save_start(void)
     CHECK_OK(tether_context_insert(ctx, "strict", "good1", &obj));
     set_text(obj, "Title", "has one");
     snprintf(good, sizeof good, "%s", tu_id(obj));
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_OK(tether_context_object(ctx, "strict", "s0", &obj));
     set_int(obj, "N", 5);
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_OK(tether_context_insert(ctx, "strict", "bad1", &obj));
     set_int(obj, "N", 1);
     snprintf(bad, sizeof bad, "%s", tu_id(obj));
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_CODE(save_with(ctx, -1, &s), TETHER_E_INVALID);
     printf("  %s\n", s.message);
     CHECK(strstr(s.message, "strict/bad1 has no value for the required field \"Title\"") != NULL);
@@ -372,7 +372,7 @@ static void test_required_checked_at_save_start(void)
     /* Given the field, the same changes save. */
     CHECK_OK(tether_context_object(ctx, "strict", "bad1", &obj));
     set_text(obj, "Title", "now has one");
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_CODE(save_with(ctx, -1, &s), TETHER_OK);
     CHECK(server_has("strict", "bad1", "\"Title\":\"now has one\""));
     CHECK(server_has("strict", "s0", "\"N\":5"));
@@ -398,7 +398,7 @@ static void test_schema_refusal_names_the_field(void)
     CHECK_OK(tether_context_insert(ctx, "ranked", "r1", &obj));
     set_text(obj, "Title", "t");
     set_int(obj, "Rank", -1);
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK(save_with(ctx, -1, &s) != TETHER_OK);
     printf("  %s\n", s.first_failure);
     CHECK_STR(s.first_failure, "the server refused ranked/r1 (HTTP 400): Rank: -1 is less than the minimum of 0");
@@ -442,10 +442,10 @@ static void test_close_logs_unsaved(void)
     CHECK_OK(tether_context_close(sibling));
     CHECK_INT(l.count, 0);
     CHECK_OK(tether_context_insert(ctx, "plain", NULL, &obj));
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_OK(tether_context_insert(ctx, "plain", NULL, &obj));
     set_int(obj, "N", 3);
-    tether_object_release(obj);
+    tether_object_free(obj);
     CHECK_OK(tether_context_close(ctx));
     CHECK_OK(tether_log_set(TETHER_LOG_OFF, NULL, NULL));
     CHECK_INT(l.count, 1);
@@ -512,10 +512,11 @@ static void check_refused_as(const char *path, const char *on_bucket, const char
     char *before = slurp(path, &before_size), *after;
     char main_store[512];
     tether_context_options o;
+    tether_kinto_options k;
     tether_local_store ls;
     tether_context *ctx = NULL;
     CHECK(before != NULL);
-    tu_options(&o, tu_url(), on_bucket, path, TETHER_DELIVER_THREAD, 10000);
+    tu_options(&o, &k, tu_url(), on_bucket, path, TETHER_DELIVER_THREAD, 10000);
     if (local) {
         tu_store_path(main_store, sizeof main_store, "beside-local");
         CHECK_OK(tether_local_store_init(&ls, TETHER_LOCAL_STORE_VERSION));
@@ -526,7 +527,7 @@ static void check_refused_as(const char *path, const char *on_bucket, const char
         o.local_stores = &ls;
         o.local_store_count = 1;
     }
-    CHECK_STATUS(tether_context_open(&o, &ctx), TETHER_E_STORE);
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &ctx), TETHER_E_STORE);
     printf("  %s: %s\n", what, tether_errmsg());
     if (ctx)
         tether_context_close(ctx);
@@ -546,9 +547,10 @@ static void check_refused(const char *path, const char *on_bucket, const char *w
 static void check_taken(const char *path)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
-    tu_options(&o, tu_url(), bucket, path, TETHER_DELIVER_THREAD, 10000);
-    CHECK_OK(tether_context_open(&o, &ctx));
+    tu_options(&o, &k, tu_url(), bucket, path, TETHER_DELIVER_THREAD, 10000);
+    CHECK_OK(tether_context_open_kinto(&o, &k, &ctx));
     if (ctx)
         CHECK_OK(tether_context_close(ctx));
 }

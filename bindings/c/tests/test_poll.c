@@ -170,7 +170,7 @@ static void test_poll_observer(tether_context *ctx)
     CHECK(tu_patch_record(bucket, "notes", "n07", "{\"title\": \"seventh note\"}"));
     if (CHECK_OK(tether_object_get(obj, "title", &v)) == TETHER_OK)
         CHECK_STR(v.text, "note 7"); /* the cached value, at once */
-    tether_value_clear(&v);
+    tether_value_free(&v);
     tu_sleep_ms(500);
     CHECK_INT(tu_obs_changes(&o), 0); /* not before poll */
     end = tu_now_ms() + TU_WAIT_MS;
@@ -179,17 +179,17 @@ static void test_poll_observer(tether_context *ctx)
     CHECK_INT(o.changes, 1);
     CHECK_INT(o.off_main, 0);
     CHECK_STR(o.peeked, "seventh note");
-    CHECK_OK(tether_observer_remove(ob));
+    CHECK_OK(tether_observer_cancel(ob));
     /* Already removed, though its final callback has not run yet. */
-    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_observer_cancel(ob), TETHER_E_HANDLE);
     /* The final cancelled callback comes through poll too. */
     end = tu_now_ms() + TU_WAIT_MS;
     while (tu_obs_cancels(&o) == 0 && tu_now_ms() < end)
         tether_context_poll(ctx, 100, NULL);
     CHECK_INT(o.cancels, 1);
     CHECK_INT(o.off_main, 0);
-    CHECK_STATUS(tether_observer_remove(ob), TETHER_E_HANDLE);
-    CHECK_OK(tether_object_release(obj));
+    CHECK_STATUS(tether_observer_cancel(ob), TETHER_E_HANDLE);
+    CHECK_OK(tether_object_free(obj));
     tu_obs_destroy(&o);
 }
 
@@ -217,7 +217,7 @@ static void test_close_poll(const char *store)
     CHECK_INT(o.cancels, 1);
     CHECK_INT(o.off_main, 0);
     CHECK_INT(o.changes, 0);
-    CHECK_STATUS(tether_object_release(obj), TETHER_E_HANDLE); /* held past close */
+    CHECK_STATUS(tether_object_free(obj), TETHER_E_HANDLE); /* held past close */
     tu_fetch_destroy(&f);
     tu_obs_destroy(&o);
 }
@@ -273,7 +273,7 @@ static void test_close_while_polling(const char *store)
     CHECK_INT(o.changes, 0);
     CHECK_INT(o.off_main, 1);
     CHECK_STATUS(tether_context_poll(ctx, 0, NULL), TETHER_E_HANDLE);
-    CHECK_STATUS(tether_object_release(obj), TETHER_E_HANDLE);
+    CHECK_STATUS(tether_object_free(obj), TETHER_E_HANDLE);
     tu_obs_destroy(&o);
 }
 

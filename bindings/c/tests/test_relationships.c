@@ -109,7 +109,7 @@ static void test_reading(tether_context *ctx)
     CHECK_STR(buf, "Ann");
     if (CHECK_OK(tether_object_get(note, "Pet.Owner.Name", &v)) == TETHER_OK)
         CHECK_STR(v.text, "Ann");
-    tether_value_clear(&v);
+    tether_value_free(&v);
     CHECK_OK(tether_context_object(ctx, "pets", "p4", &stray));
     CHECK_OK(tether_object_related(stray, "Owner", &none));
     CHECK(none == NULL);
@@ -144,11 +144,11 @@ static void test_reading(tether_context *ctx)
     o.entity = NULL;
     o.related_name = NULL;
     CHECK_STATUS(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL), TETHER_E_MISUSE);
-    tether_object_release(rex);
-    tether_object_release(ann);
-    tether_object_release(ann2);
-    tether_object_release(stray);
-    tether_object_release(note);
+    tether_object_free(rex);
+    tether_object_free(ann);
+    tether_object_free(ann2);
+    tether_object_free(stray);
+    tether_object_free(note);
 }
 
 /* tether_context_changes, as "entity/id:change " for each, in order. */
@@ -174,10 +174,10 @@ static void check_changes(tether_context *ctx, const char *expected)
         CHECK_OK(tether_object_pending(obj, &pending));
         snprintf(listed + strlen(listed), sizeof listed - strlen(listed), "%s/%s:%s ", name, id,
                  (int)pending >= 0 && (int)pending < 4 ? names[pending] : "?");
-        tether_object_release(obj);
+        tether_object_free(obj);
     }
     CHECK_STR(listed, expected);
-    CHECK_OK(tether_results_release(changes));
+    CHECK_OK(tether_results_free(changes));
     CHECK_STATUS(tether_context_changes(ctx, NULL), TETHER_E_MISUSE);
     CHECK_STATUS(tether_context_changes(NULL, &changes), TETHER_E_HANDLE);
 }
@@ -231,12 +231,12 @@ static void test_delete_rules(tether_context *ctx)
     CHECK_INT(pending, TETHER_PENDING_DELETE);
     CHECK_CODE(tu_save(ctx, NULL), TETHER_OK);
     CHECK_INT(record_status("pets", "p3", NULL), 404);
-    tether_object_release(bob);
-    tether_object_release(ann);
-    tether_object_release(p1);
-    tether_object_release(p3);
-    tether_object_release(n1);
-    tether_object_release(l1);
+    tether_object_free(bob);
+    tether_object_free(ann);
+    tether_object_free(p1);
+    tether_object_free(p3);
+    tether_object_free(n1);
+    tether_object_free(l1);
 }
 
 int main(int argc, char **argv)

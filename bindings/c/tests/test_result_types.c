@@ -150,9 +150,9 @@ static void rec_release(rec *r)
 {
     pthread_mutex_lock(&r->mu);
     if (r->cached_results)
-        XOK(tether_results_release(r->cached_results));
+        XOK(tether_results_free(r->cached_results));
     if (r->final_results)
-        XOK(tether_results_release(r->final_results));
+        XOK(tether_results_free(r->final_results));
     r->cached_results = r->final_results = NULL;
     pthread_mutex_unlock(&r->mu);
 }
@@ -196,7 +196,7 @@ static void rec_cb(tether_task *task, tether_phase phase, int status, const char
         r->cached_status = status;
         if (r->cached_results) { /* only one CACHED may come */
             r->order_errors++;
-            tether_results_release(r->cached_results);
+            tether_results_free(r->cached_results);
         }
         r->cached_results = results;
     } else if (phase == TETHER_PHASE_FINAL) {
@@ -204,11 +204,11 @@ static void rec_cb(tether_task *task, tether_phase phase, int status, const char
         r->final_status = status;
         snprintf(r->final_message, sizeof r->final_message, "%s", message ? message : "(NULL)");
         if (r->final_results)
-            tether_results_release(r->final_results);
+            tether_results_free(r->final_results);
         r->final_results = results;
     } else {
         r->order_errors++;
-        tether_results_release(results);
+        tether_results_free(results);
     }
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -445,7 +445,7 @@ static void check_bulk(tether_results *res, size_t n)
         for (i = 0; i < got; i++) {
             if (tether_results_object_at(res, start + i, &lent) != TETHER_OK || lent != chunk[i])
                 row_bad(&bad, start + i, "not the handle tether_results_object_at gives");
-            if (tether_object_release(chunk[i]) != TETHER_OK)
+            if (tether_object_free(chunk[i]) != TETHER_OK)
                 row_bad(&bad, start + i, "its reference could not be released");
             else if (tether_results_object_at(res, start + i, &lent) != TETHER_OK || lent != chunk[i])
                 row_bad(&bad, start + i, "the lent handle died with the bulk reference");
@@ -488,7 +488,7 @@ static void check_objects(tether_results *res, const int *exp, size_t n)
     /* An OBJECTS answer has no values of its own, whatever the index. */
     XSTATUS(tether_results_value_at(res, 0, "n", &v), TETHER_E_MISUSE);
     XCHECK_INT(v.type, TETHER_TYPE_NULL);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 /* IDS: the ids are the OBJECTS answer's (`objs`, same phase) in order, and
@@ -536,7 +536,7 @@ static void check_ids(tether_results *res, tether_results *objs, const int *exp,
     XSTATUS(tether_results_id_at(res, n, &got), TETHER_E_NOT_FOUND);
     XSTATUS(tether_results_object_at(res, n, &obj), TETHER_E_NOT_FOUND);
     XSTATUS(tether_results_value_at(res, 0, "n", &v), TETHER_E_MISUSE);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 /* COUNT: the count, and no rows to read at any index. */
@@ -558,7 +558,7 @@ static void check_counted(tether_results *res, size_t n)
         XCHECK(chunk[0] == NULL && got == 99);
     }
     XCHECK(obj == NULL && id == NULL && v.type == TETHER_TYPE_NULL);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 /* VALUES of "n,label": typed values, ids, objects; what was not asked for
@@ -583,7 +583,7 @@ static void check_values(tether_results *res, tether_results *objs, const int *e
                      (long long)v.integer, exp[i]);
             row_bad(&bad, i, what);
         }
-        tether_value_clear(&v);
+        tether_value_free(&v);
         s = tether_results_value_at(res, i, "label", &v);
         if (s != TETHER_OK || v.type != TETHER_TYPE_TEXT || !v.text || v.length != strlen(label) ||
             strcmp(v.text, label) != 0) {
@@ -591,7 +591,7 @@ static void check_values(tether_results *res, tether_results *objs, const int *e
                      (int)v.type, v.text ? v.text : "(NULL)", label);
             row_bad(&bad, i, what);
         }
-        tether_value_clear(&v);
+        tether_value_free(&v);
         if (tether_results_id_at(res, i, &got) != TETHER_OK || strcmp(got, id) != 0) {
             snprintf(what, sizeof what, "id %s, expected %s", got ? got : "(none)", id);
             row_bad(&bad, i, what);
@@ -607,10 +607,10 @@ static void check_values(tether_results *res, tether_results *objs, const int *e
         /* Asked for neither: an attribute of the entity, and no attribute. */
         if (tether_results_value_at(res, i, "score", &v) != TETHER_E_NOT_FOUND)
             row_bad(&bad, i, "score (not asked for) was not TETHER_E_NOT_FOUND");
-        tether_value_clear(&v);
+        tether_value_free(&v);
         if (tether_results_value_at(res, i, "nope", &v) != TETHER_E_NOT_FOUND)
             row_bad(&bad, i, "nope (no attribute) was not TETHER_E_NOT_FOUND");
-        tether_value_clear(&v);
+        tether_value_free(&v);
     }
     XROWS(bad, "VALUES rows");
     if (n > 0) {
@@ -620,7 +620,7 @@ static void check_values(tether_results *res, tether_results *objs, const int *e
     XSTATUS(tether_results_value_at(res, n, "n", &v), TETHER_E_NOT_FOUND);
     XSTATUS(tether_results_id_at(res, n, &got), TETHER_E_NOT_FOUND);
     XCHECK_INT(v.type, TETHER_TYPE_NULL);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 /* Every result type for one query and policy; both phases for
@@ -742,10 +742,10 @@ static void test_synced(tether_context *ctx, tether_delivery delivery, const cha
     {
         /* The store prepared every statement these need above, and keeps it. */
         int64_t before = -1, after = -2;
-        XSTATUS(tether_live_count(TETHER_LIVE_PREPARED_STATEMENTS, &before), TETHER_OK);
+        XSTATUS(tether_debug_count(TETHER_DEBUG_PREPARED_STATEMENTS, &before), TETHER_OK);
         for (k = 0; k < NQUERIES; k++)
             check_query(ctx, delivery, &queries[k], TETHER_POLICY_CACHE_ONLY, mode);
-        XSTATUS(tether_live_count(TETHER_LIVE_PREPARED_STATEMENTS, &after), TETHER_OK);
+        XSTATUS(tether_debug_count(TETHER_DEBUG_PREPARED_STATEMENTS, &after), TETHER_OK);
         XCHECK(before > 0);
         xcheck_int(after, before, __LINE__, "no statement prepared again when the same fetches run again");
     }
@@ -773,18 +773,18 @@ static void test_all_values(tether_context *ctx, tether_delivery delivery, const
                 XCHECK_INT(v.type, TETHER_TYPE_REAL);
                 XCHECK(v.real == 248.5);
             }
-            tether_value_clear(&v);
+            tether_value_free(&v);
             if (XOK(tether_results_value_at(r.final_results, 1, "id", &v)) == TETHER_OK) {
                 XCHECK_INT(v.type, TETHER_TYPE_TEXT);
                 XCHECK(v.text && strcmp(v.text, "r248") == 0);
             }
-            tether_value_clear(&v);
+            tether_value_free(&v);
             if (XOK(tether_results_value_at(r.final_results, 2, "n", &v)) == TETHER_OK)
                 XCHECK(v.type == TETHER_TYPE_INTEGER && v.integer == 247);
-            tether_value_clear(&v);
+            tether_value_free(&v);
             if (XOK(tether_results_value_at(r.final_results, 0, "last_modified", &v)) == TETHER_OK)
                 XCHECK(v.type == TETHER_TYPE_INTEGER && v.integer > 0);
-            tether_value_clear(&v);
+            tether_value_free(&v);
             XSTATUS(tether_results_value_at(r.final_results, 0, "nope", &v), TETHER_E_NOT_FOUND);
         }
         rec_destroy(&r);
@@ -888,7 +888,7 @@ static tether_object *iterate_batched(tether_results *res, tether_result_type ty
             if (tu_peek_int(held_obj, "n", &n) != TETHER_OK || n != (int64_t)(i - i % BATCH))
                 row_bad(&borrowed, i - i % BATCH, "the batch's first object, read at its last row");
         }
-        live = tu_live(TETHER_LIVE_OBJECT_HANDLES);
+        live = tu_debug_count(TETHER_DEBUG_OBJECT_HANDLES);
         if (live > max)
             max = live;
     }
@@ -944,7 +944,7 @@ static void test_batches(tether_context *ctx, tether_delivery delivery, const ch
             continue;
         }
         strncat(where, " batch_size 50", sizeof where - strlen(where) - 1);
-        start_handles = tu_live_settle(TETHER_LIVE_OBJECT_HANDLES, 0, 2000);
+        start_handles = tu_debug_count_settle(TETHER_DEBUG_OBJECT_HANDLES, 0, 2000);
         rec_init(&b, ctx, delivery);
         s.batch = BATCH;
         if (run(&b, &s, __LINE__)) {
@@ -952,19 +952,19 @@ static void test_batches(tether_context *ctx, tether_delivery delivery, const ch
              * FINAL one's bound starts from there. */
             if (b.cached_results)
                 iterate_batched(b.cached_results, TETHER_RESULT_OBJECTS, ids, start_handles, 0);
-            first = iterate_batched(b.final_results, TETHER_RESULT_OBJECTS, ids, tu_live(TETHER_LIVE_OBJECT_HANDLES), 1);
+            first = iterate_batched(b.final_results, TETHER_RESULT_OBJECTS, ids, tu_debug_count(TETHER_DEBUG_OBJECT_HANDLES), 1);
         }
         rec_release(&b);
         if (first) {
             int64_t n = -1;
             /* The retained object outlives the results. */
-            XCHECK_INT(tu_live(TETHER_LIVE_OBJECT_HANDLES), start_handles + 1);
+            XCHECK_INT(tu_debug_count(TETHER_DEBUG_OBJECT_HANDLES), start_handles + 1);
             XOK(tu_peek_int(first, "n", &n));
             XCHECK_INT(n, 0);
-            XOK(tether_object_release(first));
+            XOK(tether_object_free(first));
         }
-        XCHECK_INT(tu_live(TETHER_LIVE_OBJECT_HANDLES), start_handles);
-        XCHECK_INT(tu_live(TETHER_LIVE_RESULTS), 0);
+        XCHECK_INT(tu_debug_count(TETHER_DEBUG_OBJECT_HANDLES), start_handles);
+        XCHECK_INT(tu_debug_count(TETHER_DEBUG_RESULTS), 0);
         rec_destroy(&b);
         /* IDS make objects by batch too. */
         strncat(where, ", IDS", sizeof where - strlen(where) - 1);
@@ -973,7 +973,7 @@ static void test_batches(tether_context *ctx, tether_delivery delivery, const ch
         if (run(&b, &s, __LINE__))
             iterate_batched(b.final_results, TETHER_RESULT_IDS, ids, start_handles, 0);
         rec_release(&b);
-        XCHECK_INT(tu_live(TETHER_LIVE_OBJECT_HANDLES), start_handles);
+        XCHECK_INT(tu_debug_count(TETHER_DEBUG_OBJECT_HANDLES), start_handles);
         rec_destroy(&b);
         for (i = 0; i < NITEMS; i++)
             free(ids[i]);
@@ -1009,21 +1009,22 @@ static void test_batch_memory(const char *store, tether_delivery delivery, const
 {
     static const query all = {K_ALL, "n", 0, 0};
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
     rec b;
     fetch_spec s = {NULL, &all, TETHER_POLICY_CACHE_ONLY, TETHER_RESULT_OBJECTS, NULL, BATCH, NULL};
     char title[128];
     snprintf(title, sizeof title, "%s: batch_size with object_cache_size 0: objects in memory stay flat", mode);
     tu_section(title);
-    tu_options(&o, tu_url(), bucket, store, delivery, 10000);
+    tu_options(&o, &k, tu_url(), bucket, store, delivery, 10000);
     o.object_cache_size = 0;
-    if (CHECK_OK(tether_context_open(&o, &ctx)) != TETHER_OK)
+    if (CHECK_OK(tether_context_open_kinto(&o, &k, &ctx)) != TETHER_OK)
         return;
     describe(&all, TETHER_POLICY_CACHE_ONLY, TETHER_RESULT_OBJECTS, mode);
     strncat(where, " batch_size 50, object_cache_size 0", sizeof where - strlen(where) - 1);
     rec_init(&b, ctx, delivery);
     if (run(&b, &s, __LINE__)) {
-        int64_t start = tu_live(TETHER_LIVE_OBJECTS), max = start, live;
+        int64_t start = tu_debug_count(TETHER_DEBUG_OBJECTS), max = start, live;
         size_t i;
         rows_bad bad = {0, ""};
         for (i = 0; i < NITEMS; i++) {
@@ -1032,7 +1033,7 @@ static void test_batch_memory(const char *store, tether_delivery delivery, const
             if (tether_results_object_at(b.final_results, i, &obj) != TETHER_OK ||
                 tu_peek_int(obj, "n", &n) != TETHER_OK || n != (int64_t)i)
                 row_bad(&bad, i, "object or its n");
-            live = tu_live(TETHER_LIVE_OBJECTS);
+            live = tu_debug_count(TETHER_DEBUG_OBJECTS);
             if (live > max)
                 max = live;
         }
@@ -1093,7 +1094,7 @@ static void test_progress(const char *store, tether_delivery delivery, const cha
             pthread_mutex_unlock(&r.mu);
         }
         rec_destroy(&r);
-        XCHECK_INT(tu_live_settle(TETHER_LIVE_TASKS, 0, 2000), 0);
+        XCHECK_INT(tu_debug_count_settle(TETHER_DEBUG_TASKS, 0, 2000), 0);
     }
 
     snprintf(title, sizeof title, "%s: progress over a whole listing of %d records (%d pages), SERVER_ONLY", mode,
@@ -1167,10 +1168,10 @@ static void run_mode(tether_delivery delivery)
     test_batch_memory(store, delivery, mode);
     test_progress(pstore, delivery, mode);
     snprintf(where, sizeof where, "%s: after everything", mode);
-    XCHECK_INT(tu_live_settle(TETHER_LIVE_OBJECT_HANDLES, 0, 2000), 0);
-    XCHECK_INT(tu_live_settle(TETHER_LIVE_RESULTS, 0, 2000), 0);
-    XCHECK_INT(tu_live_settle(TETHER_LIVE_TASKS, 0, 2000), 0);
-    XCHECK_INT(tu_live_settle(TETHER_LIVE_CONTEXTS, 0, 2000), 0);
+    XCHECK_INT(tu_debug_count_settle(TETHER_DEBUG_OBJECT_HANDLES, 0, 2000), 0);
+    XCHECK_INT(tu_debug_count_settle(TETHER_DEBUG_RESULTS, 0, 2000), 0);
+    XCHECK_INT(tu_debug_count_settle(TETHER_DEBUG_TASKS, 0, 2000), 0);
+    XCHECK_INT(tu_debug_count_settle(TETHER_DEBUG_CONTEXTS, 0, 2000), 0);
 }
 
 int main(int argc, char **argv)

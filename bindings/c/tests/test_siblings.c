@@ -23,6 +23,7 @@ static void test_siblings(const char *store)
     tether_object *shown = NULL, *there = NULL, *n2 = NULL;
     tether_entity *e_main = NULL, *e_other = NULL;
     tether_context_options o;
+    tether_kinto_options k;
     tu_obs ob;
     size_t count = 99, saved_count = 0;
     char buf[128], path[512];
@@ -42,8 +43,8 @@ static void test_siblings(const char *store)
         return;
     CHECK_STATUS(tether_context_open_sibling(main_ctx, "import", TETHER_DELIVER_THREAD, &dup), TETHER_E_INVALID);
     tu_section("a store file is one context's at a time");
-    tu_options(&o, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 5000);
-    CHECK_STATUS(tether_context_open(&o, &dup), TETHER_E_BUSY);
+    tu_options(&o, &k, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 5000);
+    CHECK_STATUS(tether_context_open_kinto(&o, &k, &dup), TETHER_E_BUSY);
     CHECK(strstr(tether_errmsg(), "sibling") != NULL);
 
     tu_section("each context its own entity handles and objects");
@@ -86,7 +87,7 @@ static void test_siblings(const char *store)
 
     tu_section("a sibling's changes wait under its name");
     set_text(there, "body", "later");
-    CHECK_OK(tether_object_release(there));
+    CHECK_OK(tether_object_free(there));
     CHECK_INT(tether_context_close(other), TETHER_OK);
     CHECK_OK(tether_context_open_sibling(main_ctx, "import", TETHER_DELIVER_POLL, &again));
     if (again) {
@@ -96,13 +97,13 @@ static void test_siblings(const char *store)
         CHECK_OK(tether_context_object(again, "notes", "n1", &back));
         CHECK_OK(tu_peek_text(back, "body", buf, sizeof buf));
         CHECK_STR(buf, "later");
-        tether_object_release(back);
+        tether_object_free(back);
     }
 
     tu_section("main closes first; the sibling goes on, then the store is free");
-    CHECK_OK(tether_object_release(shown));
+    CHECK_OK(tether_object_free(shown));
     if (n2)
-        CHECK_OK(tether_object_release(n2));
+        CHECK_OK(tether_object_free(n2));
     CHECK_INT(tether_context_close(main_ctx), TETHER_OK);
     CHECK(tu_obs_wait_cancel(&ob, TU_WAIT_MS));
     if (again) {

@@ -154,7 +154,7 @@ typedef struct rec {
     /* observer */
     tether_object *obj;
     char key[16];
-    int removed;             /* tether_observer_remove returned TETHER_OK */
+    int removed;             /* tether_observer_cancel returned TETHER_OK */
     /* what came */
     int calls, cached, finals, changes, errors;
     int final_status;
@@ -519,10 +519,10 @@ static void fetch_cb(tether_task *task, tether_phase phase, int status, const ch
                         }
                         pthread_mutex_unlock(&w->kmu);
                         if (!queued)
-                            EXPECT(&a, "tether_object_release (callback)", M(TETHER_OK), tether_object_release(o));
+                            EXPECT(&a, "tether_object_free (callback)", M(TETHER_OK), tether_object_free(o));
                     }
                 }
-                tether_value_clear(&v);
+                tether_value_free(&v);
             }
         }
     }
@@ -537,7 +537,7 @@ static void fetch_cb(tether_task *task, tether_phase phase, int status, const ch
             pthread_mutex_unlock(&w->kmu);
         }
         if (!keep)
-            EXPECT(&a, "tether_results_release (callback)", M(TETHER_OK), tether_results_release(results));
+            EXPECT(&a, "tether_results_free (callback)", M(TETHER_OK), tether_results_free(results));
     }
 
     closing_seen = closing_now(r);
@@ -601,7 +601,7 @@ static void obs_cb(tether_object *obj, const char *key, int status, void *userda
         if (EXPECT(&a, "tether_object_peek (observer callback)", M(TETHER_OK), tether_object_peek(obj, attr, &v)) ==
             TETHER_OK)
             check_value(r, a.name, attr, &v, -1);
-        tether_value_clear(&v);
+        tether_value_free(&v);
         try_from_callback(&a, rc);
     }
     closing_seen = closing_now(r);
@@ -613,7 +613,7 @@ static void obs_cb(tether_object *obj, const char *key, int status, void *userda
         violation(r, V_ORDER, "observer callback (%s) after its CANCELLED one", tether_errstr(status));
     }
     if (rc->removed && status != TETHER_E_CANCELLED)
-        violation(r, V_ORDER, "observer callback (%s) after tether_observer_remove returned", tether_errstr(status));
+        violation(r, V_ORDER, "observer callback (%s) after tether_observer_cancel returned", tether_errstr(status));
     if (status == TETHER_E_CANCELLED) {
         rc->finals++;
         if (rc->finals == 1) {
@@ -687,7 +687,7 @@ static void add_ref(worker *w, tether_object *h, int num)
         w->slots[w->nslots].refs = 1;
         w->nslots++;
     } else {
-        EXPECT(&w->a, "tether_object_release (no room)", M(TETHER_OK), tether_object_release(h));
+        EXPECT(&w->a, "tether_object_free (no room)", M(TETHER_OK), tether_object_free(h));
     }
 }
 
@@ -726,8 +726,8 @@ static void op_read(worker *w, int get)
         if (st == TETHER_OK)
             check_value(r, w->a.name, key, &v, s->num);
     }
-    tether_value_clear(&v);
-    tether_value_clear(&v); /* twice is safe */
+    tether_value_free(&v);
+    tether_value_free(&v); /* twice is safe */
 }
 
 static void op_object_meta(worker *w)
@@ -853,8 +853,8 @@ static void op_model(worker *w)
     case 8:
         /* process-wide: never a handle error */
         w->a.closed_before = 0;
-        w->a.s = tether_live_count((tether_live)(1 + rnd(&w->rng, 7)), &live);
-        expect_(&w->a, "tether_live_count", M(TETHER_OK));
+        w->a.s = tether_debug_count((tether_debug_counter)(1 + rnd(&w->rng, 7)), &live);
+        expect_(&w->a, "tether_debug_count", M(TETHER_OK));
         break;
     default: {
         /* handles of earlier rounds are dead for good */
@@ -882,7 +882,7 @@ static void op_model(worker *w)
             EXPECT(&w->a, "old task: tether_task_cancel", M(TETHER_E_HANDLE), tether_task_cancel(an.h));
             break;
         case 5:
-            EXPECT(&w->a, "old observer: tether_observer_remove", M(TETHER_E_HANDLE), tether_observer_remove(an.h));
+            EXPECT(&w->a, "old observer: tether_observer_cancel", M(TETHER_E_HANDLE), tether_observer_cancel(an.h));
             break;
         default:
             EXPECT(&w->a, "old results: tether_results_count", M(TETHER_E_HANDLE), tether_results_count(an.h, &n));
@@ -901,7 +901,7 @@ static void op_retain_release(worker *w)
         if (EXPECT(&w->a, "tether_object_retain", M(TETHER_OK), tether_object_retain(s->h)) == TETHER_OK)
             s->refs++;
     } else {
-        EXPECT(&w->a, "tether_object_release", M(TETHER_OK), tether_object_release(s->h));
+        EXPECT(&w->a, "tether_object_free", M(TETHER_OK), tether_object_free(s->h));
         /* A release that raced the close did nothing, but the close dropped it. */
         if (--s->refs == 0) {
             w->released_last++;
@@ -956,8 +956,8 @@ static void op_remove(worker *w)
     rec *rc;
     int i;
     if (w->removed_obs && rnd(&w->rng, 4) == 0) {
-        EXPECT(&w->a, "tether_observer_remove (second time)", M(TETHER_E_HANDLE),
-               tether_observer_remove(w->removed_obs->handle));
+        EXPECT(&w->a, "tether_observer_cancel (second time)", M(TETHER_E_HANDLE),
+               tether_observer_cancel(w->removed_obs->handle));
         w->removed_obs = NULL;
         return;
     }
@@ -966,7 +966,7 @@ static void op_remove(worker *w)
     i = (int)rnd(&w->rng, (unsigned)w->nobs);
     rc = w->obs[i];
     w->obs[i] = w->obs[--w->nobs];
-    rc->remove_status = EXPECT(&w->a, "tether_observer_remove", M(TETHER_OK), tether_observer_remove(rc->handle));
+    rc->remove_status = EXPECT(&w->a, "tether_observer_cancel", M(TETHER_OK), tether_observer_cancel(rc->handle));
     rc->remove_raced = closing_now(w->a.r) && !w->a.closed_before;
     if (rc->remove_status == TETHER_OK) {
         pthread_mutex_lock(&w->a.r->mu);
@@ -1091,11 +1091,11 @@ static void op_kept(worker *w)
             if (EXPECT(&w->a, "kept results: tether_object_peek", M(TETHER_OK), tether_object_peek(o, "label", &v)) ==
                 TETHER_OK)
                 check_value(r, w->a.name, "label", &v, -1);
-            tether_value_clear(&v);
+            tether_value_free(&v);
         }
     }
-    EXPECT(&w->a, "kept results: tether_results_release", M(TETHER_OK), tether_results_release(res));
-    EXPECT(&w->a, "kept results: tether_results_release (second)", M(TETHER_E_HANDLE), tether_results_release(res));
+    EXPECT(&w->a, "kept results: tether_results_free", M(TETHER_OK), tether_results_free(res));
+    EXPECT(&w->a, "kept results: tether_results_free (second)", M(TETHER_E_HANDLE), tether_results_free(res));
 }
 
 static void op_adopt(worker *w)
@@ -1128,7 +1128,7 @@ static void op_dead(worker *w)
         EXPECT(&w->a, "dead object: tether_object_retain", M(TETHER_E_HANDLE), tether_object_retain(h));
         break;
     case 2:
-        EXPECT(&w->a, "dead object: tether_object_release", M(TETHER_E_HANDLE), tether_object_release(h));
+        EXPECT(&w->a, "dead object: tether_object_free", M(TETHER_E_HANDLE), tether_object_free(h));
         break;
     default: {
         rec *rc = new_rec(r, w, REC_OBS);
@@ -1138,7 +1138,7 @@ static void op_dead(worker *w)
                                   tether_object_observe(h, "n", obs_cb, rc, NULL));
     }
     }
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 static void worker_step(worker *w)
@@ -1192,11 +1192,11 @@ static void worker_sweep(worker *w)
         EXPECT(&w->a, "after close: tether_object_peek", M(TETHER_E_HANDLE), tether_object_peek(w->seen[i], "n", &v));
     for (i = 0; i < w->nslots; i++)
         for (j = 0; j < w->slots[i].refs; j++)
-            EXPECT(&w->a, "after close: tether_object_release", M(TETHER_E_HANDLE),
-                   tether_object_release(w->slots[i].h));
+            EXPECT(&w->a, "after close: tether_object_free", M(TETHER_E_HANDLE),
+                   tether_object_free(w->slots[i].h));
     w->nslots = 0;
     for (i = 0; i < w->nobs; i++)
-        EXPECT(&w->a, "after close: tether_observer_remove", M(TETHER_E_HANDLE), tether_observer_remove(w->obs[i]->handle));
+        EXPECT(&w->a, "after close: tether_observer_cancel", M(TETHER_E_HANDLE), tether_observer_cancel(w->obs[i]->handle));
     w->nobs = 0;
     for (i = 0; i < w->ntasks; i++)
         EXPECT(&w->a, "after close: tether_task_cancel", M(TETHER_E_HANDLE), tether_task_cancel(w->tasks[i]->handle));
@@ -1204,12 +1204,12 @@ static void worker_sweep(worker *w)
     pthread_mutex_lock(&w->kmu);
     for (i = 0; i < w->nkept; i++) {
         EXPECT(&w->a, "after close: tether_results_count", M(TETHER_E_HANDLE), tether_results_count(w->kept[i], &n));
-        EXPECT(&w->a, "after close: tether_results_release", M(TETHER_E_HANDLE), tether_results_release(w->kept[i]));
+        EXPECT(&w->a, "after close: tether_results_free", M(TETHER_E_HANDLE), tether_results_free(w->kept[i]));
     }
     w->nkept = 0;
     for (i = 0; i < w->ninbox; i++)
-        EXPECT(&w->a, "after close: tether_object_release (adopted)", M(TETHER_E_HANDLE),
-               tether_object_release(w->inbox[i].h));
+        EXPECT(&w->a, "after close: tether_object_free (adopted)", M(TETHER_E_HANDLE),
+               tether_object_free(w->inbox[i].h));
     w->ninbox = 0;
     pthread_mutex_unlock(&w->kmu);
     rc = new_rec(r, w, REC_FETCH);
@@ -1224,7 +1224,7 @@ static void worker_sweep(worker *w)
     EXPECT(&w->a, "after close: tether_context_fd", M(TETHER_E_HANDLE), tether_context_fd(r->ctx, &fd));
     EXPECT(&w->a, "after close: tether_context_poll", M(TETHER_E_HANDLE), tether_context_poll(r->ctx, 0, NULL));
     EXPECT(&w->a, "after close: tether_context_close", M(TETHER_E_HANDLE), tether_context_close(r->ctx));
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 static void thread_done(round *r, int *counter)
@@ -1382,7 +1382,7 @@ static void setup_cb(tether_task *task, tether_phase phase, int status, const ch
             pthread_mutex_unlock(&p->mu);
         }
     }
-    if (tether_results_release(results) != TETHER_OK)
+    if (tether_results_free(results) != TETHER_OK)
         p->bad++;
     pthread_mutex_lock(&p->mu);
     if (phase == TETHER_PHASE_FINAL) {
@@ -1398,6 +1398,7 @@ static void setup_cb(tether_task *task, tether_phase phase, int status, const ch
 static int setup_round(round *r, uint64_t *rng)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_fetch_options fo;
     pool *pp = calloc(1, sizeof *pp);
 #define p (*pp)
@@ -1406,13 +1407,13 @@ static int setup_round(round *r, uint64_t *rng)
     static const size_t cache_sizes[] = {0, 16, 1024};
     char used[NRECORDS];
 
-    tu_options(&o, tu_url(), bucket, store, r->mode, 10000);
+    tu_options(&o, &k, tu_url(), bucket, store, r->mode, 10000);
     o.object_cache_size = cache_sizes[rnd(rng, 3)];
     o.staleness_ms = rnd(rng, 3) == 0 ? 200 : 0;
     r->cache_size = o.object_cache_size;
     r->staleness = o.staleness_ms;
-    s = tether_context_open(&o, &r->ctx);
-    if (!tu_check(s == TETHER_OK, __FILE__, __LINE__, "tether_context_open", tether_errstr(s)))
+    s = tether_context_open_kinto(&o, &k, &r->ctx);
+    if (!tu_check(s == TETHER_OK, __FILE__, __LINE__, "tether_context_open_kinto", tether_errstr(s)))
         return 0;
     ok &= CHECK_OK(tether_context_entity(r->ctx, "items", &r->ent)) == TETHER_OK;
     ok &= CHECK_OK(tether_entity_code(r->ent, &r->ent_code)) == TETHER_OK;
@@ -1481,7 +1482,7 @@ static int setup_round(round *r, uint64_t *rng)
     }
     r->ndead = 0;
     for (i = 0; i < p.n; i++) {
-        if (tether_object_release(p.h[i]) != TETHER_OK)
+        if (tether_object_free(p.h[i]) != TETHER_OK)
             ok = 0;
         if (!used[i])
             r->dead[r->ndead++] = p.h[i];
@@ -1496,7 +1497,7 @@ static int setup_round(round *r, uint64_t *rng)
         snprintf(id, sizeof id, "i%04d", sl->num);
         if (CHECK_OK(tether_context_object(r->ctx, "items", id, &again)) == TETHER_OK) {
             CHECK(again == sl->h);
-            CHECK_OK(tether_object_release(again));
+            CHECK_OK(tether_object_free(again));
         }
     }
     pthread_cond_destroy(&p.cv);
@@ -1552,10 +1553,10 @@ static int check_back_carry(tu_counts *base, const char *when, int carry)
             break;
         tu_sleep_ms(10);
     } while (tu_now_ms() < end);
-    for (i = 1; i < TU_NLIVE; i++) {
-        snprintf(what, sizeof what, "live %s back after %s", tu_live_names[i], when);
-        snprintf(detail, sizeof detail, "%lld, baseline %lld", (long long)now.live[i], (long long)base->live[i]);
-        ok &= tu_check(now.live[i] == base->live[i], __FILE__, __LINE__, what, detail);
+    for (i = 1; i < TU_NDEBUG_COUNTERS; i++) {
+        snprintf(what, sizeof what, "%s back after %s", tu_debug_counter_names[i], when);
+        snprintf(detail, sizeof detail, "%lld, baseline %lld", (long long)now.counters[i], (long long)base->counters[i]);
+        ok &= tu_check(now.counters[i] == base->counters[i], __FILE__, __LINE__, what, detail);
     }
     snprintf(what, sizeof what, "open descriptors back after %s", when);
     snprintf(detail, sizeof detail, "%d, baseline %d", now.fds, base->fds);
@@ -2030,7 +2031,7 @@ static void *orace_loop(void *arg)
         if (s != TETHER_OK)
             rc->finals = -1000; /* no callback may come */
         else if (rnd(&o->rng[a->i], 2)) {
-            s = tether_observer_remove(ob);
+            s = tether_observer_cancel(ob);
             if (s != TETHER_OK && s != TETHER_E_HANDLE) {
                 pthread_mutex_lock(&o->mu);
                 o->bad_status++;
@@ -2109,9 +2110,9 @@ static void observe_race(int cycles, const tu_counts *base)
                 first_leak = c;
                 printf("   cycle %d (close after the observers started, %d observes gave OK): left alive: "
                        "%lld contexts, %lld objects, %lld observers, %d descriptors (baseline %lld, %lld, %lld, %d)\n",
-                       c, o.started, (long long)now.live[TETHER_LIVE_CONTEXTS], (long long)now.live[TETHER_LIVE_OBJECTS],
-                       (long long)now.live[TETHER_LIVE_OBSERVERS], now.fds, (long long)base->live[TETHER_LIVE_CONTEXTS],
-                       (long long)base->live[TETHER_LIVE_OBJECTS], (long long)base->live[TETHER_LIVE_OBSERVERS],
+                       c, o.started, (long long)now.counters[TETHER_DEBUG_CONTEXTS], (long long)now.counters[TETHER_DEBUG_OBJECTS],
+                       (long long)now.counters[TETHER_DEBUG_OBSERVERS], now.fds, (long long)base->counters[TETHER_DEBUG_CONTEXTS],
+                       (long long)base->counters[TETHER_DEBUG_OBJECTS], (long long)base->counters[TETHER_DEBUG_OBSERVERS],
                        base->fds);
                 print_fds();
             }

@@ -62,7 +62,7 @@ static void expect_text(tether_object *o, const char *key, const char *want)
     CHECK_INT(v.type, TETHER_TYPE_TEXT);
     CHECK_STR(v.text, want);
     CHECK_INT(v.length, strlen(want));
-    tether_value_clear(&v);
+    tether_value_free(&v);
     CHECK(v.text == NULL);
     CHECK_INT(v.type, TETHER_TYPE_NULL);
 }
@@ -75,7 +75,7 @@ static void expect_int(tether_object *o, const char *key, tether_type type, int6
     CHECK_INT(v.type, type);
     CHECK_INT(v.integer, want);
     CHECK(v.text == NULL);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 static void expect_real(tether_object *o, const char *key, double want)
@@ -86,7 +86,7 @@ static void expect_real(tether_object *o, const char *key, double want)
     CHECK_INT(v.type, TETHER_TYPE_REAL);
     if (!CHECK(fabs(v.real - want) < 1e-12))
         printf("   real: got %.17g, expected %.17g\n", v.real, want);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 static void expect_json(tether_object *o, const char *key, const char *want)
@@ -102,7 +102,7 @@ static void expect_json(tether_object *o, const char *key, const char *want)
         squeeze(want, exp, sizeof exp);
         CHECK_STR(got, exp);
     }
-    tether_value_clear(&v);
+    tether_value_free(&v);
     CHECK(v.text == NULL);
 }
 
@@ -114,7 +114,7 @@ static void expect_null(tether_object *o, const char *key)
         return;
     CHECK_INT(v.type, TETHER_TYPE_NULL);
     CHECK(v.text == NULL);
-    tether_value_clear(&v);
+    tether_value_free(&v);
 }
 
 static void by_code_agrees(tether_object *o)
@@ -128,8 +128,8 @@ static void by_code_agrees(tether_object *o)
             a.integer == b.integer && (a.type != TETHER_TYPE_REAL || a.real == b.real) &&
             ((a.text == NULL && b.text == NULL) || (a.text && b.text && strcmp(a.text, b.text) == 0)))
             agree++;
-        tether_value_clear(&a);
-        tether_value_clear(&b);
+        tether_value_free(&a);
+        tether_value_free(&b);
     }
     CHECK_INT(agree, 6);
 }
@@ -178,7 +178,7 @@ int main(int argc, char **argv)
             expect_json(o, "o", "{\"k\": [1, 2], \"n\": null}");
             expect_text(o, "id", "v1");
             by_code_agrees(o);
-            CHECK_OK(tether_object_release(o));
+            CHECK_OK(tether_object_free(o));
         }
     }
     tu_section("v2: empty text, big negative integer, false, empty containers");
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
             expect_json(o, "a", "[]");
             expect_json(o, "o", "{}");
             by_code_agrees(o);
-            CHECK_OK(tether_object_release(o));
+            CHECK_OK(tether_object_free(o));
         }
     }
     tu_section("v3: absent fields are NULL, an integral number is REAL");
@@ -206,7 +206,7 @@ int main(int argc, char **argv)
             expect_int(o, "i", TETHER_TYPE_INTEGER, 0);
             expect_real(o, "r", 2.0);
             by_code_agrees(o);
-            CHECK_OK(tether_object_release(o));
+            CHECK_OK(tether_object_free(o));
         }
     }
     tu_section("v4: INT64_MAX, 1e300, a character outside the BMP");
@@ -216,7 +216,7 @@ int main(int argc, char **argv)
             expect_int(o, "i", TETHER_TYPE_INTEGER, INT64_MAX);
             expect_real(o, "r", 1e300);
             expect_text(o, "s", "\xf0\x9f\x98\x80");
-            CHECK_OK(tether_object_release(o));
+            CHECK_OK(tether_object_free(o));
         }
     }
     tu_section("insert with values: all or nothing (issue 22, case 5)");
@@ -258,7 +258,7 @@ int main(int argc, char **argv)
             expect_text(o, "s", "new");
             expect_int(o, "i", TETHER_TYPE_INTEGER, 7);
             expect_int(o, "b", TETHER_TYPE_BOOLEAN, 1);
-            CHECK_OK(tether_object_release(o));
+            CHECK_OK(tether_object_free(o));
         }
         CHECK_STATUS(tether_context_insert_values(ctx, "vals", NULL, NULL, NULL, 1, &o), TETHER_E_MISUSE);
         CHECK_OK(tether_context_change_count(ctx, &changes));
@@ -276,7 +276,7 @@ int main(int argc, char **argv)
             expect_real(o, "r", 3.25);
             expect_int(o, "b", TETHER_TYPE_BOOLEAN, 1);
             expect_json(o, "a", "[\"x\", 1, true, null, 2.5]");
-            CHECK_OK(tether_object_release(o));
+            CHECK_OK(tether_object_free(o));
         }
         CHECK_INT(tether_context_close(ctx), TETHER_OK);
     }

@@ -479,15 +479,16 @@ tether_context *tu_open(const char *bucket, const char *store, tether_delivery d
     return tu_open_url(tu_url(), bucket, store, delivery, 10000);
 }
 
-void tu_options(tether_context_options *o, const char *url, const char *bucket, const char *store,
-                tether_delivery delivery, int64_t timeout_ms)
+void tu_options(tether_context_options *o, tether_kinto_options *k, const char *url, const char *bucket,
+                const char *store, tether_delivery delivery, int64_t timeout_ms)
 {
     CHECK_OK(tether_context_options_init(o, TETHER_CONTEXT_OPTIONS_VERSION));
-    o->server_url = url;
-    o->bucket = bucket;
+    CHECK_OK(tether_kinto_options_init(k, TETHER_KINTO_OPTIONS_VERSION));
+    k->server_url = url;
+    k->bucket = bucket;
     o->store_path = store;
-    o->username = "test";
-    o->password = "test";
+    k->username = "test";
+    k->password = "test";
     o->delivery = delivery;
     o->timeout_ms = timeout_ms;
 }
@@ -496,30 +497,31 @@ tether_context *tu_open_url(const char *url, const char *bucket, const char *sto
                             tether_delivery delivery, int64_t timeout_ms)
 {
     tether_context_options o;
+    tether_kinto_options k;
     tether_context *ctx = NULL;
-    tu_options(&o, url, bucket, store, delivery, timeout_ms);
-    if (CHECK_OK(tether_context_open(&o, &ctx)) != TETHER_OK)
+    tu_options(&o, &k, url, bucket, store, delivery, timeout_ms);
+    if (CHECK_OK(tether_context_open_kinto(&o, &k, &ctx)) != TETHER_OK)
         return NULL;
     CHECK(ctx != NULL);
     return ctx;
 }
 
-int64_t tu_live(tether_live what)
+int64_t tu_debug_count(tether_debug_counter what)
 {
     int64_t n = -1;
-    int s = tether_live_count(what, &n);
+    int s = tether_debug_count(what, &n);
     /* A failure counts; a success is not a check of its own (loops call this). */
     if (s != TETHER_OK) {
-        tu_check(0, __FILE__, __LINE__, "tether_live_count", tether_errstr(s));
+        tu_check(0, __FILE__, __LINE__, "tether_debug_count", tether_errstr(s));
         return -1;
     }
     return n;
 }
 
-int64_t tu_live_settle(tether_live what, int64_t expected, int timeout_ms)
+int64_t tu_debug_count_settle(tether_debug_counter what, int64_t expected, int timeout_ms)
 {
     int64_t end = tu_now_ms() + timeout_ms, n;
-    while ((n = tu_live(what)) != expected && n >= 0 && tu_now_ms() < end)
+    while ((n = tu_debug_count(what)) != expected && n >= 0 && tu_now_ms() < end)
         tu_sleep_ms(10);
     return n;
 }
@@ -537,7 +539,7 @@ int tu_peek_text(tether_object *obj, const char *key, char *buf, size_t size)
         else if (v.type == TETHER_TYPE_REAL)
             snprintf(buf, size, "%g", v.real);
     }
-    tether_value_clear(&v);
+    tether_value_free(&v);
     return s;
 }
 
@@ -551,7 +553,7 @@ int tu_peek_int(tether_object *obj, const char *key, int64_t *out)
         else
             *out = v.integer;
     }
-    tether_value_clear(&v);
+    tether_value_free(&v);
     return s;
 }
 
@@ -578,15 +580,15 @@ void tu_fetch_init(tu_fetch *f)
     f->cancel_in_cb_status = 1;
 }
 
-int tu_fetch_release(tu_fetch *f)
+int tu_fetch_free(tu_fetch *f)
 {
     int s1 = TETHER_OK, s2 = TETHER_OK;
     pthread_mutex_lock(&f->mu);
     /* Skip NULLs: a successful call would clear the failure's message. */
     if (f->cached_results)
-        s1 = tether_results_release(f->cached_results);
+        s1 = tether_results_free(f->cached_results);
     if (f->final_results)
-        s2 = tether_results_release(f->final_results);
+        s2 = tether_results_free(f->final_results);
     f->cached_results = f->final_results = NULL;
     pthread_mutex_unlock(&f->mu);
     return s1 != TETHER_OK ? s1 : s2;
@@ -594,7 +596,7 @@ int tu_fetch_release(tu_fetch *f)
 
 void tu_fetch_destroy(tu_fetch *f)
 {
-    tu_fetch_release(f);
+    tu_fetch_free(f);
     free(f->cached_objs);
     free(f->final_objs);
     pthread_cond_destroy(&f->cv);
@@ -673,7 +675,7 @@ void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *
         if (status != TETHER_OK)
             f->order_errors++;
         /* Keep the last one (only one may come). */
-        tether_results_release(f->cached_results);
+        tether_results_free(f->cached_results);
         f->cached_results = results;
         free(f->cached_objs);
         f->cached_count = count;
@@ -682,14 +684,14 @@ void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *
         f->finals++;
         f->final_status = status;
         snprintf(f->final_message, sizeof f->final_message, "%s", message ? message : "(NULL)");
-        tether_results_release(f->final_results);
+        tether_results_free(f->final_results);
         f->final_results = results;
         free(f->final_objs);
         f->final_count = count;
         f->final_objs = objs;
     } else {
         f->order_errors++;
-        tether_results_release(results);
+        tether_results_free(results);
         free(objs);
     }
     pthread_cond_broadcast(&f->cv);
@@ -796,7 +798,7 @@ void tu_obs_cb(tether_object *obj, const char *key, int status, void *userdata)
     if (status == TETHER_OK && o->remove_in_cb) {
         tether_observer *self = o->remove_in_cb;
         o->remove_in_cb = NULL;
-        o->remove_in_cb_status = tether_observer_remove(self);
+        o->remove_in_cb_status = tether_observer_cancel(self);
     }
     pthread_mutex_lock(&o->mu);
     if (o->cancels > 0)
@@ -1117,12 +1119,12 @@ void tu_warm_up(const char *bucket, const char *store, const char *collection, i
     CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
     CHECK_CODE(f.final_status, TETHER_OK);
     CHECK_INT(f.final_count, count);
-    CHECK_OK(tu_fetch_release(&f));
+    CHECK_OK(tu_fetch_free(&f));
     CHECK_INT(tether_context_close(ctx), TETHER_OK);
     tu_fetch_destroy(&f);
 }
 
-const char *const tu_live_names[TU_NLIVE] = {"", "contexts", "objects", "object handles", "results",
+const char *const tu_debug_counter_names[TU_NDEBUG_COUNTERS] = {"", "contexts", "objects", "object handles", "results",
                                              "tasks", "observers", "library threads"};
 
 int tu_count_entries(const char *path)
@@ -1142,8 +1144,8 @@ int tu_count_entries(const char *path)
 void tu_snapshot(tu_counts *c)
 {
     int i;
-    for (i = 1; i < TU_NLIVE; i++)
-        c->live[i] = tu_live((tether_live)i);
+    for (i = 1; i < TU_NDEBUG_COUNTERS; i++)
+        c->counters[i] = tu_debug_count((tether_debug_counter)i);
     /* The directory stream's own descriptor is counted every time alike. */
     c->fds = tu_count_entries("/proc/self/fd");
     c->threads = tu_count_entries("/proc/self/task");
@@ -1152,8 +1154,8 @@ void tu_snapshot(tu_counts *c)
 int tu_same_counts(const tu_counts *a, const tu_counts *b)
 {
     int i;
-    for (i = 1; i < TU_NLIVE; i++)
-        if (a->live[i] != b->live[i])
+    for (i = 1; i < TU_NDEBUG_COUNTERS; i++)
+        if (a->counters[i] != b->counters[i])
             return 0;
     return a->fds == b->fds && a->threads == b->threads;
 }

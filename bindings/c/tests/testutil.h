@@ -117,12 +117,12 @@ void tu_warm_up(const char *bucket, const char *store, const char *collection, i
 
 /* ------------------------------------------------------------ counts */
 
-/* What must come back after a context closes: the library's live counts
- * (by tether_live value, 1..7), the process's open descriptors and threads. */
-#define TU_NLIVE 8
-extern const char *const tu_live_names[TU_NLIVE];
+/* What must come back after a context closes: the library's debug counters
+ * (by tether_debug_counter value, 1..7), the process's open descriptors and threads. */
+#define TU_NDEBUG_COUNTERS 8
+extern const char *const tu_debug_counter_names[TU_NDEBUG_COUNTERS];
 typedef struct tu_counts {
-    int64_t live[TU_NLIVE];
+    int64_t counters[TU_NDEBUG_COUNTERS];
     int fds;     /* entries of /proc/self/fd */
     int threads; /* entries of /proc/self/task */
 } tu_counts;
@@ -169,15 +169,15 @@ tether_context *tu_open(const char *bucket, const char *store, tether_delivery d
 tether_context *tu_open_url(const char *url, const char *bucket, const char *store,
                             tether_delivery delivery, int64_t timeout_ms);
 
-/* Fills `o` as tu_open_url opens, for a test that sets more fields first. */
-void tu_options(tether_context_options *o, const char *url, const char *bucket, const char *store,
-                tether_delivery delivery, int64_t timeout_ms);
+/* Fills `o` and `k` as tu_open_url opens, for a test that sets more fields first. */
+void tu_options(tether_context_options *o, tether_kinto_options *k, const char *url, const char *bucket,
+                const char *store, tether_delivery delivery, int64_t timeout_ms);
 
-/* tether_live_count(what), or -1 (after a failed check). */
-int64_t tu_live(tether_live what);
-/* Waits (bounded) until tu_live(what) == expected, for counts that drop just
+/* tether_debug_count(what), or -1 (after a failed check). */
+int64_t tu_debug_count(tether_debug_counter what);
+/* Waits (bounded) until tu_debug_count(what) == expected, for counts that drop just
  * after a callback returns; returns the last count. */
-int64_t tu_live_settle(tether_live what, int64_t expected, int timeout_ms);
+int64_t tu_debug_count_settle(tether_debug_counter what, int64_t expected, int timeout_ms);
 
 /* Peeks a text value into buf ("" on failure); returns the status. */
 int tu_peek_text(tether_object *obj, const char *key, char *buf, size_t size);
@@ -209,7 +209,7 @@ typedef struct tu_fetch {
     int cached_status;
     size_t cached_count, final_count;
     /* The results handles of the last CACHED and FINAL callbacks, owned by
-     * the recorder: held until tu_fetch_release (or tu_fetch_destroy), so
+     * the recorder: held until tu_fetch_free (or tu_fetch_destroy), so
      * their objects can be read and compared after the callback. */
     tether_results *cached_results;
     tether_results *final_results;
@@ -228,11 +228,11 @@ typedef struct tu_fetch {
 } tu_fetch;
 
 void tu_fetch_init(tu_fetch *f);
-/* Releases the results handles the recorder holds (their objects die with
+/* Frees the results handles the recorder holds (their objects die with
  * them unless held elsewhere). Returns TETHER_OK, or the first failing
  * status (TETHER_E_HANDLE once the context has closed). */
-int tu_fetch_release(tu_fetch *f);
-/* tu_fetch_release (whatever its status), then frees the recorder. */
+int tu_fetch_free(tu_fetch *f);
+/* tu_fetch_free (whatever its status), then frees the recorder. */
 void tu_fetch_destroy(tu_fetch *f);
 void tu_fetch_cb(tether_task *task, tether_phase phase, int status, const char *message,
                  tether_results *results, void *userdata);

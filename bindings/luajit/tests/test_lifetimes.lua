@@ -153,17 +153,17 @@ return {
 
     {"the GC releases forgotten handles and closes a forgotten context", function(h)
         collectgarbage(); collectgarbage()
-        local base = {contexts = h.tether.live_count("contexts"),
-                      handles = h.tether.live_count("object_handles"),
-                      results = h.tether.live_count("results")}
+        local base = {contexts = h.tether.debug_count("contexts"),
+                      handles = h.tether.debug_count("object_handles"),
+                      results = h.tether.debug_count("results")}
         do
             local ctx = h.tether.open{url = h.url, bucket = h.bucket, store = h.store(),
                                       username = h.auth_user, password = h.auth_password}
             local cached, final = ctx:fetch_wait{entity = "changes"}
             for i = 1, final:count() do final:object(i) end
-            h.eq(h.tether.live_count("contexts"), base.contexts + 1, "contexts while open")
-            h.ok(h.tether.live_count("object_handles") >= base.handles + h.counts.changes, "handles while held")
-            h.ok(h.tether.live_count("results") >= base.results + 2, "results while held")
+            h.eq(h.tether.debug_count("contexts"), base.contexts + 1, "contexts while open")
+            h.ok(h.tether.debug_count("object_handles") >= base.handles + h.counts.changes, "handles while held")
+            h.ok(h.tether.debug_count("results") >= base.results + 2, "results while held")
             for _ = 1, 3 do ctx:fetch_wait{entity = "users", policy = "cache_only"} end
             local o = ctx:object("users", "ivan")
             o = nil
@@ -172,9 +172,9 @@ return {
             ctx:wait(function() return h.tether._pending_count() == 0 end, 5000)
         end
         for _ = 1, 4 do collectgarbage() end
-        h.eq(h.tether.live_count("object_handles"), base.handles, "handles after GC")
-        h.eq(h.tether.live_count("results"), base.results, "results after GC")
-        h.eq(h.tether.live_count("contexts"), base.contexts, "contexts after GC")
+        h.eq(h.tether.debug_count("object_handles"), base.handles, "handles after GC")
+        h.eq(h.tether.debug_count("results"), base.results, "results after GC")
+        h.eq(h.tether.debug_count("contexts"), base.contexts, "contexts after GC")
     end},
 
     {"a context with a pending callback is not collected", function(h)
@@ -184,12 +184,12 @@ return {
             got = status
             r:release()
         end}
-        local base = h.tether.live_count("contexts")
+        local base = h.tether.debug_count("contexts")
         local weak = setmetatable({ctx}, {__mode = "v"})
         ctx = nil
         for _ = 1, 4 do collectgarbage() end
         h.ok(weak[1], "still there: its live fetch can call back")
-        h.eq(h.tether.live_count("contexts"), base, "still open")
+        h.eq(h.tether.debug_count("contexts"), base, "still open")
         weak[1]:close()
         h.eq(got, h.tether.E_CANCELLED, "the live fetch's final, at close")
     end},

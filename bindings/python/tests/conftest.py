@@ -178,13 +178,13 @@ def wait_until(cond, timeout=10.0, interval=0.02, poll=None):
 
 
 def quiet_counts(timeout=5.0):
-    """tether.live_counts() once they stop moving, for a baseline: an earlier
+    """tether.debug_counts() once they stop moving, for a baseline: an earlier
     test's task is freed just after its FINAL callback has returned."""
     import tether
     deadline, last = time.monotonic() + timeout, None
     while True:
         gc.collect()
-        now = tether.live_counts()
+        now = tether.debug_counts()
         if now == last or time.monotonic() >= deadline:
             return now
         last = now

@@ -64,14 +64,14 @@ def check(ctx, expected, **kw):
 def live_tasks():
     """Live tasks once the earlier fetches' tasks are freed (just after their
     FINAL callback returns)."""
-    wait_until(lambda: tether.live_counts()["tasks"] == 0, timeout=2)
-    return tether.live_counts()["tasks"]
+    wait_until(lambda: tether.debug_counts()["tasks"] == 0, timeout=2)
+    return tether.debug_counts()["tasks"]
 
 
 def nothing_started(ctx, rec, tasks_before):
     time.sleep(0.1)
     assert rec.calls == [], "a callback ran"
-    assert ctx.pending == 0 and tether.live_counts()["tasks"] <= tasks_before
+    assert ctx.pending == 0 and tether.debug_counts()["tasks"] <= tasks_before
 
 
 # ------------------------------------------------------------------ offset

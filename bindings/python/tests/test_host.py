@@ -147,7 +147,7 @@ def test_async_methods_and_cancel(tmp_path):
         # One more that never ends: close ends it.
         ctx.fetch("rows", policy="server_only")
         time.sleep(0.1)
-    assert tether.live_counts()["requests"] == 0
+    assert tether.debug_counts()["requests"] == 0
     assert server.closes == 1
 
 

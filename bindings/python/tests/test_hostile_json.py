@@ -84,7 +84,7 @@ def raw_peek(obj, key):
         text = ctypes.string_at(v.text, v.length) if v.text else None
         return _lib.TYPE_NAMES[v.type], v.integer, text
     finally:
-        _lib.tether_value_clear(ctypes.byref(v))
+        _lib.tether_value_free(ctypes.byref(v))
 
 
 def fields(obj):

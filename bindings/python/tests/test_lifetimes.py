@@ -5,7 +5,7 @@ handle never outlives its callback, tasks and observers are freed after their
 final callback, open/close cycles leave no context, thread or descriptor
 behind, and touching many objects one at a time holds none of them.
 
-The counts are process-wide (tether.live_counts()), so each test compares
+The counts are process-wide (tether.debug_counts()), so each test compares
 against a baseline it takes itself, and waits for the counts to settle: a task
 is freed just after its final callback returns, a thread exits just after it
 says so, and garbage needs collecting.
@@ -45,7 +45,7 @@ def items(kinto, bucket):
 def snapshot():
     """The library's live counts, plus the process's open descriptors and
     threads."""
-    counts = tether.live_counts()
+    counts = tether.debug_counts()
     counts["fds"] = len(os.listdir("/proc/self/fd"))
     counts["process_threads"] = len(os.listdir("/proc/self/task"))
     return counts
@@ -79,8 +79,8 @@ def assert_back(base, *names, timeout=10.0):
     assert got == want
 
 
-def test_live_counts_names():
-    counts = tether.live_counts()
+def test_debug_counts_names():
+    counts = tether.debug_counts()
     assert set(counts) == {"contexts", "objects", "object_handles", "results", "tasks",
                            "observers", "threads", "requests"}
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())
@@ -271,7 +271,7 @@ def test_touching_many_objects_holds_none(kinto_url, items, tmp_path, open_ctx):
             pytest.fail("record %s is not on the server, yet peek found it" % obj.id)
         del obj
         if i % 500 == 0:
-            counts = tether.live_counts()
+            counts = tether.debug_counts()
             most_handles = max(most_handles, counts["object_handles"] - base["object_handles"])
             most_objects = max(most_objects, counts["objects"] - base["objects"])
     # Each Object went, with its handle, before the next came.

@@ -130,7 +130,7 @@ def pump(ctx, seconds):
 def settle_tasks(base, timeout=5.0):
     """The library's task count once it is back at `base` (a task is freed
     just after its FINAL callback returns)."""
-    return wait_until(lambda: tether.live_counts()["tasks"] == base, timeout=timeout) and base
+    return wait_until(lambda: tether.debug_counts()["tasks"] == base, timeout=timeout) and base
 
 
 def live_calls(rec):
@@ -158,7 +158,7 @@ def test_callback_answers_then_changes(items, kinto_url, tmp_path, open_ctx, rec
     assert first == items.expected() == ["r01", "r03", "r05", "r07", "r09"]
     assert task.answer is answer and task.changes is None and not task.done
     # Released just after the callback returns (on the delivery thread).
-    assert wait_until(lambda: tether.live_counts()["results"] == base["results"], timeout=5)
+    assert wait_until(lambda: tether.debug_counts()["results"] == base["results"], timeout=5)
 
     # A whole fetch syncs the store; its records are those the live fetch
     # holds, unchanged: no answer.
@@ -221,7 +221,7 @@ def test_fetch_wait_and_fetch_async_refuse_live(items, kinto_url, tmp_path, open
     with pytest.raises(TypeError, match="live must be a bool"):
         ctx.fetch("items", live=1)
     # Nothing was started.
-    assert ctx.pending == 0 and tether.live_counts()["tasks"] == tasks
+    assert ctx.pending == 0 and tether.debug_counts()["tasks"] == tasks
     # live=False is the plain fetch, as before.
     cached, final = ctx.fetch_wait("items", live=False, sort="N")
     assert ids_of(final) == [rid(i) for i in range(10)]
@@ -319,7 +319,7 @@ def test_async_for_answers_and_break_cancels(items, kinto_url, tmp_path, open_ct
     assert task.answer is got[2].answer             # no answer after the break
     assert not [r for r in caplog.records if "unknown or finished" in r.getMessage()]
     assert settle_tasks(base["tasks"]) == base["tasks"]
-    assert wait_until(lambda: tether.live_counts()["results"] == base["results"], timeout=5)
+    assert wait_until(lambda: tether.debug_counts()["results"] == base["results"], timeout=5)
 
 
 @pytest.mark.parametrize("delivery", DELIVERIES)
@@ -404,7 +404,7 @@ def test_async_batched_results_are_released(items, kinto_url, tmp_path, open_ctx
     check_step(first, a2.changes, second)
     del a1, a2, answers
     gc.collect()
-    assert wait_until(lambda: tether.live_counts()["results"] == base["results"], timeout=5)
+    assert wait_until(lambda: tether.debug_counts()["results"] == base["results"], timeout=5)
     assert settle_tasks(base["tasks"]) == base["tasks"]
 
 

@@ -31,8 +31,8 @@ def model_bucket(kinto, bucket):
 
 
 def test_library_version():
-    assert tether.library_version() == "0.2.0"
-    assert tether.library_version_number() == 2000
+    assert tether.library_version() == "0.3.0"
+    assert tether.library_version_number() == 3000
     assert tether.errstr(tether.E_NETWORK) == "TETHER_E_NETWORK"
     assert tether.errstr(-999) == "TETHER_E_UNKNOWN"
 

@@ -250,7 +250,7 @@ def test_bad_python_arguments_raise_type_error_before_the_call(warm, recorder, b
         warm.fetch("items", where="Rank == $1 AND Title == $2", args=(1, bad), callback=rec)
     with pytest.raises(TypeError, match=r"\$1"):
         warm.fetch_wait("items", where="Rank == $1", args=[bad])
-    assert tether.live_counts()["tasks"] == before and warm.pending == 0 and rec.calls == []
+    assert tether.debug_counts()["tasks"] == before and warm.pending == 0 and rec.calls == []
 
 
 def test_args_that_are_not_a_sequence_raise_type_error(warm):

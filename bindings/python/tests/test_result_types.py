@@ -132,7 +132,7 @@ def test_the_expectations_are_not_trivial():
 
 
 def live(name):
-    return tether.live_counts()[name]
+    return tether.debug_counts()[name]
 
 
 def settled(name):
@@ -745,7 +745,7 @@ def test_cancelled_results_report_the_fetchs_result_type(kinto_url, items, tmp_p
         t = ctypes.c_int(-1)
         _lib.tether_results_type(results, ctypes.byref(t))
         seen.append((phase, status, t.value))
-        _lib.tether_results_release(results)
+        _lib.tether_results_free(results)
 
     opts = _lib.tether_fetch_options()
     _lib.tether_fetch_options_init(ctypes.byref(opts), _lib.FETCH_OPTIONS_VERSION)
@@ -791,7 +791,7 @@ def test_fetch_start_reads_only_a_version_4_struct(kinto_url, items, tmp_path, o
     @_lib.FETCH_CB
     def cb(task, phase, status, message, results, userdata):
         phases.append((phase, status))
-        _lib.tether_results_release(results)
+        _lib.tether_results_free(results)
 
     out = ctypes.c_void_p()
     _lib.tether_fetch_start(ctx._h, opts, cb, None, ctypes.byref(out))

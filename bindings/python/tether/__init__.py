@@ -15,7 +15,7 @@
 
 An Object holds one reference to its record's handle while Python holds the
 Object; a Results (a batched fetch's answer, batch=n) holds its results
-handle until closed or collected; tether.live_counts() shows what the library
+handle until closed or collected; tether.debug_counts() shows what the library
 holds, for leak checks.
 
 The library's log messages go to the logger "tether" (children by category:
@@ -28,7 +28,7 @@ The package is typed (py.typed): tether.Value is what a value reads as and is
 set to, and `mypy --strict` passes on the package.
 """
 
-from ._lib import path as library_path, errstr, live_counts
+from ._lib import path as library_path, errstr, debug_counts
 from ._lib import version as library_version, version_number as library_version_number
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
                      InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
@@ -49,7 +49,7 @@ from . import logs
 from .logs import log_to_python, set_log_level, stop_logging
 from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase, Pending
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
@@ -64,5 +64,5 @@ __all__ = [
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
     "E_CONFLICT", "E_NOT_ALLOWED", "E_EXPIRED", "library_path", "library_version", "library_version_number", "errstr",
-    "live_counts", "perforce", "logs", "log_to_python", "set_log_level", "stop_logging", "__version__",
+    "debug_counts", "perforce", "logs", "log_to_python", "set_log_level", "stop_logging", "__version__",
 ]

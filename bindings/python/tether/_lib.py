@@ -94,7 +94,8 @@ POLICY_CACHE_ONLY = 1
 POLICY_SERVER_ONLY = 2
 POLICY_CACHE_ELSE_SERVER = 3
 
-CONTEXT_OPTIONS_VERSION = 4
+CONTEXT_OPTIONS_VERSION = 5
+KINTO_OPTIONS_VERSION = 1
 LOCAL_STORE_VERSION = 1
 SAVE_OPTIONS_VERSION = 1
 
@@ -114,24 +115,25 @@ RESULT_VALUES = 3
 RESULT_NAMES = {RESULT_OBJECTS: "objects", RESULT_IDS: "ids", RESULT_COUNT: "count",
                 RESULT_VALUES: "values"}
 
-# What tether_live_count counts, process-wide, by the names live_counts() uses.
-LIVE_CONTEXTS = 1
-LIVE_OBJECTS = 2
-LIVE_OBJECT_HANDLES = 3
-LIVE_RESULTS = 4
-LIVE_TASKS = 5
-LIVE_OBSERVERS = 6
-LIVE_THREADS = 7
-LIVE_REQUESTS = 9
-LIVE_NAMES = {
-    LIVE_CONTEXTS: "contexts",
-    LIVE_OBJECTS: "objects",
-    LIVE_OBJECT_HANDLES: "object_handles",
-    LIVE_RESULTS: "results",
-    LIVE_TASKS: "tasks",
-    LIVE_OBSERVERS: "observers",
-    LIVE_THREADS: "threads",
-    LIVE_REQUESTS: "requests",
+# What tether_debug_count counts, process-wide (debug counters, for leak checks),
+# by the names debug_counts() uses.
+DEBUG_CONTEXTS = 1
+DEBUG_OBJECTS = 2
+DEBUG_OBJECT_HANDLES = 3
+DEBUG_RESULTS = 4
+DEBUG_TASKS = 5
+DEBUG_OBSERVERS = 6
+DEBUG_THREADS = 7
+DEBUG_REQUESTS = 9
+DEBUG_NAMES = {
+    DEBUG_CONTEXTS: "contexts",
+    DEBUG_OBJECTS: "objects",
+    DEBUG_OBJECT_HANDLES: "object_handles",
+    DEBUG_RESULTS: "results",
+    DEBUG_TASKS: "tasks",
+    DEBUG_OBSERVERS: "observers",
+    DEBUG_THREADS: "threads",
+    DEBUG_REQUESTS: "requests",
 }
 
 
@@ -157,21 +159,24 @@ class tether_local_store(Structure):
 class tether_context_options(Structure):
     _fields_ = [
         ("version", c_uint),
-        ("server_url", c_char_p),
-        ("bucket", c_char_p),
-        ("username", c_char_p),
-        ("password", c_char_p),
         ("store_path", c_char_p),
         ("delivery", c_int),
         ("staleness_ms", c_int64),
         ("timeout_ms", c_int64),
-        # since version 2
         ("object_cache_size", c_size_t),
-        # since version 3
         ("merge_policy", c_int),
-        # since version 4
         ("local_stores", POINTER(tether_local_store)),  # borrowed for the open call
         ("local_store_count", c_size_t),
+    ]
+
+
+class tether_kinto_options(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("server_url", c_char_p),
+        ("bucket", c_char_p),
+        ("username", c_char_p),
+        ("password", c_char_p),
     ]
 
 
@@ -318,7 +323,7 @@ tether_version = _declare("tether_version", c_char_p, [], status=False)
 tether_version_number = _declare("tether_version_number", c_int, [], status=False)
 tether_errmsg = _declare("tether_errmsg", c_char_p, [], status=False)
 tether_errstr = _declare("tether_errstr", c_char_p, [c_int], status=False)
-tether_value_clear = _declare("tether_value_clear", None, [POINTER(tether_value)], status=False)
+tether_value_free = _declare("tether_value_free", None, [POINTER(tether_value)], status=False)
 
 
 def _errstr(status: int) -> str:
@@ -329,8 +334,11 @@ def _errstr(status: int) -> str:
 # Context.
 tether_context_options_init = _declare(
     "tether_context_options_init", c_int, [POINTER(tether_context_options), c_uint])
-tether_context_open = _declare(
-    "tether_context_open", c_int, [POINTER(tether_context_options), POINTER(c_void_p)])
+tether_kinto_options_init = _declare(
+    "tether_kinto_options_init", c_int, [POINTER(tether_kinto_options), c_uint])
+tether_context_open_kinto = _declare(
+    "tether_context_open_kinto", c_int,
+    [POINTER(tether_context_options), POINTER(tether_kinto_options), POINTER(c_void_p)])
 tether_context_close = _declare("tether_context_close", c_int, [c_void_p])
 tether_context_is_online = _declare("tether_context_is_online", c_int, [c_void_p, POINTER(c_int)])
 tether_context_fd = _declare("tether_context_fd", c_int, [c_void_p, POINTER(c_int)])
@@ -368,7 +376,7 @@ tether_entity_attribute_index_by_code = _declare(
 tether_context_object = _declare(
     "tether_context_object", c_int, [c_void_p, c_char_p, c_char_p, POINTER(c_void_p)])
 tether_object_retain = _declare("tether_object_retain", c_int, [c_void_p])
-tether_object_release = _declare("tether_object_release", c_int, [c_void_p])
+tether_object_free = _declare("tether_object_free", c_int, [c_void_p])
 tether_object_entity = _declare("tether_object_entity", c_int, [c_void_p, POINTER(c_void_p)])
 tether_object_id = _declare("tether_object_id", c_int, [c_void_p, POINTER(c_char_p)])
 tether_object_version = _declare("tether_object_version", c_int, [c_void_p, POINTER(c_int64)])
@@ -385,7 +393,7 @@ tether_object_get_code = _declare(
 tether_object_observe = _declare(
     "tether_object_observe", c_int,
     [c_void_p, c_char_p, OBSERVER_CB, c_void_p, POINTER(c_void_p)])
-tether_observer_remove = _declare("tether_observer_remove", c_int, [c_void_p])
+tether_observer_cancel = _declare("tether_observer_cancel", c_int, [c_void_p])
 tether_context_observe_online = _declare(
     "tether_context_observe_online", c_int, [c_void_p, ONLINE_CB, c_void_p, POINTER(c_void_p)])
 
@@ -414,7 +422,7 @@ tether_results_change_count = _declare(
 tether_results_change_at = _declare(
     "tether_results_change_at", c_int,
     [c_void_p, c_int, c_size_t, POINTER(c_size_t), POINTER(c_size_t)])
-tether_results_release = _declare("tether_results_release", c_int, [c_void_p])
+tether_results_free = _declare("tether_results_free", c_int, [c_void_p])
 
 # Editing and saving.
 tether_object_set = _declare("tether_object_set", c_int, [c_void_p, c_char_p, POINTER(tether_value)])
@@ -473,7 +481,7 @@ tether_specdef_from_form = _declare("tether_specdef_from_form", c_int, [c_char_p
 tether_specdef_text = _declare("tether_specdef_text", c_int, [c_void_p, POINTER(c_char_p)])
 
 # Diagnostics.
-tether_live_count = _declare("tether_live_count", c_int, [c_int, POINTER(c_int64)])
+tether_debug_count = _declare("tether_debug_count", c_int, [c_int, POINTER(c_int64)])
 
 # Logging (tether.logs): the process-wide hook. The callback gets the level,
 # the category and the message (both borrowed for the call), and userdata.
@@ -491,10 +499,10 @@ raw_object_id = _declare_raw("tether_object_id", c_int, [c_void_p, c_void_p])
 raw_results_id_at = _declare_raw("tether_results_id_at", c_int, [c_void_p, c_size_t, c_void_p])
 raw_results_value_at = _declare_raw(
     "tether_results_value_at", c_int, [c_void_p, c_size_t, c_char_p, c_void_p])
-# tether_value_clear only frees the value's text and zeroes it: it never
+# tether_value_free only frees the value's text and zeroes it: it never
 # blocks and never calls back, so it is called with the GIL held (PyDLL),
 # which saves releasing and taking it again around so short a call.
-raw_value_clear = _declare_raw("tether_value_clear", None, [c_void_p],
+raw_value_free = _declare_raw("tether_value_free", None, [c_void_p],
                                dll=ctypes.PyDLL(path))
 
 
@@ -513,14 +521,14 @@ def version_number() -> int:
     return tether_version_number()
 
 
-def live_counts() -> Dict[str, int]:
+def debug_counts() -> Dict[str, int]:
     """How many contexts, objects, object handles, results, tasks, observers
-    and library threads exist right now in this process (tether_live_count),
+    and library threads exist right now in this process (tether_debug_count),
     by name: for leak checks in tests and long-running hosts."""
     out = c_int64()
     counts = {}
-    for what, name in LIVE_NAMES.items():
-        tether_live_count(what, ctypes.byref(out))
+    for what, name in DEBUG_NAMES.items():
+        tether_debug_count(what, ctypes.byref(out))
         counts[name] = out.value
     return counts
 
@@ -531,7 +539,7 @@ tether_connection_init = _declare("tether_connection_init", c_int, [POINTER(teth
 tether_context_open_host = _declare(
     "tether_context_open_host", c_int,
     [POINTER(tether_context_options), POINTER(tether_connection), POINTER(c_void_p)])
-tether_request_get_kind = _declare("tether_request_get_kind", c_int, [c_void_p, POINTER(c_int)])
+tether_request_kind = _declare("tether_request_kind", c_int, [c_void_p, POINTER(c_int)])
 tether_request_entity = _declare("tether_request_entity", c_int, [c_void_p, POINTER(c_char_p), POINTER(c_char_p)])
 tether_request_cursor = _declare("tether_request_cursor", c_int, [c_void_p, POINTER(c_char_p)])
 tether_request_limit = _declare("tether_request_limit", c_int, [c_void_p, POINTER(c_int64)])

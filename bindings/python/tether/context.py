@@ -177,7 +177,7 @@ def _convert(v: _lib.tether_value) -> Any:
 # dominate them, so their path avoids what the general one pays for: the key's
 # bytes are cached, the status is tested inline (no errcheck), the value
 # struct is reused and passed by address (no byref, no POINTER conversion),
-# its fields are read in one unpack, and tether_value_clear is called only
+# its fields are read in one unpack, and tether_value_free is called only
 # when the value holds a text (TEXT and JSON: the only buffer a value owns;
 # clearing any other is free(NULL) and zeroing).
 
@@ -233,7 +233,7 @@ def _converted(addr: int, view: memoryview) -> Any:
             return json.loads(_bytes_at(p, n).decode("utf-8")) if p else None
         raise TetherError("value of unknown type %d" % t)
     finally:
-        _lib.raw_value_clear(addr)
+        _lib.raw_value_free(addr)
 
 
 # peek/get keys (str) -> their UTF-8 bytes. Keys are attribute names, so few;
@@ -272,7 +272,7 @@ def _reader(name: str, by_name: Any, by_code: Any, doc: str) -> Callable[..., An
     keys_get = _KEYS.get
     take, give = _VALUES.pop, _VALUES.append
     unpack = _unpack_value
-    clear = _lib.raw_value_clear
+    clear = _lib.raw_value_free
     error = _lib.status_error
     text_at, text_max = _text_at, _TEXT_MAX
     NULL, TEXT, INTEGER = _lib.TYPE_NULL, _lib.TYPE_TEXT, _lib.TYPE_INTEGER
@@ -462,7 +462,7 @@ def _release_object(handle: Optional[int]) -> None:
     """Gives back one reference to an object handle; a handle its closed
     context took with it is no error."""
     try:
-        _lib.tether_object_release(handle)
+        _lib.tether_object_free(handle)
     except HandleError:
         pass
 
@@ -479,7 +479,7 @@ def _release_results(results: Optional[int]) -> None:
     if not results:
         return
     try:
-        _lib.tether_results_release(results)
+        _lib.tether_results_free(results)
     except HandleError:
         pass  # its context closed meanwhile, and took the results with it
 
@@ -732,7 +732,7 @@ class _ObjectReference:
 
     # The defaults keep what __del__ needs through interpreter shutdown, when
     # module globals may already be gone.
-    def __del__(self, _release: Any = _lib.tether_object_release, _HandleError: Type[HandleError] = HandleError,
+    def __del__(self, _release: Any = _lib.tether_object_free, _HandleError: Type[HandleError] = HandleError,
                 _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         handle, self.handle = self.handle, None
         if not handle:
@@ -999,7 +999,7 @@ class Observer:
         if self.removed or self._h is None:
             return False
         try:
-            _lib.tether_observer_remove(self._h)
+            _lib.tether_observer_cancel(self._h)
         except HandleError:
             return False
         return True
@@ -1048,7 +1048,7 @@ class _ResultsReference:
         self.ctx = ctx
         self.handle = handle
 
-    def release(self, _release: Any = _lib.tether_results_release,
+    def release(self, _release: Any = _lib.tether_results_free,
                 _HandleError: Type[HandleError] = HandleError) -> None:
         handle, self.handle = self.handle, None
         if not handle or self.ctx._closed:
@@ -1601,10 +1601,12 @@ class Context(ContextSaving):
         # Keep the bytes alive across the open call (the struct holds pointers).
         keep += [_cstr(url, "url"), _cstr(bucket, "bucket"), _cstr_opt(username, "username"),
                  _cstr_opt(password, "password")]
-        opts.server_url, opts.bucket, opts.username, opts.password = keep[-4:]
+        kinto = _lib.tether_kinto_options()
+        _lib.tether_kinto_options_init(byref(kinto), _lib.KINTO_OPTIONS_VERSION)
+        kinto.server_url, kinto.bucket, kinto.username, kinto.password = keep[-4:]
         opts.timeout_ms = int(timeout_ms)
         out = c_void_p()
-        _lib.tether_context_open(byref(opts), byref(out))
+        _lib.tether_context_open_kinto(byref(opts), byref(kinto), byref(out))
         del keep
         self._opened(out.value)
 
@@ -1879,7 +1881,7 @@ class Context(ContextSaving):
             obj = self._objects.get(addr)
         if obj is not None:
             if owned:
-                _lib.tether_object_release(addr)  # the live Object holds one already
+                _lib.tether_object_free(addr)  # the live Object holds one already
             return obj
         if not owned:
             _lib.tether_object_retain(addr)

@@ -189,7 +189,7 @@ class _Request:
     def __init__(self, handle: Optional[int]) -> None:
         self.h = handle
         kind = c_int()
-        _lib.tether_request_get_kind(handle, byref(kind))
+        _lib.tether_request_kind(handle, byref(kind))
         self.kind = kind.value
         self.cancelled = False
         self.future: Optional[concurrent.futures.Future[Any]] = None

@@ -86,7 +86,7 @@ class OnlineObserver:
         if self.removed or self._h is None:
             return False
         try:
-            _lib.tether_observer_remove(self._h)
+            _lib.tether_observer_cancel(self._h)
         except HandleError:
             return False
         return True

@@ -174,7 +174,7 @@ class ObjectEditing:
         try:
             return _convert(v)
         finally:
-            _lib.tether_value_clear(byref(v))
+            _lib.tether_value_free(byref(v))
 
     def related(self, key: str) -> Optional[Object]:
         """The Object the to-one relationship `key` refers to (a fault until
@@ -197,7 +197,7 @@ class ObjectEditing:
         try:
             return ctypes.string_at(value.text, value.length).decode("utf-8")
         finally:
-            _lib.tether_value_clear(byref(value))
+            _lib.tether_value_free(byref(value))
 
 
 class Conflict:
@@ -276,7 +276,7 @@ def _read_report(ctx: Context, report: Optional[int]) -> SaveReport:
                 try:
                     server[attribute.name] = _convert(v)
                 finally:
-                    _lib.tether_value_clear(byref(v))
+                    _lib.tether_value_free(byref(v))
         conflicts.append(Conflict(obj, local.value if local.value >= 0 else None,
                                   server_version.value if server_version.value >= 0 else None, keys, server))
     return SaveReport(saved.value, discarded.value, failures, conflicts)
@@ -512,7 +512,7 @@ class ContextSaving:
             _lib.tether_results_count(out, byref(count))
             return self._objects_of(out.value, count.value)
         finally:
-            _lib.tether_results_release(out)
+            _lib.tether_results_free(out)
 
     def start_save(self, *, merge: Optional[MergePolicy] = None, callback: Optional[SaveCallback] = None,
                    progress: Optional[SaveProgress] = None,

@@ -252,7 +252,7 @@ def opening() -> None:
     assert_type(fields[0].len, int)
     assert_type(fields[0].fmt, Optional[str])
     assert_type(perforce.specdef_from_form({"Fields": ["101 Job word 32 required"]}), str)
-    assert_type(tether.live_counts(), Dict[str, int])
+    assert_type(tether.debug_counts(), Dict[str, int])
     assert_type(tether.library_version(), str)
     assert_type(tether.error_class(tether.E_CONFLICT), type[tether.TetherError])
     error = tether.error_class(-7)("down")
