@@ -452,7 +452,7 @@ final class Store: Sendable {
         let sql = sql(entity)
         // Counted in the file, so contexts sharing it agree.
         let serial = try Self.lastWrite(database) + 1
-        let insert = try database.statement(sql.upsert)
+        let insert = try database.statement(sql.upsert, pinned: true)
         for record in records {
             var parameters = zip(record.values, entity.attributes).map { value, attribute in
                 Record.isMisfit(value, attribute.type) ? .null : Self.sqlValue(value)
@@ -473,8 +473,8 @@ final class Store: Sendable {
         guard !ids.isEmpty else { return }
         let sql = sql(entity)
         let entityCode = SQLValue.integer(Int64(entity.code))
-        let bury = try database.statement(sql.tombstone)
-        let delete = try database.statement(sql.deleteByID)
+        let bury = try database.statement(sql.tombstone, pinned: true)
+        let delete = try database.statement(sql.deleteByID, pinned: true)
         for id in ids {
             try bury.run([entityCode, .text(id)])
             try delete.run([.text(id)])
@@ -491,7 +491,7 @@ final class Store: Sendable {
     private func forgetTombstones(_ ids: [String], of entity: Entity, _ database: Database) throws {
         guard !ids.isEmpty else { return }
         let entityCode = SQLValue.integer(Int64(entity.code))
-        guard try database.statement("SELECT 1 FROM tether_deleted WHERE entity = ? LIMIT 1").first([entityCode], { _ in true }) != nil
+        guard try database.statement("SELECT 1 FROM tether_deleted WHERE entity = ? LIMIT 1", pinned: true).first([entityCode], { _ in true }) != nil
         else { return }
         let forget = try database.statement("DELETE FROM tether_deleted WHERE entity = ? AND id = ?")
         for id in ids { try forget.run([entityCode, .text(id)]) }
@@ -552,7 +552,7 @@ final class Store: Sendable {
 
     /// `load` on `database`: inside a transaction the caller holds on the writing connection.
     func load(_ entity: Entity, id: String, _ database: Database) throws -> StoredRecord? {
-        try database.statement(sql(entity).load).first([.text(id)]) { Self.decode($0, entity) }
+        try database.statement(sql(entity).load, pinned: true).first([.text(id)]) { Self.decode($0, entity) }
     }
 
     /// The distinct non-null texts of one attribute (a reference's targets).
@@ -736,13 +736,13 @@ final class Store: Sendable {
     // MARK: helpers
 
     private static func meta(_ key: String, _ database: Database) throws -> String? {
-        let row = try database.statement("SELECT value FROM tether_meta WHERE key = ?").rows([.text(key)]).first
+        let row = try database.statement("SELECT value FROM tether_meta WHERE key = ?", pinned: true).rows([.text(key)]).first
         if case .text(let value)? = row?.first { return value }
         return nil
     }
 
     private static func setMeta(_ key: String, _ value: String, _ database: Database) throws {
-        try database.statement("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)").run([.text(key), .text(value)])
+        try database.statement("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)", pinned: true).run([.text(key), .text(value)])
     }
 
     private static func table(_ entity: Entity) -> String { Identifier.table(code: entity.code) }
