@@ -130,6 +130,7 @@ final class Database: @unchecked Sendable {
     /// Statements prepared on this connection and not finalized, whoever
     /// holds them: what the cache keeps plus any in use.
     var liveStatementCount: Int {
+        guard let handle else { return 0 }  // closed
         var count = 0
         var next = sqlite3_next_stmt(handle, nil)
         while let statement = next {
