@@ -93,10 +93,10 @@ demo: build
 	scripts/demo
 
 test: build
-	scripts/with-kinto scripts/run-tests
+	scripts/run-tests
 
 test-swift test-c test-python test-lua: build
-	scripts/with-kinto scripts/run-tests $(patsubst test-%,%,$@)
+	scripts/run-tests $(patsubst test-%,%,$@)
 
 # The libFuzzer targets (fuzz/), FUZZ_SECONDS each (make test runs them briefly),
 # the differential test for FUZZ_SECONDS a connection (make test: a few), the

@@ -19,7 +19,7 @@ extension Store {
         let sql = sql(entity)
         // Counted in the file, so contexts sharing it agree.
         let serial = try Self.lastWrite(database) + 1
-        let insert = try database.statement(sql.upsert)
+        let insert = try database.statement(sql.upsert, pinned: true)
         for record in records {
             var parameters = zip(record.values, entity.attributes).map { value, attribute in
                 Record.isMisfit(value, attribute.type) ? .null : SQLValue(value)
@@ -41,7 +41,7 @@ extension Store {
 
     /// `load` on `database`: inside a transaction the caller holds on the writing connection.
     func load(_ entity: Entity, id: String, _ database: Database) throws -> StoredRecord? {
-        try database.statement(sql(entity).load).first([.text(id)]) { Self.decode($0, entity) }
+        try database.statement(sql(entity).load, pinned: true).first([.text(id)]) { Self.decode($0, entity) }
     }
 
     /// The distinct non-null texts of one attribute (a reference's targets).

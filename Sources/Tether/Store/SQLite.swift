@@ -18,17 +18,19 @@ extension SQLValue {
 // @unchecked: a C pointer forces it. Not thread-safe: only the Store uses it,
 // inside its lock, and no statement outlives that scope.
 final class Database: @unchecked Sendable {
-    /// Distinct statements a store keeps prepared; beyond this the cache is
-    /// emptied and refilled (SQL built from sort keys can vary).
+    /// Unpinned statements a connection keeps prepared; beyond this the
+    /// least recently used one goes (SQL built from sort keys can vary).
     static let statementCacheLimit = 128
 
     private(set) var handle: OpaquePointer?
     /// Statements this connection has prepared, for tests and benchmarks
     /// that check the statement cache does its job.
     private(set) var prepareCount = 0
-    private var statements: [String: Statement] = [:]
+    private let statements: StatementCache
 
-    init(path: String, readOnly: Bool = false) throws {
+    /// `statementCapacity`: unpinned statements kept (tests make it small).
+    init(path: String, readOnly: Bool = false, statementCapacity: Int = Database.statementCacheLimit) throws {
+        statements = StatementCache(capacity: statementCapacity)
         var connection: OpaquePointer?
         // NOMUTEX: the Store's lock serializes every use of this connection.
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
@@ -90,28 +92,49 @@ final class Database: @unchecked Sendable {
 
     /// Finalizes every statement, then closes the connection.
     func close() {
-        statements = [:]
+        statements.removeAll()
         sqlite3_close_v2(handle)
         handle = nil
     }
 
     /// The statement kept for `sql`, if one is (nothing is prepared).
-    func cachedStatement(_ sql: String) -> Statement? { statements[sql] }
+    func cachedStatement(_ sql: String) -> Statement? { statements.peek(sql) }
 
-    /// The statement for `sql`, prepared once and kept.
-    func statement(_ sql: String) throws -> Statement {
-        if let cached = statements[sql] { return cached }
+    /// The statement for `sql`, prepared once and kept until evicted (see
+    /// StatementCache). `pinned`: never evicted, for SQL whose variety the
+    /// model and the code bound and that runs on every write or read.
+    func statement(_ sql: String, pinned: Bool = false) throws -> Statement {
+        if let cached = statements.use(sql, pin: pinned) { return cached }
         guard handle != nil else { throw TetherError(.closed, "the store is closed") }
-        if statements.count >= Self.statementCacheLimit { statements = [:] }
         let statement = try Statement(database: self, sql: sql)
         prepareCount += 1
         Live.prepares.add(1, ordering: .relaxed)
-        statements[sql] = statement
+        statements.insert(statement, for: sql, pin: pinned)
         return statement
     }
 
     /// Drops every prepared statement: the schema changed under them.
-    func clearStatements() { statements = [:] }
+    func clearStatements() { statements.removeAll() }
+
+    /// Statements kept prepared, pinned or not.
+    var keptStatementCount: Int { statements.count }
+
+    /// Statements prepared on this connection and not finalized, whoever
+    /// holds them: what the cache keeps plus any in use.
+    var liveStatementCount: Int {
+        guard let handle else { return 0 }  // closed
+        var count = 0
+        var next = sqlite3_next_stmt(handle, nil)
+        while let statement = next {
+            count += 1
+            next = sqlite3_next_stmt(handle, statement)
+        }
+        return count
+    }
+
+    /// A statement whose step failed is not kept: whatever state the error
+    /// left it in, the next use prepares it anew.
+    fileprivate func dropFailed(_ statement: Statement) { statements.remove(statement, for: statement.sql) }
 
     /// Logs a statement that ran since `start` if it was slow: its SQL (cut
     /// when long), never a bound value.
@@ -139,13 +162,13 @@ final class Database: @unchecked Sendable {
 
     /// Runs `body` in one transaction: committed if it returns, rolled back if it throws.
     func transaction<T>(_ body: () throws -> T) throws -> T {
-        try statement("BEGIN IMMEDIATE").run()
+        try statement("BEGIN IMMEDIATE", pinned: true).run()
         do {
             let result = try body()
-            try statement("COMMIT").run()
+            try statement("COMMIT", pinned: true).run()
             return result
         } catch {
-            try? statement("ROLLBACK").run()
+            try? statement("ROLLBACK", pinned: true).run()
             throw error
         }
     }
@@ -160,9 +183,12 @@ final class Database: @unchecked Sendable {
 final class Statement {
     private unowned let database: Database
     private var statement: OpaquePointer?
+    /// The text it was prepared from: its key in the cache.
+    let sql: String
 
     fileprivate init(database: Database, sql: String) throws {
         self.database = database
+        self.sql = sql
         guard sqlite3_prepare_v3(database.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) == SQLITE_OK else {
             throw database.error("prepare")
         }
@@ -212,7 +238,10 @@ final class Statement {
         switch sqlite3_step(statement) {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
-        default: throw database.error("step")
+        default:
+            let error = database.error("step")
+            database.dropFailed(self)
+            throw error
         }
     }
 

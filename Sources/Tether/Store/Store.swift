@@ -222,13 +222,13 @@ final class Store: Sendable {
     // MARK: helpers
 
     static func meta(_ key: String, _ database: Database) throws -> String? {
-        let row = try database.statement("SELECT value FROM tether_meta WHERE key = ?").rows([.text(key)]).first
+        let row = try database.statement("SELECT value FROM tether_meta WHERE key = ?", pinned: true).rows([.text(key)]).first
         if case .text(let value)? = row?.first { return value }
         return nil
     }
 
     static func setMeta(_ key: String, _ value: String, _ database: Database) throws {
-        try database.statement("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)").run([.text(key), .text(value)])
+        try database.statement("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)", pinned: true).run([.text(key), .text(value)])
     }
 
     static func table(_ entity: Entity) -> String { Identifier.table(code: entity.code) }

@@ -6,8 +6,8 @@ extension Store {
         guard !ids.isEmpty else { return }
         let sql = sql(entity)
         let entityCode = SQLValue.integer(Int64(entity.code))
-        let bury = try database.statement(sql.tombstone)
-        let delete = try database.statement(sql.deleteByID)
+        let bury = try database.statement(sql.tombstone, pinned: true)
+        let delete = try database.statement(sql.deleteByID, pinned: true)
         for id in ids {
             try bury.run([entityCode, .text(id)])
             try delete.run([.text(id)])
@@ -24,7 +24,7 @@ extension Store {
     func forgetTombstones(_ ids: [String], of entity: Entity, _ database: Database) throws {
         guard !ids.isEmpty else { return }
         let entityCode = SQLValue.integer(Int64(entity.code))
-        guard try database.statement("SELECT 1 FROM tether_deleted WHERE entity = ? LIMIT 1").first([entityCode], { _ in true }) != nil
+        guard try database.statement("SELECT 1 FROM tether_deleted WHERE entity = ? LIMIT 1", pinned: true).first([entityCode], { _ in true }) != nil
         else { return }
         let forget = try database.statement("DELETE FROM tether_deleted WHERE entity = ? AND id = ?")
         for id in ids { try forget.run([entityCode, .text(id)]) }

@@ -1,8 +1,9 @@
 #!/bin/sh
-# Runs every C test program given (paths), each to completion, then prints
-# one summary line "ctests: N passed, N failed" (checks summed over the
-# programs; a program that ends without its own summary line counts as one
-# failure). Exits non-zero if any program failed.
+# Runs every C test program given (paths), each to completion, saying how
+# long each took ("-- NAME took N s"), then prints one summary line
+# "ctests: N passed, N failed" (checks summed over the programs; a program
+# that ends without its own summary line counts as one failure). Exits
+# non-zero if any program failed.
 # Env: TETHER_TEST_URL (required by the programs), RUNNER (e.g. "valgrind -q").
 passed=0
 failed=0
@@ -11,9 +12,11 @@ out="${TMPDIR:-/tmp}/tether-ctest.$$"
 for prog in "$@"; do
     name=$(basename "$prog")
     echo "== $name"
+    start=$(date +%s)
     ${RUNNER:-} "$prog" >"$out" 2>&1
     status=$?
     cat "$out"
+    echo "-- $name took $(($(date +%s) - start)) s"
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)
     if [ -n "$line" ]; then
         p=${line%% passed*}
