@@ -1188,14 +1188,20 @@ typedef void (*tether_fetch_cb)(tether_task *task, tether_phase phase, int statu
  * stores it and puts it in the answer, then removes what the listing did
  * not see: a record that existed throughout is never removed. A catch-up
  * of several pages is followed by another, up to 3 in all; later changes
- * are the next sync's. A sync also asks the server how many records it
- * holds (Kinto: a HEAD's Total-Records); when that differs from the store,
- * or when what changed since our version names no change as recent as the
- * collection's version (a record put back with an older version, a
- * collection recreated), the history was rewritten: the fetch lists
- * everything again, taking the server's versions even where older, and the
- * records it does not name leave the store, their observers and live
- * fetches told.
+ * are the next sync's. What changed since a version cannot show history
+ * rewritten behind a newer change (Kinto keeps the older last_modified a
+ * restore puts back, so no `_since` listing names it), so against Kinto
+ * every sync and whole listing ends with a listing of ids and versions only
+ * (`_fields=id,last_modified`, about 45 bytes a record, a request per 10,000
+ * records at Kinto's default page size), compared with the store: records
+ * that differ or that the store lacks are asked for by id and taken as the
+ * server has them, older or not; those the server lacks leave the store,
+ * their observers and live fetches told. A page older than the entity's
+ * synced version (another fetch's newer listing landed first) is not
+ * stored: that fetch answers from the cache. Over a host connection a sync
+ * asks how many records the host holds instead; when that differs from the
+ * store, or when what changed since our version names no change as recent
+ * as the data set's version, the fetch lists everything again.
  *
  * A listing must move on: a next cursor (Kinto's Next-Page) that the
  * listing gave before, or a page that names a next cursor yet brings no
@@ -1533,7 +1539,9 @@ TETHER_API int tether_request_limit(tether_request *request, int64_t *out);
 
 /* PAGE: only what changed after this version of the data set (a version the
  * host gave with tether_request_set_page), deletions included
- * (tether_request_add_deleted); *out_has 0: the records as they stand. A host
+ * (tether_request_add_deleted); *out_has 0: the records as they stand. It
+ * must name every record changed after it, one put back with an older
+ * version included: the library checks a host's sync by a count only. A host
  * that no longer has that history completes with TETHER_E_EXPIRED; one that
  * never gives versions is never asked. Either out may be NULL. */
 TETHER_API int tether_request_since(tether_request *request, int64_t *out, int *out_has);

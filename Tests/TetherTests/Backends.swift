@@ -276,6 +276,7 @@ extension WrappingConnection {
     func idBatches(_ ids: [String]) -> [[String]] { inner.idBatches(ids) }
     func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
     func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
+    var changeListingsCanMissRewrites: Bool { inner.changeListingsCanMissRewrites }
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         inner.write(writes, answered)
     }

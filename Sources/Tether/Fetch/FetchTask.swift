@@ -26,6 +26,8 @@ public final class FetchTask: Sendable {
     struct Work {
         /// The cache's answer, for a final error of CACHE_THEN_SERVER.
         var cached: FetchedResults?
+        /// A sync's records were counted on the server (once per fetch).
+        var counted = false
         /// A live fetch's changes noted meanwhile: its answer may have been
         /// read before them, so the first answer is followed by a look.
         var changedIDs = Set<ExactString>()

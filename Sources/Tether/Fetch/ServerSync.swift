@@ -178,7 +178,7 @@ extension FetchTask {
 
     /// The listing is in: makes the answer and ends the fetch.
     func ended(_ plan: ServerPlan, _ page: Page) throws {
-        if plan != .query {
+        if plan != .query, connection.changeListingsCanMissRewrites {
             // What changed since a version cannot show history rewritten
             // behind a newer change: the server's ids and versions are
             // compared with the store's (see `VersionCheck`). The cache,
@@ -194,6 +194,26 @@ extension FetchTask {
                     fail(error)
                 }
             }.start()
+        }
+        if case .sync = plan, lifecycle.withRunning({ work -> Bool in defer { work.counted = true }; return !work.counted }) == true {
+            // A set re-created leaves no trace in what changed since our
+            // version: then the server holds another number of records than the store.
+            let remote = connection.count(PageRequest(spec: entity.spec)) { [self] result in
+                worker.async { [self] in
+                    guard withListing({ $0.plan == plan }) == true else { return }
+                    do {
+                        let held = try store.count(entity, where: nil)
+                        if case .success(let total) = result, total != held {
+                            Log.debug(.sync, "\(entity.name): the server holds \(total) records, the store \(held): listing all again")
+                            return relist()
+                        }
+                        finish(nil, try listingEnded(plan))  // (a count that failed leaves the sync as it is)
+                    } catch {
+                        fail(error)
+                    }
+                }
+            }
+            return sent(remote)
         }
         if case .query = plan, page.next == nil, predicate != nil, request.serverQuery == nil {
             // The whole filtered answer is in: rows the cache still thinks

@@ -53,6 +53,13 @@ public protocol Connection: AnyObject, Sendable {
     /// a count, or the cut of a limit, to the server.
     func filtersExactly(_ filter: Filter) -> Bool
 
+    /// Whether a listing with `since` can miss a change: history rewritten
+    /// behind a newer change (a record put back with an older version, as a
+    /// Kinto restore does). Then every sync and whole listing ends with a
+    /// listing of ids and versions compared with the store (`VersionCheck`);
+    /// otherwise a sync only counts the records, which a re-created set shows.
+    var changeListingsCanMissRewrites: Bool { get }
+
     /// Sends `writes` in order, in as few requests as the server allows,
     /// and calls `answered` with their outcomes in order, a run at a time as
     /// the server answers (so the first can be settled while the next are on

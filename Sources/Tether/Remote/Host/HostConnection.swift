@@ -159,6 +159,9 @@ public final class HostConnection: Connection, ReachabilityReporting {
     /// entity's records, in an order, up to a limit.
     public func supports(_ filter: Filter) -> Bool { false }
     public func filtersExactly(_ filter: Filter) -> Bool { false }
+    /// The host's `since` listing names every change after the version (the
+    /// header's contract), so a sync is not listed again to check it.
+    public var changeListingsCanMissRewrites: Bool { false }
 
     public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         issue(HostRequest(self, .write, writes: writes) { result in

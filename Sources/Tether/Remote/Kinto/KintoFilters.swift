@@ -34,6 +34,10 @@ extension KintoConnection {
     /// Exact: text `==` and `IN`, and boolean `==` (a boolean's `in_` also
     /// takes 1 for true in the memory backend). Kinto compares integers with
     /// reals and orders types among each other, which Tether does not.
+    /// A PUT keeps the older `last_modified` it sends (a restore), behind the
+    /// collection's timestamp: no `_since` listing shows it.
+    public var changeListingsCanMissRewrites: Bool { true }
+
     public func filtersExactly(_ filter: Filter) -> Bool {
         guard supports(filter) else { return false }
         switch (filter.type, filter.operator) {

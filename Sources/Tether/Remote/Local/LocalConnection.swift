@@ -64,6 +64,7 @@ final class LocalConnection: Connection {
 
     func supports(_ filter: Filter) -> Bool { false }
     func filtersExactly(_ filter: Filter) -> Bool { false }
+    var changeListingsCanMissRewrites: Bool { false }  // the store is the truth
 
     /// Each write in its own transaction, all answered in one run.
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {

@@ -249,6 +249,8 @@ public final class MemoryConnection: Connection, ReachabilityReporting {
 
     public func supports(_ filter: Filter) -> Bool { true }
     public func filtersExactly(_ filter: Filter) -> Bool { true }
+    /// Like Kinto: a record put back with an older version is in no `since` listing.
+    public var changeListingsCanMissRewrites: Bool { true }
 
     public func idBatches(_ ids: [String]) -> [[String]] {
         // As many as a Kinto batch of listings carries.
