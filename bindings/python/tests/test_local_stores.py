@@ -362,3 +362,42 @@ def test_changes_outlive_their_field_leaving_the_server_model(kinto, kinto_url, 
     assert ctx.object(items, "i1").peek("Note") == "kept"
     ctx.save()
     assert kinto.get_record(bucket, items, "i1")["Note"] == "kept"
+
+
+@pytest.mark.parametrize("save_while_absent", [False, True])
+def test_an_edit_while_a_field_is_absent_keeps_its_unsaved_value(kinto, kinto_url, bucket, tmp_path, open_ctx, items,
+                                                                  save_while_absent):
+    """Issue 28: editing (and saving) another field of a record while one of
+    its unsaved fields is absent from the server's model rewrites its outbox
+    row: the absent field's value stays in it, for the field's return, and
+    the server's own value of the field is not touched meanwhile."""
+    both = {"type": "object", "properties": {"Title": {"type": "string"}, "Note": {"type": "string"}}}
+    kinto.create_collection(bucket, items, both)
+    kinto.patch_record(bucket, items, "i2", {"Note": "theirs"})
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    ctx.fetch_wait(items, policy="server_only")
+    ctx.object(items, "i1").Note = "kept"
+    ctx.close()
+    kinto.create_collection(bucket, items, ITEMS)                     # Note leaves the spec
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    assert "Note" not in [a.name for a in ctx.entity(items).attributes]
+    ctx.object(items, "i1").Title = "edited while Note is absent"
+    ctx.object(items, "i2").Title = "i2 edited too"
+    if save_while_absent:
+        ctx.save()
+        assert kinto.get_record(bucket, items, "i1")["Title"] == "edited while Note is absent"
+        assert "Note" not in kinto.get_record(bucket, items, "i1"), "an absent field is not sent"
+        assert kinto.get_record(bucket, items, "i2")["Note"] == "theirs", "nor is the server's value of it touched"
+    ctx.close()
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    absent = [d for d in ctx.diagnostics if d.entity == items]
+    assert len(absent) == 1 and "1 unsaved change to it is kept" in absent[0].message, "the value is still kept"
+    ctx.close()
+    kinto.create_collection(bucket, items, both)                      # and comes back
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    i1 = ctx.object(items, "i1")
+    assert i1.peek("Note") == "kept", "the unsaved value outlived the edit"
+    ctx.save()
+    held = kinto.get_record(bucket, items, "i1")
+    assert (held["Title"], held["Note"]) == ("edited while Note is absent", "kept")
+    assert kinto.get_record(bucket, items, "i2")["Note"] == "theirs"
