@@ -401,3 +401,26 @@ def test_an_edit_while_a_field_is_absent_keeps_its_unsaved_value(kinto, kinto_ur
     held = kinto.get_record(bucket, items, "i1")
     assert (held["Title"], held["Note"]) == ("edited while Note is absent", "kept")
     assert kinto.get_record(bucket, items, "i2")["Note"] == "theirs"
+
+
+@pytest.mark.parametrize("first, second", [("Parent", "Other"), ("Other", "Parent")])
+def test_a_deny_from_a_record_the_delete_takes_along_refuses_nothing(kinto_url, bucket, tmp_path, open_ctx, first, second):
+    """Issue 28: deleting top cascades to x (through `first`) and to m
+    (through `second`), and from m to y; y's deny reference to x refuses
+    nothing, as y goes too. The answer must not hang on the order the
+    rules are visited in (it did: one order refused the delete)."""
+    cascade = {"type": "string", "x-tether-to": "notes", "x-tether-delete": "cascade"}
+    specs = {"notes": {"type": "object", "properties": {
+        "Parent": dict(cascade, **{"x-tether-inverse": "children"}),
+        "Other": dict(cascade, **{"x-tether-inverse": "others"}),
+        "Watch": {"type": "string", "x-tether-to": "notes", "x-tether-inverse": "watchers", "x-tether-delete": "deny"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    ctx.insert("notes", id="top")
+    ctx.insert("notes", {first: "top"}, id="x")
+    ctx.insert("notes", {second: "top"}, id="m")
+    ctx.insert("notes", {"Parent": "m", "Watch": "x"}, id="y")
+    ctx.insert("notes", id="other")
+    ctx.save()
+    ctx.object("notes", "top").delete()
+    assert ctx.save().saved == 4
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
