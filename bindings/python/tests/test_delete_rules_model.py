@@ -358,7 +358,7 @@ def run_seed(seed, kinto, kinto_url, tmp_path, open_ctx, steps):
         check(world, kinto, bucket, session.contexts, "seed %d, step 0 [%s]" % (seed, world.describe()))
         for step in range(1, steps + 1):
             action = rng.choice(["local_delete"] * 3 + ["foreign_delete"] * 2 + ["sibling_edits", "edit_against_another_writer",
-                                 "detach" if world.attached else "attach"] + (["drop_notes"] if rng.random() < 0.1 else []))
+                                 "detach" if world.attached else "attach"] + (["drop_notes"] if rng.random() < 0.3 else []))
             where = "seed %d, step %d, %s [%s]" % (seed, step, action, world.describe())
             settle = 0.0
             try:
@@ -383,8 +383,8 @@ def run_seed(seed, kinto, kinto_url, tmp_path, open_ctx, steps):
                     world.attached = True
                     session.open()
                     settle = 5.0
-            except (AssertionError, pytest.fail.Exception) as failure:
-                raise AssertionError("%s: %s" % (where, failure)) from None
+            except (AssertionError, pytest.fail.Exception, tether.TetherError) as failure:
+                raise AssertionError("%s: %s: %s" % (where, type(failure).__name__, failure)) from None
             check(world, kinto, bucket, session.contexts, where, settle)
     finally:
         session.close()
