@@ -295,6 +295,12 @@ extension Context {
         }
     }
 
+    /// The objects some delete's rules changed here (cascaded or nullified)
+    /// and not yet settled.
+    func objectsChangedByRules() -> Set<ObjectIdentifier> {
+        graph.withLock { Set($0.ruleChanges.values.joined().map { ObjectIdentifier($0.object) }) }
+    }
+
     /// The rule changes of `target`'s delete, forgotten (its delete is settled).
     @discardableResult
     func takeRuleChanges(of target: ManagedObject) -> [RuleChange] {

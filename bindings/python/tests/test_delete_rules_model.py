@@ -204,6 +204,8 @@ def local_delete(rng, world, ctx):
         return
     entity, rid = rng.choice(candidates)
     plan = world.plan(entity, rid, visible(world))
+    if os.environ.get("TETHER_RULES_TRACE"):
+        print("delete here", entity, rid, plan, {e: world.records[e] for e in LOCAL})
     if plan is None:
         with pytest.raises(tether.NotAllowedError):
             ctx.object(entity, rid).delete()
@@ -360,6 +362,8 @@ def run_seed(seed, kinto, kinto_url, tmp_path, open_ctx, steps):
             action = rng.choice(["local_delete"] * 3 + ["foreign_delete"] * 2 + ["sibling_edits", "edit_against_another_writer",
                                  "detach" if world.attached else "attach"] + (["drop_notes"] if rng.random() < 0.3 else []))
             where = "seed %d, step %d, %s [%s]" % (seed, step, action, world.describe())
+            if os.environ.get("TETHER_RULES_TRACE"):
+                print(where)
             settle = 0.0
             try:
                 if action == "local_delete":

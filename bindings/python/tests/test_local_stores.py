@@ -424,3 +424,24 @@ def test_a_deny_from_a_record_the_delete_takes_along_refuses_nothing(kinto_url, 
     ctx.object("notes", "top").delete()
     assert ctx.save().saved == 4
     assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+
+
+def test_a_cycle_of_cascades_is_deleted_in_one_save(kinto_url, bucket, tmp_path, open_ctx):
+    """Issue 28, found by the delete rules model test (seed 26801): a and b
+    refer to each other (cascade), c to b; deleting a takes b and c along,
+    and the save sends all three (each delete waited for the other's, so
+    none was sent and the save said CANCELLED)."""
+    specs = {"notes": {"type": "object", "properties": {
+        "Parent": {"type": "string", "x-tether-to": "notes", "x-tether-inverse": "children", "x-tether-delete": "cascade"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    ctx.insert("notes", id="a")
+    ctx.insert("notes", {"Parent": "a"}, id="b")
+    ctx.insert("notes", {"Parent": "b"}, id="c")
+    ctx.insert("notes", id="other")
+    ctx.save()
+    ctx.object("notes", "a").Parent = "b"
+    ctx.save()
+    ctx.object("notes", "a").delete()
+    report = ctx.save()
+    assert (report.saved, report.failures) == (3, [])
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
