@@ -28,7 +28,8 @@ referrers follow cascade, and nullify and deny alike clear the reference.
 
 `make test` runs it for TETHER_RULES_SECONDS (default 3) of seeds;
 scripts/fuzz rules runs it longer. A failure names its seed: replay it with
-TETHER_RULES_SEED=N (TETHER_RULES_STEPS: steps a seed, default 8)."""
+TETHER_RULES_SEED=N (TETHER_RULES_STEPS: steps a seed, default 8;
+TETHER_RULES_TRACE=1 prints each step, and each delete here with its plan)."""
 
 import os
 import random
