@@ -323,12 +323,19 @@ extension Context {
                 let refers = Predicate.comparison(Comparison(attribute: inverse.attribute, operator: .oneOf, options: [], values: uris))
                 do {
                     try sourceStore.ensureIndexes(source, on: [inverse.attribute])
-                    let referrers = try sourceStore.query(source, where: refers, sort: [], limit: 0).map(\.record)
-                    guard !referrers.isEmpty else { continue }
-                    let ids = referrers.map(\.id)
+                    var referrers = try sourceStore.query(source, where: refers, sort: [], limit: 0).map(\.record)
                     // Siblings take what the clean-up did, as they take a save's
                     // answers: their next save of a referrer is no conflict.
                     let siblings = coordinator.others(than: self)
+                    // A referrer whose delete is pending (the same delete's
+                    // cascade, say; its write may be built already) is left
+                    // to it: deleted or rewritten under it, it would meet
+                    // the clean-up as a conflict.
+                    let deleting = Set(([self] + siblings).flatMap { $0.objectsInMemory(source, referrers.map(\.id)) }
+                        .filter { $0.changeKind == .delete }.map { ExactString($0.id) })
+                    referrers.removeAll { deleting.contains(ExactString($0.id)) }
+                    guard !referrers.isEmpty else { continue }
+                    let ids = referrers.map(\.id)
                     if inverse.deleteRule == .cascade {
                         try sourceStore.delete(ids: ids, of: source)
                         markDeleted(ids, of: source)

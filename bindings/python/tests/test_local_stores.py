@@ -445,3 +445,31 @@ def test_a_cycle_of_cascades_is_deleted_in_one_save(kinto_url, bucket, tmp_path,
     report = ctx.save()
     assert (report.saved, report.failures) == (3, [])
     assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+
+
+@pytest.mark.parametrize("other_rule", ["nullify", "deny"])
+def test_a_note_the_delete_takes_along_is_no_conflict_for_its_clean_up(kinto, kinto_url, bucket, tmp_path, open_ctx, items,
+                                                                        other_rule):
+    """Issue 28, found by the delete rules model test (seed 145585): a note
+    refers to i1 by a nullify (or deny) reference, and to a link that
+    cascades from i1 by a cascade one. Deleting i1 takes the link and the
+    note along; once i1's delete is saved, its clean-up of the references
+    to i1 must not rewrite the note under its pending delete (which then
+    met a conflict with that clean-up)."""
+    kinto.create_collection(bucket, "links", {"type": "object", "properties": {
+        "Item": {"type": "string", "x-tether-to": items, "x-tether-delete": "cascade"}}})
+    kinto.put_records(bucket, "links", [("l1", {"Item": "i1"})])
+    specs = {"notes": {"type": "object", "properties": {
+        "Item": {"type": "string", "x-tether-to": items, "x-tether-inverse": "notes", "x-tether-delete": other_rule},
+        "Link": {"type": "string", "x-tether-to": "links", "x-tether-inverse": "notes", "x-tether-delete": "cascade"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    ctx.fetch_wait(items, policy="server_only")
+    ctx.fetch_wait("links", policy="server_only")
+    ctx.insert("notes", {"Item": "tether://server/%s/i1" % items, "Link": "tether://server/links/l1"}, id="n")
+    ctx.insert("notes", id="other")
+    ctx.save()
+    ctx.object(items, "i1").delete()
+    report = ctx.save()
+    assert (report.saved, report.failures) == (3, [])
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+    assert ctx.change_count == 0
