@@ -246,6 +246,15 @@ typedef enum tether_merge_policy {
  * a clean-up cut short). A target deleted on the server while edited here
  * keeps its referrers while a merge policy may make it again; once its change
  * is gone (rolled back, or dropped by server_wins) they follow their rules.
+ * A server record known deleted (a fetch, a refresh or a save learned it)
+ * gets the server records that this store caches referring to it refreshed
+ * at once, gathered as gets' refreshes are (those with unsaved changes are
+ * left to their save): the cache takes what the server made of them by its
+ * rules (deleted, cleared), transitively, siblings too. A referrer the
+ * server still holds as it was (a writer that ignored the rules) keeps its
+ * reference, as the server does; reads through it (a key path, or the
+ * object tether_object_related gives) say TETHER_E_NOT_FOUND ("... was
+ * deleted"), never the values the target had.
  * Sibling contexts take a clean-up as they take a save's answers (their
  * objects read it; their unsaved edits of a note it cleared apply to the
  * cleared version, so saving them is no conflict). No save writes a
@@ -600,7 +609,8 @@ typedef enum tether_delete_rule {
     TETHER_DELETE_NULLIFY = 0,  /* their reference becomes NULL */
     TETHER_DELETE_CASCADE = 1,  /* they are deleted too */
     TETHER_DELETE_DENY = 2      /* the delete is refused while any refers to it
-                                   (TETHER_E_NOT_ALLOWED) */
+                                   (TETHER_E_NOT_ALLOWED), unless that one is
+                                   deleted by the same delete's cascades */
 } tether_delete_rule;
 
 /* Relationships. A to-one relationship is a TEXT attribute holding the id of

@@ -53,13 +53,14 @@ extension Context {
         for (storeIndex, store) in stores.enumerated() {
           var absentFields: [String: (entity: String, field: String, count: Int)] = [:]
           for row in try store.pendingChanges(name, model.entities.filter { $0.storeIndex == storeIndex }) {
-            let object = uniqueObjects(row.entity, [row.id])[0]
-            object.state.withLock { $0.pending = row.change }
-            hold(object)
             for (code, _) in row.values where row.entity.attributeIndex(code: code) == nil {
                 guard let field = row.entity.retiredAttributeCodes.first(where: { $0.code == code }) else { continue }
                 absentFields[row.entity.name + "\u{0}" + field.name, default: (row.entity.name, field.name, 0)].count += 1
             }
+            guard !row.onlyAbsent else { continue }  // nothing to save until the field returns
+            let object = uniqueObjects(row.entity, [row.id])[0]
+            object.state.withLock { $0.pending = row.change }
+            hold(object)
           }
           for (entity, field, count) in absentFields.values.sorted(by: { ($0.entity, $0.field) < ($1.entity, $1.field) }) {
             noteAbsent(entity, field, count)
@@ -264,6 +265,12 @@ extension Context {
         var object: ManagedObject {
             switch self { case .nullified(let object, _, _), .deleted(let object, _): return object }
         }
+    }
+
+    /// The objects some delete's rules changed here (cascaded or nullified)
+    /// and not yet settled.
+    func objectsChangedByRules() -> Set<ObjectIdentifier> {
+        graph.withLock { Set($0.ruleChanges.values.joined().map { ObjectIdentifier($0.object) }) }
     }
 
     /// The rule changes of `target`'s delete, forgotten (its delete is settled).

@@ -309,6 +309,7 @@ extension Context {
     /// `withinStore`: the references from the target's own local store
     /// instead (a cascade here goes on there: no save will carry it).
     func cleanUpReferences(to ids: [String], of entity: Entity, withinStore: Bool = false) {
+        if !withinStore && !entity.isLocal { refreshServerReferrers(to: ids, of: entity) }
         let inverses = model.inverses(of: entity).filter { withinStore ? !$0.crossesStores && $0.source.isLocal : $0.crossesStores }
         guard !inverses.isEmpty, !ids.isEmpty else { return }
         let edited = Set(objectsInMemory(entity, ids).filter(\.hasChanges).map { ExactString($0.id) })
@@ -322,12 +323,19 @@ extension Context {
                 let refers = Predicate.comparison(Comparison(attribute: inverse.attribute, operator: .oneOf, options: [], values: uris))
                 do {
                     try sourceStore.ensureIndexes(source, on: [inverse.attribute])
-                    let referrers = try sourceStore.query(source, where: refers, sort: [], limit: 0).map(\.record)
-                    guard !referrers.isEmpty else { continue }
-                    let ids = referrers.map(\.id)
+                    var referrers = try sourceStore.query(source, where: refers, sort: [], limit: 0).map(\.record)
                     // Siblings take what the clean-up did, as they take a save's
                     // answers: their next save of a referrer is no conflict.
                     let siblings = coordinator.others(than: self)
+                    // A referrer whose delete is pending (the same delete's
+                    // cascade, say; its write may be built already) is left
+                    // to it: deleted or rewritten under it, it would meet
+                    // the clean-up as a conflict.
+                    let deleting = Set(([self] + siblings).flatMap { $0.objectsInMemory(source, referrers.map(\.id)) }
+                        .filter { $0.changeKind == .delete }.map { ExactString($0.id) })
+                    referrers.removeAll { deleting.contains(ExactString($0.id)) }
+                    guard !referrers.isEmpty else { continue }
+                    let ids = referrers.map(\.id)
                     if inverse.deleteRule == .cascade {
                         try sourceStore.delete(ids: ids, of: source)
                         markDeleted(ids, of: source)
@@ -358,6 +366,27 @@ extension Context {
     }
 
     private static let cleanupSlice = 200
+
+    /// Server records known gone: the cached server records referring to
+    /// them are asked for again (gathered, as gets' refreshes are), so the
+    /// cache holds what the server made of them by its rules (deleted or
+    /// cleared), transitively, instead of a reference to a record gone.
+    /// The server's word stands: a referrer it still holds as it was keeps
+    /// its reference, and reads through it say the target was deleted.
+    /// Referrers with unsaved changes are left to their save.
+    private func refreshServerReferrers(to ids: [String], of entity: Entity) {
+        for inverse in model.inverses(of: entity) where !inverse.crossesStores && !inverse.source.isLocal {
+            let source = inverse.source
+            for start in stride(from: 0, to: ids.count, by: Self.cleanupSlice) {
+                let slice = ids[start..<min(ids.count, start + Self.cleanupSlice)]
+                let refers = Predicate.comparison(Comparison(attribute: inverse.attribute, operator: .oneOf, options: [],
+                                                             values: slice.map { referenceValue(of: source, to: entity, id: $0) }))
+                guard let referrers = try? store(for: source).idList(source, where: refers, sort: nil) else { continue }
+                let objects = uniqueObjects(source, (0..<referrers.count).map { referrers[$0] })
+                for object in objects where !object.hasChanges { scheduleRefresh(object, evenIfFresh: true) }
+            }
+        }
+    }
 
     /// A reference among `values` (of a record of `entity`) to a target
     /// known to be gone: deleted on the server (as some context here

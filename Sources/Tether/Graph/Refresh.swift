@@ -7,7 +7,9 @@ extension Context {
     /// ...or has been gathering this long.
     static let refreshGatherLimitMilliseconds: Int64 = 100
 
-    func scheduleRefresh(_ object: ManagedObject) {
+    /// `evenIfFresh`: whatever the staleness window says (the server is
+    /// known to have changed it).
+    func scheduleRefresh(_ object: ManagedObject, evenIfFresh: Bool = false) {
         // A local entity's store is its truth: there is nothing to refresh from.
         guard !object.entity.isLocal else { return noteAbsentLocal(object) }
         let staleness = options.stalenessMilliseconds
@@ -18,7 +20,7 @@ extension Context {
                 state.refreshAgain = true
                 return false
             }
-            if staleness > 0 && state.record != nil && wallClockMilliseconds() - state.fetchedAt < staleness {
+            if !evenIfFresh && staleness > 0 && state.record != nil && wallClockMilliseconds() - state.fetchedAt < staleness {
                 return false
             }
             state.refreshInFlight = true

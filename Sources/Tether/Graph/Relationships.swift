@@ -78,39 +78,45 @@ extension Context {
     }
 
     /// What deleting `target` does to the records referring to it, as each
-    /// inverse's delete rule says, worked out before anything changes (a
-    /// deny anywhere, cascades included, refuses the whole delete).
+    /// inverse's delete rule says, worked out before anything changes: first
+    /// every record the cascades take along, then the rules of the referrers
+    /// outside them (a deny anywhere refuses the whole delete; a referrer
+    /// the delete takes along refuses nothing, whatever order the rules are
+    /// visited in).
     func deletePlan(_ target: ManagedObject) throws -> (nullify: [(ManagedObject, Int)], delete: [ManagedObject]) {
-        var nullify: [(ManagedObject, Int)] = []
         var delete: [ManagedObject] = []
-        var seen: Set<ObjectIdentifier> = [ObjectIdentifier(target)]
+        var taken: Set<ObjectIdentifier> = [ObjectIdentifier(target)]
+        var referring: [(inverse: Inverse, of: ManagedObject, sources: [ManagedObject])] = []
         var queue = [target]
         while let next = queue.popLast() {
             for inverse in model.inverses(of: next.entity) {
-                let sources = try referrers(inverse, of: next).filter { !seen.contains(ObjectIdentifier($0)) }
+                let sources = try referrers(inverse, of: next)
                 guard !sources.isEmpty else { continue }
-                let needed: Operations = inverse.deleteRule == .cascade ? .delete : .update
-                if inverse.deleteRule != .deny, !inverse.source.operations.contains(needed) {
-                    throw TetherError(.notAllowed, "\(next.entity.name)/\(next.id) cannot be deleted: \(sources.count) "
-                                      + "\(inverse.source.name) refer to it, and the server does not allow "
-                                      + (inverse.deleteRule == .cascade ? "deleting them" : "updating them"))
+                referring.append((inverse, next, sources))
+                guard inverse.deleteRule == .cascade else { continue }
+                let fresh = sources.filter { taken.insert(ObjectIdentifier($0)).inserted }
+                if !fresh.isEmpty, !inverse.source.operations.contains(.delete) {
+                    throw TetherError(.notAllowed, "\(next.entity.name)/\(next.id) cannot be deleted: \(fresh.count) "
+                                      + "\(inverse.source.name) refer to it, and the server does not allow deleting them")
                 }
-                switch inverse.deleteRule {
-                case .deny:
-                    throw TetherError(.notAllowed, "\(next.entity.name)/\(next.id) cannot be deleted: \(sources.count) "
-                                      + "\(inverse.source.name) refer to it (delete rule deny)")
-                case .nullify:
-                    nullify += sources.map { ($0, inverse.attribute) }
-                case .cascade:
-                    for source in sources where seen.insert(ObjectIdentifier(source)).inserted {
-                        delete.append(source)
-                        queue.append(source)
-                    }
-                }
+                delete += fresh
+                queue += fresh
             }
         }
-        // A record deleted anyway needs no nulling.
-        let deleted = Set(delete.map(ObjectIdentifier.init))
-        return (nullify.filter { !deleted.contains(ObjectIdentifier($0.0)) }, delete)
+        var nullify: [(ManagedObject, Int)] = []
+        for (inverse, next, sources) in referring where inverse.deleteRule != .cascade {
+            let outside = sources.filter { !taken.contains(ObjectIdentifier($0)) }
+            guard !outside.isEmpty else { continue }
+            guard inverse.deleteRule == .nullify else {
+                throw TetherError(.notAllowed, "\(next.entity.name)/\(next.id) cannot be deleted: \(outside.count) "
+                                  + "\(inverse.source.name) refer to it (delete rule deny)")
+            }
+            guard inverse.source.operations.contains(.update) else {
+                throw TetherError(.notAllowed, "\(next.entity.name)/\(next.id) cannot be deleted: \(outside.count) "
+                                  + "\(inverse.source.name) refer to it, and the server does not allow updating them")
+            }
+            nullify += outside.map { ($0, inverse.attribute) }
+        }
+        return (nullify, delete)
     }
 }

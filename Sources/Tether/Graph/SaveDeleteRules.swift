@@ -92,6 +92,21 @@ extension SaveTask {
                 break
             }
         }
+        // Deletes referring to each other in a cycle would each wait for
+        // the next for ever: one of the cycle goes first, the delete asked
+        // for when it is one (no rule made it), and the rest follow it.
+        let madeByRules = context.objectsChangedByRules()
+        for item in items {
+            var chain: [ObjectIdentifier] = []
+            var current = ObjectIdentifier(item.object)
+            while let next = waiting[current], !chain.contains(current) {
+                chain.append(current)
+                current = ObjectIdentifier(next)
+            }
+            guard let start = chain.firstIndex(of: current) else { continue }
+            let cycle = chain[start...]
+            waiting[cycle.first { !madeByRules.contains($0) } ?? current] = nil
+        }
         return waiting
     }
 

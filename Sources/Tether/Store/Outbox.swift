@@ -42,6 +42,9 @@ extension Store {
         let change: PendingChange
         /// Values by attribute code, as stored.
         let values: [(code: Int, value: JSON)]
+        /// An update holding values only for fields the model no longer has:
+        /// kept for their return, no change of the object until then.
+        var onlyAbsent: Bool { change.kind == .update && change.values.isEmpty && !values.isEmpty }
     }
 
     /// Writes an object's change (a new row keeps its place in the order);
@@ -53,9 +56,12 @@ extension Store {
 
     private static func recordChange(_ owner: String, _ entity: Entity, id: String, _ change: PendingChange,
                                      _ database: Database) throws -> Int64 {
+        // Values of fields the model no longer has outlive the rewrite, for
+        // their field's return (a delete needs them no more).
+        let absent = change.kind == .delete ? [] : try absentValues(owner, entity, id: id, database)
         let values = JSON.object(change.values.sorted { $0.key < $1.key }.map { index, value in
             (String(entity.attributes[index].code), value.json)
-        })
+        } + absent)
         let row = try database.statement("""
             INSERT INTO tether_outbox (owner, entity, id, kind, base_version, ivalues, revision, sent) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (owner, entity, id) DO UPDATE SET kind = excluded.kind, base_version = excluded.base_version,
@@ -80,9 +86,32 @@ extension Store {
         }
     }
 
-    private static func discardChange(_ owner: String, _ entity: Entity, id: String, _ database: Database) throws {
-        try database.statement("DELETE FROM tether_outbox WHERE owner = ? AND entity = ? AND id = ?")
-            .run([.text(owner), .integer(Int64(entity.code)), .text(id)])
+    /// Drops the change, but for the values it holds of fields the model no
+    /// longer has (an update's): those stay, as an update against `version`
+    /// (nil: the base it had), for their field's return. `record` gone: all go.
+    private static func discardChange(_ owner: String, _ entity: Entity, id: String, _ database: Database,
+                                      keepingAbsentAgainst version: Int64? = nil, recordGone: Bool = false) throws {
+        let key: [SQLValue] = [.text(owner), .integer(Int64(entity.code)), .text(id)]
+        let absent = recordGone ? [] : try absentValues(owner, entity, id: id, database)
+        guard !absent.isEmpty else {
+            try database.statement("DELETE FROM tether_outbox WHERE owner = ? AND entity = ? AND id = ?").run(key)
+            return
+        }
+        try database.statement("""
+            UPDATE tether_outbox SET kind = ?, base_version = coalesce(?, base_version), ivalues = ?, sent = 0, sent_writes = NULL
+            WHERE owner = ? AND entity = ? AND id = ?
+            """).run([.integer(Int64(ChangeKind.update.rawValue)), version.map { .integer($0) } ?? .null,
+                      .text(JSON.object(absent).serialized())] + key)
+    }
+
+    /// The values the row of `id` holds by codes `entity` has no attribute
+    /// for (a field absent from the server's model now), as stored.
+    private static func absentValues(_ owner: String, _ entity: Entity, id: String, _ database: Database) throws -> [(String, JSON)] {
+        let stored = try database.statement("SELECT ivalues FROM tether_outbox WHERE owner = ? AND entity = ? AND id = ?")
+            .first([.text(owner), .integer(Int64(entity.code)), .text(id)]) { $0[0] }
+        guard case .text(let text)? = stored, let values = (try? JSON.parse(text))?.objectValue else { return [] }
+        let codes = Set(entity.attributes.map(\.code))
+        return values.filter { key, _ in Int(key).map { !codes.contains($0) } ?? true }.map { ($0.key, $0.value) }
     }
 
     /// Every change to these entities (this store's), in order. Rows of
@@ -195,7 +224,10 @@ extension Store {
                     try database.statement("UPDATE tether_outbox SET sent_writes = NULL WHERE owner = ? AND entity = ? AND id = ?")
                         .run([.text(owner), .integer(Int64(entity.code)), .text(id)])
                 } else {
-                    try Self.discardChange(owner, entity, id: id, database)
+                    try Self.discardChange(owner, entity, id: id, database, keepingAbsentAgainst: record.flatMap { record in
+                        if case .integer(let version) = record.values[entity.versionIndex] { return version }
+                        return nil
+                    }, recordGone: record == nil)
                 }
             }
         }

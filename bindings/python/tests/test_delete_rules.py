@@ -9,6 +9,7 @@ import re
 import pytest
 
 import tether
+from conftest import wait_until
 
 CHANGES = {"type": "object", "properties": {"Title": {"type": "string"}}}
 
@@ -146,3 +147,34 @@ def test_no_reference_to_a_target_going(kinto, kinto_url, bucket, tmp_path, open
     assert link.pending is None and link.peek("Change") == "c8"
     ctx.save()
     assert not exists(kinto, graph, "changes", "c4")
+
+
+def cached(ctx, entity):
+    return {o.id: o.peek("Change") for o in ctx.fetch_wait(entity, policy="cache_only")[1]}
+
+
+def test_a_deletion_learned_reaches_the_cached_referrers(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """Another writer deletes c1 on Kinto, taking its comment along and
+    clearing its link, as the rules say, but leaving a block it should not
+    have. A context learning of the deletion by a fetch of changes alone
+    asks for the referrers it caches: the comment goes, the link's reference
+    is cleared, in its sibling too; the block, as the server still holds it,
+    keeps its reference, which reads as the record deleted, never as it was."""
+    kinto.put_record(graph, "blocks", "b1", {"Why": "left behind", "Change": "c1"})
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    sibling = ctx.open_sibling("b")
+    assert cached(sibling, "comments")["k1"] == "c1" and cached(sibling, "links")["l1"] == "c1"
+    kinto.delete_record(graph, "comments", "k1")
+    kinto.put_record(graph, "links", "l1", {"Url": "u1"})
+    kinto.delete_record(graph, "changes", "c1")
+
+    ctx.fetch_wait("changes", policy="server_only")
+    for context in (ctx, sibling):
+        assert wait_until(lambda: "k1" not in cached(context, "comments"), timeout=5), "the cascaded comment is gone"
+        assert wait_until(lambda: cached(context, "links")["l1"] is None, timeout=5), "the cleared link is cleared here"
+        assert context.object("comments", "k2").peek("Change") == "c2", "others untouched"
+    block = ctx.object("blocks", "b1")
+    assert block.peek("Change") == "c1", "what the server holds"
+    with pytest.raises(tether.NotFoundError, match="changes/c1 was deleted"):
+        block.peek("Change.Title")
+    assert ctx.change_count == 0 and sibling.change_count == 0, "nothing made to save"

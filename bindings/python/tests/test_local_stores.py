@@ -362,3 +362,114 @@ def test_changes_outlive_their_field_leaving_the_server_model(kinto, kinto_url, 
     assert ctx.object(items, "i1").peek("Note") == "kept"
     ctx.save()
     assert kinto.get_record(bucket, items, "i1")["Note"] == "kept"
+
+
+@pytest.mark.parametrize("save_while_absent", [False, True])
+def test_an_edit_while_a_field_is_absent_keeps_its_unsaved_value(kinto, kinto_url, bucket, tmp_path, open_ctx, items,
+                                                                  save_while_absent):
+    """Issue 28: editing (and saving) another field of a record while one of
+    its unsaved fields is absent from the server's model rewrites its outbox
+    row: the absent field's value stays in it, for the field's return, and
+    the server's own value of the field is not touched meanwhile."""
+    both = {"type": "object", "properties": {"Title": {"type": "string"}, "Note": {"type": "string"}}}
+    kinto.create_collection(bucket, items, both)
+    kinto.patch_record(bucket, items, "i2", {"Note": "theirs"})
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    ctx.fetch_wait(items, policy="server_only")
+    ctx.object(items, "i1").Note = "kept"
+    ctx.close()
+    kinto.create_collection(bucket, items, ITEMS)                     # Note leaves the spec
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    assert "Note" not in [a.name for a in ctx.entity(items).attributes]
+    ctx.object(items, "i1").Title = "edited while Note is absent"
+    ctx.object(items, "i2").Title = "i2 edited too"
+    if save_while_absent:
+        ctx.save()
+        assert kinto.get_record(bucket, items, "i1")["Title"] == "edited while Note is absent"
+        assert "Note" not in kinto.get_record(bucket, items, "i1"), "an absent field is not sent"
+        assert kinto.get_record(bucket, items, "i2")["Note"] == "theirs", "nor is the server's value of it touched"
+    ctx.close()
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    absent = [d for d in ctx.diagnostics if d.entity == items]
+    assert len(absent) == 1 and "1 unsaved change to it is kept" in absent[0].message, "the value is still kept"
+    ctx.close()
+    kinto.create_collection(bucket, items, both)                      # and comes back
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
+    i1 = ctx.object(items, "i1")
+    assert i1.peek("Note") == "kept", "the unsaved value outlived the edit"
+    ctx.save()
+    held = kinto.get_record(bucket, items, "i1")
+    assert (held["Title"], held["Note"]) == ("edited while Note is absent", "kept")
+    assert kinto.get_record(bucket, items, "i2")["Note"] == "theirs"
+
+
+@pytest.mark.parametrize("first, second", [("Parent", "Other"), ("Other", "Parent")])
+def test_a_deny_from_a_record_the_delete_takes_along_refuses_nothing(kinto_url, bucket, tmp_path, open_ctx, first, second):
+    """Issue 28: deleting top cascades to x (through `first`) and to m
+    (through `second`), and from m to y; y's deny reference to x refuses
+    nothing, as y goes too. The answer must not hang on the order the
+    rules are visited in (it did: one order refused the delete)."""
+    cascade = {"type": "string", "x-tether-to": "notes", "x-tether-delete": "cascade"}
+    specs = {"notes": {"type": "object", "properties": {
+        "Parent": dict(cascade, **{"x-tether-inverse": "children"}),
+        "Other": dict(cascade, **{"x-tether-inverse": "others"}),
+        "Watch": {"type": "string", "x-tether-to": "notes", "x-tether-inverse": "watchers", "x-tether-delete": "deny"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    ctx.insert("notes", id="top")
+    ctx.insert("notes", {first: "top"}, id="x")
+    ctx.insert("notes", {second: "top"}, id="m")
+    ctx.insert("notes", {"Parent": "m", "Watch": "x"}, id="y")
+    ctx.insert("notes", id="other")
+    ctx.save()
+    ctx.object("notes", "top").delete()
+    assert ctx.save().saved == 4
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+
+
+def test_a_cycle_of_cascades_is_deleted_in_one_save(kinto_url, bucket, tmp_path, open_ctx):
+    """Issue 28, found by the delete rules model test (seed 26801): a and b
+    refer to each other (cascade), c to b; deleting a takes b and c along,
+    and the save sends all three (each delete waited for the other's, so
+    none was sent and the save said CANCELLED)."""
+    specs = {"notes": {"type": "object", "properties": {
+        "Parent": {"type": "string", "x-tether-to": "notes", "x-tether-inverse": "children", "x-tether-delete": "cascade"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    ctx.insert("notes", id="a")
+    ctx.insert("notes", {"Parent": "a"}, id="b")
+    ctx.insert("notes", {"Parent": "b"}, id="c")
+    ctx.insert("notes", id="other")
+    ctx.save()
+    ctx.object("notes", "a").Parent = "b"
+    ctx.save()
+    ctx.object("notes", "a").delete()
+    report = ctx.save()
+    assert (report.saved, report.failures) == (3, [])
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+
+
+@pytest.mark.parametrize("other_rule", ["nullify", "deny"])
+def test_a_note_the_delete_takes_along_is_no_conflict_for_its_clean_up(kinto, kinto_url, bucket, tmp_path, open_ctx, items,
+                                                                        other_rule):
+    """Issue 28, found by the delete rules model test (seed 145585): a note
+    refers to i1 by a nullify (or deny) reference, and to a link that
+    cascades from i1 by a cascade one. Deleting i1 takes the link and the
+    note along; once i1's delete is saved, its clean-up of the references
+    to i1 must not rewrite the note under its pending delete (which then
+    met a conflict with that clean-up)."""
+    kinto.create_collection(bucket, "links", {"type": "object", "properties": {
+        "Item": {"type": "string", "x-tether-to": items, "x-tether-delete": "cascade"}}})
+    kinto.put_records(bucket, "links", [("l1", {"Item": "i1"})])
+    specs = {"notes": {"type": "object", "properties": {
+        "Item": {"type": "string", "x-tether-to": items, "x-tether-inverse": "notes", "x-tether-delete": other_rule},
+        "Link": {"type": "string", "x-tether-to": "links", "x-tether-inverse": "notes", "x-tether-delete": "cascade"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    ctx.fetch_wait(items, policy="server_only")
+    ctx.fetch_wait("links", policy="server_only")
+    ctx.insert("notes", {"Item": "tether://server/%s/i1" % items, "Link": "tether://server/links/l1"}, id="n")
+    ctx.insert("notes", id="other")
+    ctx.save()
+    ctx.object(items, "i1").delete()
+    report = ctx.save()
+    assert (report.saved, report.failures) == (3, [])
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+    assert ctx.change_count == 0
