@@ -325,7 +325,12 @@ def test_burst_of_gets_takes_one_batch(kinto, many, tmp_path, open_ctx, recorder
     of them (the server allows 25), and every object is refreshed."""
     log = refresh_all(kinto, many, "many", MANY, tmp_path / "s.db", open_ctx, recorder, faultproxy)["log"]
     batches = [line for line in log if "/batch" in line]
-    assert len(log) == len(batches) and 1 <= len(batches) <= 2, log
+    # The first get may leave alone, before the burst's next ones are asked
+    # (a loaded machine runs this loop slower than the refresh's gathering):
+    # then it is one plain listing, and the rest still go as one batch.
+    alone = log[:len(log) - len(batches)]
+    assert 1 <= len(batches) <= 2 and log[len(alone):] == batches, log
+    assert len(alone) <= 1 and all("in_id=" in line for line in alone), log
 
 
 BATCH_NAMED = 80   # long ids: 3 in_id listings, so more than one request's worth
