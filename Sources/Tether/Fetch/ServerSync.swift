@@ -221,7 +221,7 @@ extension FetchTask {
             let named = Set((withListing { $0.results } ?? []).map { ExactString($0.id) })
             let cached = try store.idList(entity, where: predicate, sort: nil)
             let stale = (0..<cached.count).map { cached[$0] }.filter { !named.contains(ExactString($0)) }
-            if !stale.isEmpty { return verify(connection.idBatches(stale), cursor: nil, seen: [], cursors: CursorTrail()) }
+            if !stale.isEmpty { return verify(stale) }
         }
         finish(nil, try listingEnded(plan))
     }

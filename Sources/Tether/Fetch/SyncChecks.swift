@@ -58,30 +58,17 @@ extension FetchTask {
         }
     }
 
-    func verify(_ batches: [[String]], cursor: PageCursor?, seen: Set<ExactString>, cursors: CursorTrail) {
-        guard let batch = batches.first else { return }
-        let remote = connection.records(entity.spec, ids: batch, cursor: cursor) { [self] result in
-            worker.async { [self] in
-                guard isRunning else { return }
-                do {
-                    let page = try result.get()
-                    var seen = seen
-                    seen.formUnion(try context.absorb(page.decode(), of: entity).map { ExactString($0.id) })
-                    if let next = page.next {
-                        var cursors = cursors
-                        try cursors.advance(to: next, of: entity.name)
-                        return verify(batches, cursor: next, seen: seen, cursors: cursors)
-                    }
-                    let gone = batch.filter { !seen.contains(ExactString($0)) }
-                    try store.delete(ids: gone, of: entity)
-                    context.markDeleted(gone, of: entity)
-                    if batches.count > 1 { return verify(Array(batches.dropFirst()), cursor: nil, seen: [], cursors: CursorTrail()) }
-                    finish(nil, try listingEnded(.query))
-                } catch {
-                    fail(error)
-                }
+    /// Rows the cache holds as matching that the server's whole filtered
+    /// answer did not name: asked for by id (changed or deleted there).
+    func verify(_ stale: [String]) {
+        ByIDRefetch(context: context, store: store, connection: connection, worker: worker, entity: entity,
+                    acceptingOlder: false, sent: { [self] in sent($0) }, isCurrent: { [self] in isRunning }) { [self] outcome in
+            do {
+                try outcome.get()
+                finish(nil, try listingEnded(.query))
+            } catch {
+                fail(error)
             }
-        }
-        sent(remote)
+        }.start(stale)
     }
 }

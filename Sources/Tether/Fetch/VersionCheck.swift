@@ -73,35 +73,10 @@ struct VersionCheck: Sendable {
         guard !differing.isEmpty else { return done(.success(false)) }
         Log.info(.sync, "\(entity.name): \(differing.count) records differ from the server's ids and versions "
                         + "(history rewritten, or changed since the listing): asked again")
-        fetch(connection.idBatches(differing), cursor: nil, seen: [], cursors: CursorTrail())
-    }
-
-    /// Asks for `batches` of ids; takes what the server has, older or not,
-    /// and deletes what it lacks.
-    private func fetch(_ batches: [[String]], cursor: PageCursor?, seen: Set<ExactString>, cursors: CursorTrail) {
-        guard let batch = batches.first else { return done(.success(true)) }
-        let remote = connection.records(entity.spec, ids: batch, cursor: cursor) { [self] result in
-            worker.async { [self] in
-                guard isCurrent() else { return }
-                do {
-                    let page = try result.get()
-                    var seen = seen
-                    seen.formUnion(try context.absorb(page.decode(), of: entity, acceptingOlder: true).map { ExactString($0.id) })
-                    if let next = page.next {
-                        var cursors = cursors
-                        try cursors.advance(to: next, of: entity.name)
-                        return fetch(batches, cursor: next, seen: seen, cursors: cursors)
-                    }
-                    let gone = batch.filter { !seen.contains(ExactString($0)) }
-                    try store.delete(ids: gone, of: entity)
-                    context.markDeleted(gone, of: entity)
-                    fetch(Array(batches.dropFirst()), cursor: nil, seen: [], cursors: CursorTrail())
-                } catch {
-                    done(.failure(TetherError.wrap(error)))
-                }
-            }
-        }
-        sent(remote)
+        ByIDRefetch(context: context, store: store, connection: connection, worker: worker, entity: entity,
+                    acceptingOlder: true, sent: sent, isCurrent: isCurrent) { [done] outcome in
+            done(outcome.map { true })
+        }.start(differing)
     }
 }
 
