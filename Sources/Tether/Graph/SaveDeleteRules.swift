@@ -79,7 +79,7 @@ extension SaveTask {
             deleted[item.object.entity.index, default: [:]][ExactString(item.object.id)] = item.object
         }
         guard !deleted.isEmpty else { return [:] }
-        var waiting: [ObjectIdentifier: ManagedObject] = [:]
+        var targets: [ObjectIdentifier: [ManagedObject]] = [:]
         for item in items {
             let entity = item.object.entity
             guard let committed = try? context.withCommittedRow(item.object, { $0.record }) else { continue }
@@ -88,10 +88,10 @@ extension SaveTask {
                       item.change.kind == .delete || (item.change.values[index] == .null && committed.values[index] != .null),
                       let id = try? context.referencedID(committed.values[index], entity.attributes[index], of: entity, to: target),
                       let object = deleted[target.index]?[ExactString(id)], object !== item.object else { continue }
-                waiting[ObjectIdentifier(item.object)] = object
-                break
+                targets[ObjectIdentifier(item.object), default: []].append(object)
             }
         }
+        var waiting = targets.compactMapValues(\.first)
         // Deletes referring to each other in a cycle would each wait for
         // the next for ever: one of the cycle goes first, the delete asked
         // for when it is one (no rule made it), and the rest follow it.
@@ -106,6 +106,27 @@ extension SaveTask {
             guard let start = chain.firstIndex(of: current) else { continue }
             let cycle = chain[start...]
             waiting[cycle.first { !madeByRules.contains($0) } ?? current] = nil
+        }
+        // A change following the rules of several targets waits for the one
+        // whose delete goes last: the clean-ups of the others have run by
+        // then (sent after one of them only, it met the next one's clean-up
+        // of the record it clears as a conflict).
+        func depth(_ target: ManagedObject, from start: ObjectIdentifier) -> Int? {
+            var count = 0
+            var current = ObjectIdentifier(target)
+            while current != start {
+                guard let next = waiting[current] else { return count }
+                count += 1
+                current = ObjectIdentifier(next)
+                if count > waiting.count { return nil }
+            }
+            return nil  // waiting for it would close a cycle
+        }
+        for item in items {
+            let id = ObjectIdentifier(item.object)
+            guard waiting[id] != nil, let candidates = targets[id], candidates.count > 1 else { continue }
+            let ranked = candidates.compactMap { target in depth(target, from: id).map { (target, $0) } }
+            if let last = ranked.max(by: { $0.1 < $1.1 }) { waiting[id] = last.0 }
         }
         return waiting
     }
@@ -127,7 +148,19 @@ extension SaveTask {
             return send(ready, round: 1, tally)
         }
         guard isRunning else { return finish(tally) }
-        for (item, target) in waiting {
+        // A target's own held change first: a change waiting for a cascade's
+        // delete sees that delete already dropped, and its rules undone.
+        let heldTarget = Dictionary(held.map { (ObjectIdentifier($0.item.object), $0.target) }, uniquingKeysWith: { first, _ in first })
+        func hops(_ object: ManagedObject) -> Int {
+            var count = 0
+            var current = object
+            while let next = heldTarget[ObjectIdentifier(current)], count <= held.count {
+                count += 1
+                current = next
+            }
+            return count
+        }
+        for (item, target) in waiting.sorted(by: { hops($0.item.object) < hops($1.item.object) }) {
             tally.answered += 1
             if target.changeKind != .delete && !target.state.withLock({ $0.deletedOnServer }) {
                 // The target's delete was dropped (server wins): so are its rules.

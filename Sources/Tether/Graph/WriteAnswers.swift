@@ -113,82 +113,95 @@ extension Context {
         let entity = object.entity
         let now = wallClockMilliseconds()
         var outcome = AppliedAnswer.saved
-        let observers = try object.state.withLock { state -> [KeyObserver] in
-            let before = state.observedValues
-            guard var pending = state.pending else { return [] }  // rolled back meanwhile
-            // Edited while on the wire: the conflict is reported, the edit kept as it is.
-            var policy = pending.revision == sent.revision ? policy : .report
-            // The local object as it stood, for a policy that writes all of it.
+        // The values a policy would write, as the state stands: nil when it writes none.
+        func written(_ state: ManagedObject.State) -> [Int: Value]? {
+            guard let pending = state.pending, pending.kind != .delete, pending.revision == sent.revision,
+                  policy == .clientWins || policy == .mergeProperties else { return nil }
+            guard policy == .clientWins || current == nil else { return pending.values }
             var local = state.record?.values ?? Array(repeating: .null, count: entity.attributes.count)
             for (index, value) in pending.values { local[index] = value }
-            // A policy writing the local object must not write a reference
-            // to a target gone (whose clean-up has run): reported instead.
-            var gone: (attribute: Attribute, target: Entity, id: String)?
-            if pending.kind != .delete, policy == .clientWins || policy == .mergeProperties {
-                let written = policy == .clientWins || current == nil
-                    ? Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) }) : pending.values
-                gone = goneTarget(in: written, of: entity)
-                if gone != nil { policy = .report }
-            }
-            let serverVersion = Self.version(of: current, entity)
-            var remaining: PendingChange? = pending
-            switch policy {
-            case .report:
-                let differing = entity.attributes.indices.filter { index in
-                    index != entity.versionIndex && current?.values[index] != local[index]
-                }
-                let sides = SaveConflict.Sides(localVersion: sent.baseVersion, serverValues: current?.values,
-                                               differingAttributes: differing)
-                state.conflict = sides
-                let conflict = SaveConflict(object: object, sides: sides)
-                var message = current == nil ? "\(entity.name)/\(object.id) was deleted on the server"
-                    : "\(entity.name)/\(object.id) changed on the server (version \(serverVersion ?? 0), edited here from \(sent.baseVersion.map(String.init) ?? "none"))"
-                if let gone {
-                    message += "; not written again: its \(gone.attribute.name) refers to \(gone.target.name)/\(gone.id), which was deleted"
-                }
-                outcome = .failed(SaveFailure(object: object, error: TetherError(.conflict, message), conflict: conflict))
-            case .serverWins:
-                remaining = nil
-                outcome = .discarded
-            case .clientWins, .mergeProperties:
-                if pending.kind == .delete {
-                    pending.baseVersion = serverVersion
-                    if current == nil { remaining = nil } else {
-                        outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: .delete, ifVersion: serverVersion))
-                    }
-                } else if current == nil {
-                    // Gone on the server: made again from the local object.
-                    pending = PendingChange(kind: .insert, values: Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) }),
-                                            baseVersion: nil, revision: pending.revision, sequence: pending.sequence, sent: true)
-                    outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: .create,
-                                                         fields: SaveTask.fields(pending.values, entity)))
-                } else {
-                    pending.kind = .update
-                    pending.baseVersion = serverVersion
-                    let whole = policy == .clientWins
-                    let values = whole ? Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) }) : pending.values
-                    outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: whole ? .replace : .patch,
-                                                         fields: SaveTask.fields(values, entity), ifVersion: serverVersion))
-                }
-                if remaining != nil { remaining = pending }
-            }
-            if current == nil, remaining != nil {
-                // Gone on the server, still wanted here: the last values the
-                // server sent are kept, as a policy may make the record again.
-                try store(for: entity).recordChange(name, entity, id: object.id, remaining!)
-                state.deletedOnServer = true
-            } else {
-                remaining?.sentWrites = []  // answered: settled
-                try store(for: entity).storeAnswer(name, entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
-                state.record = current
-                state.loaded = true
-                state.fetchedAt = now
-                state.deletedOnServer = current == nil
-            }
-            state.pending = remaining
-            return state.observers(changedSince: before)
+            return Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) })
         }
-        afterAnswer(object, observers)
+        // A policy writing the local object must not write a reference to a
+        // target gone (whose clean-up has run): reported instead. Looked for
+        // outside the object's lock: it locks the targets' objects, this one
+        // among them when it refers to itself (held, it waited on itself).
+        var checked: [Int: Value]?
+        var gone: (attribute: Attribute, target: Entity, id: String)?
+        var observers: [KeyObserver]?
+        while observers == nil {
+            observers = try object.state.withLock { state -> [KeyObserver]? in
+                let before = state.observedValues
+                guard var pending = state.pending else { return [] }  // rolled back meanwhile
+                // Changed since the look for a target gone: looked for again.
+                guard written(state) == checked else { checked = written(state); return nil }
+                // Edited while on the wire: the conflict is reported, the edit kept as it is.
+                var policy = pending.revision == sent.revision ? policy : .report
+                // The local object as it stood, for a policy that writes all of it.
+                var local = state.record?.values ?? Array(repeating: .null, count: entity.attributes.count)
+                for (index, value) in pending.values { local[index] = value }
+                if gone != nil { policy = .report }
+                let serverVersion = Self.version(of: current, entity)
+                var remaining: PendingChange? = pending
+                switch policy {
+                case .report:
+                    let differing = entity.attributes.indices.filter { index in
+                        index != entity.versionIndex && current?.values[index] != local[index]
+                    }
+                    let sides = SaveConflict.Sides(localVersion: sent.baseVersion, serverValues: current?.values,
+                                                   differingAttributes: differing)
+                    state.conflict = sides
+                    let conflict = SaveConflict(object: object, sides: sides)
+                    var message = current == nil ? "\(entity.name)/\(object.id) was deleted on the server"
+                        : "\(entity.name)/\(object.id) changed on the server (version \(serverVersion ?? 0), edited here from \(sent.baseVersion.map(String.init) ?? "none"))"
+                    if let gone {
+                        message += "; not written again: its \(gone.attribute.name) refers to \(gone.target.name)/\(gone.id), which was deleted"
+                    }
+                    outcome = .failed(SaveFailure(object: object, error: TetherError(.conflict, message), conflict: conflict))
+                case .serverWins:
+                    remaining = nil
+                    outcome = .discarded
+                case .clientWins, .mergeProperties:
+                    if pending.kind == .delete {
+                        pending.baseVersion = serverVersion
+                        if current == nil { remaining = nil } else {
+                            outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: .delete, ifVersion: serverVersion))
+                        }
+                    } else if current == nil {
+                        // Gone on the server: made again from the local object.
+                        pending = PendingChange(kind: .insert, values: Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) }),
+                                                baseVersion: nil, revision: pending.revision, sequence: pending.sequence, sent: true)
+                        outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: .create,
+                                                             fields: SaveTask.fields(pending.values, entity)))
+                    } else {
+                        pending.kind = .update
+                        pending.baseVersion = serverVersion
+                        let whole = policy == .clientWins
+                        let values = whole ? Dictionary(uniqueKeysWithValues: local.enumerated().map { ($0, $1) }) : pending.values
+                        outcome = .again(pending, RecordWrite(spec: entity.spec, id: object.id, kind: whole ? .replace : .patch,
+                                                             fields: SaveTask.fields(values, entity), ifVersion: serverVersion))
+                    }
+                    if remaining != nil { remaining = pending }
+                }
+                if current == nil, remaining != nil {
+                    // Gone on the server, still wanted here: the last values the
+                    // server sent are kept, as a policy may make the record again.
+                    try store(for: entity).recordChange(name, entity, id: object.id, remaining!)
+                    state.deletedOnServer = true
+                } else {
+                    remaining?.sentWrites = []  // answered: settled
+                    try store(for: entity).storeAnswer(name, entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
+                    state.record = current
+                    state.loaded = true
+                    state.fetchedAt = now
+                    state.deletedOnServer = current == nil
+                }
+                state.pending = remaining
+                return state.observers(changedSince: before)
+            }
+            if observers == nil { gone = checked.flatMap { goneTarget(in: $0, of: entity) } }
+        }
+        afterAnswer(object, observers ?? [])
         return outcome
     }
 

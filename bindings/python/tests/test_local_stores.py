@@ -473,3 +473,55 @@ def test_a_note_the_delete_takes_along_is_no_conflict_for_its_clean_up(kinto, ki
     assert (report.saved, report.failures) == (3, [])
     assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
     assert ctx.change_count == 0
+
+
+def test_client_wins_writes_a_note_that_refers_to_itself(kinto_url, bucket, tmp_path, open_ctx):
+    """Issue 28, found by the delete rules model test (seed 956929, a hang):
+    a note whose Parent is itself, edited in two siblings; the second save
+    conflicts and client_wins writes it again. Looking for a target gone
+    among the values it writes, the save locked the note (its own target)
+    while holding its lock, and waited on itself for ever."""
+    specs = {"notes": {"type": "object", "properties": {
+        "Text": {"type": "string"},
+        "Parent": {"type": "string", "x-tether-to": "notes", "x-tether-inverse": "children", "x-tether-delete": "nullify"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    ctx.insert("notes", {"Text": "made", "Parent": "n"}, id="n")
+    ctx.save()
+    sibling = ctx.open_sibling("b")
+    ctx.object("notes", "n").Text = "here"
+    sibling.object("notes", "n").Text = "there"
+    ctx.save(timeout=20)
+    with pytest.raises(tether.ConflictError):
+        sibling.save(timeout=20)
+    report = sibling.save(merge="client_wins", timeout=20)
+    assert (report.saved, report.failures) == (1, [])
+    for c in (ctx, sibling):
+        note = c.object("notes", "n")
+        assert (note.peek("Text"), note.peek("Parent")) == ("there", "n")
+    assert ctx.change_count == 0 and sibling.change_count == 0
+
+
+def test_a_note_cleared_of_a_delete_and_of_its_cascade_is_no_conflict(kinto, kinto_url, bucket, tmp_path, open_ctx, items):
+    """Issue 28, found by the delete rules model test (seed 910420): a note
+    refers by nullify references to i1 and to a link that cascades from
+    i1. Deleting i1 clears both; the note's write waited for i1's delete
+    alone, so it went with the link's delete, after i1's clean-up cleared
+    one reference in the store and before the link's cleared the other:
+    it met the store as a conflict. It waits for the last of its targets."""
+    kinto.create_collection(bucket, "links", {"type": "object", "properties": {
+        "Item": {"type": "string", "x-tether-to": items, "x-tether-delete": "cascade"}}})
+    kinto.put_records(bucket, "links", [("l1", {"Item": "i1"})])
+    specs = {"notes": {"type": "object", "properties": {
+        "Item": {"type": "string", "x-tether-to": items, "x-tether-inverse": "notes", "x-tether-delete": "nullify"},
+        "Link": {"type": "string", "x-tether-to": "links", "x-tether-inverse": "notes", "x-tether-delete": "nullify"}}}}
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
+    ctx.fetch_wait(items, policy="server_only")
+    ctx.fetch_wait("links", policy="server_only")
+    ctx.insert("notes", {"Item": "tether://server/%s/i1" % items, "Link": "tether://server/links/l1"}, id="n")
+    ctx.save()
+    ctx.object(items, "i1").delete()
+    report = ctx.save()
+    assert (report.saved, report.failures) == (3, [])
+    note = ctx.object("notes", "n")
+    assert (note.peek("Item"), note.peek("Link")) == (None, None)
+    assert ctx.change_count == 0
