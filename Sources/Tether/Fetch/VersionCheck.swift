@@ -79,14 +79,3 @@ struct VersionCheck: Sendable {
         }.start(differing)
     }
 }
-
-extension Store {
-    /// Whether a page the server answered at `version` is older than what
-    /// the store holds of `entity` in whole (its sync version): another
-    /// fetch's newer listing has landed, and this page (read before a
-    /// deletion or a restore, say) must not bring back what it replaced.
-    func isOlderThanSync(_ version: Int64?, of entity: Entity) throws -> Bool {
-        guard let version, let synced = try syncVersion(entity) else { return false }
-        return version < synced
-    }
-}

@@ -71,6 +71,21 @@ extension Context {
         }
     }
 
+    /// Stores the server's answer (nil: gone) with what remains pending,
+    /// its sent writes answered, and takes both into the object's state.
+    private func takeAnswer(_ server: Record?, remaining: PendingChange?, of object: ManagedObject,
+                            into state: inout ManagedObject.State, at now: Int64) throws {
+        var remaining = remaining
+        remaining?.sentWrites = []  // answered: settled
+        try store(for: object.entity).storeAnswer(name, object.entity, id: object.id, server: server, fetchedAt: now,
+                                                  remaining: remaining)
+        state.record = server
+        state.loaded = true
+        state.fetchedAt = now
+        state.deletedOnServer = server == nil
+        state.pending = remaining
+    }
+
     /// The server's answer taken: the record stored (nil: gone), the
     /// change dropped, or kept and rebased if edited since it was sent.
     func confirm(_ object: ManagedObject, _ sent: PendingChange, server record: Record?) throws {
@@ -89,13 +104,7 @@ extension Context {
                 }
                 remaining = pending
             }
-            remaining?.sentWrites = []  // answered: settled
-            try store(for: entity).storeAnswer(name, entity, id: object.id, server: record, fetchedAt: now, remaining: remaining)
-            state.record = record
-            state.loaded = true
-            state.fetchedAt = now
-            state.deletedOnServer = record == nil
-            state.pending = remaining
+            try takeAnswer(record, remaining: remaining, of: object, into: &state, at: now)
             state.conflict = nil
             return state.observers(changedSince: before)
         }
@@ -188,15 +197,10 @@ extension Context {
                     // server sent are kept, as a policy may make the record again.
                     try store(for: entity).recordChange(name, entity, id: object.id, remaining!)
                     state.deletedOnServer = true
+                    state.pending = remaining
                 } else {
-                    remaining?.sentWrites = []  // answered: settled
-                    try store(for: entity).storeAnswer(name, entity, id: object.id, server: current, fetchedAt: now, remaining: remaining)
-                    state.record = current
-                    state.loaded = true
-                    state.fetchedAt = now
-                    state.deletedOnServer = current == nil
+                    try takeAnswer(current, remaining: remaining, of: object, into: &state, at: now)
                 }
-                state.pending = remaining
                 return state.observers(changedSince: before)
             }
             if observers == nil { gone = checked.flatMap { goneTarget(in: $0, of: entity) } }
