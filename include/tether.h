@@ -55,6 +55,7 @@
  * ---------------------
  *   handle            comes from                         given back by
  *   tether_context    tether_context_open_kinto,         tether_context_close
+ *                     tether_context_open_postgres,
  *                     tether_context_open_host,
  *                     tether_context_open_sibling
  *   tether_object     tether_context_object,             tether_object_free (one
@@ -420,6 +421,67 @@ TETHER_API int tether_kinto_options_init(tether_kinto_options *kinto, unsigned i
  * tether_context_close. */
 TETHER_API int tether_context_open_kinto(const tether_context_options *opts, const tether_kinto_options *kinto,
                                          tether_context **out);
+
+/* ---------------------------------------------------------------- PostgreSQL */
+
+/* PostgreSQL, spoken through libpq (libpq.so.5, loaded the first time a
+ * context opens on PostgreSQL: a host that never does never loads it). In
+ * PostgreSQL's words: the model is a schema, each entity one of its tables
+ * with a primary key of one text, varchar, char, uuid or integer column
+ * (the entity's name is the table's, its route "schema.table"); a table
+ * without one is left out (logged, category "sync"). A record's id is its
+ * key as text (42 -> "42"), the server's version of it is the row's xmin
+ * (the transaction that last wrote it), as the field "xmin", which no
+ * column can be named.
+ *
+ * Columns: int2/int4/int8 -> integer; float4/float8/numeric -> real (as
+ * JSON reads the number: a numeric beyond a double is kept as its digits,
+ * a misfit; NaN and Infinity are text, misfits); bool -> boolean;
+ * json/jsonb and arrays -> json; timestamptz -> text, ISO 8601 in UTC with
+ * microseconds ("2026-01-02T03:04:05.000000Z"), timestamp and date -> the
+ * same without the zone, so text order is time order; text, varchar, char,
+ * uuid, enums and every other type -> text (PostgreSQL's text output). A
+ * domain maps as its base type. NOT NULL (of the column or its domain) ->
+ * required; an enum's labels, or a one-column check `col IN (...)`, ->
+ * allowed values; a one-column foreign key onto an entity's key -> a
+ * relationship (its inverse named after the referring table, or
+ * table_column when one table refers to the same target twice) whose
+ * ON DELETE CASCADE is cascade, SET NULL nullify, and RESTRICT, NO ACTION
+ * and SET DEFAULT deny. A table the role may SELECT offers fetch; none
+ * offers insert, update or delete yet (a save fails TETHER_E_NOT_ALLOWED).
+ *
+ * This version reads only, by whole listings (no history of changes: each
+ * refresh lists the table again). A predicate's comparisons on text, integer
+ * and boolean attributes run in PostgreSQL, as the cache runs them (text by
+ * bytes of UTF-8, in the "C" collation); others run in the cache. */
+#define TETHER_POSTGRES_OPTIONS_VERSION 1
+
+typedef struct tether_postgres_options {
+    unsigned int version;      /* TETHER_POSTGRES_OPTIONS_VERSION */
+    const char *conninfo;      /* libpq connection string: "host=... port=... dbname=... user=..."
+                                  or a postgresql:// URI (required). Its password, if any, is
+                                  never stored or logged */
+    const char *schema;        /* the schema whose tables form the model; NULL: "public" */
+} tether_postgres_options;
+
+/* Fills `pg` with defaults (all NULL) for the given struct version.
+ * TETHER_E_MISUSE if `pg` is NULL or the version is unknown. */
+TETHER_API int tether_postgres_options_init(tether_postgres_options *pg, unsigned int version);
+
+/* Opens a context on a PostgreSQL schema, as tether_context_open_kinto
+ * opens one on a bucket (store, model, migration and offline open alike).
+ * The store is keyed by the conninfo's host, hostaddr, port, dbname and
+ * user, and the schema. Connecting waits at most opts->timeout_ms (rounded
+ * up to whole seconds, at least 2). A server that cannot be reached at all
+ * (no answer to the connection) opens offline from a store of the same
+ * database and schema, else gives TETHER_E_NETWORK; a conninfo libpq cannot
+ * parse, or a schema that is empty or over 63 bytes, TETHER_E_INVALID; an
+ * unknown schema or database TETHER_E_NOT_FOUND; a refused role or password
+ * TETHER_E_AUTH; libpq.so.5 missing TETHER_E_ERROR, saying so. `opts` and
+ * `pg` are read during the call only. On success *out is a new context
+ * owned by the caller: close it with tether_context_close. */
+TETHER_API int tether_context_open_postgres(const tether_context_options *opts, const tether_postgres_options *pg,
+                                            tether_context **out);
 
 /* ---------------------------------------------------------------- context lifetime */
 
