@@ -1,4 +1,4 @@
-# Tether — the README's commands: `make demo` and `make test`.
+# Tether — the README's commands: `make demo`, `make serve` and `make test`.
 # Both install what they need (Debian packages, Kinto in .venv) first.
 
 SWIFT        ?= swift
@@ -22,13 +22,13 @@ SONAME       := libtether.so.$(VERSION_MAJOR)
 RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivity=unchecked \
                  -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map \
                  -Xlinker -soname=$(SONAME)
-APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv gcc make pkg-config luajit curl
+APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev libedit-dev python3-venv gcc make pkg-config luajit curl
 # make install: $(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION) and its links,
 # include/tether.h, lib/pkgconfig/tether.pc (from tether.pc.in), bin/tether (the shell).
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: all deps build demo test test-swift test-c test-python test-lua bench fuzz kill-stress clean install uninstall
+.PHONY: all deps build demo serve serve-stop serve-status test test-swift test-c test-python test-lua bench fuzz kill-stress clean install uninstall
 
 all: build
 
@@ -91,6 +91,16 @@ uninstall:
 
 demo: build
 	scripts/demo
+
+# The demo server the README examples use: Kinto on 127.0.0.1:8888 (KINTO_PORT=N
+# for another), seeded with the demo data, up until `make serve-stop`
+# (scripts/demo-server start|stop|status).
+serve: deps
+	scripts/demo-server start
+serve-stop:
+	scripts/demo-server stop
+serve-status:
+	scripts/demo-server status
 
 test: build
 	scripts/run-tests

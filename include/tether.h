@@ -604,6 +604,12 @@ TETHER_API int tether_entity_attribute_at(tether_entity *entity, size_t index,
                                           const char **out_name, int *out_code,
                                           tether_type *out_type, unsigned int *out_flags);
 
+/* The values the attribute at `index` may hold (a JSON schema's "enum"), as
+ * a JSON array ("[\"open\",\"closed\"]"), or NULL when any value of its
+ * type is allowed. *out is borrowed: valid until the context closes. A set
+ * outside them is TETHER_E_INVALID. TETHER_E_NOT_FOUND past the end. */
+TETHER_API int tether_entity_attribute_allowed(tether_entity *entity, size_t index, const char **out);
+
 /* What deleting a record does to the records referring to it. */
 typedef enum tether_delete_rule {
     TETHER_DELETE_NULLIFY = 0,  /* their reference becomes NULL */
