@@ -586,6 +586,8 @@ def test_a_terminal_keeps_a_history_under_xdg_state_home(sh, tmp_path):
     state = tmp_path / "state"
     t = Terminal(sh, state)
     t.expect("tether> ")
+    t.send("coun\x03")  # Ctrl-C at the prompt: the line is dropped, a new prompt
+    t.expect("tether> ")
     t.send("count jobs\n")
     t.expect("60")
     t.expect("tether> ")
