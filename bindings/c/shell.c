@@ -2,7 +2,8 @@
  * shell.c — `tether`, a command shell over Tether's public C API, as sqlite3
  * has one. It opens a context on a Kinto server and bucket, then runs one
  * command given on the command line, or reads commands line by line from
- * stdin (with a prompt on a tty). `tether --help` and the `help` command list
+ * stdin (on a tty: a prompt, and libedit's line editing, history and
+ * completion). `tether --help` and the `help` command list
  * them; README.md ("The tether shell") walks through them.
  *
  * Delivery is TETHER_DELIVER_POLL: the shell is one thread that prints
@@ -64,7 +65,11 @@ static const char USAGE[] =
     "  --progress          show fetch and save progress on stderr even when it is\n"
     "                      not a tty\n"
     "  --version           print the shell's and the library's version\n"
-    "  --help              this text\n";
+    "  --help              this text\n"
+    "\n"
+    "On a terminal, lines are edited with libedit: arrows, Ctrl-R, Tab completes\n"
+    "commands, options, entities, fields and words; the history is kept in\n"
+    "$XDG_STATE_HOME/tether/history (else ~/.local/state/tether/history).\n";
 
 static const char COMMANDS[] =
     "Commands:\n"

@@ -192,6 +192,7 @@ int tether_entity_attribute_count(tether_entity *entity, size_t *out);
 int tether_entity_attribute_at(tether_entity *entity, size_t index,
                                const char **out_name, int *out_code,
                                tether_type *out_type, unsigned int *out_flags);
+int tether_entity_attribute_allowed(tether_entity *entity, size_t index, const char **out);
 
 int tether_context_object(tether_context *ctx, const char *entity, const char *id,
                           tether_object **out);
@@ -963,6 +964,8 @@ function Context:entities()
             ent.attributes[j + 1] = {name = ffi.string(s[0]), code = code[0], type = TYPE_NAMES[tonumber(atype[0])],
                                      id = bit.band(f, 1) ~= 0, version = bit.band(f, 2) ~= 0,
                                      required = bit.band(f, 4) ~= 0}
+            check(C.tether_entity_attribute_allowed(e[0], j, s), "tether_entity_attribute_allowed")
+            if s[0] ~= nil then ent.attributes[j + 1].allowed = ffi.string(s[0]) end  -- a JSON array
         end
         list[#list + 1] = ent
     end

@@ -1,4 +1,4 @@
--- Options tables: a misspelled option is an error in every entry point that
+-- Options tables and the model: a misspelled option is an error in every entry point that
 -- takes one (never silently ignored), and the vocabulary is the header's
 -- (TETHER_POLICY_CACHE_ONLY: "cache_only", TETHER_MERGE_CLIENT_WINS: "client_wins", ...).
 
@@ -39,6 +39,17 @@ return {
         h.raises(h.tether.E_MISUSE, function() ctx:save{merge = "client"} end, "the shell's old merge word")
         h.raises(h.tether.E_MISUSE, function() ctx:save_wait{timeout = 100} end, "save_wait{timeout=}")
         h.eq(ctx:save_wait{timeout_ms = 10000, merge = "report"}, 0, "nothing to save")
+    end},
+
+    {"entities() gives each attribute's allowed values (the spec's enum) as JSON", function(h)
+        local ctx = h.open()
+        ctx:fetch_wait{entity = "jobs", limit = 1}
+        local allowed = {}
+        for _, e in ipairs(ctx:entities()) do
+            for _, a in ipairs(e.attributes) do allowed[e.name .. "." .. a.name] = a.allowed end
+        end
+        h.eq(allowed["jobs.Status"], '["open","closed","suspended"]', "jobs.Status")
+        h.eq(allowed["jobs.User"], nil, "jobs.User: any text")
     end},
 
     {"every policy and result type by the header's name", function(h)
