@@ -605,3 +605,43 @@ def test_a_terminal_keeps_a_history_under_xdg_state_home(sh, tmp_path):
     other = tmp_path / "other"
     status, out, _ = sh.run(stdin="count jobs\ncount users", env=dict(os.environ, XDG_STATE_HOME=str(other)))
     assert out.split() == ["60", "40"] and not other.exists()
+
+
+# ------------------------------------------------------------ the demo server
+
+def test_the_demo_server_stays_up_until_stopped(tmp_path):
+    """scripts/demo-server (make serve): the README examples' Kinto, seeded,
+    on a fixed port (here a free one, KINTO_PORT), up until stopped."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = os.path.join(REPO, "scripts", "demo-server")
+    env = dict(os.environ, KINTO_PORT=str(port), TETHER_DEMO_DIR=str(tmp_path / "demo"))
+    url = "http://127.0.0.1:%d/v1" % port
+
+    def run(*args):
+        p = subprocess.run([script] + list(args), capture_output=True, text=True, env=env, timeout=120)
+        return p.returncode, p.stdout
+
+    assert run("status") == (3, "demo server not running (start it: %s start)\n" % script)
+    try:
+        status, out = run("start")
+        assert status == 0 and out.startswith("demo server running at %s " % url), out
+        # The shell, as the README runs it against that server: the seeded data.
+        sh = Shell("demo", tmp_path / "demo.sqlite", url=url)
+        assert sh.json("count", "jobs")["count"] == 60
+        status, out = run("start")  # once is enough: a second start says where it is
+        assert status == 0 and out.startswith("demo server already running at %s " % url), out
+        status, out = run("status")
+        assert status == 0 and out.startswith("demo server running at %s " % url), out
+        # Another demo server cannot take the port.
+        other = dict(env, TETHER_DEMO_DIR=str(tmp_path / "other"))
+        p = subprocess.run([script, "start"], capture_output=True, text=True, env=other, timeout=120)
+        assert p.returncode == 1 and "port %d is taken" % port in p.stderr, p.stderr
+    finally:
+        status, out = run("stop")
+    assert (status, out) == (0, "demo server stopped\n")
+    assert run("status")[0] == 3
+    status, _, err = Shell("demo", tmp_path / "down.sqlite", url=url).run("--json", "entities", ok=False)
+    assert status == 1 and "TETHER_E_NETWORK" in err, "stopped: nothing answers on the port"
