@@ -40,6 +40,8 @@ from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INV
 from .context import (Answer, Count, Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
                       Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
 from .online import OnlineObserver
+from .query import Query, QueryResult
+from .aio import AsyncContext, AsyncQueryResult
 from .saving import Conflict, SaveReport, SaveTask
 from . import host
 from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
@@ -52,7 +54,7 @@ from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase
 __version__ = "0.3.0"
 
 __all__ = [
-    "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
+    "Context", "AsyncContext", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
     "Answer", "Count", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",
