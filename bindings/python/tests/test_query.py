@@ -5,6 +5,8 @@ be (computed here), and against the fetch_wait path with the same options
 (same ids, same order, same count), under every policy, cold and warm.
 """
 
+import copy
+import pickle
 import threading
 
 import pytest
@@ -69,6 +71,7 @@ def test_keywords_and_steps_build_the_same_query():
     assert Query(Q.entity, **Q.as_dict()) == Q
     assert Query("items", properties="Name, N") == Query("items").properties("Name", "N")
     assert eval(repr(Q), {"Query": Query}) == Q
+    assert pickle.loads(pickle.dumps(Q)) == Q == copy.deepcopy(Q)
     # Each step a new Query; the first is unchanged.
     base = Query("items")
     assert base.limit(3) is not base and base.as_dict() == {}

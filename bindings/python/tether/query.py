@@ -191,6 +191,10 @@ class Query:
     def __hash__(self) -> int:
         return hash(self._key())
 
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        # pickle and copy build it again (its attributes cannot be set).
+        return (_rebuild, (self.entity, self.as_dict()))
+
     def __repr__(self) -> str:
         parts = [repr(self.entity)] + ["%s=%r" % kv for kv in self.as_dict().items()]
         return "Query(%s)" % ", ".join(parts)
@@ -255,6 +259,10 @@ _DEFAULTS: Dict[str, Any] = dict(where=None, args=(), sort=(), limit=None, offse
                                  properties=None, policy="cache_then_server", server_query=None)
 
 
+def _rebuild(entity: str, options: Dict[str, Any]) -> Query:
+    return Query(entity, **options)
+
+
 def make_query(query: Union[str, Query], options: Dict[str, Any]) -> Query:
     """Context.query's first argument and keywords as one Query: an entity's
     name and keywords build one, a Query's keywords replace its values (those
@@ -290,8 +298,9 @@ class QueryResult:
 
     Each answers the policy's final answer: under "cache_then_server" the
     server's, merged into the cache. The cache's first answer comes to
-    Context.query's ``on_cached=`` callback (where callbacks run), or ask for
-    it alone with ``policy="cache_only"``. When the server cannot be reached
+    Context.query's ``on_cached=`` callback (where callbacks run; with a
+    batch, a Results closed once the final answer is in), or ask for it
+    alone with ``policy="cache_only"``. When the server cannot be reached
     the answer is the cache's, with ``offline`` True (a ``tether.Answer`` or
     ``tether.Count``), unless the policy is "server_only" (NetworkError).
     Errors raise (InvalidError for a bad predicate, NotFoundError for an
