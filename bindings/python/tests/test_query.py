@@ -180,6 +180,13 @@ def test_every_method_answers_as_fetch_wait(ctx, policy, warmed):
         assert first is None
 
 
+def test_a_server_query_answers_as_fetch_wait(ctx):
+    q = Query("items", server_query="Status=closed", sort="N", limit=5, policy="server_only")
+    expected = [i for i in range(N) if i % 3 == 2][:5]
+    assert ns(ctx.query(q).all()) == expected == ns(fetch_wait_final(ctx, q))
+    assert ctx.query(q).ids() == [rid(i) for i in expected]
+
+
 def test_first_is_none_when_nothing_matches(ctx):
     assert ctx.query("items", where="N > $1", args=[10 ** 6]).first() is None
     assert ctx.query("items", where="N > $1", args=[10 ** 6]).all() == []

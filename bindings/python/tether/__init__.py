@@ -1,13 +1,18 @@
 """Tether: an object-graph cache for Kinto servers (ctypes binding of libtether).
 
     import tether
+    from tether import Query
     with tether.Context("http://127.0.0.1:8888/v1", "demo", "demo.db") as ctx:
-        cached, final = ctx.fetch_wait("clients", sort="Client", limit=5)
-        c = final[0]
+        c = ctx.query("clients", sort="Client", limit=5).first()
         print(c.peek("Owner"), c.Owner)     # peek: cache only; attribute: get
-        _, mine = ctx.fetch_wait("changes", where="Status == $1 AND User == $2",
-                                 args=("pending", "alice"))   # a predicate
-        _, n = ctx.fetch_wait("changes", result="count", where="Status == 'pending'")
+        pending = Query("changes").where("Status == $1 AND User == $2", "pending", "alice")
+        for change in ctx.query(pending):  # the server's answer, merged into the cache
+            print(change.id)
+        n = ctx.query(pending).count()
+
+    async def main():          # the same names, awaited
+        async with tether.AsyncContext.open("http://127.0.0.1:8888/v1", "demo", "a.db") as actx:
+            print(await actx.query(pending).count())
 
     async def watch(ctx):      # a live fetch: an answer per change, until break
         async for a in ctx.fetch_live("changes", where="Status == 'pending'"):
