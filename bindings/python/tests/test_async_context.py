@@ -182,3 +182,20 @@ def test_live_is_an_async_iterator(kinto, kinto_url, items, tmp_path):
     seen = asyncio.run(main())
     assert seen[-1] == ("live", EXPECTED, None)
     assert [p for p, _, _ in seen] in (["cached", "live"], ["live"])
+
+
+def test_with_connection(tmp_path):
+    from test_host import DictServer
+    server = DictServer(n=6)
+
+    async def main():
+        async with AsyncContext.with_connection(server, tmp_path / "dict.db") as actx:
+            top = Query("rows", sort="-Rank", limit=3)
+            got = (await actx.query(top).ids(), await actx.query("rows").count())
+            row = await actx.query(top).first()
+            row.Title = "mine"
+            await actx.save()
+            return got
+
+    assert asyncio.run(main()) == (["r5", "r4", "r3"], 6)
+    assert server.rows["r5"]["Title"] == "mine" and server.closes == 1

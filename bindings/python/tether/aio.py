@@ -28,6 +28,7 @@ from ._types import Delivery, MergePolicy, Policy
 from .context import (Argument, Context, Diagnostic, Entity, LiveFetch, LocalStore, Object, Progress,
                       Task, _call_in_loop, _marked)
 from .errors import NetworkError
+from .host import Connection
 from .query import KEEP, OnCached, Query, Row, _close, _names, make_query
 from .saving import SaveProgress, SaveReport
 
@@ -209,6 +210,18 @@ class AsyncContext:
             return Context(url, bucket, store_path, username=username, password=password,
                            delivery=delivery, staleness_ms=staleness_ms, timeout_ms=timeout_ms,
                            object_cache_size=object_cache_size, merge=merge, local_stores=local_stores)
+        return _Opening(make)
+
+    @classmethod
+    def with_connection(cls, connection: Connection, store_path: Union[str, os.PathLike[str]], *,
+                        delivery: Delivery = "poll", staleness_ms: int = 0, timeout_ms: int = 30000,
+                        object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
+                        local_stores: Iterable[LocalStore] = ()) -> _Opening:
+        """As open(), on a connection written in Python (see Context.with_connection)."""
+        def make() -> Context:
+            return Context.with_connection(connection, store_path, delivery=delivery, staleness_ms=staleness_ms,
+                                           timeout_ms=timeout_ms, object_cache_size=object_cache_size,
+                                           merge=merge, local_stores=local_stores)
         return _Opening(make)
 
     async def aclose(self) -> None:
