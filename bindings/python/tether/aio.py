@@ -41,7 +41,9 @@ def _settle(fut: asyncio.Future[Any], ctx: Context, task: Task, policy: str) -> 
         return
     error = task.error
     if error is None:
-        fut.set_result(_marked(task.result, False))
+        # task.objects: the final answer (task.result too, but that name is
+        # the one a concurrent.futures.Future gives a method).
+        fut.set_result(_marked(task.objects, False))
     elif isinstance(error, NetworkError) and policy != "server_only" and not ctx.online:
         fut.set_result(_marked(task.objects, True))
     else:
