@@ -51,6 +51,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List
 from . import _lib
 from ._types import Delivery, Key, MergePolicy, Phase, Policy, ResultType, Value
 from .saving import ContextSaving, ObjectEditing, Request, _no_key
+from .query import KEEP, OnCached, Query, QueryResult, make_query   # issue 25: Context.query
 from .errors import (BusyError, UnsavedChangesWarning, OfflineWarning, HandleError, NetworkError, NotCachedError,
                      NotFoundError, TetherError, make_error,
                      E_BUSY, E_CANCELLED, E_HANDLE, E_NOT_CACHED)
@@ -2261,6 +2262,24 @@ class Context(ContextSaving):
                 return task.cached, _marked(task.objects, True)
             raise task.error
         return task.cached, _marked(task.result, False)
+
+    # -- query (issue 25; the code is tether/query.py) ---------------------
+    def query(self, query: Union[str, Query], *, where: Optional[str] = KEEP,
+              args: Sequence[Argument] = KEEP, sort: Union[str, Sequence[str]] = KEEP,
+              limit: Optional[int] = KEEP, offset: int = KEEP, batch: int = KEEP,
+              properties: Optional[Sequence[str]] = KEEP, policy: Policy = KEEP,
+              server_query: Optional[str] = KEEP, on_cached: Optional[OnCached] = None,
+              progress: Optional[Progress] = None, timeout: Optional[float] = 30.0) -> QueryResult:
+        """A QueryResult for `query` (a Query, or an entity's name) with these
+        keywords (Query's) set: iterate it, or ask all(), first(), count(),
+        ids(), values(...) or live(callback). `on_cached(answer)` gets the
+        cache's first answer (policy "cache_then_server"); `timeout` bounds
+        each call, as fetch_wait's. See tether.query."""
+        return QueryResult(self, make_query(query, dict(
+            where=where, args=args, sort=sort, limit=limit, offset=offset, batch=batch,
+            properties=properties, policy=policy, server_query=server_query)),
+            on_cached=on_cached, progress=progress, timeout=timeout)
+    # -- end of query (issue 25) ------------------------------------------
 
     # -- poll mode
 

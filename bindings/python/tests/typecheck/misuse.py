@@ -44,6 +44,11 @@ def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -
     ctx.fetch_wait("changes", result="ids", properties=["Change"])  # E: call-overload
     ctx.fetch_wait("changes", live=True)  # E: call-overload
     ctx.fetch_live("changes", live=True)  # E: call-arg
+    # A query's options: a misspelled keyword, a policy or a value of the wrong type.
+    ctx.query("changes", limt=10)  # E: call-arg
+    tether.Query("changes", policy="cache")  # E: arg-type
+    tether.Query("changes").limit("10")  # E: arg-type
+    ctx.query("changes").count() + ctx.query("changes").ids()  # E: operator
 
     # A value is a union: narrow it before using it as one type.
     owner: str = obj.peek("Owner")  # E: assignment

@@ -262,3 +262,40 @@ def opening() -> None:
     assert_type(tether.set_log_level(logging.DEBUG), int)
     assert_type(tether.log_to_python(), int)
     tether.stop_logging()
+
+
+def query_use(ctx: tether.Context) -> None:
+    q = tether.Query("changes").where("Status == $1", "pending").sort("-Change").limit(10)
+    assert_type(q, tether.Query)
+    assert_type(tether.Query("changes", where="User == $1", args=["alice"], policy="cache_only"), tether.Query)
+    r = ctx.query(q, offset=10)
+    assert_type(r, tether.QueryResult)
+    assert_type(r.all(), List[tether.Object])
+    assert_type(r.first(), Optional[tether.Object])
+    assert_type(r.count(), int)
+    assert_type(r.ids(), List[str])
+    assert_type(r.values("Change", "User"), List[Dict[str, tether.Value]])
+    for obj in ctx.query("changes", on_cached=print):
+        assert_type(obj, tether.Object)
+    task = r.live(lambda answer: print(answer.phase, answer.changes))
+    assert_type(task, tether.Task)
+
+
+async def async_context_use() -> None:
+    async with tether.AsyncContext.open("http://127.0.0.1:8888/v1", "demo", "demo.db") as actx:
+        assert_type(actx, tether.AsyncContext)
+        r = actx.query("changes", where="Status == $1", args=["pending"])
+        assert_type(r, tether.AsyncQueryResult)
+        assert_type(await r.all(), List[tether.Object])
+        assert_type(await r.first(), Optional[tether.Object])
+        assert_type(await r.count(), int)
+        assert_type(await r.ids(), List[str])
+        assert_type(await r.values(), List[Dict[str, tether.Value]])
+        async for obj in r:
+            assert_type(obj, tether.Object)
+        async for answer in r.live():
+            assert_type(answer, tether.LiveAnswer)
+        assert_type(await actx.save(), tether.SaveReport)
+    actx2 = await tether.AsyncContext.open("http://127.0.0.1:8888/v1", "demo", "demo.db")
+    assert_type(actx2, tether.AsyncContext)
+    await actx2.aclose()
