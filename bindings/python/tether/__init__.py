@@ -37,10 +37,15 @@ from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeM
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED, E_EXPIRED)
-from .context import (Answer, Count, Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
-                      Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
+from .values import POLICIES, RESULT_TYPES
+from .model import Attribute, Diagnostic, Entity, LocalStore
+from .objects import Object, Observer
+from .results import Answer, Changes, Count, LiveAnswer, Results
+from .tasks import LiveFetch, Task
+from .errors import Conflict
+from .saving import SaveReport, SaveTask
+from .context import Context
 from .online import OnlineObserver
-from .saving import Conflict, SaveReport, SaveTask
 from . import host
 from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
 from . import perforce

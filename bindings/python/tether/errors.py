@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
-if TYPE_CHECKING:
-    from .context import Object
-    from .saving import Conflict
+from ._types import Value
 
 OK = 0
 E_ERROR = -1
@@ -42,7 +40,7 @@ class TetherError(Exception):
     # SaveReport; an error raised by anything else has none of them.
     saved: int
     discarded: int
-    failures: List[Tuple[Object, TetherError]]
+    failures: List[Tuple[Any, TetherError]]   # (tether.Object, its error)
     conflicts: List[Conflict]
 
     def __init__(self, message: str = "", status: Optional[int] = None, name: Optional[str] = None) -> None:
@@ -185,6 +183,30 @@ def error_class(status: int) -> Type[TetherError]:
 def make_error(status: int, message: str = "", name: Optional[str] = None) -> TetherError:
     """An exception instance for a negative status."""
     return error_class(status)(message, status=status, name=name)
+
+
+class Conflict:
+    """A change the server refused because its record moved on: ``object``,
+    ``local_version`` (None for an insert), ``server_version`` and
+    ``server`` (the server's values by name; both None if it deleted the
+    record), and ``keys``, those whose local and server values differ."""
+
+    object: Any   # the tether.Object (typed Any: this module is below objects)
+    local_version: Optional[int]
+    server_version: Optional[int]
+    keys: List[str]
+    server: Optional[Dict[str, Value]]
+
+    def __init__(self, obj: Any, local_version: Optional[int], server_version: Optional[int],
+                 keys: List[str], server: Optional[Dict[str, Value]]) -> None:
+        self.object = obj
+        self.local_version = local_version
+        self.server_version = server_version
+        self.keys = keys
+        self.server = server
+
+    def __repr__(self) -> str:
+        return "<tether.Conflict %r keys=%r server_version=%r>" % (self.object, self.keys, self.server_version)
 
 
 class OfflineWarning(UserWarning):

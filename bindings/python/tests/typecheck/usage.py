@@ -46,7 +46,8 @@ def model_and_objects(ctx: tether.Context) -> None:
     assert_type(c.is_cached("Owner"), bool)
     assert_type(c.version, Optional[int])
     assert_type(c.to_dict(), Dict[str, tether.Value])
-    assert_type(c.context, tether.Context)
+    its_context: tether.Context = c.context   # typed Any (objects.py is below context.py)
+    assert its_context is not None
     owner = c.peek("Owner")
     if isinstance(owner, str):      # a Value is narrowed as any union
         print(owner.upper())
