@@ -34,7 +34,7 @@ def test_cancel_in_flight(vals, tmp_path, open_ctx, recorder, faultproxy, policy
     assert len(after) == 1, after
     phase, status, message, objs = after[0]
     assert (phase, status) == ("final", tether.E_CANCELLED)
-    assert isinstance(task.error, tether.CancelledError) and task.result is None
+    assert isinstance(task.error, tether.TaskCancelledError) and task.result is None
     assert all(c[0] == "cached" for c in rec.calls[:before])
     time.sleep(2.0)                       # the delayed answer arrives: ignored
     assert len(rec.calls) == before + 1

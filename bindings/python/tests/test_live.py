@@ -189,7 +189,7 @@ def test_callback_answers_then_changes(items, kinto_url, tmp_path, open_ctx, rec
     assert task.cancel() is True
     assert task.wait(10)
     assert rec.calls[3][:2] == ("final", tether.E_CANCELLED) and len(rec.calls) == 4
-    assert isinstance(task.error, tether.CancelledError)
+    assert isinstance(task.error, tether.TaskCancelledError)
     items.patch("r01", {"N": -1})
     ctx.fetch_wait("items")
     pump(ctx, QUIET)
@@ -208,7 +208,7 @@ def test_close_ends_live_fetch_with_its_final(items, kinto_url, tmp_path, open_c
     ctx.close()
     # Close delivers the FINAL before it returns, in both modes.
     assert task.done and [c[:2] for c in rec.calls] == [("live", 0), ("final", tether.E_CANCELLED)]
-    assert isinstance(task.error, tether.CancelledError) and ctx.pending == 0
+    assert isinstance(task.error, tether.TaskCancelledError) and ctx.pending == 0
 
 
 def test_fetch_wait_and_fetch_async_refuse_live(items, kinto_url, tmp_path, open_ctx):
@@ -314,7 +314,7 @@ def test_async_for_answers_and_break_cancels(items, kinto_url, tmp_path, open_ct
     check_step(first, got[2].changes, second)
     task = seen["task"]
     assert seen["pending_after_break"] == 0 and task.done
-    assert isinstance(task.error, tether.CancelledError)
+    assert isinstance(task.error, tether.TaskCancelledError)
     assert seen["loop_after_break"] is None         # poll mode: the reader is gone
     assert task.answer is got[2].answer             # no answer after the break
     assert not [r for r in caplog.records if "unknown or finished" in r.getMessage()]
@@ -344,7 +344,7 @@ def test_async_timeout_then_answer_and_aclose(items, kinto_url, tmp_path, open_c
         second = await asyncio.wait_for(live.__anext__(), 10)
         check_step(ids_of(first.answer), second.changes, ids_of(second.answer))
         await live.aclose()
-        assert live.task.done and isinstance(live.task.error, tether.CancelledError)
+        assert live.task.done and isinstance(live.task.error, tether.TaskCancelledError)
         assert ctx.pending == 0
         with pytest.raises(StopAsyncIteration):
             await live.__anext__()
@@ -371,7 +371,7 @@ def test_async_context_close_ends_iteration(items, kinto_url, tmp_path, open_ctx
 
     phases, live = asyncio.run(asyncio.wait_for(main(), 30))
     assert phases == ["live"]
-    assert live.task.done and isinstance(live.task.error, tether.CancelledError)
+    assert live.task.done and isinstance(live.task.error, tether.TaskCancelledError)
     assert settle_tasks(base["tasks"]) == base["tasks"]
 
 

@@ -103,11 +103,11 @@ def test_asyncio_errors_and_cancel(words, tmp_path, open_ctx, faultproxy):
                 break
             await asyncio.sleep(0.02)
         assert ctx.pending == 0
-        # closing the context fails the awaiting fetch with tether's CancelledError
+        # closing the context fails the awaiting fetch with tether.TaskCancelledError
         t = asyncio.ensure_future(ctx.fetch_async("words", policy="server_only"))
         await asyncio.sleep(0.3)
         ctx.close()
-        with pytest.raises(tether.CancelledError):
+        with pytest.raises(tether.TaskCancelledError):
             await t
 
     asyncio.run(main())

@@ -502,7 +502,7 @@ def test_cancelled_batched_fetch_answers_an_empty_results(kinto_url, items, tmp_
     [(phase, status, _, res)] = rec.calls
     assert (phase, status) == ("final", tether.E_CANCELLED)
     assert isinstance(res, tether.Results) and len(res) == 0 and list(res) == []
-    assert isinstance(task.error, tether.CancelledError) and task.result is None
+    assert isinstance(task.error, tether.TaskCancelledError) and task.result is None
     res.close()
 
 
@@ -625,7 +625,7 @@ def test_cancel_from_inside_progress_gives_one_cancelled_final(items, tmp_path, 
     assert events[i - 1][0] == "progress"
     assert events[i + 1:] == [("final", tether.E_CANCELLED)], events
     assert len(ev.of("final")) == 1
-    assert isinstance(task.error, tether.CancelledError) and task.result is None
+    assert isinstance(task.error, tether.TaskCancelledError) and task.result is None
     assert task.cancel() is False and ctx.pending == 0
 
 

@@ -31,8 +31,8 @@ set to, and `mypy --strict` passes on the package.
 from ._lib import path as library_path, errstr, debug_counts
 from ._lib import version as library_version, version_number as library_version_number
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
-                     InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
-                     StoreError, CancelledError, NotCachedError, BusyError, ConflictError,
+                     InvalidError, UsageError, RemoteError, NetworkError, AuthError, ServerError, ProtocolError,
+                     StoreError, TaskCancelledError, CancelledError, NotCachedError, BusyError, ConflictError,
                      NotAllowedError, ExpiredError, UnsavedChangesWarning, OfflineWarning, error_class)
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
@@ -65,7 +65,7 @@ __all__ = [
     "Value", "Key", "Policy", "ResultType", "MergePolicy", "Delivery", "Phase", "Pending",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
-    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "UnsavedChangesWarning", "OfflineWarning", "error_class",
+    "TaskCancelledError", "UsageError", "RemoteError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "UnsavedChangesWarning", "OfflineWarning", "error_class",
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
     "E_CONFLICT", "E_NOT_ALLOWED", "E_EXPIRED", "library_path", "library_version", "library_version_number", "errstr",

@@ -57,7 +57,7 @@ class ContextFetching:
         status and all: on a server error, the cache's answer), then again,
         "live" and status 0, each time the records it matches change in the
         context (a sync, another fetch, a get's refresh), until cancelled or
-        its context closes: then one "final", cancelled (CancelledError).
+        its context closes: then one "final", cancelled (TaskCancelledError).
         A live fetch's callback takes a fifth argument, `changes`: for a
         live answer after the first, a Changes from the answer before;
         otherwise None (replace what you show with the answer). The changes
@@ -315,7 +315,7 @@ class ContextFetching:
                           properties: Optional[Sequence[str]] = None, batch: int = 0,
                           progress: Optional[Progress] = None, live: bool = False) -> Any:
         """Fetches and returns the final answer; raises the final error (a
-        tether CancelledError if the fetch was cancelled, e.g. by close()).
+        tether.TaskCancelledError if the fetch was cancelled, e.g. by close()).
         `where` and `args` (a predicate and its arguments), `offset`,
         `server_query`, `result`, `properties`, `batch` and `progress`: as in
         fetch() (`progress` runs where the callbacks do).

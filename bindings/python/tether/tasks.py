@@ -287,7 +287,7 @@ class Task(Request):
     A live fetch (``live`` True) also has ``answer``, its latest answer (of
     the "cached" or "live" phase), and ``changes``, that answer's Changes
     (None when it is not told as changes); it ends only when cancelled or
-    when its context closes, so its ``error`` is then a CancelledError.
+    when its context closes, so its ``error`` is then a TaskCancelledError.
     """
 
     _kind = "fetch"
