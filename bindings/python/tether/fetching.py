@@ -48,17 +48,19 @@ class ContextFetching:
               progress: Optional[Progress] = None, live: bool = False,
               _on_done: Optional[Callable[[Task], None]] = None,
               _on_answer: Optional[Callable[[LiveAnswer], None]] = None) -> Task:
-        """Starts a fetch; returns a Task. callback(phase, status, message,
-        answer) runs once per phase: phase "cached" then "final" for the
-        default policy. `sort` is "A,-B" or a list of names ("-" descending).
+        """Starts a fetch; returns a Task (a concurrent.futures.Future of the
+        final answer, and an awaitable). callback(phase, error, answer) runs
+        once per phase: phase "cached" then "final" for the default policy;
+        `error` is None, or the phase's TetherError (the final one is the
+        task's exception()). `sort` is "A,-B" or a list of names ("-" descending).
 
         `live=True` keeps the fetch live: after the cached answer its policy
         gives, it answers with phase "live" (what a "final" would answer,
-        status and all: on a server error, the cache's answer), then again,
-        "live" and status 0, each time the records it matches change in the
+        error and all: on a server error, the cache's answer), then again,
+        "live" with no error, each time the records it matches change in the
         context (a sync, another fetch, a get's refresh), until cancelled or
         its context closes: then one "final", cancelled (TaskCancelledError).
-        A live fetch's callback takes a fifth argument, `changes`: for a
+        A live fetch's callback takes a fourth argument, `changes`: for a
         live answer after the first, a Changes from the answer before;
         otherwise None (replace what you show with the answer). The changes
         come with the answer they belong to, as `task.answer` and
@@ -259,17 +261,14 @@ class ContextFetching:
         task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
                           where=where, args=args, offset=offset, server_query=server_query,
                           result=result, properties=properties, batch=batch, progress=progress)
-        if not task.wait(timeout):
-            task.cancel()
-            task.wait(5)
-            raise TimeoutError("tether: fetch of %r did not finish in %s s" % (entity, timeout))
+        task._wait_or_cancel(timeout, "fetch of %r" % (entity,))
         if task.error is not None:
             # Unreachable (the context is offline since): the cache's answer,
             # marked, unless the caller asked for the server's only.
             if isinstance(task.error, NetworkError) and policy != "server_only" and not self.online:
                 return task.cached, _marked(task.objects, True)
             raise task.error
-        return task.cached, _marked(task.result, False)
+        return task.cached, _marked(task.result(), False)
 
 
     # What fetch_async answers follows `result` (and `batch` for objects).
@@ -337,7 +336,7 @@ class ContextFetching:
             if task.error is not None:
                 _call_in_loop(loop, _resolve, fut, None, task.error)
             else:
-                _call_in_loop(loop, _resolve, fut, task.result)
+                _call_in_loop(loop, _resolve, fut, task.objects)
 
         if poll_mode:
             self._loop_acquire(loop)

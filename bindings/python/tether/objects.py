@@ -19,14 +19,16 @@ from . import _lib
 from ._types import Key, Value
 from .callbacks import _observer_trampoline, _registry, _report, _tokens, log
 from .editing import ObjectEditing, _no_key
-from .errors import E_CANCELLED, E_NOT_CACHED, HandleError, NotCachedError, NotFoundError, TetherError
+from .errors import E_CANCELLED, E_NOT_CACHED, HandleError, NotCachedError, NotFoundError, TetherError, \
+    make_error
 from .model import Entity
 from .values import _KEYS, _TEXT_MAX, _VALUES, _converted, _cstr, _key_bytes, _new_value, _other_key, \
     _pystr, _text_at, _unpack_value
 
 _T = TypeVar("_T")
 
-ObserverCallback = Callable[["Object", str, int], object]   # (obj, key, status)
+# (obj, key, error): error None for a change, else a TetherError.
+ObserverCallback = Callable[["Object", str, Optional[TetherError]], object]
 
 
 class Owner(Protocol):
@@ -292,10 +294,10 @@ class Object(ObjectEditing):
         return {a.name: read(a.name) for a in self.entity.attributes}
 
     def observe(self, key: Key, callback: ObserverCallback) -> Observer:
-        """Calls callback(obj, key, status) when the value of `key` changes
-        (status 0), with an error status when a refresh fails (E_NOT_FOUND,
-        once, when the server has no such record and none was ever cached),
-        and once more, last, with status TETHER_E_CANCELLED (-12)
+        """Calls callback(obj, key, error) when the value of `key` changes
+        (error None), with the TetherError when a refresh fails
+        (NotFoundError, once, when the server has no such record and none
+        was ever cached), and once more, last, with a TaskCancelledError
         when the observer is removed or the context closes. `key` is a name,
         a name + "Peek", or a code. Returns an Observer."""
         if isinstance(key, bool) or not isinstance(key, (str, bytes, int)):
@@ -415,7 +417,8 @@ class Observer:
                     obj = self._ctx._wrap(obj_h, owned=False)
                 except TetherError:
                     _report("observer (wrapping the object)", self.callback)
-            self.callback(obj, _pystr(key) if key is not None else self.key, status)  # type: ignore[misc]  # None only after the final call
+            error = make_error(status, "", _lib.errstr(status)) if status else None
+            self.callback(obj, _pystr(key) if key is not None else self.key, error)  # type: ignore[misc]  # None only after the final call
         except BaseException:
             _report("observer", self.callback)
         finally:
@@ -427,8 +430,8 @@ class Observer:
                 self._final.set()
 
     def remove(self) -> bool:
-        """Removes the observer: its callback runs once more, with
-        TETHER_E_CANCELLED. True if removed now, False if it was already."""
+        """Removes the observer: its callback runs once more, with a
+        TaskCancelledError. True if removed now, False if it was already."""
         if self.removed or self._h is None:
             return False
         try:

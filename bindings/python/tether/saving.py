@@ -20,11 +20,12 @@ from .callbacks import _call_in_loop, _progress_trampoline, _report, _resolve, _
 from .errors import Conflict, TetherError, make_error
 from .model import Entity
 from .objects import Object, Owner
-from .tasks import Request
+from .futures import Request
 from .values import _convert, _key, _value
 
-# save callback(status, message, report) and progress(answered, total).
-SaveCallback = Callable[[int, str, "SaveReport"], None]
+# save callback(error, report): error None, or the save's TetherError; and
+# progress(answered, total).
+SaveCallback = Callable[[Optional[TetherError], "SaveReport"], None]
 SaveProgress = Callable[[int, int], None]
 
 
@@ -85,11 +86,13 @@ def _read_report(ctx: Owner, report: Optional[int]) -> SaveReport:
     return SaveReport(saved.value, discarded.value, failures, conflicts)
 
 
-class SaveTask(Request):
-    """An asynchronous save: ``done``, ``status``, ``message``, ``report``
-    (a SaveReport) and ``error`` (the exception a failed save raises,
-    carrying the report's ``saved``, ``discarded``, ``failures`` and
-    ``conflicts``) are filled by its one final callback."""
+class SaveTask(Request[SaveReport]):
+    """An asynchronous save: a concurrent.futures.Future of its SaveReport
+    (see Request), and an awaitable. ``status``, ``message``, ``report`` (a
+    SaveReport, also when it failed) and ``error`` (the exception a failed
+    save raises, exception(), carrying the report's ``saved``,
+    ``discarded``, ``failures`` and ``conflicts``) are filled by its one
+    final callback."""
 
     _kind = "save"
 
@@ -102,13 +105,12 @@ class SaveTask(Request):
     def __init__(self, ctx: Owner, callback: Optional[SaveCallback] = None,
                  progress: Optional[SaveProgress] = None,
                  on_done: Optional[Callable[[SaveTask], None]] = None) -> None:
+        super().__init__()
         self._ctx = ctx
         self.callback = callback
         self._progress_cb = progress
         self._on_done = on_done
         self._h = None
-        self._event = threading.Event()
-        self.done = False
         self.status = None
         self.message = None
         self.report = None
@@ -135,14 +137,12 @@ class SaveTask(Request):
                 self.error = error
             if self.callback is not None:
                 try:
-                    self.callback(status, msg, self.report)
+                    self.callback(self.error, self.report)
                 except BaseException:
                     _report("save", self.callback)
         finally:
             self._ctx._cb_thread = prev
-            self.done = True
-            self._unregister()
-            self._event.set()
+            self._settle(self.report, self.error)
             if self._on_done is not None:
                 try:
                     self._on_done(self)
@@ -154,7 +154,7 @@ class SaveTask(Request):
         if self._h is None and task_h:
             self._h = task_h
         progress = self._progress_cb
-        if progress is None or self.done:
+        if progress is None or self.done():
             return
         try:
             progress(answered, total)
@@ -162,7 +162,7 @@ class SaveTask(Request):
             _report("save progress", progress)
 
     def __repr__(self) -> str:
-        return "<tether.SaveTask %s>" % ("done status=%s" % self.status if self.done else "running")
+        return "<tether.SaveTask %s>" % ("done status=%s" % self.status if self.done() else "running")
 
 
 def _merge(merge: Optional[str]) -> int:
@@ -250,7 +250,8 @@ class ContextSaving:
                    progress: Optional[SaveProgress] = None,
                    _on_done: Optional[Callable[[SaveTask], None]] = None) -> SaveTask:
         """Starts saving every unsaved change; returns a SaveTask.
-        callback(status, message, report) runs once, at the end; progress
+        callback(error, report) runs once, at the end (error None, or the
+        save's TetherError, as the task's exception()); progress
         (answered, total) as the server answers. merge: "report" (the
         default: conflicts are reported, changes kept), "server_wins",
         "client_wins" or "merge_properties"; None: the context's."""
@@ -277,13 +278,8 @@ class ContextSaving:
         raises the save's error (ConflictError with ``conflicts``, ...) with
         the report's counts on it. Changes not saved stay pending."""
         task = self.start_save(merge=merge, progress=progress)
-        if not task.wait(timeout):
-            task.cancel()
-            task.wait(5)
-            raise TimeoutError("tether: the save did not finish in %s s" % timeout)
-        if task.error is not None:
-            raise task.error
-        return task.report  # type: ignore[return-value]  # set by the final callback, which came
+        task._wait_or_cancel(timeout, "the save")
+        return task.result()
 
     async def save_async(self, *, merge: Optional[MergePolicy] = None,
                          progress: Optional[SaveProgress] = None) -> SaveReport:

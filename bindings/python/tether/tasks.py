@@ -5,74 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import sys
 import threading
-import time
 import weakref
 from typing import Any, Callable, Dict, Optional
 
 from . import _lib
 from ._types import Phase
-from .callbacks import _call_in_loop, _on_loop_thread, _registry, _report, _resolve, _tokens
-from .errors import E_BUSY, E_CANCELLED, BusyError, HandleError, TetherError, make_error
+from .callbacks import _call_in_loop, _on_loop_thread, _report, _resolve, _tokens
+from .errors import E_CANCELLED, TetherError, make_error
+from .futures import Request
 from .objects import Owner
 from .results import Changes, LiveAnswer, Results, _read_changes, _Shape
 from .values import PHASES, Progress, _pystr
 
-# callback(phase, status, message, answer); a live fetch's takes `changes` too.
-FetchCallback = Callable[[Phase, int, str, Any], object]
-LiveCallback = Callable[[Phase, int, str, Any, Optional[Changes]], object]
-
-
-class Request:
-    """What a fetch (Task) and a save (SaveTask) share: their place in the
-    callback registry until the final callback, cancel and wait."""
-
-    _kind = "request"
-    _ctx: Owner
-    _h: Optional[int]
-    _token: int
-    _event: threading.Event
-    done: bool
-
-    def _register(self) -> None:
-        _registry[self._token] = self
-        self._ctx._pending[self._token] = self
-
-    def _unregister(self) -> None:
-        _registry.pop(self._token, None)
-        self._ctx._pending.pop(self._token, None)
-
-    def cancel(self) -> bool:
-        """Cancels: the callback runs once more, final, with
-        TETHER_E_CANCELLED. True if cancelled now, False if it had already
-        finished."""
-        if self.done or self._h is None:
-            return False
-        try:
-            _lib.tether_task_cancel(self._h)
-        except HandleError:
-            return False
-        return True
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Waits for the final callback; True if it came. In poll mode this
-        calls Context.poll() while waiting (so do not call it from inside a
-        callback of the same context)."""
-        ctx = self._ctx
-        if ctx._delivery == _lib.DELIVER_POLL:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self.done:
-                left = 1.0 if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    break
-                ctx.poll(max(1, min(1000, int(left * 1000))))
-            return self.done
-        if ctx._cb_thread == threading.get_ident() and not self.done:
-            # Callbacks of a context run one at a time: waiting here would
-            # wait for ourselves.
-            raise BusyError("cannot wait for a %s from inside a callback of its context" % self._kind, status=E_BUSY)
-        return self._event.wait(timeout)
+# callback(phase, error, answer): error None, or the phase's TetherError; a
+# live fetch's takes `changes` too.
+FetchCallback = Callable[[Phase, Optional[TetherError], Any], object]
+LiveCallback = Callable[[Phase, Optional[TetherError], Any, Optional[Changes]], object]
 
 
 def _close_answer(answer: object) -> None:
@@ -238,7 +189,7 @@ class LiveFetch:
         # and then, so that no answer comes after the loop.
         try:
             task = self.__dict__.get("task")
-            if _finalizing() or task is None or task.done:
+            if _finalizing() or task is None or task.done():
                 return
             self._closing = True
             task.cancel()
@@ -250,10 +201,10 @@ class LiveFetch:
                     # The FINAL is queued already: one poll delivers it. Only
                     # on the loop's thread (poll from one thread at a time).
                     if _on_loop_thread(self._loop):
-                        task.wait(5)
+                        task.exception(5)
                 else:
-                    task._event.wait(5)
-            except TetherError:
+                    concurrent.futures.wait([task], 5)
+            except (TetherError, concurrent.futures.TimeoutError):
                 pass  # BusyError: inside a callback after all; the FINAL comes later
         except BaseException:
             if not _finalizing():
@@ -272,15 +223,17 @@ class LiveFetch:
 
 # ------------------------------------------------------------------ tasks
 
-class Task(Request):
-    """An asynchronous fetch.
+class Task(Request[Any]):
+    """An asynchronous fetch: a concurrent.futures.Future of its final
+    answer (``task.result(timeout)``, ``task.exception()``, ``task.done()``,
+    ``task.cancel()``, ``add_done_callback``; see Request) and an awaitable
+    (``await task``).
 
     Attributes, filled as the callbacks arrive: ``cached`` (the cached
-    phase's answer, or None if there was none), ``done`` (True after the final
-    callback), ``status`` (final status, 0 ok), ``message``, ``result`` (the
-    final answer when it succeeded, else None), ``error`` (the final error as a
-    TetherError, else None) and ``objects`` (the final callback's answer, also
-    on error: what the cache held). An answer is what the fetch's ``result``
+    phase's answer, or None if there was none), ``status`` (final status, 0
+    ok: the C code), ``message``, ``error`` (the final error as a
+    TetherError, else None: what exception() gives) and ``objects`` (the
+    final callback's answer, also on error: what the cache held). An answer is what the fetch's ``result``
     type gives (see Context.fetch): a list of Objects, a list of ids, an int,
     a list of dicts, or a Results for a batched objects fetch.
 
@@ -296,13 +249,13 @@ class Task(Request):
     cached: Any
     answer: Any
     changes: Optional[Changes]
-    result: Any
     objects: Any
 
     def __init__(self, ctx: Owner, entity: str, callback: Optional[Callable[..., object]],
                  on_done: Optional[Callable[[Task], object]] = None, shape: Optional[_Shape] = None,
                  progress: Optional[Progress] = None, live: bool = False,
                  on_answer: Optional[Callable[[LiveAnswer], object]] = None) -> None:
+        super().__init__()
         self._ctx = ctx
         self.entity = entity
         self.callback = callback
@@ -311,16 +264,13 @@ class Task(Request):
         self._shape = shape if shape is not None else _Shape(_lib.RESULT_OBJECTS)
         self._progress_cb = progress
         self._h = None
-        self._event = threading.Event()
         self.live = live
         self._live_answers = 0
         self.cached = None
         self.answer = None
         self.changes = None
-        self.done = False
         self.status: Optional[int] = None
         self.message: Optional[str] = None
-        self.result = None
         self.error: Optional[TetherError] = None
         self.objects = None
         self._token = next(_tokens)
@@ -365,15 +315,13 @@ class Task(Request):
             status = getattr(error, "status", -1)
             msg = str(error)
         name = PHASES.get(phase, str(phase))
+        err = make_error(status, msg, _lib.errstr(status)) if status else None
         try:
             if final:
                 self.status = status
                 self.message = msg
                 self.objects = objs
-                if status == 0:
-                    self.result = objs
-                else:
-                    self.error = make_error(status, msg, _lib.errstr(status))
+                self.error = err
             else:
                 if live:
                     self.answer, self.changes = objs, changes
@@ -386,22 +334,19 @@ class Task(Request):
                     if self.live:
                         # A live fetch's callback takes the answer's changes too:
                         # passed with it, they cannot be mixed up with another's.
-                        self.callback(name, status, msg, objs, changes)
+                        self.callback(name, err, objs, changes)
                     else:
-                        self.callback(name, status, msg, objs)
+                        self.callback(name, err, objs)
                 except BaseException:
                     _report("fetch", self.callback)
             if not final and self._on_answer is not None:
                 try:
-                    err = make_error(status, msg, _lib.errstr(status)) if status else None
                     self._on_answer(LiveAnswer(name, objs, changes, status, msg, err))
                 except BaseException:
                     _report("fetch (internal answer hook)", self._on_answer)
         finally:
             if final:
-                self.done = True
-                self._unregister()
-                self._event.set()
+                self._settle(objs, err)   # done() from here; add_done_callback's run
                 if self._on_done is not None:
                     try:
                         self._on_done(self)
@@ -415,7 +360,7 @@ class Task(Request):
         if self._h is None and task_h:
             self._h = task_h   # so that cancel() works from the first progress call on
         progress = self._progress_cb
-        if progress is None or self.done:
+        if progress is None or self.done():
             return
         prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
         try:
@@ -426,5 +371,5 @@ class Task(Request):
             self._ctx._cb_thread = prev
 
     def __repr__(self) -> str:
-        state = "done status=%s" % self.status if self.done else "running"
+        state = "done status=%s" % self.status if self.done() else "running"
         return "<tether.Task fetch %s %s>" % (self.entity, state)
