@@ -782,7 +782,8 @@ def test_fetch_start_reads_only_a_version_4_struct(kinto_url, items, tmp_path, o
     # by non-zero bytes, as any memory after a host's struct may be.
     scratch = (ctypes.c_ubyte * (V4_SIZE + 64))()
     _lib.tether_fetch_options_init(ctypes.cast(scratch, ctypes.POINTER(_lib.tether_fetch_options)), 4)
-    buf = (ctypes.c_ubyte * (V4_SIZE + 16))(*(list(scratch[:V4_SIZE]) + [0xFF] * 16))
+    size = ctypes.sizeof(_lib.tether_fetch_options)   # the current version's: every later field garbage
+    buf = (ctypes.c_ubyte * size)(*(list(scratch[:V4_SIZE]) + [0xFF] * (size - V4_SIZE)))
     opts = _lib.tether_fetch_options.from_buffer(buf)
     opts.entity = b"items"
     opts.policy = _lib.POLICY_CACHE_ONLY

@@ -38,7 +38,7 @@ from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INV
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED, E_EXPIRED)
 from .values import POLICIES, RESULT_TYPES
-from .model import Attribute, Diagnostic, Entity, LocalStore
+from .model import Attribute, Diagnostic, Entity, LocalStore, Relationship
 from .objects import Object, Observer
 from .results import Answer, Changes, Count, LiveAnswer, Results
 from .tasks import LiveFetch, Task
@@ -57,7 +57,7 @@ from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase
 __version__ = "0.3.0"
 
 __all__ = [
-    "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
+    "Context", "LocalStore", "Entity", "Attribute", "Relationship", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
     "Answer", "Count", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",

@@ -23,6 +23,20 @@ from .values import (INT64_MAX, INT64_MIN, POLICIES, SIZE_MAX, Argument, Progres
                      _cstr, _cstr_opt, _pystr, _refuse_live, _result_options)
 
 
+# related=(obj, name): the records of obj's to-many relationship `name`.
+Related = Tuple[Object, str]
+
+
+def _related(related: Optional[Related], entity: object) -> Tuple[Optional[Object], Optional[str]]:
+    """`related` checked: (owner, name) or (None, None)."""
+    if related is None:
+        return None, None
+    if not isinstance(related, tuple) or len(related) != 2 or not isinstance(related[0], Object) \
+            or not isinstance(related[1], str):
+        raise TypeError("related must be (tether.Object, the to-many relationship's name), not %r" % (related,))
+    return related
+
+
 class ContextFetching:
     """The fetching part of tether.Context."""
 
@@ -39,11 +53,12 @@ class ContextFetching:
 
     # -- fetch
 
-    def fetch(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
+    def fetch(self, entity: Union[None, str, Entity], *, sort: Sort = None, limit: int = 0,
               policy: Policy = "cache_then_server",
               callback: Union[None, FetchCallback, LiveCallback] = None,
               where: Optional[str] = None, args: Optional[Sequence[Argument]] = (), offset: int = 0,
-              server_query: Union[None, str, bytes] = None, result: ResultType = "objects",
+              server_query: Union[None, str, bytes] = None, related: Optional[Related] = None,
+              result: ResultType = "objects",
               properties: Optional[Sequence[str]] = None, batch: int = 0,
               progress: Optional[Progress] = None, live: bool = False,
               _on_done: Optional[Callable[[Task], None]] = None,
@@ -114,6 +129,12 @@ class ContextFetching:
         CACHED phase and the "cache_only" policy. Nothing else leaves the
         cache.
 
+        `related=(obj, name)` fetches a to-many relationship: the records
+        whose reference points at `obj` through its entity's relationship
+        `name` (see Entity.relationships); `entity` may then be None (if
+        given, it must be the relationship's), and `where` narrows them
+        further. Every other option applies as to any fetch.
+
         Validation errors raise here, and then no callback runs: unknown
         entity (NotFoundError), bad sort, a bad predicate (InvalidError: its
         syntax, an unknown key, a value of the wrong type, an argument count
@@ -129,6 +150,11 @@ class ContextFetching:
         `live` (TypeError if not a bool)."""
         if isinstance(entity, Entity):
             entity = entity.name
+        owner, relationship = _related(related, entity)
+        if entity is None and owner is not None and relationship is not None:
+            entity = owner.entity.relationship(relationship).entity
+        if entity is None:
+            raise TypeError("entity is required (None only with related=(obj, name))")
         if policy in POLICIES:
             pol = POLICIES[policy]
         elif isinstance(policy, int) and not isinstance(policy, bool) and policy in POLICIES.values():
@@ -174,8 +200,10 @@ class ContextFetching:
         _lib.tether_fetch_options_init(byref(opts), _lib.FETCH_OPTIONS_VERSION)
         # What opts points into, alive until tether_fetch_start returns.
         keep = (_cstr(entity, "entity"), _cstr_opt(sort, "sort"), predicate, arguments, buffers,
-                query)
+                query, _cstr_opt(relationship, "related name"))
         opts.entity, opts.sort = keep[0], keep[1]
+        if owner is not None:
+            opts.related_owner, opts.related_name = owner._h, keep[6]
         opts.limit = limit
         opts.policy = pol
         opts.predicate = predicate
@@ -204,45 +232,51 @@ class ContextFetching:
 
     # What fetch_wait answers follows `result` (and `batch` for objects).
     @overload
-    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                   server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
+                   server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                   result: Literal["objects"] = ...,
                    properties: None = ..., batch: Literal[0] = ..., progress: Optional[Progress] = ...,
                    live: Literal[False] = ...) -> Tuple[Optional[List[Object]], Answer[Object]]: ...
     @overload
-    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                   server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
+                   server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                   result: Literal["objects"] = ...,
                    properties: None = ..., batch: int, progress: Optional[Progress] = ...,
                    live: Literal[False] = ...) -> Tuple[Optional[ObjectsAnswer], ObjectsAnswer]: ...
     @overload
-    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                   server_query: Union[None, str, bytes] = ..., result: Literal["ids"],
+                   server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                   result: Literal["ids"],
                    properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
                    live: Literal[False] = ...) -> Tuple[Optional[List[str]], Answer[str]]: ...
     @overload
-    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                   server_query: Union[None, str, bytes] = ..., result: Literal["count"],
+                   server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                   result: Literal["count"],
                    properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
                    live: Literal[False] = ...) -> Tuple[Optional[int], Count]: ...
     @overload
-    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
                    where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                   server_query: Union[None, str, bytes] = ..., result: Literal["values"],
+                   server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                   result: Literal["values"],
                    properties: Optional[Sequence[str]] = ..., batch: int = ..., progress: Optional[Progress] = ...,
                    live: Literal[False] = ...) -> Tuple[Optional[List[Row]], Answer[Row]]: ...
-    def fetch_wait(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
+    def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = None, limit: int = 0,
                    policy: Policy = "cache_then_server", timeout: Optional[float] = 30,
                    callback: Optional[FetchCallback] = None, where: Optional[str] = None,
                    args: Optional[Sequence[Argument]] = (), offset: int = 0,
-                   server_query: Union[None, str, bytes] = None, result: ResultType = "objects",
+                   server_query: Union[None, str, bytes] = None, related: Optional[Related] = None,
+                   result: ResultType = "objects",
                    properties: Optional[Sequence[str]] = None, batch: int = 0,
                    progress: Optional[Progress] = None, live: bool = False) -> Tuple[Any, Any]:
         """Fetches and waits: returns (cached answer or None, final answer),
@@ -259,7 +293,7 @@ class ContextFetching:
         fetch never ends by itself (use fetch(live=True) or fetch_live())."""
         _refuse_live(live, "fetch_wait", "fetch(..., live=True, callback=...) or fetch_live()")
         task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
-                          where=where, args=args, offset=offset, server_query=server_query,
+                          where=where, args=args, offset=offset, server_query=server_query, related=related,
                           result=result, properties=properties, batch=batch, progress=progress)
         task._wait_or_cancel(timeout, "fetch of %r" % (entity,))
         if task.error is not None:
@@ -273,44 +307,50 @@ class ContextFetching:
 
     # What fetch_async answers follows `result` (and `batch` for objects).
     @overload
-    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                           policy: Policy = ..., callback: Optional[FetchCallback] = ...,
                           where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                          server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
+                          server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                          result: Literal["objects"] = ...,
                           properties: None = ..., batch: Literal[0] = ..., progress: Optional[Progress] = ...,
                           live: Literal[False] = ...) -> List[Object]: ...
     @overload
-    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                           policy: Policy = ..., callback: Optional[FetchCallback] = ...,
                           where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                          server_query: Union[None, str, bytes] = ..., result: Literal["objects"] = ...,
+                          server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                          result: Literal["objects"] = ...,
                           properties: None = ..., batch: int, progress: Optional[Progress] = ...,
                           live: Literal[False] = ...) -> ObjectsAnswer: ...
     @overload
-    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                           policy: Policy = ..., callback: Optional[FetchCallback] = ...,
                           where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                          server_query: Union[None, str, bytes] = ..., result: Literal["ids"],
+                          server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                          result: Literal["ids"],
                           properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
                           live: Literal[False] = ...) -> List[str]: ...
     @overload
-    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                           policy: Policy = ..., callback: Optional[FetchCallback] = ...,
                           where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                          server_query: Union[None, str, bytes] = ..., result: Literal["count"],
+                          server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                          result: Literal["count"],
                           properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
                           live: Literal[False] = ...) -> int: ...
     @overload
-    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = ..., limit: int = ...,
+    async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                           policy: Policy = ..., callback: Optional[FetchCallback] = ...,
                           where: Optional[str] = ..., args: Optional[Sequence[Argument]] = ..., offset: int = ...,
-                          server_query: Union[None, str, bytes] = ..., result: Literal["values"],
+                          server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
+                          result: Literal["values"],
                           properties: Optional[Sequence[str]] = ..., batch: int = ...,
                           progress: Optional[Progress] = ..., live: Literal[False] = ...) -> List[Row]: ...
-    async def fetch_async(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
+    async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = None, limit: int = 0,
                           policy: Policy = "cache_then_server", callback: Optional[FetchCallback] = None,
                           where: Optional[str] = None, args: Optional[Sequence[Argument]] = (), offset: int = 0,
-                          server_query: Union[None, str, bytes] = None, result: ResultType = "objects",
+                          server_query: Union[None, str, bytes] = None, related: Optional[Related] = None,
+                          result: ResultType = "objects",
                           properties: Optional[Sequence[str]] = None, batch: int = 0,
                           progress: Optional[Progress] = None, live: bool = False) -> Any:
         """Fetches and returns the final answer; raises the final error (a
@@ -342,7 +382,7 @@ class ContextFetching:
             self._loop_acquire(loop)
         try:
             task = self.fetch(entity, sort=sort, limit=limit, policy=policy, callback=callback,
-                              where=where, args=args, offset=offset, server_query=server_query,
+                              where=where, args=args, offset=offset, server_query=server_query, related=related,
                               result=result, properties=properties, batch=batch,
                               progress=progress, _on_done=done)
         except BaseException:
@@ -356,10 +396,11 @@ class ContextFetching:
                 task.cancel()
             raise
 
-    def fetch_live(self, entity: Union[str, Entity], *, sort: Sort = None, limit: int = 0,
+    def fetch_live(self, entity: Union[None, str, Entity], *, sort: Sort = None, limit: int = 0,
                    policy: Policy = "cache_then_server", where: Optional[str] = None,
                    args: Optional[Sequence[Argument]] = (), offset: int = 0,
-                   server_query: Union[None, str, bytes] = None, result: ResultType = "objects",
+                   server_query: Union[None, str, bytes] = None, related: Optional[Related] = None,
+                   result: ResultType = "objects",
                    properties: Optional[Sequence[str]] = None, batch: int = 0,
                    progress: Optional[Progress] = None) -> LiveFetch:
         """Starts a live fetch (see fetch(live=True)) and returns it as an
@@ -384,5 +425,5 @@ class ContextFetching:
         each answer in with loop.call_soon_threadsafe."""
         return LiveFetch(self, asyncio.get_running_loop(), dict(
             entity=entity, sort=sort, limit=limit, policy=policy, where=where, args=args,
-            offset=offset, server_query=server_query, result=result, properties=properties,
+            offset=offset, server_query=server_query, related=related, result=result, properties=properties,
             batch=batch, progress=progress))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from ctypes import byref, c_char_p, c_int, c_size_t, c_uint
+from ctypes import byref, c_char_p, c_int, c_size_t, c_uint, c_void_p
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _lib
 from ._types import Key
+from .errors import NotFoundError
 from .values import OPERATIONS, _cstr, _pystr
 
 
@@ -33,6 +34,21 @@ class Attribute:
     is_version: bool
     required: bool
     index: int
+    # A reference (a to-one relationship): the entity it refers to, and what
+    # deleting that record does to this one ("nullify", "cascade", "deny").
+    target: Optional[str] = None
+    delete_rule: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Relationship:
+    """A to-many relationship of an entity: `name`, the records of
+    `entity` whose attribute `attribute` refers to the owner. Fetch one
+    object's with ``ctx.fetch(None, related=(obj, name))`` (or fetch_wait,
+    fetch_async, fetch_live), or ``obj.related_many(name)``."""
+    name: str
+    entity: str
+    attribute: str
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,15 @@ def _local_stores(stores: Optional[Iterable[LocalStore]], keep: List[Any]) -> Tu
     return array, len(stores)
 
 
+_DELETE_RULES = {_lib.DELETE_NULLIFY: "nullify", _lib.DELETE_CASCADE: "cascade", _lib.DELETE_DENY: "deny"}
+
+
+def _entity_name(handle: Optional[int]) -> str:
+    out = c_char_p()
+    _lib.tether_entity_name(handle, byref(out))
+    return str(_pystr(out.value))
+
+
 class Entity:
     """A record type of the model (a Kinto collection, or a local store's
     entity). Read once, at first use; its data stays readable after the
@@ -89,6 +114,7 @@ class Entity:
     code: int
     operations: frozenset[str]
     attributes: List[Attribute]
+    relationships: List[Relationship]
 
     def __init__(self, ctx: object, handle: Optional[int]) -> None:
         self._ctx = ctx   # its Context
@@ -114,14 +140,30 @@ class Entity:
             name, code, typ, flags = c_char_p(), c_int(), c_int(), c_uint()
             _lib.tether_entity_attribute_at(handle, i, byref(name), byref(code), byref(typ),
                                             byref(flags))
+            target, rule = c_void_p(), c_int()
+            try:
+                _lib.tether_entity_attribute_target(handle, i, byref(target), byref(rule))
+                refers: Optional[str] = _entity_name(target.value)
+            except NotFoundError:   # a plain attribute
+                refers = None
             attrs.append(Attribute(
                 name=_pystr(name.value), code=code.value,
                 type=_lib.TYPE_NAMES.get(typ.value, "unknown(%d)" % typ.value),
                 is_id=bool(flags.value & _lib.ATTR_ID),
                 is_version=bool(flags.value & _lib.ATTR_VERSION),
                 required=bool(flags.value & _lib.ATTR_REQUIRED),
-                index=i))
+                index=i, target=refers,
+                delete_rule=_DELETE_RULES.get(rule.value) if refers is not None else None))
         self.attributes = attrs
+        _lib.tether_entity_relationship_count(handle, byref(n))
+        self.relationships = []
+        for i in range(n.value):
+            source, index = c_void_p(), c_size_t()
+            _lib.tether_entity_relationship_at(handle, i, byref(out), byref(source), byref(index))
+            rname = _pystr(out.value)
+            attribute = c_char_p()
+            _lib.tether_entity_attribute_at(source.value, index.value, byref(attribute), None, None, None)
+            self.relationships.append(Relationship(rname, _entity_name(source.value), _pystr(attribute.value)))
         self._names = {a.name: a for a in attrs}
         # obj.NamePeek -> "Name", unless the entity has an attribute "NamePeek".
         self._peek_forms = {a.name + "Peek": a.name for a in attrs
@@ -148,6 +190,14 @@ class Entity:
     def version_attribute(self) -> Optional[Attribute]:
         """The attribute holding the record's server version, if any."""
         return next((a for a in self.attributes if a.is_version), None)
+
+    def relationship(self, name: str) -> Relationship:
+        """The to-many relationship `name`; NotFoundError if there is none."""
+        for r in self.relationships:
+            if r.name == name:
+                return r
+        raise NotFoundError("entity %s has no to-many relationship %r (it has: %s)"
+                            % (self.name, name, ", ".join(r.name for r in self.relationships) or "none"))
 
     def __repr__(self) -> str:
         return "<tether.Entity %s (%d attributes)>" % (self.name, len(self.attributes))

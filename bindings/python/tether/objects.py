@@ -277,6 +277,13 @@ class Object(ObjectEditing):
         at nothing): its id in the same store, its URI across stores."""
         _lib.tether_object_set_related(self._h, _cstr(key, "key"), None if target is None else target._h)
 
+    def related_many(self, name: str, **options: Any) -> Any:
+        """The records of this Object's to-many relationship `name` (see
+        Entity.relationships): fetch_wait's final answer for
+        ``fetch_wait(None, related=(obj, name), **options)`` (a list of
+        Objects, or what `result` asks for)."""
+        return self.context.fetch_wait(None, related=(self, name), **options)[1]
+
     def is_cached(self, key: Optional[Key] = None) -> bool:
         """Whether the record (key None) or the value of `key` is cached,
         so peek gives a stored value (None then means a null). On a key path
