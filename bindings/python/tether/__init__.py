@@ -36,18 +36,23 @@ set to, and `mypy --strict` passes on the package.
 from ._lib import path as library_path, errstr, debug_counts
 from ._lib import version as library_version, version_number as library_version_number
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
-                     InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
-                     StoreError, CancelledError, NotCachedError, BusyError, ConflictError,
+                     InvalidError, UsageError, RemoteError, NetworkError, AuthError, ServerError, ProtocolError,
+                     StoreError, TaskCancelledError, CancelledError, NotCachedError, BusyError, ConflictError,
                      NotAllowedError, ExpiredError, UnsavedChangesWarning, OfflineWarning, error_class)
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED, E_EXPIRED)
-from .context import (Answer, Count, Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
-                      Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
+from .values import POLICIES, RESULT_TYPES
+from .model import Attribute, Diagnostic, Entity, LocalStore, Relationship
+from .objects import Object, Observer
+from .results import Answer, Changes, Count, LiveAnswer, Results
+from .tasks import LiveFetch, Task
+from .errors import Conflict
+from .saving import SaveReport, SaveTask
+from .context import Context
 from .online import OnlineObserver
 from .query import Query, QueryResult
 from .aio import AsyncContext, AsyncQueryResult
-from .saving import Conflict, SaveReport, SaveTask
 from . import host
 from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
 from . import perforce
@@ -59,7 +64,7 @@ from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase
 __version__ = "0.3.0"
 
 __all__ = [
-    "Context", "AsyncContext", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
+    "Context", "AsyncContext", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Relationship", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
     "Answer", "Count", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",
@@ -67,7 +72,7 @@ __all__ = [
     "Value", "Key", "Policy", "ResultType", "MergePolicy", "Delivery", "Phase", "Pending",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
-    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "UnsavedChangesWarning", "OfflineWarning", "error_class",
+    "TaskCancelledError", "UsageError", "RemoteError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "UnsavedChangesWarning", "OfflineWarning", "error_class",
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
     "E_CONFLICT", "E_NOT_ALLOWED", "E_EXPIRED", "library_path", "library_version", "library_version_number", "errstr",

@@ -25,8 +25,13 @@ from typing import (Any, AsyncIterator, Callable, Dict, Generator, Iterable, Lis
 
 from . import _lib
 from ._types import Delivery, MergePolicy, Policy
-from .context import (Argument, Context, Diagnostic, Entity, LiveFetch, LocalStore, Object, Progress,
-                      Task, _call_in_loop, _marked)
+from .callbacks import _call_in_loop
+from .context import Context
+from .model import Diagnostic, Entity, LocalStore
+from .objects import Object
+from .results import _marked
+from .tasks import LiveFetch, Task
+from .values import Argument, Progress
 from .errors import NetworkError
 from .host import Connection
 from .query import KEEP, OnCached, Query, Row, _close, _names, make_query

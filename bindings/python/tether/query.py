@@ -23,11 +23,14 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 from ._types import Policy, Value
 
-if TYPE_CHECKING:
-    from .context import Context, Object, Task, LiveAnswer
+from .values import Argument
+from .results import Row
 
-Argument = Union[None, bool, int, float, str]     # a predicate's $n
-Row = Dict[str, Value]
+if TYPE_CHECKING:
+    from .fetching import ContextFetching as Context
+    from .objects import Object
+    from .results import LiveAnswer
+    from .tasks import Task
 
 POLICY_NAMES: Tuple[Policy, ...] = ("cache_then_server", "cache_only", "server_only", "cache_else_server")
 _INT64 = (-(1 << 63), (1 << 63) - 1)
