@@ -261,5 +261,4 @@ def test_live_calls_back_with_answers_and_changes(ctx, kinto, items):
     finally:
         kinto.patch_record(items, "items", rid(1), {"Status": "review"})
         task.cancel()
-        assert task.wait(10)
-    assert isinstance(task.error, tether.CancelledError)
+        assert isinstance(task.exception(timeout=10), tether.TaskCancelledError)

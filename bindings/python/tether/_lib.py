@@ -101,7 +101,9 @@ LOCAL_STORE_VERSION = 1
 SAVE_OPTIONS_VERSION = 1
 
 # What a save does with a conflict (tether_merge_policy), by the binding's names.
-MERGE_POLICIES: Dict[str, int] = {"report": 0, "server_wins": 1, "client_wins": 2, "merge_properties": 3}
+# The header's names (TETHER_MERGE_PROPERTIES is "properties", as the shell and LuaJIT
+# say it); "merge_properties", the name 0.2 used, stays its synonym.
+MERGE_POLICIES: Dict[str, int] = {"report": 0, "server_wins": 1, "client_wins": 2, "properties": 3, "merge_properties": 3}
 # An object's unsaved change (tether_pending).
 PENDING_NAMES: Dict[int, Optional[Pending]] = {0: None, 1: "insert", 2: "update", 3: "delete"}
 # 2 added predicate, arguments, argument_count; 3 offset, server_query;

@@ -86,7 +86,7 @@ class AsyncQueryResult:
         on_cached = self._on_cached
         callback = None
         if on_cached is not None:
-            def callback(phase: str, status: int, message: str, answer: Any) -> None:
+            def callback(phase: str, error: Optional[BaseException], answer: Any) -> None:
                 if phase == "cached":
                     on_cached(answer)
 

@@ -327,12 +327,12 @@ class QueryResult:
     def __repr__(self) -> str:
         return "<tether.QueryResult %r>" % (self.query,)
 
-    def _callback(self) -> Optional[Callable[[str, int, str, Any], object]]:
+    def _callback(self) -> Optional[Callable[[str, Optional[BaseException], Any], object]]:
         on_cached = self._on_cached
         if on_cached is None:
             return None
 
-        def callback(phase: str, status: int, message: str, answer: Any) -> None:
+        def callback(phase: str, error: Optional[BaseException], answer: Any) -> None:
             if phase == "cached":
                 on_cached(answer)
         return callback

@@ -254,7 +254,7 @@ class ContextSaving:
         save's TetherError, as the task's exception()); progress
         (answered, total) as the server answers. merge: "report" (the
         default: conflicts are reported, changes kept), "server_wins",
-        "client_wins" or "merge_properties"; None: the context's."""
+        "client_wins" or "properties" ("merge_properties" too); None: the context's."""
         options = _lib.tether_save_options()
         _lib.tether_save_options_init(byref(options), _lib.SAVE_OPTIONS_VERSION)
         options.merge_policy = _merge(merge)
