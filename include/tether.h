@@ -710,12 +710,13 @@ TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_va
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);
 
 /* The object the to-one relationship `key` of `obj` refers to: *out is a new
- * reference (free it), or NULL (TETHER_OK) when the reference is NULL.
+ * reference (free it), or NULL (TETHER_OK) when the reference is NULL; NULL
+ * too whenever the status is not TETHER_OK.
  * TETHER_E_INVALID if `key` is not a relationship (an unknown key included);
  * TETHER_E_NOT_FOUND if its target's store is not attached, or if the target
  * is known gone (deleted on the server, as this store learned, none here
  * wanting it again; or absent from its local store: "... refers to
- * changes/c1, which was deleted"), *out then NULL; TETHER_E_NOT_CACHED if
+ * changes/c1, which was deleted"); TETHER_E_NOT_CACHED if
  * obj is not cached. The target need not be cached: reads of it then give
  * TETHER_E_NOT_CACHED until a fetch or a get brings it. */
 TETHER_API int tether_object_related(tether_object *obj, const char *key, tether_object **out);
