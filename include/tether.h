@@ -252,9 +252,9 @@ typedef enum tether_merge_policy {
  * left to their save): the cache takes what the server made of them by its
  * rules (deleted, cleared), transitively, siblings too. A referrer the
  * server still holds as it was (a writer that ignored the rules) keeps its
- * reference, as the server does; reads through it (a key path, or the
- * object tether_object_related gives) say TETHER_E_NOT_FOUND ("... was
- * deleted"), never the values the target had.
+ * reference, as the server does; reads through it (a key path) say
+ * TETHER_E_NOT_FOUND ("... was deleted"), never the values the target had,
+ * and tether_object_related gives TETHER_E_NOT_FOUND, no object.
  * Sibling contexts take a clean-up as they take a save's answers (their
  * objects read it; their unsaved edits of a note it cleared apply to the
  * cleared version, so saving them is no conflict). No save writes a
@@ -309,8 +309,10 @@ TETHER_API int tether_local_store_init(tether_local_store *store, unsigned int v
  * notes.Extra (2 values) ..."), and nothing changes. Left-out entities and
  * fields that hold nothing are dropped. To drop data on purpose, call this
  * with no context open on the file: it drops `entity`'s records and its
- * table (its unsaved changes too), or, with `field` non-NULL, only that
- * field's values and column; the next open whose specs leave them out is
+ * table (every context's unsaved changes of it too), or, with `field`
+ * non-NULL, only that field's values and column (and its unsaved values:
+ * an unsaved update that set only it is dropped, other changes keep their
+ * other values); the next open whose specs leave them out is
  * then taken. Codes are not given again: an entity or field defined again
  * later starts empty. Only store->configuration and store->path are read
  * (configuration must be the one the file was made for: TETHER_E_STORE
@@ -714,10 +716,14 @@ TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_va
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);
 
 /* The object the to-one relationship `key` of `obj` refers to: *out is a new
- * reference (free it), or NULL (TETHER_OK) when the reference is NULL.
+ * reference (free it), or NULL (TETHER_OK) when the reference is NULL; NULL
+ * too whenever the status is not TETHER_OK.
  * TETHER_E_INVALID if `key` is not a relationship (an unknown key included);
- * TETHER_E_NOT_FOUND if its target's store is not attached; TETHER_E_NOT_CACHED
- * if obj is not cached. The target need not be cached: reads of it then give
+ * TETHER_E_NOT_FOUND if its target's store is not attached, or if the target
+ * is known gone (deleted on the server, as this store learned, none here
+ * wanting it again; or absent from its local store: "... refers to
+ * changes/c1, which was deleted"); TETHER_E_NOT_CACHED if
+ * obj is not cached. The target need not be cached: reads of it then give
  * TETHER_E_NOT_CACHED until a fetch or a get brings it. */
 TETHER_API int tether_object_related(tether_object *obj, const char *key, tether_object **out);
 
@@ -838,7 +844,15 @@ TETHER_API int tether_object_delete(tether_object *obj);
 /* Drops the object's unsaved change, and the conflict its last save met;
  * values read as the server last sent them. An object with none: a no-op.
  * Rolling back a delete undoes what its delete rules changed (see
- * tether_object_delete). */
+ * tether_object_delete). A record back from its change that refers to a
+ * target known gone (deleted on the server, as this store learned or a
+ * save of it did, or absent from its local store: the clean-up and the
+ * target's rules left it to its own pending delete or edit) follows that
+ * target's delete rule at once, as a new unsaved change: cascade deletes
+ * it (its referrers following their rules), nullify and deny clear the
+ * reference; so no reference to a deleted record is read or saved. A rule
+ * that cannot apply (nullify of a required reference) leaves the reference,
+ * logged. */
 TETHER_API int tether_object_rollback(tether_object *obj);
 
 /* tether_object_rollback of every object with an unsaved change. */

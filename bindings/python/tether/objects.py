@@ -266,7 +266,9 @@ class Object(ObjectEditing):
 
     def related(self, key: str) -> Optional[Object]:
         """The Object the to-one relationship `key` refers to (a fault until
-        read), or None when the reference is null."""
+        read), or None when the reference is null. Raises NotFoundError when
+        its target is known deleted (or its store is not attached), and
+        InvalidError when `key` is not a relationship."""
         out = c_void_p()
         _lib.tether_object_related(self._h, _cstr(key, "key"), byref(out))
         return self._ctx._wrap(out.value, owned=True) if out.value else None
