@@ -57,7 +57,9 @@ struct Record: Sendable {
         // One pass over the fields: each name is looked up once.
         var found = [JSON?](repeating: nil, count: entity.attributes.count)
         let indexes = fields.map { field -> Int? in
-            let index = entity.attributeIndex(named: field.key)
+            // By its bytes in place (no hashing), else by name (a wide entity, a field outside the spec).
+            var key = field.key
+            let index = key.withUTF8 { entity.attributeIndex(bytes: $0) } ?? entity.attributeIndex(named: field.key)
             if let index, found[index] == nil { found[index] = field.value }  // as JSON's subscript: the first
             return index
         }
