@@ -67,7 +67,8 @@ struct Record: Sendable {
             throw TetherError(.protocol, Self.idProblem(found[entity.idIndex], field: entity.attributes[entity.idIndex].name))
         }
         self.id = id
-        let values = zip(found, entity.attributes).map { Value(json: $0, type: $1.type) }
+        let attributes = entity.attributes
+        let values = found.indices.map { Value(json: found[$0], type: attributes[$0].type) }  // no Attribute copied
         self.values = values
         // Fields outside the spec, and fields whose value is not of the spec's type.
         extra = zip(fields, indexes).compactMap { field, index in
