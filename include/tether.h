@@ -994,14 +994,14 @@ typedef struct tether_fetch_options {
                                     policy. A sync's or whole listing's
                                     answer is read from the store at its
                                     end (by id: its primary key, not a
-                                    sort of the objects); a filtered or
-                                    limited listing's objects come in the
-                                    server's order by id, which one pass
-                                    checks (sorted only if it is not).
-                                    Objects of a store's answer without a
-                                    batch size are made as the host reads
-                                    them (tether_results_object_at), their
-                                    values read from the store then. */
+                                    sort of the objects), and its objects
+                                    (without a batch size) are made as the
+                                    host reads them (tether_results_object_at),
+                                    their values read from the store then.
+                                    A filtered or limited listing's objects
+                                    come in the server's order by id, which
+                                    one pass checks (sorted only if it is
+                                    not). */
     int64_t limit;               /* at most this many objects; 0: no limit */
     tether_cache_policy policy;  /* default TETHER_POLICY_CACHE_THEN_SERVER */
     /* Version 2: */
