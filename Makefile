@@ -124,12 +124,12 @@ kill-stress: build
 	TETHER_KILL_ROUNDS=$${KILL_ROUNDS:-200} TETHER_KILL_SCENARIOS=0 scripts/with-kinto bindings/c/build/tests/test_kill
 
 # bench: Kinto on PostgreSQL (scripts/pg-start) holding 100,000 records seeded by SQL.
-bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save
+bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save $(BUILD_DIR)/fetch
 	KINTO_BACKEND=postgresql KINTO_PAGINATE_BY=10000 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 # bench-quick (CI): memory backend, 300 records, one run a row: checks that every row runs.
 .PHONY: bench-quick
-bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save
+bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save $(BUILD_DIR)/fetch
 	BENCH_QUICK=1 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 $(BUILD_DIR)/first_peek: bench/first_peek.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
@@ -140,6 +140,9 @@ $(BUILD_DIR)/peek: bench/peek.c bench/benchutil.h include/tether.h $(LIB) $(BUIL
 
 $(BUILD_DIR)/big_cache: bench/big_cache.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
+
+$(BUILD_DIR)/fetch: bench/fetch.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lpthread -o $@
 
 $(BUILD_DIR)/save: bench/save.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lpthread -o $@

@@ -1010,7 +1010,18 @@ typedef struct tether_fetch_options {
                                     asked to sort by id alone, whatever the
                                     keys; with keys and a limit, every
                                     matching record is read and the cut made
-                                    here). */
+                                    here). NULL: by id alone, in every
+                                    policy. A sync's or whole listing's
+                                    answer is read from the store at its
+                                    end (by id: its primary key, not a
+                                    sort of the objects), and its objects
+                                    (without a batch size) are made as the
+                                    host reads them (tether_results_object_at),
+                                    their values read from the store then.
+                                    A filtered or limited listing's objects
+                                    come in the server's order by id, which
+                                    one pass checks (sorted only if it is
+                                    not). */
     int64_t limit;               /* at most this many objects; 0: no limit */
     tether_cache_policy policy;  /* default TETHER_POLICY_CACHE_THEN_SERVER */
     /* Version 2: */
@@ -1221,7 +1232,9 @@ typedef void (*tether_fetch_cb)(tether_task *task, tether_phase phase, int statu
  * are the next sync's. What changed since a version cannot show history
  * rewritten behind a newer change (Kinto keeps the older last_modified a
  * restore puts back, so no `_since` listing names it), so against Kinto
- * every sync and whole listing ends with a listing of ids and versions only
+ * every sync and whole listing (but one into a table that held no row of
+ * the entity when it began: every row is then one of its pages, as the
+ * server had it when listed) ends with a listing of ids and versions only
  * (`_fields=id,last_modified`, about 45 bytes a record, a request per 10,000
  * records at Kinto's default page size), compared with the store: records
  * that differ or that the store lacks are asked for by id and taken as the

@@ -45,7 +45,7 @@ final class ResultsBox: Sendable {
     /// Handles of the objects of rows `range`, one reference each for the
     /// caller (not loans); all or none.
     func objects(_ range: Range<Int>) throws -> [OpaquePointer] {
-        let objects = try range.map { try results.object(at: $0) }
+        let objects = try results.objects(in: range)
         return try Handles.shared.registerObjects(objects, owner: owner) { $0.id }
     }
 

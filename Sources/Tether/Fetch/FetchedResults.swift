@@ -138,6 +138,15 @@ public final class FetchedResults: Sendable {
         }
     }
 
+    /// The objects of rows `range`: those made on demand without a batch
+    /// size are made in one pass (one graph lock per slice, not per object).
+    public func objects(in range: Range<Int>) throws -> [ManagedObject] {
+        guard case .ids(let ids) = rows, batchSize == 0, !range.isEmpty else { return try range.map { try object(at: $0) } }
+        try checkIndex(range.lowerBound)
+        try checkIndex(range.upperBound - 1)
+        return try made(ids.slice(range))
+    }
+
     /// A `.values` row's value of the `column`th property. With a batch
     /// size, TetherError `.notFound` for a row deleted since the fetch.
     public func value(at index: Int, column: Int) throws -> Value {
