@@ -99,7 +99,10 @@ public final class Context: Sendable {
             guard entries >= sweepAt else { return }
             entries = 0
             for index in objects.indices {
-                objects[index] = objects[index].filter { $0.value.object != nil }
+                // In place: a filtered copy would allocate and rehash the
+                // whole table, and grow it again as objects come back.
+                let gone = objects[index].compactMap { $0.value.object == nil ? $0.key : nil }
+                for key in gone { objects[index][key] = nil }
                 entries += objects[index].count
             }
             sweepAt = max(Graph.minimumSweep, entries * 2)

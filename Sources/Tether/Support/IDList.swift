@@ -42,3 +42,41 @@ struct IDList: Sendable {
         ends = exactEnds
     }
 }
+
+/// Rows of the store by rowid, in an answer's order: 4 bytes a row while
+/// every rowid fits in 32 bits, else 8. A batched answer keeps these rather
+/// than text ids (about 81 bytes a row with UUID-shaped ids).
+struct RowIDList: Sendable {
+    private var narrow: [UInt32] = []
+    private var wide: [Int64]?
+
+    init() {}
+
+    var count: Int { wide?.count ?? narrow.count }
+
+    mutating func append(_ rowid: Int64) {
+        if wide == nil, rowid >= 0, rowid <= Int64(UInt32.max) {
+            narrow.append(UInt32(rowid))
+            return
+        }
+        if wide == nil {
+            wide = narrow.map(Int64.init)
+            narrow = []
+        }
+        wide!.append(rowid)
+    }
+
+    subscript(index: Int) -> Int64 { wide?[index] ?? Int64(narrow[index]) }
+
+    /// Rowids from `range`, in order.
+    func slice(_ range: Range<Int>) -> [Int64] { range.map { self[$0] } }
+
+    /// Gives back the room kept for growth.
+    mutating func compact() {
+        if let list = wide {
+            wide = list.withUnsafeBufferPointer { Array($0) }
+        } else {
+            narrow = narrow.withUnsafeBufferPointer { Array($0) }
+        }
+    }
+}
