@@ -72,7 +72,9 @@ extension Store {
                    limit: Int64 = 0, offset: Int64 = 0) throws -> RowIDList {
         let (sql, parameters) = Self.select("SELECT rowid FROM \(Self.table(entity))", entity, predicate,
                                             sort: sort, limit: limit, offset: offset)
-        return try withDatabase { database in
+        // On the reading connection, where its batches are read: one page
+        // cache warmed, not two (committed rows only, as the batches see).
+        return try withReader { database in
             var list = RowIDList()
             try database.statement(sql).each(parameters) { row in
                 if case .integer(let rowid) = row[0] { list.append(rowid) }
