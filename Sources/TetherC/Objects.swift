@@ -64,18 +64,13 @@ public func tether_object_version(_ obj: OpaquePointer?, _ out: UnsafeMutablePoi
 private func readValue(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<tether_value>?, refresh: Bool,
                        _ attribute: (ManagedObject) throws -> Int) -> Int32 {
     call {
-        // One lookup of the handle: a value in memory is read under it; else
-        // the object comes out with a reference of its own (no checked cast,
-        // no second lookup) for a read that may touch the store.
-        // (The loaded read, the hot one, takes no reference.)
-        let found = try Handles.shared.borrow(obj, .object, as: ManagedObject.self) { object -> (Value?, ManagedObject?, Int) in
+        let inMemory = try Handles.shared.borrow(obj, .object, as: ManagedObject.self) { object -> Value? in
             guard out != nil else { throw misuse("out is NULL") }
-            let index = try attribute(object)
-            if let value = try object.readInMemory(attribute: index, refresh: refresh) { return (value, nil, index) }
-            return (nil, object, index)
+            return try object.readInMemory(attribute: try attribute(object), refresh: refresh)
         }
-        if let inMemory = found.0 { return try fill(out, inMemory) }
-        try fill(out, try found.1!.read(attribute: found.2, refresh: refresh))
+        if let inMemory { return try fill(out, inMemory) }
+        let object = try Handles.shared.resolve(obj, .object, as: ManagedObject.self)
+        try fill(out, try object.read(attribute: try attribute(object), refresh: refresh))
     }
 }
 
