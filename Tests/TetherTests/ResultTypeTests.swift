@@ -138,6 +138,13 @@ enum ResultTypeContract {
         let titles = try XCTUnwrap(fetch(context, values).last?.results)
         XCTAssertEqual(try objects.object(at: 0).peek("Title"), .text("item 0"))
         XCTAssertEqual(try titles.value(at: 0, column: 0), .text("item 0"))
+        // A predicate with the library's SQL functions, on the connection the rowids are listed on.
+        var matching = request(.objects, .cacheOnly, where: "Title BEGINSWITH[c] $1", [.text("ITEM 1")])
+        matching.batchSize = 4
+        let found = try fetch(context, matching)
+        XCTAssertNil(found.last?.error)
+        XCTAssertEqual(found.last?.results.count, 31, "item 1, 10-19, 100-119")
+        XCTAssertEqual(try found.last?.results.id(at: 0), "i1")
 
         try backend.putItem("i25", #"{"Title": "changed", "Rank": 25}"#)
         try backend.deleteItem("i35")

@@ -100,7 +100,10 @@ final class Store: Sendable {
             try Self.prepare(database)
             Log.info(.store, "store opened: \(path)")
             connection = Lock(database)
-            reader = Lock(database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true))
+            let readOnly = database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true)
+            // Predicates run there too (a batched answer's rowids are listed there).
+            if let readOnly { try Self.definePredicateFunctions(readOnly) }
+            reader = Lock(readOnly)
         } catch {
             database.close()
             throw error
