@@ -1066,7 +1066,21 @@ typedef struct tether_fetch_options {
                                     rows are read (one store query per
                                     batch), keeping only the batch of the
                                     last row read: iterating a very large
-                                    answer keeps memory flat. */
+                                    answer keeps memory flat. An OBJECTS or
+                                    VALUES answer from the cache holds each
+                                    row's place in the store (its rowid: 4
+                                    or 8 bytes a row, whatever the ids), so
+                                    while the store changes during the
+                                    iteration: the answer's count and order
+                                    stay the fetch's; a row's values (and
+                                    its object's, if not in memory) are read
+                                    when its batch is, so a record changed
+                                    since reads as changed; a record deleted
+                                    from the store since (a sync, a saved
+                                    delete) or stored again after a deletion
+                                    is TETHER_E_NOT_FOUND at its index (for
+                                    object_at, id_at and value_at); records
+                                    stored since are not in the answer. */
     tether_progress_cb progress; /* NULL: none */
     /* Version 5: */
     int live;                    /* nonzero: keep the fetch live. After its
