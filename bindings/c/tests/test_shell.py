@@ -586,7 +586,13 @@ def test_a_terminal_keeps_a_history_under_xdg_state_home(sh, tmp_path):
     state = tmp_path / "state"
     t = Terminal(sh, state)
     t.expect("tether> ")
-    t.send("coun\x03")  # Ctrl-C at the prompt: the line is dropped, a new prompt
+    # Ctrl-C at the prompt: the line is dropped, a new prompt. It is sent once
+    # Tab has completed "coun", i.e. libedit has the terminal: a Ctrl-C before
+    # that (the prompt is drawn first) is the line discipline's, which only
+    # flushes the line and leaves the prompt waiting.
+    t.send("coun\t")
+    t.expect("count")
+    t.send("\x03")
     t.expect("tether> ")
     t.send("count jobs\n")
     t.expect("60")

@@ -183,3 +183,14 @@ def test_fields_the_binding_shadows_are_read_by_key(kinto, kinto_url, bucket, tm
         s.NmaePeek
     assert "did you mean NamePeek?" in str(caught.value)
     assert s.NamePeek == "n" and s.Name == "n"
+
+
+def test_an_attribute_says_its_allowed_values(kinto_url, bucket, tmp_path, open_ctx, jobs):
+    # What may be set is in the model, before a set is refused for it.
+    ctx = open_ctx(kinto_url, bucket, str(tmp_path / "allowed.db"))
+    entity = ctx.entity(jobs)
+    assert entity.attribute("Status").allowed == ("open", "done")
+    assert entity.attribute("Title").allowed is None
+    obj = ctx.fetch_wait(jobs)[1][0]
+    with pytest.raises(tether.InvalidError):
+        obj.Status = "closed"

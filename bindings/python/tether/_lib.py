@@ -379,6 +379,8 @@ tether_entity_attribute_index_by_code = _declare(
     "tether_entity_attribute_index_by_code", c_int, [c_void_p, c_int, POINTER(c_size_t)])
 tether_entity_attribute_target = _declare(
     "tether_entity_attribute_target", c_int, [c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_int)])
+tether_entity_attribute_allowed = _declare(
+    "tether_entity_attribute_allowed", c_int, [c_void_p, c_size_t, POINTER(c_char_p)])
 tether_entity_relationship_count = _declare(
     "tether_entity_relationship_count", c_int, [c_void_p, POINTER(c_size_t)])
 tether_entity_relationship_at = _declare(

@@ -29,12 +29,12 @@ from .callbacks import _call_in_loop
 from .context import Context
 from .model import Diagnostic, Entity, LocalStore
 from .objects import Object
-from .results import _marked
+from .results import Row, _marked
 from .tasks import LiveFetch, Task
 from .values import Argument, Progress
 from .errors import NetworkError
 from .host import Connection
-from .query import KEEP, OnCached, Query, Row, _close, _names, make_query
+from .query import KEEP, OnCached, Query, _close, _names, make_query
 from .saving import SaveProgress, SaveReport
 
 

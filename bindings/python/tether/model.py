@@ -38,6 +38,8 @@ class Attribute:
     # deleting that record does to this one ("nullify", "cascade", "deny").
     target: Optional[str] = None
     delete_rule: Optional[str] = None
+    # The values it may take (its schema's enum), or None when any of its type.
+    allowed: Optional[Tuple[Any, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ class Entity:
                 refers: Optional[str] = _entity_name(target.value)
             except NotFoundError:   # a plain attribute
                 refers = None
+            allowed = c_char_p()
+            _lib.tether_entity_attribute_allowed(handle, i, byref(allowed))
             attrs.append(Attribute(
                 name=_pystr(name.value), code=code.value,
                 type=_lib.TYPE_NAMES.get(typ.value, "unknown(%d)" % typ.value),
@@ -153,7 +157,8 @@ class Entity:
                 is_version=bool(flags.value & _lib.ATTR_VERSION),
                 required=bool(flags.value & _lib.ATTR_REQUIRED),
                 index=i, target=refers,
-                delete_rule=_DELETE_RULES.get(rule.value) if refers is not None else None))
+                delete_rule=_DELETE_RULES.get(rule.value) if refers is not None else None,
+                allowed=tuple(json.loads(allowed.value)) if allowed.value else None))
         self.attributes = attrs
         _lib.tether_entity_relationship_count(handle, byref(n))
         self.relationships = []
