@@ -706,13 +706,16 @@ TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_va
  * of ids). The burst ends when the thread of its first get has gone 5 ms of
  * its own time without another get (running other code, or blocked), or
  * after 100 ms of its own time; time it spends waiting for a CPU does not
- * count (on Linux, read from /proc; elsewhere the wall clock), so a loaded
- * machine does not split a loop of gets. A lone get's refresh leaves about
- * 5 ms after it, the last of a burst's 5 to 10 ms after the last get. The
- * refreshes that a server deletion starts for records referring to the
- * deleted one are gathered the same way. When a refresh changes a value,
- * observers of that key are told. Returns TETHER_E_NOT_CACHED (after starting the refresh) if the
- * record is not cached yet. */
+ * count (on Linux, read from /proc by the get that starts a burst, a few
+ * microseconds, then by the library's thread; without /proc, the wall
+ * clock), so a loaded machine does not split a loop of gets. A lone get's
+ * refresh leaves about 5 ms after it, a burst's 5 to 10 ms after its last
+ * get (later while the thread waits for a CPU). The refreshes that a
+ * server deletion starts for records referring to the deleted one are
+ * gathered the same way, and so are a key path's ("Client.Owner": each
+ * object on the way). When a refresh changes a value, observers of that
+ * key are told. Returns TETHER_E_NOT_CACHED (after starting the refresh)
+ * if the record is not cached yet. */
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);
 
 /* The object the to-one relationship `key` of `obj` refers to: *out is a new

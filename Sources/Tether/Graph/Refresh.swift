@@ -71,19 +71,19 @@ extension Context {
 
     /// On the worker: sends the burst's refreshes once it has ended, or looks again.
     private func sendRefreshes() {
-        guard let thread = graph.withLock({ $0.refreshes.burst?.thread }) else { return }
-        let now = thread.sample()
+        let now = graph.withLock { $0.refreshes.burst?.thread }?.settledSample()
         let (batches, wait) = graph.withLock { graph -> ([Int: [ManagedObject]]?, Int64) in
-            guard var burst = graph.refreshes.burst else { return ([:], 0) }
-            if graph.refreshes.asked > 0 {
-                graph.refreshes.asked = 0
-                burst.pauseFrom = now
-                graph.refreshes.burst = burst
-            }
-            let pause = now.ownMilliseconds(since: burst.pauseFrom)
-            if pause < Self.refreshGatherMilliseconds,
-               now.ownMilliseconds(since: burst.start) < Self.refreshGatherLimitMilliseconds {
-                return (nil, Self.refreshGatherMilliseconds - pause)  // still asking: gather a little longer
+            if let now, var burst = graph.refreshes.burst {
+                if graph.refreshes.asked > 0 {
+                    graph.refreshes.asked = 0
+                    burst.pauseFrom = now
+                    graph.refreshes.burst = burst
+                }
+                let pause = now.ownMilliseconds(since: burst.pauseFrom)
+                if pause < Self.refreshGatherMilliseconds,
+                   now.ownMilliseconds(since: burst.start) < Self.refreshGatherLimitMilliseconds {
+                    return (nil, Self.refreshGatherMilliseconds - pause)  // still asking: gather a little longer
+                }
             }
             defer { graph.refreshes = RefreshGathering() }
             return (graph.refreshes.pending, 0)

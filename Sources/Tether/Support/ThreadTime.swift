@@ -58,6 +58,17 @@ struct ThreadTime: Sendable {
         return Sample(at: at, ran: ran, waited: waited, runnable: state == "R")
     }
 
+    /// A sample, taken again a moment later if the thread was runnable: a
+    /// thread that sleeps often (a host polling every millisecond) is seen
+    /// runnable just as it wakes, when the timers of both fire together,
+    /// and its sleep would then go uncounted each time.
+    func settledSample() -> Sample {
+        let first = sample()
+        guard first.runnable else { return first }
+        usleep(200)
+        return sample()
+    }
+
     private static func read(_ path: String) -> Substring? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
