@@ -394,9 +394,8 @@ def batch_named(kinto, bucket):
 def refresh_all(kinto, bucket, coll, count, store, open_ctx, recorder, faultproxy, busy=0, **proxy):
     """Fetches `coll` through the proxy, changes every Name on the server,
     then gets every object at once (the proxy set as `proxy` says, its log
-    reset; the gets on a CPU shared with `busy` spinning processes): every
-    observer must hear of its change and every value arrive. Returns the
-    proxy's state."""
+    reset; the gets as run_burst(busy) runs them): every observer must hear
+    of its change and every value arrive. Returns the proxy's state."""
     faultproxy.set("pass")
     ctx = open_ctx(faultproxy.url, bucket, store)
     _, objs = ctx.fetch_wait(coll)
@@ -411,6 +410,7 @@ def refresh_all(kinto, bucket, coll, count, store, open_ctx, recorder, faultprox
         kinto.patch_records(bucket, coll, changes)
     faultproxy.set("pass", reset_log=True, **proxy)
     rec = recorder()
+
     def gets():
         for o in objs:
             o.observe("Name", rec)
