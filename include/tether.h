@@ -708,11 +708,22 @@ TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_va
  * the cached value is younger than the context's staleness window. At most
  * one refresh per object is in flight: a get during one asks for a single
  * further refresh after it, however many gets come meanwhile. Refreshes of
- * many objects of one entity are gathered until the gets pause for 5 ms (at
- * most 100 ms) and batched into few server requests (Kinto: one
- * POST /v1/batch of in_id listings carries thousands of ids). When a refresh changes a value, observers of that key
- * are told. Returns TETHER_E_NOT_CACHED (after starting the refresh) if the
- * record is not cached yet. */
+ * many objects of one entity are gathered while the calling thread keeps
+ * asking (a burst of gets, from any threads) and batched into few server
+ * requests (Kinto: one POST /v1/batch of in_id listings carries thousands
+ * of ids). The burst ends when the thread of its first get has gone 5 ms of
+ * its own time without another get (running other code, or blocked), or
+ * after 100 ms of its own time; time it spends waiting for a CPU does not
+ * count (on Linux, read from /proc by the get that starts a burst, a few
+ * microseconds, then by the library's thread; without /proc, the wall
+ * clock), so a loaded machine does not split a loop of gets. A lone get's
+ * refresh leaves about 5 ms after it, a burst's 5 to 10 ms after its last
+ * get (later while the thread waits for a CPU). The refreshes that a
+ * server deletion starts for records referring to the deleted one are
+ * gathered the same way, and so are a key path's ("Client.Owner": each
+ * object on the way). When a refresh changes a value, observers of that
+ * key are told. Returns TETHER_E_NOT_CACHED (after starting the refresh)
+ * if the record is not cached yet. */
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);
 
 /* The object the to-one relationship `key` of `obj` refers to: *out is a new

@@ -75,12 +75,9 @@ public final class Context: Sendable {
         var ruleChanges: [ObjectIdentifier: [RuleChange]] = [:]
         /// How to cancel each live task and observer, for close.
         var subscriptions: [Delivery.SubscriptionID: @Sendable () -> Void] = [:]
-        var pendingRefreshes: [Int: [ManagedObject]] = [:]
+        var refreshes = RefreshGathering()
         /// Who listens for changed rows of each entity (by entity index).
         var rowListeners: [Int: [ObjectIdentifier: any RowListener]] = [:]
-        var refreshScheduled = false
-        var refreshGatherStart = MonotonicTime.now()
-        var lastRefreshRequest = MonotonicTime.now()
 
         static let minimumSweep = 1024
 
