@@ -26,7 +26,7 @@ final class EntityBox {
         attributeNames = entity.attributes.map(\.name.cDuplicate)
         relationshipNames = model.inverses(of: entity).map(\.name.cDuplicate)
         allowedValues = entity.attributes.map { attribute in
-            attribute.allowedValues.map { JSON.array($0.map(allowedJSON)).serialized().cDuplicate }
+            attribute.allowedValues.map { JSON.array($0.map(\.json)).serialized().cDuplicate }
         }
     }
 
@@ -151,18 +151,6 @@ public func tether_entity_attribute_at(_ e: OpaquePointer?, _ index: Int,
         if attribute.isVersion { flags |= TETHER_ATTR_VERSION }
         if attribute.isRequired { flags |= TETHER_ATTR_REQUIRED }
         outFlags?.pointee = flags
-    }
-}
-
-/// An allowed value as the spec wrote it (a JSON schema's "enum" member).
-private func allowedJSON(_ value: Value) -> JSON {
-    switch value {
-    case .null: return .null
-    case .text(let s): return .string(s)
-    case .integer(let i): return .integer(i)
-    case .real(let d): return .real(d)
-    case .boolean(let b): return .bool(b)
-    case .json(let text): return (try? JSON.parse(text)) ?? .string(text)
     }
 }
 

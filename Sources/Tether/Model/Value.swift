@@ -28,8 +28,9 @@ public enum Value: Equatable, Sendable {
 }
 
 extension Value {
-    /// The value as a record field (or a server filter's operand).
-    var json: JSON {
+    /// The value as a record field (or a server filter's operand, or a
+    /// spec's allowed value).
+    public var json: JSON {
         switch self {
         case .null: return .null
         case .text(let s): return .string(s)
