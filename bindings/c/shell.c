@@ -23,11 +23,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -118,11 +120,16 @@ static struct {
 } g = {.timeout_ms = 30000};
 
 static volatile sig_atomic_t g_interrupted;
+static pthread_t g_main_thread;
 
+/* A terminal's Ctrl-C is sent to the process, and any thread may take it:
+ * the library's own threads too. Only the main thread's read at the prompt
+ * (or its wait) must be interrupted, so another thread passes it on. */
 static void on_sigint(int sig)
 {
-    (void)sig;
     g_interrupted = 1;
+    if (!pthread_equal(pthread_self(), g_main_thread))
+        pthread_kill(g_main_thread, sig);
 }
 
 static int64_t now_ms(void)
@@ -2377,13 +2384,47 @@ static char **complete(const char *text, int start, int end)
     return rl_completion_matches(text, complete_next);
 }
 
+/* libedit's reads at the prompt. SIGINT is blocked on the main thread
+ * while it edits and let in only inside pselect, so a Ctrl-C can never land
+ * between the check of the flag and a read that would then block past it. */
+static int read_keystroke(FILE *in)
+{
+    int fd = fileno(in);
+    sigset_t waiting;
+    pthread_sigmask(SIG_SETMASK, NULL, &waiting);
+    sigdelset(&waiting, SIGINT);
+    for (;;) {
+        if (g_interrupted)
+            return EOF;
+        fd_set readable;
+        FD_ZERO(&readable);
+        FD_SET(fd, &readable);
+        if (pselect(fd + 1, &readable, NULL, NULL, NULL, &waiting) < 0) {
+            if (errno == EINTR)
+                continue;
+            return EOF;
+        }
+        unsigned char key;
+        ssize_t n = read(fd, &key, 1);
+        if (n == 1)
+            return key;
+        if (n == 0 || errno != EINTR)
+            return EOF;
+    }
+}
+
 /* One line from the terminal, edited (libedit), or NULL at the end of
  * input; Ctrl-C at the prompt gives an empty line. */
 static char *read_edited(const char *history)
 {
+    sigset_t sigint, before;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
     for (;;) {
         g_interrupted = 0;
+        pthread_sigmask(SIG_BLOCK, &sigint, &before);
         char *line = readline("tether> ");
+        pthread_sigmask(SIG_SETMASK, &before, NULL);
         if (line) {
             if (*line) {
                 add_history(line);
@@ -2411,6 +2452,8 @@ static int run_stdin(void)
         if (g.server && g.bucket && g.store && need_ctx() != SHELL_OK)
             worst = SHELL_FAILED;
         rl_readline_name = "tether";
+        rl_catch_signals = 0;  /* Ctrl-C is the shell's (read_keystroke), not libedit's */
+        rl_getc_function = read_keystroke;
         rl_attempted_completion_function = complete;
         rl_basic_word_break_characters = " \t\n,=";
         history = history_path();
@@ -2560,6 +2603,7 @@ int main(int argc, char **argv)
      * SA_RESTART, so that a read at the prompt returns. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
+    g_main_thread = pthread_self();
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
