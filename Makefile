@@ -1,4 +1,4 @@
-# Tether — the README's commands: `make demo` and `make test`.
+# Tether — the README's commands: `make demo`, `make serve` and `make test`.
 # Both install what they need (Debian packages, Kinto in .venv) first.
 
 SWIFT        ?= swift
@@ -22,13 +22,13 @@ SONAME       := libtether.so.$(VERSION_MAJOR)
 RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivity=unchecked \
                  -Xlinker --version-script=$(CURDIR)/Sources/TetherC/exports.map \
                  -Xlinker -soname=$(SONAME)
-APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev python3-venv gcc make pkg-config luajit curl
+APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libjansson-dev libedit-dev python3-venv gcc make pkg-config luajit curl
 # make install: $(DESTDIR)$(PREFIX)/lib/libtether.so.$(VERSION) and its links,
 # include/tether.h, lib/pkgconfig/tether.pc (from tether.pc.in), bin/tether (the shell).
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: all deps build demo test test-swift test-c test-python test-lua bench fuzz kill-stress clean install uninstall
+.PHONY: all deps build demo serve serve-stop serve-status test test-swift test-c test-python test-lua bench fuzz kill-stress clean install uninstall
 
 all: build
 
@@ -92,6 +92,16 @@ uninstall:
 demo: build
 	scripts/demo
 
+# The demo server the README examples use: Kinto on 127.0.0.1:8888 (KINTO_PORT=N
+# for another), seeded with the demo data, up until `make serve-stop`
+# (scripts/demo-server start|stop|status).
+serve: deps
+	scripts/demo-server start
+serve-stop:
+	scripts/demo-server stop
+serve-status:
+	scripts/demo-server status
+
 test: build
 	scripts/run-tests
 
@@ -114,12 +124,12 @@ kill-stress: build
 	TETHER_KILL_ROUNDS=$${KILL_ROUNDS:-200} TETHER_KILL_SCENARIOS=0 scripts/with-kinto bindings/c/build/tests/test_kill
 
 # bench: Kinto on PostgreSQL (scripts/pg-start) holding 100,000 records seeded by SQL.
-bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save
+bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save $(BUILD_DIR)/fetch
 	KINTO_BACKEND=postgresql KINTO_PAGINATE_BY=10000 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 # bench-quick (CI): memory backend, 300 records, one run a row: checks that every row runs.
 .PHONY: bench-quick
-bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save
+bench-quick: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save $(BUILD_DIR)/fetch
 	BENCH_QUICK=1 scripts/with-kinto $(VENV)/bin/python bench/run.py
 
 $(BUILD_DIR)/first_peek: bench/first_peek.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
@@ -130,6 +140,9 @@ $(BUILD_DIR)/peek: bench/peek.c bench/benchutil.h include/tether.h $(LIB) $(BUIL
 
 $(BUILD_DIR)/big_cache: bench/big_cache.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lsqlite3 -lpthread -o $@
+
+$(BUILD_DIR)/fetch: bench/fetch.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lpthread -o $@
 
 $(BUILD_DIR)/save: bench/save.c bench/benchutil.h include/tether.h $(LIB) $(BUILD_DIR)/$(SONAME)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude $< -L$(BUILD_DIR) -ltether -lpthread -o $@

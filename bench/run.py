@@ -72,6 +72,15 @@ MEMORY_LIMIT_KB = 4 * 1024 * 1024   # a run over this is stopped and reported, n
 LOAD_RUNS = 5 if QUICK else 21
 DLOPEN_GOAL_S = 0.005
 # Row 2c (build/peek): calls a timed loop on a loaded row, and issue 9's goal for one.
+# BENCH_ROWS: a comma-separated list of row groups to run (1 2 3 4 5 6 7 8
+# 9 10 11; "1" is rows 1, 1c and 1d, "5" rows 5 and 5c...); empty: all.
+ROWS = {r.strip() for r in (os.environ.get("BENCH_ROWS") or "").split(",") if r.strip()}
+
+
+def wanted(*groups):
+    return not ROWS or any(g in ROWS for g in groups)
+
+
 PEEK_C_CALLS = env_int("BENCH_PEEK_CALLS", 100000 if QUICK else 2000000)
 PEEK_GOAL_NS = 100
 # tether_debug_count's TETHER_DEBUG_PREPARED_STATEMENTS: a running total of the
@@ -214,7 +223,7 @@ def m1_listing(table, tether, url, tmp, kclient):
     if len(range_recs) != RECORDS or {r["id"] for r in range_recs} != {r["id"] for r in recs}:
         raise RuntimeError("%d curl ranges gave %d records (%d distinct), expected the %d ids"
                            % (RANGES, len(range_recs), len({r["id"] for r in range_recs}), RECORDS))
-    t_tether, t_curl, t_kinto, t_ranges = [], [], [], []
+    t_tether, t_curl, t_kinto, t_ranges, t_c = [], [], [], [], []
     tether_err = None
     for run in range(RUNS + 1):           # run 0 is a warm-up
         if tether_err is None:
@@ -227,6 +236,10 @@ def m1_listing(table, tether, url, tmp, kclient):
             except Exception as e:          # noqa: BLE001 - reported in the table
                 tether_err = e
                 tether_tb = traceback.format_exc()
+        c = c_fetch(url, os.path.join(tmp, "list-c-%d.db" % run))
+        if run:
+            t_c.append(c["seconds"])
+            C_FETCH_PEAKS.append(c["peak_growth_kb"])
         t0 = now()
         common.curl_listing(first)
         dt = now() - t0
@@ -258,6 +271,26 @@ def m1_listing(table, tether, url, tmp, kclient):
     table.add(name + " vs curl", ms(tt), ms(median(t_curl)), ratio(tt, median(t_curl)))
     table.add(name + " vs kinto-http", ms(tt), ms(median(t_kinto)), ratio(tt, median(t_kinto)))
     table.add(name_c, ms(tt), ms(median(t_ranges)), ratio(tt, median(t_ranges)))
+    tc = median(t_c)
+    table.add("1d. full listing from C (build/fetch) vs curl", ms(tc), ms(median(t_curl)), ratio(tc, median(t_curl)))
+
+
+C_FETCH_PEAKS = []   # row 1d's peak RSS growths (KiB), for row 5c
+
+
+def c_fetch(url, store):
+    """build/fetch: one server-only fetch of the collection into a new store,
+    in its own process. Returns its JSON line (seconds, count, peak_growth_kb)."""
+    program = os.path.join(ROOT, "build", "fetch")
+    out = subprocess.run([program, url, BUCKET, COLLECTION, store, USER, PASSWORD], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, timeout=FETCH_TIMEOUT + 60,
+                         env=dict(os.environ, LD_LIBRARY_PATH=os.path.join(ROOT, "build")))
+    if out.returncode != 0:
+        raise RuntimeError("fetch failed (%d): %s" % (out.returncode, out.stderr.decode(errors="replace").strip()[-800:]))
+    result = json.loads(out.stdout)
+    if result["count"] != RECORDS:
+        raise RuntimeError("build/fetch gave %d objects, expected %d" % (result["count"], RECORDS))
+    return result
 
 
 def m2_peek(table, ctx, con):
@@ -580,6 +613,9 @@ def m5_memory(table, url, tmp):
     a, b = median(res["tether"]), median(res["kinto-http"])
     table.add("5. peak RSS growth, listing %d rec" % RECORDS, "%.1f MB" % (a / 1024),
               "%.1f MB" % (b / 1024), ratio(a, b))
+    if C_FETCH_PEAKS:
+        c = median(C_FETCH_PEAKS)
+        table.add("5c. the same from C (row 1d's runs)", "%.1f MB" % (c / 1024), "%.1f MB" % (b / 1024), ratio(c, b))
 
 
 # ------------------------------------------------------------------ main
@@ -888,14 +924,19 @@ def main():
             table.errors.append(("all", str(raise_lib), ""))
         else:
             try:
-                m1_listing(table, tether, url, tmp, kclient)
+                if wanted("1"):
+                    m1_listing(table, tether, url, tmp, kclient)
             except Exception as e:  # noqa: BLE001
                 table.error("1. full listing", e)
 
             main_ctx = None
             try:
+                if not wanted("2", "2b", "2c", "3", "3b", "4", "4b"):
+                    raise StopIteration
                 main_ctx = open_context(tether, url, os.path.join(tmp, "main.db"))
                 main_ctx.fetch_wait(COLLECTION, policy="server_only", timeout=FETCH_TIMEOUT)
+            except StopIteration:
+                main_ctx = None
             except Exception as e:  # noqa: BLE001
                 table.error("2./3. (populating the main store)", e)
                 main_ctx = None
@@ -907,42 +948,51 @@ def main():
                                  ("3. cache_only fetch", m3_cache_fetch),
                                  ("3b. predicate fetch", m3b_predicate_fetch)):
                     try:
-                        fn(table, main_ctx, con)
+                        if wanted(name.split(".")[0]):
+                            fn(table, main_ctx, con)
                     except Exception as e:  # noqa: BLE001
                         table.error(name, e)
                 try:
-                    m4_refresh(table, tether, url, tmp, main_ctx)
+                    if wanted("4", "4b"):
+                        m4_refresh(table, tether, url, tmp, main_ctx)
                 except Exception as e:  # noqa: BLE001
                     table.error("4. batched refresh", e)
                 main_ctx.close()
             try:
-                m4c_many_gets(table, tether, url, tmp)
+                if wanted("4c"):
+                    m4c_many_gets(table, tether, url, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error("4c. %d gets on uncached objects" % MANY_GETS, e)
             try:
-                m5_memory(table, url, tmp)
+                if wanted("5"):
+                    m5_memory(table, url, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error("5. peak RSS growth", e)
             try:
-                m6_first_peek(table, url, tmp)
+                if wanted("6"):
+                    m6_first_peek(table, url, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error("6. first peek from C", e)
             small_store = None
             try:
-                small_store = m7_big_predicate(table, tether, url, tmp)
+                if wanted("7", "8"):
+                    small_store = m7_big_predicate(table, tether, url, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error("7. predicate + sort from C", e)
             try:
-                m8_big_iterate(table, tether, url, tmp, small_store)
+                if wanted("8"):
+                    m8_big_iterate(table, tether, url, tmp, small_store)
             except Exception as e:  # noqa: BLE001
                 table.error("8. iterate from C", e)
             try:
-                m11_save(table, url, tmp, kclient)
+                if wanted("11"):
+                    m11_save(table, url, tmp, kclient)
             except Exception as e:  # noqa: BLE001
                 table.error("11. save", e)
         for name, fn in (("9. load time", m9_load_time), ("10. stripped size", m10_size)):
             try:
-                fn(table, tmp)
+                if wanted(name.split(".")[0]):
+                    fn(table, tmp)
             except Exception as e:  # noqa: BLE001
                 table.error(name, e)
         con.close()

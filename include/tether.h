@@ -253,9 +253,9 @@ typedef enum tether_merge_policy {
  * left to their save): the cache takes what the server made of them by its
  * rules (deleted, cleared), transitively, siblings too. A referrer the
  * server still holds as it was (a writer that ignored the rules) keeps its
- * reference, as the server does; reads through it (a key path, or the
- * object tether_object_related gives) say TETHER_E_NOT_FOUND ("... was
- * deleted"), never the values the target had.
+ * reference, as the server does; reads through it (a key path) say
+ * TETHER_E_NOT_FOUND ("... was deleted"), never the values the target had,
+ * and tether_object_related gives TETHER_E_NOT_FOUND, no object.
  * Sibling contexts take a clean-up as they take a save's answers (their
  * objects read it; their unsaved edits of a note it cleared apply to the
  * cleared version, so saving them is no conflict). No save writes a
@@ -310,8 +310,10 @@ TETHER_API int tether_local_store_init(tether_local_store *store, unsigned int v
  * notes.Extra (2 values) ..."), and nothing changes. Left-out entities and
  * fields that hold nothing are dropped. To drop data on purpose, call this
  * with no context open on the file: it drops `entity`'s records and its
- * table (its unsaved changes too), or, with `field` non-NULL, only that
- * field's values and column; the next open whose specs leave them out is
+ * table (every context's unsaved changes of it too), or, with `field`
+ * non-NULL, only that field's values and column (and its unsaved values:
+ * an unsaved update that set only it is dropped, other changes keep their
+ * other values); the next open whose specs leave them out is
  * then taken. Codes are not given again: an entity or field defined again
  * later starts empty. Only store->configuration and store->path are read
  * (configuration must be the one the file was made for: TETHER_E_STORE
@@ -666,6 +668,12 @@ TETHER_API int tether_entity_attribute_at(tether_entity *entity, size_t index,
                                           const char **out_name, int *out_code,
                                           tether_type *out_type, unsigned int *out_flags);
 
+/* The values the attribute at `index` may hold (a JSON schema's "enum"), as
+ * a JSON array ("[\"open\",\"closed\"]"), or NULL when any value of its
+ * type is allowed. *out is borrowed: valid until the context closes. A set
+ * outside them is TETHER_E_INVALID. TETHER_E_NOT_FOUND past the end. */
+TETHER_API int tether_entity_attribute_allowed(tether_entity *entity, size_t index, const char **out);
+
 /* What deleting a record does to the records referring to it. */
 typedef enum tether_delete_rule {
     TETHER_DELETE_NULLIFY = 0,  /* their reference becomes NULL */
@@ -762,18 +770,33 @@ TETHER_API int tether_object_peek(tether_object *obj, const char *key, tether_va
  * the cached value is younger than the context's staleness window. At most
  * one refresh per object is in flight: a get during one asks for a single
  * further refresh after it, however many gets come meanwhile. Refreshes of
- * many objects of one entity are gathered until the gets pause for 5 ms (at
- * most 100 ms) and batched into few server requests (Kinto: one
- * POST /v1/batch of in_id listings carries thousands of ids). When a refresh changes a value, observers of that key
- * are told. Returns TETHER_E_NOT_CACHED (after starting the refresh) if the
- * record is not cached yet. */
+ * many objects of one entity are gathered while the calling thread keeps
+ * asking (a burst of gets, from any threads) and batched into few server
+ * requests (Kinto: one POST /v1/batch of in_id listings carries thousands
+ * of ids). The burst ends when the thread of its first get has gone 5 ms of
+ * its own time without another get (running other code, or blocked), or
+ * after 100 ms of its own time; time it spends waiting for a CPU does not
+ * count (on Linux, read from /proc by the get that starts a burst, a few
+ * microseconds, then by the library's thread; without /proc, the wall
+ * clock), so a loaded machine does not split a loop of gets. A lone get's
+ * refresh leaves about 5 ms after it, a burst's 5 to 10 ms after its last
+ * get (later while the thread waits for a CPU). The refreshes that a
+ * server deletion starts for records referring to the deleted one are
+ * gathered the same way, and so are a key path's ("Client.Owner": each
+ * object on the way). When a refresh changes a value, observers of that
+ * key are told. Returns TETHER_E_NOT_CACHED (after starting the refresh)
+ * if the record is not cached yet. */
 TETHER_API int tether_object_get(tether_object *obj, const char *key, tether_value *out);
 
 /* The object the to-one relationship `key` of `obj` refers to: *out is a new
- * reference (free it), or NULL (TETHER_OK) when the reference is NULL.
+ * reference (free it), or NULL (TETHER_OK) when the reference is NULL; NULL
+ * too whenever the status is not TETHER_OK.
  * TETHER_E_INVALID if `key` is not a relationship (an unknown key included);
- * TETHER_E_NOT_FOUND if its target's store is not attached; TETHER_E_NOT_CACHED
- * if obj is not cached. The target need not be cached: reads of it then give
+ * TETHER_E_NOT_FOUND if its target's store is not attached, or if the target
+ * is known gone (deleted on the server, as this store learned, none here
+ * wanting it again; or absent from its local store: "... refers to
+ * changes/c1, which was deleted"); TETHER_E_NOT_CACHED if
+ * obj is not cached. The target need not be cached: reads of it then give
  * TETHER_E_NOT_CACHED until a fetch or a get brings it. */
 TETHER_API int tether_object_related(tether_object *obj, const char *key, tether_object **out);
 
@@ -894,7 +917,15 @@ TETHER_API int tether_object_delete(tether_object *obj);
 /* Drops the object's unsaved change, and the conflict its last save met;
  * values read as the server last sent them. An object with none: a no-op.
  * Rolling back a delete undoes what its delete rules changed (see
- * tether_object_delete). */
+ * tether_object_delete). A record back from its change that refers to a
+ * target known gone (deleted on the server, as this store learned or a
+ * save of it did, or absent from its local store: the clean-up and the
+ * target's rules left it to its own pending delete or edit) follows that
+ * target's delete rule at once, as a new unsaved change: cascade deletes
+ * it (its referrers following their rules), nullify and deny clear the
+ * reference; so no reference to a deleted record is read or saved. A rule
+ * that cannot apply (nullify of a required reference) leaves the reference,
+ * logged. */
 TETHER_API int tether_object_rollback(tether_object *obj);
 
 /* tether_object_rollback of every object with an unsaved change. */
@@ -1052,7 +1083,18 @@ typedef struct tether_fetch_options {
                                     asked to sort by id alone, whatever the
                                     keys; with keys and a limit, every
                                     matching record is read and the cut made
-                                    here). */
+                                    here). NULL: by id alone, in every
+                                    policy. A sync's or whole listing's
+                                    answer is read from the store at its
+                                    end (by id: its primary key, not a
+                                    sort of the objects), and its objects
+                                    (without a batch size) are made as the
+                                    host reads them (tether_results_object_at),
+                                    their values read from the store then.
+                                    A filtered or limited listing's objects
+                                    come in the server's order by id, which
+                                    one pass checks (sorted only if it is
+                                    not). */
     int64_t limit;               /* at most this many objects; 0: no limit */
     tether_cache_policy policy;  /* default TETHER_POLICY_CACHE_THEN_SERVER */
     /* Version 2: */
@@ -1097,7 +1139,21 @@ typedef struct tether_fetch_options {
                                     rows are read (one store query per
                                     batch), keeping only the batch of the
                                     last row read: iterating a very large
-                                    answer keeps memory flat. */
+                                    answer keeps memory flat. An OBJECTS or
+                                    VALUES answer from the cache holds each
+                                    row's place in the store (its rowid: 4
+                                    or 8 bytes a row, whatever the ids), so
+                                    while the store changes during the
+                                    iteration: the answer's count and order
+                                    stay the fetch's; a row's values (and
+                                    its object's, if not in memory) are read
+                                    when its batch is, so a record changed
+                                    since reads as changed; a record deleted
+                                    from the store since (a sync, a saved
+                                    delete) or stored again after a deletion
+                                    is TETHER_E_NOT_FOUND at its index (for
+                                    object_at, id_at and value_at); records
+                                    stored since are not in the answer. */
     tether_progress_cb progress; /* NULL: none */
     /* Version 5: */
     int live;                    /* nonzero: keep the fetch live. After its
@@ -1263,7 +1319,9 @@ typedef void (*tether_fetch_cb)(tether_task *task, tether_phase phase, int statu
  * are the next sync's. What changed since a version cannot show history
  * rewritten behind a newer change (Kinto keeps the older last_modified a
  * restore puts back, so no `_since` listing names it), so against Kinto
- * every sync and whole listing ends with a listing of ids and versions only
+ * every sync and whole listing (but one into a table that held no row of
+ * the entity when it began: every row is then one of its pages, as the
+ * server had it when listed) ends with a listing of ids and versions only
  * (`_fields=id,last_modified`, about 45 bytes a record, a request per 10,000
  * records at Kinto's default page size), compared with the store: records
  * that differ or that the store lacks are asked for by id and taken as the

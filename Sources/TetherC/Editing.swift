@@ -126,7 +126,8 @@ public func tether_object_related(_ obj: OpaquePointer?, _ key: UnsafePointer<CC
                                   _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
         let (source, owner, _) = try object(obj)
-        guard out != nil else { throw misuse("out is NULL") }
+        guard let out else { throw misuse("out is NULL") }
+        out.pointee = nil  // as the header says: NULL whatever the status
         let target = try source.related(try text(key, "key"))
         try output(out, try target.map { try objectHandle($0, owner: owner) })
     }

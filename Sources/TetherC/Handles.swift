@@ -205,6 +205,20 @@ final class Handles: @unchecked Sendable {
         }
     }
 
+    /// `release` of each of `pointers` (of `kind`) under one lock; invalid
+    /// ones are skipped. What died is released after the lock.
+    func release(_ pointers: [OpaquePointer], _ kind: HandleKind) {
+        guard !pointers.isEmpty else { return }
+        let dead: [AnyObject] = writing {
+            pointers.compactMap { pointer in
+                guard let index = try? indexLocked(pointer, kind) else { return nil }
+                slots[index].entry!.references -= 1
+                return slots[index].entry!.references == 0 ? removeLocked(Self.token(pointer)) : nil
+            }
+        }
+        _ = dead
+    }
+
     /// Removes a handle whatever its references (a task or observer that ended).
     func remove(_ pointer: OpaquePointer) {
         _ = writing { removeLocked(Self.token(pointer)) }

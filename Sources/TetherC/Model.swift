@@ -15,6 +15,8 @@ final class EntityBox {
     let attributeNames: [UnsafeMutablePointer<CChar>]
     /// The to-many relationships' names, in the model's order of inverses.
     let relationshipNames: [UnsafeMutablePointer<CChar>]
+    /// By attribute index: the allowed values as a JSON array, nil for any.
+    let allowedValues: [UnsafeMutablePointer<CChar>?]
 
     init(_ entity: Entity, model: Model) {
         self.entity = entity
@@ -23,10 +25,14 @@ final class EntityBox {
         configuration = entity.configuration.cDuplicate
         attributeNames = entity.attributes.map(\.name.cDuplicate)
         relationshipNames = model.inverses(of: entity).map(\.name.cDuplicate)
+        allowedValues = entity.attributes.map { attribute in
+            attribute.allowedValues.map { JSON.array($0.map(\.json)).serialized().cDuplicate }
+        }
     }
 
     deinit {
         for string in [name, route, configuration] + attributeNames + relationshipNames { free(string) }
+        for string in allowedValues { free(string) }
     }
 }
 
@@ -145,6 +151,18 @@ public func tether_entity_attribute_at(_ e: OpaquePointer?, _ index: Int,
         if attribute.isVersion { flags |= TETHER_ATTR_VERSION }
         if attribute.isRequired { flags |= TETHER_ATTR_REQUIRED }
         outFlags?.pointee = flags
+    }
+}
+
+@_cdecl("tether_entity_attribute_allowed")
+public func tether_entity_attribute_allowed(_ e: OpaquePointer?, _ index: Int,
+                                            _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    call {
+        let box = try entityBox(e)
+        guard index >= 0, index < box.entity.attributes.count else {
+            throw TetherError(.notFound, "\(box.entity.name) has no attribute at index \(index)")
+        }
+        try output(out, box.allowedValues[index].map { UnsafePointer($0) })
     }
 }
 

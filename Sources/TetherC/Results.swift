@@ -9,52 +9,37 @@ import Tether
 final class ResultsBox: Sendable {
     let results: FetchedResults
     private let owner: UInt
-    private let loans: RowLoans<LoanKind, Lent>
-
-    private enum LoanKind { case object, id }
-
-    /// @unchecked: C pointers, but the handle is a registry token (never
-    /// dereferenced) and the id a string no one writes after it is made.
-    private enum Lent: @unchecked Sendable {
-        case object(OpaquePointer)
-        case id(UnsafeMutablePointer<CChar>)
-    }
+    /// Object handles and strdup'ed ids, by their bits.
+    private let loans: RowLoans
 
     init(_ results: FetchedResults, owner: UInt) {
         self.results = results
         self.owner = owner
         loans = RowLoans(batchSize: results.batchSize) { returned in
-            for loan in returned {
-                switch loan {
-                case .object(let handle): _ = try? Handles.shared.release(handle, .object)
-                case .id(let text): free(text)
-                }
-            }
+            // A batch's handles under one lock, not a lock each.
+            Handles.shared.release(returned.compactMap { $0.kind == .object ? OpaquePointer(bitPattern: $0.loan) : nil }, .object)
+            for (kind, loan) in returned where kind == .id { free(UnsafeMutableRawPointer(bitPattern: loan)) }
         }
     }
 
     func object(at index: Int) throws -> OpaquePointer {
         let object = try results.object(at: index)
         let owner = self.owner
-        guard case .object(let handle) = try loans.loan(.object, row: index, make: {
-            .object(try objectHandle(object, owner: owner))
-        }) else { preconditionFailure("an object loan is a handle") }
-        return handle
+        let handle = try loans.loan(.object, row: index) { UInt(bitPattern: try objectHandle(object, owner: owner)) }
+        return OpaquePointer(bitPattern: handle)!
     }
 
     /// Handles of the objects of rows `range`, one reference each for the
     /// caller (not loans); all or none.
     func objects(_ range: Range<Int>) throws -> [OpaquePointer] {
-        let objects = try range.map { try results.object(at: $0) }
+        let objects = try results.objects(in: range)
         return try Handles.shared.registerObjects(objects, owner: owner) { $0.id }
     }
 
     func id(at index: Int) throws -> UnsafePointer<CChar> {
         let id = try results.id(at: index)
-        guard case .id(let text) = try loans.loan(.id, row: index, make: { .id(strdup(id)!) }) else {
-            preconditionFailure("an id loan is a string")
-        }
-        return UnsafePointer(text)
+        let text = try loans.loan(.id, row: index) { UInt(bitPattern: strdup(id)!) }
+        return UnsafePointer(bitPattern: text)!
     }
 
     /// Gives back every loan: the handle is released.

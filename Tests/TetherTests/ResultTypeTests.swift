@@ -114,9 +114,57 @@ enum ResultTypeContract {
         _ = try fetch(context, FetchRequest(entity: "items"))
         let fresh = try XCTUnwrap(fetch(context, values).last?.results)
         XCTAssertEqual(fresh.count, itemCount - 1)
-        XCTAssertEqual(try batchedValues.id(at: 50), "i50", "the answer is as it was")
+        // The answer holds rowids: a row gone has no id left either (see tether.h, batch_size).
+        XCTAssertThrowsError(try batchedValues.id(at: 50)) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
         XCTAssertThrowsError(try batchedValues.value(at: 50, column: 0)) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
         XCTAssertEqual(try batchedValues.value(at: 51, column: 1), Value.integer(51))
+    }
+
+    /// A batched answer from the cache while the store changes, as tether.h
+    /// says (batch_size): count and order stay the fetch's, a record changed
+    /// since reads as changed, one deleted since is `.notFound` at its row,
+    /// one stored since is not in it; and it holds rowids, not ids.
+    static func batchedAnswerSeesTheStoreAsDocumented(_ backend: Backend) throws {
+        let context = try backend.open(cacheSize: 0)
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertTrue(eventually { Live.count(.objects) < 10 }, "the fetch's objects are gone")
+        var batched = request(.objects, .cacheOnly)
+        batched.batchSize = 10
+        let objects = try XCTUnwrap(fetch(context, batched).last?.results)
+        var values = request(.values, .cacheOnly)
+        values.properties = ["Title"]
+        values.batchSize = 10
+        let titles = try XCTUnwrap(fetch(context, values).last?.results)
+        XCTAssertEqual(try objects.object(at: 0).peek("Title"), .text("item 0"))
+        XCTAssertEqual(try titles.value(at: 0, column: 0), .text("item 0"))
+        // A predicate with the library's SQL functions, on the connection the rowids are listed on.
+        var matching = request(.objects, .cacheOnly, where: "Title BEGINSWITH[c] $1", [.text("ITEM 1")])
+        matching.batchSize = 4
+        let found = try fetch(context, matching)
+        XCTAssertNil(found.last?.error)
+        XCTAssertEqual(found.last?.results.count, 31, "item 1, 10-19, 100-119")
+        XCTAssertEqual(try found.last?.results.id(at: 0), "i1")
+
+        try backend.putItem("i25", #"{"Title": "changed", "Rank": 25}"#)
+        try backend.deleteItem("i35")
+        try backend.putItem("i999", #"{"Title": "new", "Rank": 1}"#)
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        _ = eventually { Live.count(.objects) < 20 }  // the sync's objects gone: rows are read from the store
+
+        for results in [objects, titles] {
+            XCTAssertEqual(results.count, itemCount, "the count is the fetch's")
+            XCTAssertEqual(try results.id(at: 2), "i2", "the order is the fetch's, the new record (rank 1) not in it")
+            XCTAssertThrowsError(try results.id(at: 35)) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+            XCTAssertEqual(try results.id(at: 36), "i36")
+            XCTAssertEqual(try results.id(at: itemCount - 1), "i\(itemCount - 1)")
+        }
+        XCTAssertEqual(try objects.object(at: 25).peek("Title"), .text("changed"))
+        XCTAssertEqual(try titles.value(at: 25, column: 0), .text("changed"))
+        XCTAssertThrowsError(try objects.object(at: 35)) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        XCTAssertThrowsError(try titles.value(at: 35, column: 0)) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        XCTAssertEqual(try objects.object(at: 2).peek("Title"), .text("item 2"))
+        XCTAssertEqual(objects.allIDs.count, itemCount - 1, "a live answer's ids: the rows still there")
     }
 
     /// Servers order nulls, missing fields and values of another type their
@@ -198,6 +246,9 @@ final class KintoResultTypeTests: KintoTestCase {
     func testCountsAreExactAndCheap() throws { try ResultTypeContract.countsAreExactAndCheap(backend) }
     func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
     func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
+    func testBatchedAnswerSeesTheStoreAsDocumented() throws {
+        try ResultTypeContract.batchedAnswerSeesTheStoreAsDocumented(backend)
+    }
     func testProgressIsToldAndCanCancel() throws { try ResultTypeContract.progressIsToldAndCanCancel(backend) }
     func testServerAndCacheAgreeOnOrder() throws { try ResultTypeContract.serverAndCacheAgreeOnOrder(backend) }
 }
@@ -206,6 +257,9 @@ final class MemoryResultTypeTests: MemoryTestCase {
     func testCountsAreExactAndCheap() throws { try ResultTypeContract.countsAreExactAndCheap(backend) }
     func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
     func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
+    func testBatchedAnswerSeesTheStoreAsDocumented() throws {
+        try ResultTypeContract.batchedAnswerSeesTheStoreAsDocumented(backend)
+    }
     func testProgressIsToldAndCanCancel() throws { try ResultTypeContract.progressIsToldAndCanCancel(backend) }
     func testServerAndCacheAgreeOnOrder() throws { try ResultTypeContract.serverAndCacheAgreeOnOrder(backend) }
 }

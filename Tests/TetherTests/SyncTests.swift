@@ -167,7 +167,36 @@ enum SyncContract {
     }
 }
 
+/// A whole listing into a new store: no ids-and-versions check (every row
+/// is one of its pages); its answer comes from the store by id, and makes
+/// no object until one is read. Into a table that holds rows, the check.
+enum WholeListingContract {
+    static func intoAnEmptyTable(_ backend: Backend) throws {
+        let recorder = ListingRecorder()
+        let context = try backend.open(wrapping: recorder.wrap)
+        defer { try? context.close() }
+        let before = Live.count(.objects)
+        let answer = try XCTUnwrap(try fetch(context, FetchRequest(entity: "items")).last?.results)
+        XCTAssertLessThanOrEqual(Live.count(.objects), before, "no object is made for a row not read")
+        XCTAssertEqual(recorder.versionCheckPages, 0, "no check after a whole listing into an empty table")
+        let ids = try (0..<answer.count).map { try answer.id(at: $0) }
+        XCTAssertEqual(ids, (0..<itemCount).map { "i\($0)" }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) },
+                       "every record, by id")
+        XCTAssertEqual(try answer.object(at: 3).peek("Title"), .text("item \(ids[3].dropFirst())"), "read from its row")
+
+        // The store holds rows now: a whole listing (its sync forgotten) ends with the check.
+        let entity = try XCTUnwrap(context.model.entity(named: "items"))
+        try context.store(for: entity).clearSyncVersion(entity)
+        recorder.reset()
+        let again = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertEqual(again.last?.objects.count, itemCount)
+        XCTAssertTrue(recorder.listedEverything)
+        XCTAssertGreaterThan(recorder.versionCheckPages, 0, "a whole listing over rows ends with the check")
+    }
+}
+
 final class KintoSyncTests: KintoTestCase {
+    func testWholeListingIntoAnEmptyTable() throws { try WholeListingContract.intoAnEmptyTable(backend) }
     func testSecondFetchAsksOnlyForChanges() throws { try SyncContract.secondFetchAsksOnlyForChanges(backend) }
     func testRecordLeavingAFilterLeavesItsResults() throws { try SyncContract.recordLeavingAFilterLeavesItsResults(backend) }
     func testLostHistoryListsEverythingAgain() throws { try SyncContract.lostHistoryListsEverythingAgain(backend) }
@@ -175,6 +204,7 @@ final class KintoSyncTests: KintoTestCase {
 }
 
 final class MemorySyncTests: MemoryTestCase {
+    func testWholeListingIntoAnEmptyTable() throws { try WholeListingContract.intoAnEmptyTable(backend) }
     func testSecondFetchAsksOnlyForChanges() throws { try SyncContract.secondFetchAsksOnlyForChanges(backend) }
     func testRecordLeavingAFilterLeavesItsResults() throws { try SyncContract.recordLeavingAFilterLeavesItsResults(backend) }
     func testLostHistoryListsEverythingAgain() throws { try SyncContract.lostHistoryListsEverythingAgain(backend) }

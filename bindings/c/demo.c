@@ -167,7 +167,8 @@ static tether_context *open_context(tether_delivery delivery)
     tether_context_options o;
     tether_kinto_options k;
     tether_context *ctx = NULL;
-    if (failed(tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION), "options_init"))
+    if (failed(tether_context_options_init(&o, TETHER_CONTEXT_OPTIONS_VERSION), "options_init") ||
+        failed(tether_kinto_options_init(&k, TETHER_KINTO_OPTIONS_VERSION), "kinto_options_init"))
         return NULL;
     k.server_url = g_url;
     k.bucket = g_bucket;

@@ -2,7 +2,8 @@
  * shell.c — `tether`, a command shell over Tether's public C API, as sqlite3
  * has one. It opens a context on a Kinto server and bucket, then runs one
  * command given on the command line, or reads commands line by line from
- * stdin (with a prompt on a tty). `tether --help` and the `help` command list
+ * stdin (on a tty: a prompt, and libedit's line editing, history and
+ * completion). `tether --help` and the `help` command list
  * them; README.md ("The tether shell") walks through them.
  *
  * Delivery is TETHER_DELIVER_POLL: the shell is one thread that prints
@@ -22,13 +23,20 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Line editing, history and completion on a terminal: libedit's readline
+ * interface (Debian's libedit-dev; BSD-licensed, as the library is). */
+#include <editline/readline.h>
 
 #include "tether.h"
 
@@ -59,7 +67,11 @@ static const char USAGE[] =
     "  --progress          show fetch and save progress on stderr even when it is\n"
     "                      not a tty\n"
     "  --version           print the shell's and the library's version\n"
-    "  --help              this text\n";
+    "  --help              this text\n"
+    "\n"
+    "On a terminal, lines are edited with libedit: arrows, Ctrl-R, Tab completes\n"
+    "commands, options, entities, fields and words; the history is kept in\n"
+    "$XDG_STATE_HOME/tether/history (else ~/.local/state/tether/history).\n";
 
 static const char COMMANDS[] =
     "Commands:\n"
@@ -84,14 +96,15 @@ static const char COMMANDS[] =
     "  delete ENTITY ID                      a pending delete\n"
     "  rollback [ENTITY ID]                  drop one object's unsaved change, or all\n"
     "  pending                               the unsaved changes, key by key\n"
-    "  save [--merge report|server|client|properties]\n"
+    "  save [--merge report|server_wins|client_wins|properties]\n"
     "                                        send them; prints the save report\n"
     "  quit                                  (or exit, or end of input)\n"
     "\n"
     "FETCH-OPTIONS: --where PREDICATE (Core Data format: Status == 'pending' AND\n"
     "  User BEGINSWITH[c] $1), --arg VALUE for $1, $2... (42, 1.5, true, false,\n"
     "  null, \"quoted text\"; anything else is text), --sort KEYS (-Date,Change),\n"
-    "  --policy cache|server|cache-then-server|cache-else-server.\n"
+    "  --policy cache_then_server|cache_only|server_only|cache_else_server (the\n"
+    "  header's names; cache-only with hyphens is the same word).\n"
     "KEY: a field name, a code (#205) or, for peek and get, a key path\n"
     "  (Client.Owner). Words are split as a shell does: 'single' and \"double\" quotes.\n";
 
@@ -107,11 +120,16 @@ static struct {
 } g = {.timeout_ms = 30000};
 
 static volatile sig_atomic_t g_interrupted;
+static pthread_t g_main_thread;
 
+/* A terminal's Ctrl-C is sent to the process, and any thread may take it:
+ * the library's own threads too. Only the main thread's read at the prompt
+ * (or its wait) must be interrupted, so another thread passes it on. */
 static void on_sigint(int sig)
 {
-    (void)sig;
     g_interrupted = 1;
+    if (!pthread_equal(pthread_self(), g_main_thread))
+        pthread_kill(g_main_thread, sig);
 }
 
 static int64_t now_ms(void)
@@ -326,7 +344,9 @@ static int report(int status, const char *name, const char *message)
         buf b = {0};
         buf_str(&b, "{\"error\":{\"status\":");
         buf_json_cstr(&b, st);
-        buf_printf(&b, ",\"code\":%d,\"message\":", name ? 0 : status);
+        /* A library error's code is its TETHER_E_* value; the shell's own
+         * (usage) carry the exit status they end in, 2. */
+        buf_printf(&b, ",\"code\":%d,\"message\":", name ? (strcmp(name, "usage") ? 1 : SHELL_USAGE) : status);
         buf_json_cstr(&b, message ? message : "");
         buf_str(&b, "}}\n");
         fputs(b.s, stdout);
@@ -346,6 +366,49 @@ static int usage_error(const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return report(0, "usage", msg);
+}
+
+/* One vocabulary for every binding: the header's names, lower case
+ * (TETHER_POLICY_CACHE_ONLY: cache_only), indexed by the enum's value; '-'
+ * may stand for '_' (cache-only). The shell's 0.2 words are refused with
+ * the new one named, rather than kept as aliases: one word for one thing,
+ * in scripts as in Python and LuaJIT. */
+static const char *const POLICY_NAMES[] = {"cache_then_server", "cache_only", "server_only", "cache_else_server",
+                                           NULL};
+static const char *const MERGE_NAMES[] = {"report", "server_wins", "client_wins", "properties", NULL};
+/* Pairs: an old word, its new one. merge_properties is Python's spelling. */
+static const char *const OLD_POLICY_NAMES[] = {"cache", "cache_only", "server", "server_only", NULL};
+static const char *const OLD_MERGE_NAMES[] = {"server", "server_wins", "client", "client_wins",
+                                              "merge_properties", "properties", NULL};
+
+/* The index of `word` in `names`, or -1 after a usage error. */
+static int vocabulary(const char *cmd, const char *option, const char *word, const char *const *names,
+                      const char *const *old)
+{
+    char w[64];
+    size_t n = strlen(word);
+    if (n < sizeof w) {
+        for (size_t i = 0; i <= n; i++)
+            w[i] = word[i] == '-' ? '_' : word[i];
+        for (int i = 0; names[i]; i++)
+            if (!strcmp(w, names[i]))
+                return i;
+        for (int i = 0; old[i]; i += 2)
+            if (!strcmp(w, old[i])) {
+                if (!strcmp(old[i], "merge_properties"))   /* Python's word: the same thing */
+                    for (int j = 0; names[j]; j++)
+                        if (!strcmp(old[i + 1], names[j]))
+                            return j;
+                usage_error("%s: %s %s is now %s (the header's name)", cmd, option, word, old[i + 1]);
+                return -1;
+            }
+    }
+    buf b = {0};
+    for (int i = 0; names[i]; i++)
+        buf_printf(&b, "%s%s", i ? ", " : "", names[i]);
+    usage_error("%s: %s is one of %s, not '%s'", cmd, option, b.s, word);
+    free(b.s);
+    return -1;
 }
 
 static void json_out(buf *b)
@@ -701,13 +764,9 @@ static int parse_fetch(int argc, char **argv, const char *cmd, const char *allow
         else if (!strcmp(a, "--interval"))
             rc = parse_int_opt(a, v, 10, &fs->interval_ms);
         else if (!strcmp(a, "--policy")) {
-            static const char *names[] = {"cache-then-server", "cache", "server", "cache-else-server"};
-            fs->policy = -2;
-            for (int p = 0; p < 4; p++)
-                if (!strcmp(v, names[p]))
-                    fs->policy = p;
-            if (fs->policy == -2)
-                return usage_error("%s: --policy is cache, server, cache-then-server or cache-else-server", cmd);
+            fs->policy = vocabulary(cmd, a, v, POLICY_NAMES, OLD_POLICY_NAMES);
+            if (fs->policy < 0)
+                return SHELL_USAGE;
         }
         if (rc != SHELL_OK)
             return rc;
@@ -1284,6 +1343,39 @@ static int cmd_entities(int argc, char **argv)
     return SHELL_OK;
 }
 
+/* A table cell for an allowed-values array: its members, '|' between them,
+ * text without its quotes when that reads the same ("pending|submitted").
+ * --json gives the array exactly. */
+static char *allowed_cell(const char *json)
+{
+    if (!json)
+        return xstrdup("");
+    buf b = {0};
+    const char *p = json + (*json == '[');
+    int first = 1;
+    while (*p && *p != ']') {
+        const char *q = p;
+        int in_string = 0;
+        while (*q && (in_string || (*q != ',' && *q != ']'))) {
+            if (*q == '\\' && in_string && q[1])
+                q++;
+            else if (*q == '"')
+                in_string = !in_string;
+            q++;
+        }
+        if (!first)
+            buf_str(&b, "|");
+        first = 0;
+        size_t len = (size_t)(q - p);
+        if (len >= 2 && *p == '"' && p[len - 1] == '"' && !memchr(p + 1, '\\', len - 2) && !memchr(p + 1, '|', len - 2))
+            buf_add(&b, p + 1, len - 2);
+        else
+            buf_add(&b, p, len);
+        p = *q == ',' ? q + 1 : q;
+    }
+    return b.s ? buf_take(&b) : xstrdup("");
+}
+
 static int cmd_fields(int argc, char **argv)
 {
     if (argc != 2)
@@ -1296,7 +1388,7 @@ static int cmd_fields(int argc, char **argv)
         return rc;
     size_t n = 0;
     tether_entity_attribute_count(ent.entity, &n);
-    static const char *h[] = {"field", "code", "type", "flags", "refers to"};
+    static const char *h[] = {"field", "code", "type", "flags", "refers to", "allowed"};
     table t;
     buf b = {0};
     if (g.json) {
@@ -1304,7 +1396,7 @@ static int cmd_fields(int argc, char **argv)
         buf_json_cstr(&b, ent.name);
         buf_str(&b, ",\"fields\":[");
     } else {
-        table_init(&t, 5, h);
+        table_init(&t, 6, h);
     }
     for (size_t i = 0; i < n; i++) {
         const char *name = "";
@@ -1317,6 +1409,8 @@ static int cmd_fields(int argc, char **argv)
         const char *target_name = NULL;
         if (tether_entity_attribute_target(ent.entity, i, &target, NULL) == TETHER_OK)
             tether_entity_name(target, &target_name);
+        const char *allowed = NULL; /* a JSON array, or NULL: any value of the type */
+        tether_entity_attribute_allowed(ent.entity, i, &allowed);
         if (g.json) {
             buf_str(&b, i ? ",{\"name\":" : "{\"name\":");
             buf_json_cstr(&b, name);
@@ -1325,6 +1419,8 @@ static int cmd_fields(int argc, char **argv)
                        flags & TETHER_ATTR_VERSION ? "true" : "false",
                        flags & TETHER_ATTR_REQUIRED ? "true" : "false");
             buf_json_cstr(&b, target_name);
+            buf_str(&b, ",\"allowed\":");
+            buf_str(&b, allowed ? allowed : "null");
             buf_str(&b, "}");
         } else {
             buf cb = {0}, fb = {0};
@@ -1335,8 +1431,8 @@ static int cmd_fields(int argc, char **argv)
                 buf_str(&fb, fb.len ? ",version" : "version");
             if (flags & TETHER_ATTR_REQUIRED)
                 buf_str(&fb, fb.len ? ",required" : "required");
-            char *row[5] = {xstrdup(name), buf_take(&cb), xstrdup(type_name(type)), buf_take(&fb),
-                            xstrdup(target_name)};
+            char *row[6] = {xstrdup(name), buf_take(&cb), xstrdup(type_name(type)), buf_take(&fb),
+                            xstrdup(target_name), allowed_cell(allowed)};
             table_add(&t, row);
         }
     }
@@ -1961,14 +2057,11 @@ static int cmd_save(int argc, char **argv)
     tether_save_options so;
     tether_save_options_init(&so, TETHER_SAVE_OPTIONS_VERSION);
     if (argc == 3 && !strcmp(argv[1], "--merge")) {
-        static const char *names[] = {"report", "server", "client", "properties"};
-        for (int p = 0; p < 4; p++)
-            if (!strcmp(argv[2], names[p]))
-                so.merge_policy = p;
+        so.merge_policy = vocabulary("save", "--merge", argv[2], MERGE_NAMES, OLD_MERGE_NAMES);
         if (so.merge_policy < 0)
-            return usage_error("save: --merge is report, server, client or properties");
+            return SHELL_USAGE;
     } else if (argc != 1) {
-        return usage_error("save [--merge report|server|client|properties]");
+        return usage_error("save [--merge report|server_wins|client_wins|properties]");
     }
     int rc = need_ctx();
     if (rc != SHELL_OK)
@@ -2080,12 +2173,269 @@ static int split_words(char *line, char **words, int max, const char **error)
         }
         int more = *r != '\0';
         *w++ = '\0';
-        if (more)
-            r++;
-        if (w > r) /* cannot happen: writing never overtakes reading */
-            return -1;
-        if (!more)
+        if (!more) /* the last word of a line with no newline: w is past r now, harmlessly */
             return n;
+        r++;
+        if (w > r) { /* cannot happen: writing never overtakes reading */
+            *error = "internal error splitting the line";
+            return -1;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ line editing */
+
+/* The history file: $XDG_STATE_HOME/tether/history, else
+ * ~/.local/state/tether/history (the XDG base directory rule for state),
+ * its folder made if missing. NULL (no history kept) without either. */
+static char *history_path(void)
+{
+    const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    buf b = {0};
+    if (state && state[0] == '/')
+        buf_printf(&b, "%s/tether", state);
+    else if (home && *home)
+        buf_printf(&b, "%s/.local/state/tether", home);
+    else
+        return NULL;
+    for (char *p = b.s + 1;; p++) /* mkdir -p */
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(b.s, 0700) != 0 && errno != EEXIST) {
+                free(b.s);
+                return NULL;
+            }
+            *p = c;
+            if (!c)
+                break;
+        }
+    buf_str(&b, "/history");
+    return buf_take(&b);
+}
+
+/* Completion: the candidates for the word being typed, gathered by
+ * complete_line, handed out one by one by complete_next. */
+static char **g_cands;
+static size_t g_ncands;
+
+static void cand_add(const char *prefix, const char *word)
+{
+    g_cands = xrealloc(g_cands, (g_ncands + 1) * sizeof *g_cands);
+    buf b = {0};
+    buf_printf(&b, "%s%s", prefix, word);
+    g_cands[g_ncands++] = buf_take(&b);
+}
+
+static void cand_list(const char *const *words)
+{
+    for (int i = 0; words[i]; i++)
+        cand_add("", words[i]);
+}
+
+static void cand_entities(void)
+{
+    size_t n = 0;
+    if (!g.ctx)
+        return;
+    tether_context_entity_count(g.ctx, &n);
+    for (size_t i = 0; i < n; i++) {
+        tether_entity *e;
+        const char *name;
+        if (tether_context_entity_at(g.ctx, i, &e) == TETHER_OK && tether_entity_name(e, &name) == TETHER_OK)
+            cand_add("", name);
+    }
+}
+
+/* The fields of `entity` (nothing if there is none), each after `prefix`. */
+static void cand_fields(const char *entity, const char *prefix)
+{
+    tether_entity *e;
+    size_t n = 0;
+    if (!g.ctx || !entity || tether_context_entity(g.ctx, entity, &e) != TETHER_OK)
+        return;
+    tether_entity_attribute_count(e, &n);
+    for (size_t i = 0; i < n; i++) {
+        const char *name;
+        if (tether_entity_attribute_at(e, i, &name, NULL, NULL, NULL) == TETHER_OK)
+            cand_add(prefix, name);
+    }
+}
+
+/* The allowed values of `entity`'s `key` that are plain text. */
+static void cand_allowed(const char *entity, const char *key)
+{
+    tether_entity *e;
+    size_t i;
+    const char *json = NULL;
+    if (!g.ctx || !entity || !key || tether_context_entity(g.ctx, entity, &e) != TETHER_OK ||
+        tether_entity_attribute_index(e, key, &i) != TETHER_OK ||
+        tether_entity_attribute_allowed(e, i, &json) != TETHER_OK || !json)
+        return;
+    char *cell = allowed_cell(json);
+    for (char *p = cell, *bar; *p; p = bar + 1) {
+        bar = strchr(p, '|');
+        if (bar)
+            *bar = '\0';
+        if (*p != '"' && *p != '[' && *p != '{')
+            cand_add("", p);
+        if (!bar)
+            break;
+    }
+    free(cell);
+}
+
+static const char *const ENTITY_COMMANDS[] = {"fields", "fetch", "count", "watch", "peek", "get", "set",
+                                              "unset", "insert", "delete", "rollback", NULL};
+
+static int is_one_of(const char *word, const char *const *list)
+{
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(word, list[i]))
+            return 1;
+    return 0;
+}
+
+/* Gathers the candidates for a word starting at `start` of `line`: the
+ * command, its options, then by position entity, id (none), keys; an
+ * option's value by the option (--policy, --merge, --fields a,b, --sort -k). */
+static void complete_line(const char *line, int start)
+{
+    static const char *const fetch_opts[] = {"--where", "--arg", "--sort", "--policy", "--fields", "--limit",
+                                             "--offset", NULL};
+    static const char *const count_opts[] = {"--where", "--arg", "--sort", "--policy", NULL};
+    static const char *const watch_opts[] = {"--where", "--arg", "--sort", "--policy", "--fields", "--count",
+                                             "--timeout", "--interval", NULL};
+    static const char *const save_opts[] = {"--merge", NULL};
+    static const char *const insert_opts[] = {"--id", NULL};
+    /* The whole words before this one (a word after ',' or '=' is a part). */
+    char *copy = strndup(line, (size_t)start);
+    char *words[MAX_WORDS];
+    int n = 0;
+    for (char *w = strtok(copy, " \t"); w && n < MAX_WORDS; w = strtok(NULL, " \t"))
+        words[n++] = w;
+    const char *part = NULL; /* "Change," of "--fields Change,Sta", "Status" of "Status=pe" */
+    if (start > 0 && line[start - 1] != ' ' && line[start - 1] != '\t' && n > 0)
+        part = words[--n];
+    const char *cmd = n > 0 ? words[0] : NULL;
+    const char *prev = n > 0 ? words[n - 1] : NULL;
+    const char *entity = n > 1 && words[1][0] != '-' ? words[1] : NULL;
+    if (!cmd) {
+        for (size_t i = 0; i < sizeof COMMAND_TABLE / sizeof COMMAND_TABLE[0]; i++)
+            cand_add("", COMMAND_TABLE[i].name);
+        cand_add("", "quit");
+    } else if (!strcmp(prev, "--policy")) {
+        cand_list(POLICY_NAMES);
+    } else if (!strcmp(prev, "--merge")) {
+        cand_list(MERGE_NAMES);
+    } else if (!strcmp(prev, "--fields") || !strcmp(prev, "--sort") || !strcmp(prev, "--where")) {
+        if (!strcmp(prev, "--sort") && line[start] == '-')
+            cand_fields(entity, "-");
+        else
+            cand_fields(entity, "");
+    } else if (part && strchr(part, '=') && !strcmp(cmd, "insert")) {
+        char *key = strndup(part, strcspn(part, "="));
+        cand_allowed(entity, key);
+        free(key);
+    } else if (line[start] == '-') {
+        const char *const *opts = !strcmp(cmd, "fetch")    ? fetch_opts
+                                  : !strcmp(cmd, "count")  ? count_opts
+                                  : !strcmp(cmd, "watch")  ? watch_opts
+                                  : !strcmp(cmd, "save")   ? save_opts
+                                  : !strcmp(cmd, "insert") ? insert_opts
+                                                           : NULL;
+        if (opts)
+            cand_list(opts);
+    } else if (is_one_of(cmd, ENTITY_COMMANDS)) {
+        if (n == 1)
+            cand_entities();
+        else if (!strcmp(cmd, "insert"))
+            cand_fields(entity, "");
+        else if (n >= 3 && (!strcmp(cmd, "peek") || !strcmp(cmd, "get") || ((!strcmp(cmd, "set") ||
+                 !strcmp(cmd, "unset")) && n == 3)))
+            cand_fields(entity, "");
+        else if (n == 4 && !strcmp(cmd, "set"))
+            cand_allowed(entity, words[3]);
+    }
+    free(copy);
+}
+
+static char *complete_next(const char *text, int state)
+{
+    static size_t next;
+    if (state == 0)
+        next = 0;
+    while (next < g_ncands) {
+        const char *c = g_cands[next++];
+        if (!strncmp(c, text, strlen(text)))
+            return xstrdup(c);
+    }
+    return NULL;
+}
+
+static char **complete(const char *text, int start, int end)
+{
+    (void)end;
+    for (size_t i = 0; i < g_ncands; i++)
+        free(g_cands[i]);
+    g_ncands = 0;
+    complete_line(rl_line_buffer, start);
+    rl_attempted_completion_over = 1; /* never file names */
+    return rl_completion_matches(text, complete_next);
+}
+
+/* libedit's reads at the prompt. SIGINT is blocked on the main thread
+ * while it edits and let in only inside pselect, so a Ctrl-C can never land
+ * between the check of the flag and a read that would then block past it. */
+static int read_keystroke(FILE *in)
+{
+    int fd = fileno(in);
+    sigset_t waiting;
+    pthread_sigmask(SIG_SETMASK, NULL, &waiting);
+    sigdelset(&waiting, SIGINT);
+    for (;;) {
+        if (g_interrupted)
+            return EOF;
+        fd_set readable;
+        FD_ZERO(&readable);
+        FD_SET(fd, &readable);
+        if (pselect(fd + 1, &readable, NULL, NULL, NULL, &waiting) < 0) {
+            if (errno == EINTR)
+                continue;
+            return EOF;
+        }
+        unsigned char key;
+        ssize_t n = read(fd, &key, 1);
+        if (n == 1)
+            return key;
+        if (n == 0 || errno != EINTR)
+            return EOF;
+    }
+}
+
+/* One line from the terminal, edited (libedit), or NULL at the end of
+ * input; Ctrl-C at the prompt gives an empty line. */
+static char *read_edited(const char *history)
+{
+    sigset_t sigint, before;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    for (;;) {
+        g_interrupted = 0;
+        pthread_sigmask(SIG_BLOCK, &sigint, &before);
+        char *line = readline("tether> ");
+        pthread_sigmask(SIG_SETMASK, &before, NULL);
+        if (line) {
+            if (*line) {
+                add_history(line);
+                if (history)
+                    write_history(history);
+            }
+            return line;
+        }
+        if (!g_interrupted)
+            return NULL;
+        putchar('\n');
     }
 }
 
@@ -2095,21 +2445,36 @@ static int run_stdin(void)
     int worst = SHELL_OK;
     char *line = NULL;
     size_t cap = 0;
+    char *history = NULL;
+    if (tty) {
+        /* On a terminal the context opens before the first prompt, so that
+         * completion knows the entities and fields. */
+        if (g.server && g.bucket && g.store && need_ctx() != SHELL_OK)
+            worst = SHELL_FAILED;
+        rl_readline_name = "tether";
+        rl_catch_signals = 0;  /* Ctrl-C is the shell's (read_keystroke), not libedit's */
+        rl_getc_function = read_keystroke;
+        rl_attempted_completion_function = complete;
+        rl_basic_word_break_characters = " \t\n,=";
+        history = history_path();
+        stifle_history(1000);
+        if (history)
+            read_history(history);
+    }
     for (;;) {
+        ssize_t len;
         if (tty) {
-            fputs("tether> ", stdout);
-            fflush(stdout);
-        }
-        errno = 0;
-        g_interrupted = 0;
-        ssize_t len = getline(&line, &cap, stdin);
-        if (len < 0) {
-            if (errno == EINTR && tty) { /* Ctrl-C at the prompt: a new prompt */
-                clearerr(stdin);
-                putchar('\n');
-                continue;
-            }
-            break;
+            free(line);
+            line = read_edited(history);
+            if (!line)
+                break;
+            len = (ssize_t)strlen(line);
+        } else {
+            errno = 0;
+            g_interrupted = 0;
+            len = getline(&line, &cap, stdin);
+            if (len < 0)
+                break;
         }
         if (memchr(line, '\0', (size_t)len)) {
             worst = report(0, "usage", "a NUL byte in the input line");
@@ -2138,6 +2503,10 @@ static int run_stdin(void)
     if (tty)
         putchar('\n');
     free(line);
+    free(history);
+    for (size_t i = 0; i < g_ncands; i++)
+        free(g_cands[i]);
+    free(g_cands);
     return worst;
 }
 
@@ -2164,6 +2533,18 @@ int main(int argc, char **argv)
     g.server = getenv("TETHER_SERVER");
     g.bucket = getenv("TETHER_BUCKET");
     g.store = getenv("TETHER_STORE");
+    /* --json first, wherever it is among the options: their usage errors
+     * are documents too. */
+    static const char *const with_value[] = {"--server", "--bucket", "--store", "--user", "--timeout", NULL};
+    for (int j = 1; j < argc && argv[j][0] == '-' && strcmp(argv[j], "--"); j++) {
+        if (!strcmp(argv[j], "--json"))
+            g.json = 1;
+        for (int k = 0; with_value[k]; k++)
+            if (!strcmp(argv[j], with_value[k])) {
+                j++; /* skip its value */
+                break;
+            }
+    }
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
         const char *v;
@@ -2198,21 +2579,20 @@ int main(int argc, char **argv)
             errno = 0;
             g.timeout_ms = strtoll(v, &end, 10);
             if (!*v || *end || errno || g.timeout_ms <= 0) {
-                fprintf(stderr, "tether: --timeout: '%s' is not a number of milliseconds\n%s", v, USAGE);
+                usage_error("--timeout: '%s' is not a number of milliseconds", v);
+                fputs(USAGE, stderr);
                 return SHELL_USAGE;
             }
         } else {
-            fprintf(stderr, "tether: %s '%s'\n%s", missing ? "a value is missing after" : "unknown option",
-                    argv[i], USAGE);
+            usage_error("%s '%s'", missing ? "a value is missing after" : "unknown option", argv[i]);
+            fputs(USAGE, stderr);
             return SHELL_USAGE;
         }
     }
     if (user && *user) {
         const char *colon = strchr(user, ':');
-        if (!colon) {
-            fprintf(stderr, "tether: --user: NAME:PASSWORD, not '%s'\n", user);
-            return SHELL_USAGE;
-        }
+        if (!colon)
+            return usage_error("--user: NAME:PASSWORD, not '%s'", user);
         g.username = strndup(user, (size_t)(colon - user));
         g.password = xstrdup(colon + 1);
         if (!g.username)
@@ -2223,6 +2603,7 @@ int main(int argc, char **argv)
      * SA_RESTART, so that a read at the prompt returns. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
+    g_main_thread = pthread_self();
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);

@@ -192,6 +192,7 @@ int tether_entity_attribute_count(tether_entity *entity, size_t *out);
 int tether_entity_attribute_at(tether_entity *entity, size_t index,
                                const char **out_name, int *out_code,
                                tether_type *out_type, unsigned int *out_flags);
+int tether_entity_attribute_allowed(tether_entity *entity, size_t index, const char **out);
 
 int tether_context_object(tether_context *ctx, const char *entity, const char *id,
                           tether_object **out);
@@ -247,8 +248,9 @@ M.E_EXPIRED = -17
 local CONTEXT_OPTIONS_VERSION = 5
 local KINTO_OPTIONS_VERSION = 1
 local FETCH_OPTIONS_VERSION = 6
+local SAVE_OPTIONS_VERSION = 1
 M._versions = {TETHER_CONTEXT_OPTIONS_VERSION = CONTEXT_OPTIONS_VERSION, TETHER_KINTO_OPTIONS_VERSION = KINTO_OPTIONS_VERSION,
-               TETHER_FETCH_OPTIONS_VERSION = FETCH_OPTIONS_VERSION}
+               TETHER_FETCH_OPTIONS_VERSION = FETCH_OPTIONS_VERSION, TETHER_SAVE_OPTIONS_VERSION = SAVE_OPTIONS_VERSION}
 
 -- ------------------------------------------------------------ loading
 
@@ -329,6 +331,55 @@ end
 -- A misuse the binding catches before calling C (nothing to ask errmsg).
 local function misuse(what, message)
     error(make_error(M.E_MISUSE, message, what), 0)
+end
+
+-- The nearest of `names` to `word` (at most 2 edits away), or nil: for
+-- "did you mean" in the errors below.
+local function nearest(word, names)
+    local best, best_d = nil, 3
+    for _, n in ipairs(names) do
+        local prev = {}
+        for j = 0, #n do prev[j] = j end
+        for i = 1, #word do
+            local cur = {[0] = i}
+            for j = 1, #n do
+                local cost = word:sub(i, i) == n:sub(j, j) and 0 or 1
+                cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            end
+            prev = cur
+        end
+        if prev[#n] < best_d then best, best_d = n, prev[#n] end
+    end
+    return best
+end
+
+-- An options table may hold only the keys `allowed` lists (a set): a
+-- misspelled option (wehre=) is an error, never silently ignored.
+local function check_options(o, what, allowed)
+    for k in pairs(o) do
+        if not allowed[k] then
+            local names = {}
+            for n in pairs(allowed) do names[#names + 1] = n end
+            table.sort(names)
+            local near = type(k) == "string" and nearest(k, names)
+            misuse(what, string.format("unknown option %s%s (%s takes: %s)", tostring(k),
+                                       near and (" (did you mean " .. near .. "?)") or "", what,
+                                       table.concat(names, ", ")))
+        end
+    end
+end
+
+-- A name from a vocabulary (policies, result types, merge policies): the
+-- header's names, lower case (TETHER_POLICY_CACHE_ONLY: "cache_only").
+local function pick(names, v, what, option)
+    local code = names[v]
+    if code then return code end
+    local list = {}
+    for n in pairs(names) do list[#list + 1] = n end
+    table.sort(list)
+    local near = type(v) == "string" and nearest(v, list)
+    misuse(what, string.format("unknown %s %s%s (one of: %s)", option, tostring(v),
+                               near and (" (did you mean " .. near .. "?)") or "", table.concat(list, ", ")))
 end
 
 local function need_string(v, what, name)
@@ -777,8 +828,11 @@ end
 
 -- tether.open{url=, bucket=, store=, username=, password=, timeout_ms=,
 -- staleness_ms=, object_cache_size=, delivery="poll"}. Raises on failure.
+local OPEN_OPTIONS = {url = true, bucket = true, store = true, username = true, password = true,
+                      timeout_ms = true, staleness_ms = true, object_cache_size = true, delivery = true}
 function M.open(o)
     if type(o) ~= "table" then misuse("open", "tether.open takes a table of options") end
+    check_options(o, "open", OPEN_OPTIONS)
     need_string(o.url, "open", "url")
     need_string(o.bucket, "open", "bucket")
     need_string(o.store, "open", "store")
@@ -910,6 +964,8 @@ function Context:entities()
             ent.attributes[j + 1] = {name = ffi.string(s[0]), code = code[0], type = TYPE_NAMES[tonumber(atype[0])],
                                      id = bit.band(f, 1) ~= 0, version = bit.band(f, 2) ~= 0,
                                      required = bit.band(f, 4) ~= 0}
+            check(C.tether_entity_attribute_allowed(e[0], j, s), "tether_entity_attribute_allowed")
+            if s[0] ~= nil then ent.attributes[j + 1].allowed = ffi.string(s[0]) end  -- a JSON array
         end
         list[#list + 1] = ent
     end
@@ -936,8 +992,12 @@ local POLICIES = {cache_then_server = 0, cache_only = 1, server_only = 2, cache_
 -- returns its Task. fn(phase, status, message, results, task) with phase
 -- "cached", "final" or "live"; results is ours (results:release(), or the
 -- GC). Bad options raise here, and then no callback runs.
+local FETCH_OPTIONS = {entity = true, where = true, args = true, sort = true, limit = true, offset = true,
+                       policy = true, result = true, properties = true, live = true, server_query = true,
+                       callback = true}
 function Context:fetch(o)
     if type(o) ~= "table" then misuse("fetch", "fetch takes a table of options") end
+    check_options(o, "fetch", FETCH_OPTIONS)
     local opts = ffi.new("tether_fetch_options")
     check(C.tether_fetch_options_init(opts, FETCH_OPTIONS_VERSION), "tether_fetch_options_init")
     need_string(o.entity, "fetch", "entity")
@@ -951,10 +1011,10 @@ function Context:fetch(o)
     opts.limit = opt_int(o, "limit", 0)
     opts.offset = opt_int(o, "offset", 0)
     if o.policy ~= nil then
-        opts.policy = POLICIES[o.policy] or misuse("fetch", "unknown policy " .. tostring(o.policy))
+        opts.policy = pick(POLICIES, o.policy, "fetch", "policy")
     end
     if o.result ~= nil then
-        opts.result_type = RESULT_TYPES[o.result] or misuse("fetch", "unknown result " .. tostring(o.result))
+        opts.result_type = pick(RESULT_TYPES, o.result, "fetch", "result")
     end
     opts.live = o.live and 1 or 0
     -- $1, $2...: borrowed for the call; `anchors` keeps their strings alive.
@@ -989,11 +1049,16 @@ jit.off(Context.fetch)  -- the args' text pointers, as Object.set
 -- fetch and wait: returns cached, final (Results; cached is nil for
 -- policies that answer once). A FINAL error is raised; after timeout_ms
 -- (default 30000) the fetch is cancelled and tether.E_CANCELLED raised.
+local FETCH_WAIT_OPTIONS = {timeout_ms = true}
+for k in pairs(FETCH_OPTIONS) do FETCH_WAIT_OPTIONS[k] = true end
 function Context:fetch_wait(o)
+    if type(o) ~= "table" then misuse("fetch_wait", "fetch_wait takes a table of options") end
+    check_options(o, "fetch_wait", FETCH_WAIT_OPTIONS)
     local cached, final
     local fn = o.callback
     local opts = {}
     for k, v in pairs(o) do opts[k] = v end
+    opts.timeout_ms = nil
     opts.callback = function(phase, status, message, results, task)
         if phase == "cached" then cached = results elseif phase == "final" then final = results end
         if fn then fn(phase, status, message, results, task) end
@@ -1011,15 +1076,34 @@ function Context:fetch_wait(o)
     return cached, final
 end
 
--- Sends every unsaved change; fn(status, message, task) once, at the end
--- (task.saved, task.discarded, task.failed count them). Returns the Task.
+-- The header's merge policies (TETHER_MERGE_CLIENT_WINS: "client_wins");
+-- "merge_properties" is the Python binding's word for "properties".
+local MERGE_POLICIES = {report = 0, server_wins = 1, client_wins = 2, properties = 3, merge_properties = 3}
+local SAVE_OPTIONS = {callback = true, merge = true}
+
+-- Sends every unsaved change: save(fn) or save{callback = fn, merge = ...}
+-- (merge: "report", the context's default, "server_wins", "client_wins" or
+-- "properties"). fn(status, message, task) once, at the end (task.saved,
+-- task.discarded, task.failed count them). Returns the Task.
 function Context:save(fn)
+    local merge
+    if type(fn) == "table" then
+        check_options(fn, "save", SAVE_OPTIONS)
+        if fn.merge ~= nil then merge = pick(MERGE_POLICIES, fn.merge, "save", "merge policy") end
+        fn = fn.callback
+    end
     if fn ~= nil and type(fn) ~= "function" then misuse("save", "callback must be a function") end
+    local so
+    if merge then
+        so = ffi.new("tether_save_options")
+        check(C.tether_save_options_init(so, SAVE_OPTIONS_VERSION), "tether_save_options_init")
+        so.merge_policy = merge
+    end
     local task = setmetatable({done = false, cancelled = false}, Task)
     local entry = {ctx = self, fn = fn, task = task}
     local id, ud = register(entry)
     local out = ffi.new("tether_task *[1]")
-    local st = C.tether_save_start(self._h, nil, M._callbacks.save, ud, out)
+    local st = C.tether_save_start(self._h, so, M._callbacks.save, ud, out)
     if st ~= 0 then
         local msg = ffi.string(C.tether_errmsg())
         unregister(id, entry)
@@ -1029,9 +1113,17 @@ function Context:save(fn)
     return task
 end
 
--- save and wait: returns how many changes were saved, or raises.
-function Context:save_wait(timeout_ms)
-    local task = self:save()
+-- save and wait: save_wait(timeout_ms) or save_wait{timeout_ms =, merge =};
+-- returns how many changes were saved, or raises.
+local SAVE_WAIT_OPTIONS = {timeout_ms = true, merge = true}
+function Context:save_wait(o)
+    local timeout_ms, merge = o, nil
+    if type(o) == "table" then
+        check_options(o, "save_wait", SAVE_WAIT_OPTIONS)
+        timeout_ms, merge = o.timeout_ms, o.merge
+    end
+    if timeout_ms ~= nil and type(timeout_ms) ~= "number" then misuse("save_wait", "timeout_ms must be a number") end
+    local task = self:save{merge = merge}
     if not self:wait(function() return task.done end, timeout_ms or 30000) then
         task:cancel()
         self:wait(function() return task.done end, 5000)

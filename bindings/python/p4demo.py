@@ -93,7 +93,7 @@ def main():
         change = ctx.object("change", "1042")
         print("  peek: change 1042 client = %r" % change.peek("Client"))
         heard = threading.Event()
-        change.observe("Description", lambda obj, key, status: heard.set() if status == 0 else None)
+        change.observe("Description", lambda obj, key, error: heard.set() if error is None else None)
         edit_change(data, 1042, "Edited by another user.\n")
         print("  get:  change 1042 client = %r  (cached now; a refresh goes out)" % change.Client)
         print("  get:  change 1042 description = %r" % change.Description)
@@ -101,17 +101,14 @@ def main():
         print("  peek: change 1042 description = %r" % change.peek("Description"))
 
         section(4, "A fetch cancelled in flight ends in one cancelled callback")
-        done = threading.Event()
         finals = []
 
-        def on_phase(phase, status, message, answer):
+        def on_phase(phase, error, answer):
             if phase == "final":
-                finals.append(tether.errstr(status))
-                done.set()
+                finals.append(type(error).__name__ if error else "OK")
         task = ctx.fetch("job", policy="server_only", callback=on_phase)
         task.cancel()
-        done.wait(5)
-        time.sleep(0.1)
+        print("  the task's exception: %r" % (task.exception(5),))
         print("  final callbacks: %s" % finals)
     return 0
 

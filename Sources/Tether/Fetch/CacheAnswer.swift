@@ -13,12 +13,14 @@ extension FetchTask {
         switch request.resultType {
         case .count:
             return .counted(Int(try store.count(entity, where: predicate, limit: request.limit, offset: request.offset)))
-        case .objects where request.batchSize > 0, .ids:
+        case .objects where request.batchSize > 0, .values where request.batchSize > 0:
+            // Rowids, not ids: 4 or 8 bytes a row however long the ids.
+            let rowids = try store.rowidList(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
+            return .rowids(rowids, type: request.resultType, properties: properties, context: context, entity: entity,
+                           batchSize: request.batchSize)
+        case .ids:
             let ids = try store.idList(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
             return .ids(ids, type: request.resultType, context: context, entity: entity, batchSize: request.batchSize)
-        case .values where request.batchSize > 0:
-            let ids = try store.idList(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
-            return .batchedValues(ids, properties: properties, context: context, entity: entity, batchSize: request.batchSize)
         case .values:
             let rows = try store.query(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
             return .values(rows.map(\.record.id), rows.map { row in properties.map { row.record.values[$0] } },

@@ -86,8 +86,10 @@ enum ServerPlan: Equatable {
     /// Every record: rows written before `firstWrite` and not sent again are
     /// gone; the entity's sync starts at the listing's version. After the
     /// server lost the history a sync needed, the server's versions are
-    /// taken even where older than the store's.
-    case wholeListing(firstWrite: Int64, afterLostHistory: Bool)
+    /// taken even where older than the store's. `intoEmpty`: the store held
+    /// no row of the entity when it began, so no row can be older than the
+    /// server's (see `FetchTask.checksVersions`).
+    case wholeListing(firstWrite: Int64, afterLostHistory: Bool, intoEmpty: Bool = false)
     /// The records the request asks for, as the server gives them.
     case query
 
@@ -95,7 +97,7 @@ enum ServerPlan: Equatable {
     var pagesAnswer: Bool {
         switch self {
         case .sync: return false
-        case .wholeListing(_, let afterLostHistory): return !afterLostHistory
+        case .wholeListing(_, let afterLostHistory, _): return !afterLostHistory
         case .query: return true
         }
     }
@@ -145,12 +147,25 @@ extension FetchTask {
     }
 
     /// Whether the pages' objects are kept as they come, to be the answer. A
-    /// whole listing answered as ids, values, a count or in batches is read
-    /// from the store at its end instead: a large one holds no objects
-    /// meanwhile (those of each page go once nothing else holds them).
+    /// whole listing's is read from the store at its end instead: a large
+    /// one holds no objects meanwhile.
     func keepsPageObjects(_ plan: ServerPlan) -> Bool {
         guard plan.pagesAnswer else { return false }
-        if case .wholeListing = plan { return request.resultType == .objects && request.batchSize == 0 }
+        // A whole listing's answer is the store's (see `storedAnswer`): its
+        // pages make no objects, but for those in memory.
+        if case .wholeListing = plan { return false }
+        return true
+    }
+
+    /// Whether the listing ends with the ids-and-versions check (`VersionCheck`):
+    /// a sync or whole listing, on a connection whose change listings can miss
+    /// a rewritten history. Not a whole listing into an empty table: every row
+    /// is then one of its pages, as the server had it when listed (changes
+    /// while it was read are caught up), and a rewrite after its page would
+    /// be missed by the check's own listing alike; the next sync's check sees it.
+    func checksVersions(_ plan: ServerPlan) -> Bool {
+        guard plan != .query, connection.changeListingsCanMissRewrites else { return false }
+        if case .wholeListing(_, _, intoEmpty: true) = plan { return false }
         return true
     }
 }

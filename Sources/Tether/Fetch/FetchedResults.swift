@@ -12,10 +12,13 @@ public enum ResultType: Sendable, Equatable {
 
 /// One phase's answer, in result order. Rows are counted by `count`; each
 /// row has an id, and an object on demand (made from its id, so the context
-/// keeps one object per record). With a batch size, an answer holds only its
-/// ids (compactly); objects or values are read from the store a batch at a
-/// time around the row asked for, and only that batch is held, so iterating
-/// a large answer keeps memory flat.
+/// keeps one object per record). With a batch size, an answer from the cache
+/// holds only its rows' rowids (4 or 8 bytes a row: the order and count of
+/// the fetch), others their ids compactly; objects or values are read from
+/// the store a batch at a time around the row asked for, and only that batch
+/// is held, so iterating a large answer keeps memory flat. A row read by
+/// rowid whose record was deleted from the store since the fetch is
+/// TetherError `.notFound`.
 public final class FetchedResults: Sendable {
     public let type: ResultType
     /// Rows; for `.count`, the count.
@@ -39,6 +42,8 @@ public final class FetchedResults: Sendable {
         case values(ids: [String], values: [[Value]])
         /// Values read a batch at a time.
         case batchedValues(IDList)
+        /// The cache's rows by rowid: objects (`.objects`) or values read a batch at a time.
+        case rowids(RowIDList)
     }
 
     /// The batch held: from row `start`, its objects or values rows.
@@ -46,6 +51,8 @@ public final class FetchedResults: Sendable {
         var start = 0
         var objects: [ManagedObject] = []
         var values: [[Value]?] = []
+        /// By rowid: each row's object or values, nil for a row gone since the fetch.
+        var rows: [(id: String, object: ManagedObject?, values: [Value]?)?] = []
     }
 
     private init(type: ResultType, count: Int, rows: Rows, context: Context?, entity: Entity?, properties: [Int] = [],
@@ -84,6 +91,14 @@ public final class FetchedResults: Sendable {
                        entity: entity, properties: properties)
     }
 
+    /// The cache's rows by rowid, read `batchSize` at a time (`batchSize` > 0).
+    static func rowids(_ rowids: RowIDList, type: ResultType, properties: [Int] = [], context: Context, entity: Entity,
+                       batchSize: Int) -> FetchedResults {
+        precondition(batchSize > 0 && (type == .objects || type == .values), "rows by rowid are read in batches")
+        return FetchedResults(type: type, count: rowids.count, rows: .rowids(rowids), context: context, entity: entity,
+                              properties: properties, batchSize: batchSize)
+    }
+
     /// Values read from the store `batchSize` rows at a time.
     static func batchedValues(_ ids: IDList, properties: [Int], context: Context, entity: Entity, batchSize: Int)
         -> FetchedResults {
@@ -104,6 +119,12 @@ public final class FetchedResults: Sendable {
         case .objects(let objects): return objects.map { ExactString($0.id) }
         case .ids(let ids), .batchedValues(let ids): return (0..<ids.count).map { ExactString(ids[$0]) }
         case .values(let ids, _): return ids.map(ExactString.init)
+        case .rowids(let rowids):
+            // Rows gone since the fetch have no id left: they are not in it.
+            guard let context, let entity else { return [] }
+            let all = rowids.slice(0..<rowids.count)
+            guard let found = try? context.store(for: entity).ids(entity, rowids: all) else { return [] }
+            return all.compactMap { found[$0].map(ExactString.init) }
         }
     }
 
@@ -114,6 +135,7 @@ public final class FetchedResults: Sendable {
         case .objects(let objects): return objects[index].id
         case .ids(let ids), .batchedValues(let ids): return ids[index]
         case .values(let ids, _): return ids[index]
+        case .rowids(let rowids): return try row(index, rowids).id
         }
     }
 
@@ -126,6 +148,9 @@ public final class FetchedResults: Sendable {
         case .objects(let objects): return objects[index]
         case .values(let ids, _): return try made([ids[index]])[0]
         case .batchedValues(let ids): return try made([ids[index]])[0]
+        case .rowids(let rowids):
+            let row = try row(index, rowids)
+            return try row.object ?? made([row.id])[0]
         case .ids(let ids):
             guard batchSize > 0 else { return try made([ids[index]])[0] }
             if let held = window.withLock({ window in
@@ -136,6 +161,15 @@ public final class FetchedResults: Sendable {
             window.withLock { $0 = Window(start: range.lowerBound, objects: objects) }
             return objects[index - range.lowerBound]
         }
+    }
+
+    /// The objects of rows `range`: those made on demand without a batch
+    /// size are made in one pass (one graph lock per slice, not per object).
+    public func objects(in range: Range<Int>) throws -> [ManagedObject] {
+        guard case .ids(let ids) = rows, batchSize == 0, !range.isEmpty else { return try range.map { try object(at: $0) } }
+        try checkIndex(range.lowerBound)
+        try checkIndex(range.upperBound - 1)
+        return try made(ids.slice(range))
     }
 
     /// A `.values` row's value of the `column`th property. With a batch
@@ -150,6 +184,11 @@ public final class FetchedResults: Sendable {
         }
         switch rows {
         case .values(_, let values): return values[index][column]
+        case .rowids(let rowids):
+            guard let values = try row(index, rowids).values else {
+                throw TetherError(.notFound, "row \(index) was deleted since the fetch")
+            }
+            return values[column]
         case .batchedValues(let ids):
             // Outer nil: not in the held batch; inner nil: the row is gone.
             let held = window.withLock { window -> [Value]?? in
@@ -195,6 +234,50 @@ public final class FetchedResults: Sendable {
         return start..<min(count, start + batchSize)
     }
 
+    /// Row `index` of a rowid answer: from the held batch, else its batch
+    /// read now (the previous one let go). `.notFound` for a row gone.
+    private func row(_ index: Int, _ rowids: RowIDList) throws -> (id: String, object: ManagedObject?, values: [Value]?) {
+        let held = window.withLock { window -> (id: String, object: ManagedObject?, values: [Value]?)?? in
+            guard index >= window.start, index < window.start + window.rows.count else { return .none }
+            return .some(window.rows[index - window.start])
+        }
+        let row: (id: String, object: ManagedObject?, values: [Value]?)?
+        if let held {
+            row = held
+        } else {
+            let range = batch(around: index)
+            let rows = try readRows(rowids.slice(range))
+            window.withLock { $0 = Window(start: range.lowerBound, rows: rows) }
+            row = rows[index - range.lowerBound]
+        }
+        guard let row else { throw TetherError(.notFound, "row \(index) was deleted since the fetch") }
+        return row
+    }
+
+    /// The rows at `rowids` as this answer gives them: objects (their rows
+    /// taken into memory in one uniquing pass) or values as the host sees
+    /// them (unsaved changes included); nil for a row gone.
+    private func readRows(_ rowids: [Int64]) throws -> [(id: String, object: ManagedObject?, values: [Value]?)?] {
+        guard let context, let entity else { throw TetherError(.internal, "results without a context") }
+        try context.checkOpen()
+        let stored = try context.store(for: entity).rows(entity, rowids: rowids)
+        if type == .objects {
+            let present = rowids.compactMap { stored[$0] }
+            var objects = context.adopt(present, of: entity).makeIterator()
+            return rowids.map { rowid in
+                stored[rowid] == nil ? nil : objects.next().map { (id: $0.id, object: $0, values: nil) }
+            }
+        }
+        var visible: [ExactString: [Value]?] = [:]
+        for row in context.pendingRows(entity) { visible[ExactString(row.object.id)] = row.visible }
+        return rowids.map { rowid in
+            guard let record = stored[rowid]?.record else { return nil }
+            // As the host sees it: an unsaved edit, or gone if deleted.
+            let values: [Value]? = visible.isEmpty ? record.values : (visible[ExactString(record.id)] ?? record.values)
+            return values.map { values in (id: record.id, object: nil, values: properties.map { values[$0] }) }
+        }
+    }
+
     private func storedRows(_ ids: [String]) throws -> [ExactString: Record] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
@@ -213,9 +296,12 @@ public final class FetchedResults: Sendable {
         try context.checkOpen()
         guard reading else { return context.uniqueObjects(entity, ids) }
         let stored = try context.store(for: entity).rows(entity, ids: ids)
-        let objects = context.uniqueObjects(entity, ids)
-        _ = context.adopt(objects.compactMap { stored[ExactString($0.id)] }, of: entity)
-        return objects
+        // One uniquing pass: adopt makes the stored rows' objects, the rest are made after.
+        let adopted = context.adopt(ids.compactMap { stored[ExactString($0)] }, of: entity)
+        guard adopted.count < ids.count else { return adopted }
+        let missing = context.uniqueObjects(entity, ids.filter { stored[ExactString($0)] == nil })
+        var fromStore = adopted.makeIterator(), others = missing.makeIterator()
+        return ids.map { stored[ExactString($0)] != nil ? fromStore.next()! : others.next()! }
     }
 }
 

@@ -13,7 +13,8 @@ extension FetchTask {
             } else if let since = try store.syncVersion(entity) {
                 plan = .sync(since: since)
             } else if isWholeListing {
-                plan = .wholeListing(firstWrite: try store.nextWrite(), afterLostHistory: false)
+                plan = .wholeListing(firstWrite: try store.nextWrite(), afterLostHistory: false,
+                                     intoEmpty: try store.count(entity, where: nil, limit: 1) == 0)
             } else {
                 plan = .query
             }
@@ -117,7 +118,7 @@ extension FetchTask {
             }
             // The host's own server query says which records: not filtered here.
             var acceptingOlder = false
-            if case .wholeListing(_, afterLostHistory: true) = plan { acceptingOlder = true }
+            if case .wholeListing(_, afterLostHistory: true, _) = plan { acceptingOlder = true }
             // A page older than what another fetch has synced since would
             // bring back what that listing replaced: the cache answers.
             if request.serverQuery == nil, try store.isOlderThanSync(page.version, of: entity) {
@@ -129,8 +130,10 @@ extension FetchTask {
             Log.debug(.sync, "\(entity.name): page of \(content.records.count) records, \(content.deletedIDs.count) deletions"
                       + (page.next == nil ? ", the last" : ", more to come"))
             received(content.records.count + content.deletedIDs.count, total: page.total, last: page.next == nil)
+            // Objects are made only for an answer that holds them; else only
+            // those in memory take the records (the rest are rows, read when asked).
             let objects = try context.absorb(content, of: entity, matching: request.serverQuery == nil ? predicate : nil,
-                                             acceptingOlder: acceptingOlder)
+                                             acceptingOlder: acceptingOlder, makingObjects: keepsPageObjects(plan))
             let received = withListing { listing -> Int64 in
                 if listing.firstPage { listing.version = page.version }
                 listing.firstPage = false
@@ -178,18 +181,18 @@ extension FetchTask {
 
     /// The listing is in: makes the answer and ends the fetch.
     func ended(_ plan: ServerPlan, _ page: Page) throws {
-        if plan != .query, connection.changeListingsCanMissRewrites {
+        if checksVersions(plan) {
             // What changed since a version cannot show history rewritten
             // behind a newer change: the server's ids and versions are
             // compared with the store's (see `VersionCheck`). The cache,
             // then exact, answers (another fetch's check may have changed it too).
-            _ = try listingEnded(plan)
+            try settle(plan)
             return VersionCheck(context: context, store: store, connection: connection, worker: worker, entity: entity,
                                 sent: { [self] in sent($0) },
                                 isCurrent: { [self] in withListing({ $0.plan == plan }) == true }) { [self] outcome in
                 do {
                     _ = try outcome.get()
-                    finish(nil, try readCache())
+                    finish(nil, try storedAnswer())
                 } catch {
                     fail(error)
                 }
@@ -248,17 +251,11 @@ extension FetchTask {
     /// The listing's last page is in: brings the table up to date (its sync
     /// version, rows a whole listing did not name), returns the results.
     func listingEnded(_ plan: ServerPlan) throws -> FetchedResults {
-        let (results, version) = withListing { ($0.results, $0.version) } ?? ([], nil)
+        try settle(plan)
+        let results = withListing { $0.results } ?? []
         switch plan {
-        case .sync:
-            if let version { try store.setSyncVersion(entity, version) }
-            return try readCache()
-        case .wholeListing(let firstWrite, _):
-            // What a whole listing did not include is gone from the server.
-            context.markDeleted(try store.deleteRows(of: entity, writtenBefore: firstWrite), of: entity)
-            if let version { try store.setSyncVersion(entity, version) }
-            // After lost history the request may be any: the cache answers it.
-            return keepsPageObjects(plan) ? answer(SortOrder(entity: entity, keys: sort).sorted(results)) : try readCache()
+        case .sync, .wholeListing:
+            return try storedAnswer()
         case .query:
             // In the cache's order, so both phases agree; a host's own server
             // query is answered as the server orders it.
@@ -275,6 +272,36 @@ extension FetchTask {
             }
             let wanted = ordered.dropFirst(Int(request.offset))
             return answer(request.limit > 0 ? Array(wanted.prefix(Int(request.limit))) : Array(wanted))
+        }
+    }
+
+    /// The cache's answer at the end of a sync or whole listing. Objects
+    /// (without a batch size) are made as the host reads them, from ids in
+    /// the cache's order (by id, SQLite's primary key, without sort keys):
+    /// rows just stored are not read back into objects no one may read.
+    func storedAnswer() throws -> FetchedResults {
+        guard request.resultType == .objects, request.batchSize == 0, context.pendingRows(entity).isEmpty else {
+            return try readCache()
+        }
+        let keys = (predicate?.indexableAttributes ?? []) + sort.prefix(1).map(\.index)
+        try store.ensureIndexes(entity, on: keys.filter { $0 != entity.idIndex })  // as `readCache`
+        let ids = try store.idList(entity, where: predicate, sort: sort, limit: request.limit, offset: request.offset)
+        return .ids(ids, type: .objects, context: context, entity: entity, batchSize: 0)
+    }
+
+    /// The table brought up to the listing's end: its sync version; for a
+    /// whole listing, the rows it did not name removed. Nothing for a query.
+    func settle(_ plan: ServerPlan) throws {
+        let version = withListing { $0.version } ?? nil
+        switch plan {
+        case .sync:
+            if let version { try store.setSyncVersion(entity, version) }
+        case .wholeListing(let firstWrite, _, _):
+            // What a whole listing did not include is gone from the server.
+            context.markDeleted(try store.deleteRows(of: entity, writtenBefore: firstWrite), of: entity)
+            if let version { try store.setSyncVersion(entity, version) }
+        case .query:
+            break
         }
     }
 

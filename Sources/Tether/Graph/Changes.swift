@@ -348,6 +348,8 @@ extension Context {
         if object.state.withLock({ $0.deletedOnServer && $0.pending == nil }) {
             cleanUpReferences(to: [object.id], of: object.entity)
         }
+        // Its change kept the rules of targets deleted meanwhile from it.
+        followRulesOfGoneTargets(object)
     }
 
     /// Forgets every unsaved change.

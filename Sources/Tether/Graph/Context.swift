@@ -75,12 +75,9 @@ public final class Context: Sendable {
         var ruleChanges: [ObjectIdentifier: [RuleChange]] = [:]
         /// How to cancel each live task and observer, for close.
         var subscriptions: [Delivery.SubscriptionID: @Sendable () -> Void] = [:]
-        var pendingRefreshes: [Int: [ManagedObject]] = [:]
+        var refreshes = RefreshGathering()
         /// Who listens for changed rows of each entity (by entity index).
         var rowListeners: [Int: [ObjectIdentifier: any RowListener]] = [:]
-        var refreshScheduled = false
-        var refreshGatherStart = MonotonicTime.now()
-        var lastRefreshRequest = MonotonicTime.now()
 
         static let minimumSweep = 1024
 
@@ -99,7 +96,10 @@ public final class Context: Sendable {
             guard entries >= sweepAt else { return }
             entries = 0
             for index in objects.indices {
-                objects[index] = objects[index].filter { $0.value.object != nil }
+                // In place: a filtered copy would allocate and rehash the
+                // whole table, and grow it again as objects come back.
+                let gone = objects[index].compactMap { $0.value.object == nil ? $0.key : nil }
+                for key in gone { objects[index][key] = nil }
                 entries += objects[index].count
             }
             sweepAt = max(Graph.minimumSweep, entries * 2)
@@ -274,7 +274,24 @@ public final class Context: Sendable {
         }
         guard !id.isEmpty else { throw TetherError(.invalid, "a record id cannot be empty") }
         try checkOpen()
-        return uniqueObjects(entity, [id])[0]
+        return uniqueObject(entity, id)
+    }
+
+    /// `uniqueObjects` of one id, without its arrays (a host's first read).
+    func uniqueObject(_ entity: Entity, _ id: String) -> ManagedObject {
+        graph.withLock { graph in
+            let key = ExactString(id)
+            if let existing = graph.objects[entity.index][key]?.object {
+                graph.remember(existing)
+                return existing
+            }
+            let object = ManagedObject(context: self, entity: entity, id: id)
+            graph.objects[entity.index][key] = WeakObject(object: object)
+            graph.entries += 1
+            graph.remember(object)
+            graph.sweepIfDue()
+            return object
+        }
     }
 
     /// The objects for these ids, made where none is in memory.

@@ -74,6 +74,8 @@ public struct LocalStoreOptions: Sendable {
             kept[old.index] = Entity(index: old.index, code: old.code, spec: spec,
                                      attributes: old.attributes.enumerated().filter { $0.offset != index }.map(\.element),
                                      codeHighWater: old.codeHighWater, retiredAttributeCodes: old.retiredAttributeCodes)
+            // Its unsaved values go too: kept, they would wait for a field that never comes back.
+            try store.discardValues(of: old, code: old.attributes[index].code)
         } else {
             kept.remove(at: old.index)
             kept = kept.enumerated().map { index, entity in
@@ -386,29 +388,6 @@ extension Context {
                 for object in objects where !object.hasChanges { scheduleRefresh(object, evenIfFresh: true) }
             }
         }
-    }
-
-    /// A reference among `values` (of a record of `entity`) to a target
-    /// known to be gone: deleted on the server (as some context here
-    /// learned, none wanting it again) or, in a local store, absent from
-    /// its file. A save must not write it (the clean-up that would follow
-    /// its rule has already run). Nil when none is known gone.
-    func goneTarget(in values: [Int: Value], of entity: Entity) -> (attribute: Attribute, target: Entity, id: String)? {
-        for (index, value) in values.sorted(by: { $0.key < $1.key }) {
-            let attribute = entity.attributes[index]
-            guard let target = model.target(of: attribute),
-                  let id = try? referencedID(value, attribute, of: entity, to: target) else { continue }
-            let known = ([self] + coordinator.others(than: self)).flatMap { $0.objectsInMemory(target, [id]) }
-            if !known.isEmpty {
-                let states = known.map { $0.state.withLock { ($0.deletedOnServer, $0.pending == nil || $0.pending?.kind == .delete) } }
-                if states.contains(where: { !$0.0 || !$0.1 }) { continue }  // held, or wanted again here
-                return (attribute, target, id)
-            }
-            if target.isLocal, let held = try? store(for: target).rows(target, ids: [id]), held[ExactString(id)] == nil {
-                return (attribute, target, id)
-            }
-        }
-        return nil
     }
 
     /// Unsaved updates of records a clean-up changed now apply to the new

@@ -1,10 +1,34 @@
 /// Background refreshes started by `get`. Requests from a burst of gets are
-/// gathered for a moment and sent as few requests per entity as the
+/// gathered until the burst ends and sent as few requests per entity as the
 /// connection's batches allow.
+///
+/// The burst's end is measured in its first caller's own time, not the wall
+/// clock's: on a loaded machine the scheduler can keep a host thread from a
+/// CPU for tens of milliseconds between two gets of one loop, and that wait
+/// must not split the burst (a lone first get would then go by itself).
+struct RefreshGathering {
+    var pending: [Int: [ManagedObject]] = [:]
+    /// Whether a send is scheduled on the worker (the burst below is set
+    /// before it runs).
+    var scheduled = false
+    var burst: Burst?
+    /// Refreshes asked since the worker last looked.
+    var asked = 0
+
+    struct Burst {
+        let thread: ThreadTime
+        let start: ThreadTime.Sample
+        /// The pause is counted from here: the first get, or the last
+        /// look that found more gets since the one before.
+        var pauseFrom: ThreadTime.Sample
+    }
+}
+
 extension Context {
-    /// A burst of gets is gathered until it pauses this long...
+    /// A burst of gets is gathered until its thread has spent this long
+    /// (running other code, or asleep) without asking for another...
     static let refreshGatherMilliseconds: Int64 = 5
-    /// ...or has been gathering this long.
+    /// ...or this long of its own time since the first.
     static let refreshGatherLimitMilliseconds: Int64 = 100
 
     /// `evenIfFresh`: whatever the staleness window says (the server is
@@ -27,35 +51,45 @@ extension Context {
             return true
         }
         guard wanted else { return }
-        let schedule = graph.withLock { graph -> Bool in
+        let first = graph.withLock { graph -> Bool in
             guard !graph.closed else { return false }
-            graph.pendingRefreshes[object.entity.index, default: []].append(object)
-            let now = MonotonicTime.now()
-            graph.lastRefreshRequest = now
-            guard !graph.refreshScheduled else { return false }
-            graph.refreshScheduled = true
-            graph.refreshGatherStart = now
+            graph.refreshes.pending[object.entity.index, default: []].append(object)
+            guard !graph.refreshes.scheduled else {
+                graph.refreshes.asked += 1
+                return false
+            }
+            graph.refreshes.scheduled = true
             return true
         }
-        if schedule { worker.async(afterMilliseconds: Self.refreshGatherMilliseconds) { [self] in sendRefreshes() } }
+        guard first else { return }
+        // Once a burst (a few µs of /proc), outside the lock.
+        let thread = ThreadTime.current()
+        let now = thread.sample()
+        graph.withLock { $0.refreshes.burst = RefreshGathering.Burst(thread: thread, start: now, pauseFrom: now) }
+        worker.async(afterMilliseconds: Self.refreshGatherMilliseconds) { [self] in sendRefreshes() }
     }
 
-    /// On the worker.
+    /// On the worker: sends the burst's refreshes once it has ended, or looks again.
     private func sendRefreshes() {
-        let batches = graph.withLock { graph -> [Int: [ManagedObject]]? in
-            let now = MonotonicTime.now()
-            if now.milliseconds(since: graph.lastRefreshRequest) < Self.refreshGatherMilliseconds,
-               now.milliseconds(since: graph.refreshGatherStart) < Self.refreshGatherLimitMilliseconds {
-                return nil  // still arriving: gather a little longer
+        let now = graph.withLock { $0.refreshes.burst?.thread }?.settledSample()
+        let (batches, wait) = graph.withLock { graph -> ([Int: [ManagedObject]]?, Int64) in
+            if let now, var burst = graph.refreshes.burst {
+                if graph.refreshes.asked > 0 {
+                    graph.refreshes.asked = 0
+                    burst.pauseFrom = now
+                    graph.refreshes.burst = burst
+                }
+                let pause = now.ownMilliseconds(since: burst.pauseFrom)
+                if pause < Self.refreshGatherMilliseconds,
+                   now.ownMilliseconds(since: burst.start) < Self.refreshGatherLimitMilliseconds {
+                    return (nil, Self.refreshGatherMilliseconds - pause)  // still asking: gather a little longer
+                }
             }
-            defer {
-                graph.pendingRefreshes = [:]
-                graph.refreshScheduled = false
-            }
-            return graph.pendingRefreshes
+            defer { graph.refreshes = RefreshGathering() }
+            return (graph.refreshes.pending, 0)
         }
         guard let batches else {
-            worker.async(afterMilliseconds: Self.refreshGatherMilliseconds) { [self] in sendRefreshes() }
+            worker.async(afterMilliseconds: max(1, wait)) { [self] in sendRefreshes() }
             return
         }
         for (index, objects) in batches {

@@ -4,12 +4,18 @@
 extension ManagedObject {
     /// The object the to-one relationship `key` refers to, a fault until
     /// read; nil when the reference is null.
-    /// `.invalid` for a key that is no relationship, unknown ones too.
+    /// `.invalid` for a key that is no relationship, unknown ones too;
+    /// `.notFound` when its target is known gone (deleted on the server, or
+    /// absent from its local store): never an object for a deleted record.
     public func related(_ key: String) throws -> ManagedObject? {
         guard entity.attributeIndex(named: key) != nil else {
             throw TetherError(.invalid, "\(entity.name) has no key \(key.debugDescription), so no relationship of that name")
         }
-        return try context.related(self, key, refresh: false)
+        guard let target = try context.related(self, key, refresh: false) else { return nil }
+        if context.isKnownGone(target.entity, id: target.id) {
+            throw TetherError(.notFound, "\(entity.name)/\(id).\(key) refers to \(target.entity.name)/\(target.id), which was deleted")
+        }
+        return target
     }
 }
 

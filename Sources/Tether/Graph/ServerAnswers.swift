@@ -6,14 +6,23 @@ extension Context {
     /// page's objects in page order, or those matching `predicate`; every
     /// record is stored and merged either way.
     /// Older versions than those held are not taken, unless `acceptingOlder`.
+    /// Without `makingObjects` only the objects in memory take their records
+    /// (the others stay rows, read when asked for) and none is returned.
     func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
-                acceptingOlder: Bool = false) throws -> [ManagedObject] {
+                acceptingOlder: Bool = false, makingObjects: Bool = true) throws -> [ManagedObject] {
         if content.partial { return try absorbPartial(content, of: entity, matching: predicate) }
         let records = takeable(content, of: entity)
         defer { tellRowsChanged(entity, records.map(\.id)) }
         let now = wallClockMilliseconds()
         try store(for: entity).write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         markDeleted(content.deletedIDs, of: entity)
+        guard makingObjects else {
+            _ = mergeHeld(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+            for sibling in coordinator.others(than: self) {
+                sibling.takeFetched(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+            }
+            return []
+        }
         let objects = merge(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         // The store is shared: a sibling's objects must not keep what it now
         // replaced (its own fetch would find nothing new to give them).
@@ -54,13 +63,19 @@ extension Context {
     /// A sibling's fetch stored these records and deletions: the objects
     /// held here take them, as they take a sibling's save.
     func takeFetched(_ records: [Record], deleting ids: [String], of entity: Entity, fetchedAt: Int64, acceptingOlder: Bool) {
-        let held = Set(objectsInMemory(entity, records.map(\.id)).map { ExactString($0.id) })
-        let taken = records.filter { held.contains(ExactString($0.id)) }
-        if !taken.isEmpty {
-            _ = merge(taken, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder)
-            tellRowsChanged(entity, taken.map(\.id))
-        }
+        let taken = mergeHeld(records, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder)
+        if !taken.isEmpty { tellRowsChanged(entity, taken) }
         for id in ids { takeSaved(nil, id: id, of: entity) }
+    }
+
+    /// `merge` of the records whose objects are in memory (none is made);
+    /// returns their ids.
+    func mergeHeld(_ records: [Record], of entity: Entity, fetchedAt: Int64, acceptingOlder: Bool) -> [String] {
+        let held = Set(objectsInMemory(entity, records.map(\.id)).map { ExactString($0.id) })
+        guard !held.isEmpty else { return [] }
+        let taken = records.filter { held.contains(ExactString($0.id)) }
+        _ = merge(taken, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder)
+        return taken.map(\.id)
     }
 
     /// Puts records the server sent (already in the store) into their objects

@@ -28,8 +28,9 @@ public enum Value: Equatable, Sendable {
 }
 
 extension Value {
-    /// The value as a record field (or a server filter's operand).
-    var json: JSON {
+    /// The value as a record field (or a server filter's operand, or a
+    /// spec's allowed value).
+    public var json: JSON {
         switch self {
         case .null: return .null
         case .text(let s): return .string(s)
@@ -57,7 +58,9 @@ struct Record: Sendable {
         // One pass over the fields: each name is looked up once.
         var found = [JSON?](repeating: nil, count: entity.attributes.count)
         let indexes = fields.map { field -> Int? in
-            let index = entity.attributeIndex(named: field.key)
+            // By its bytes in place (no hashing), else by name (a wide entity, a field outside the spec).
+            var key = field.key
+            let index = key.withUTF8 { entity.attributeIndex(bytes: $0) } ?? entity.attributeIndex(named: field.key)
             if let index, found[index] == nil { found[index] = field.value }  // as JSON's subscript: the first
             return index
         }
@@ -65,7 +68,8 @@ struct Record: Sendable {
             throw TetherError(.protocol, Self.idProblem(found[entity.idIndex], field: entity.attributes[entity.idIndex].name))
         }
         self.id = id
-        let values = zip(found, entity.attributes).map { Value(json: $0, type: $1.type) }
+        let attributes = entity.attributes
+        let values = found.indices.map { Value(json: found[$0], type: attributes[$0].type) }  // no Attribute copied
         self.values = values
         // Fields outside the spec, and fields whose value is not of the spec's type.
         extra = zip(fields, indexes).compactMap { field, index in

@@ -14,7 +14,7 @@ struct SortOrder {
             let order = Self.compare(a.values?[key.index] ?? .null, b.values?[key.index] ?? .null, type)
             if order != 0 { return key.descending ? order > 0 : order < 0 }
         }
-        return Array(a.id.utf8).lexicographicallyPrecedes(b.id.utf8)
+        return a.id.utf8.lexicographicallyPrecedes(b.id.utf8)
     }
 
     /// -1, 0 or 1, as SQLite orders the stored values.
@@ -27,7 +27,7 @@ struct SortOrder {
         case let (.integer(i), .integer(j)): return i < j ? -1 : (i > j ? 1 : 0)
         case let (.text(s), .text(t)):
             if s.hasSameBytes(as: t) { return 0 }
-            return Array(s.utf8).lexicographicallyPrecedes(t.utf8) ? -1 : 1
+            return s.utf8.lexicographicallyPrecedes(t.utf8) ? -1 : 1
         case (.text, _): return 1
         case (_, .text): return -1
         default: return NumberOrder.compare(x, y) ?? 0

@@ -86,6 +86,36 @@ extension Store {
         }
     }
 
+    /// Drops every context's unsaved values of the attribute coded `code` of
+    /// `entity` (a local field dropped on request); an update left setting
+    /// nothing goes.
+    func discardValues(of entity: Entity, code: Int) throws {
+        let key = String(code)
+        try withDatabase { database in
+            let entityCode = SQLValue.integer(Int64(entity.code))
+            var rows: [(Int64, Int64, String, String?)] = []
+            try database.statement("SELECT sequence, kind, ivalues, sent_writes FROM tether_outbox WHERE entity = ?").each([entityCode]) { row in
+                guard case .integer(let sequence) = row[0], case .integer(let kind) = row[1], case .text(let text) = row[2] else { return }
+                var writes: String?
+                if case .text(let text) = row[3] { writes = text }
+                rows.append((sequence, kind, text, writes))
+            }
+            for (sequence, kind, text, writes) in rows {
+                guard let values = (try? JSON.parse(text))?.objectValue, values.contains(where: { $0.key == key }) else { continue }
+                let kept = values.filter { $0.key != key }
+                if kept.isEmpty && kind == Int64(ChangeKind.update.rawValue) {
+                    try database.statement("DELETE FROM tether_outbox WHERE sequence = ?").run([.integer(sequence)])
+                    continue
+                }
+                let keptWrites = writes.flatMap { (try? JSON.parse($0))?.arrayValue }.map { writes in
+                    JSON.array(writes.map { JSON.object(($0.objectValue ?? []).filter { $0.key != key }) }).serialized()
+                }
+                try database.statement("UPDATE tether_outbox SET ivalues = ?, sent_writes = coalesce(?, sent_writes) WHERE sequence = ?")
+                    .run([.text(JSON.object(kept).serialized()), keptWrites.map { .text($0) } ?? .null, .integer(sequence)])
+            }
+        }
+    }
+
     /// Drops the change, but for the values it holds of fields the model no
     /// longer has (an update's): those stay, as an update against `version`
     /// (nil: the base it had), for their field's return. `record` gone: all go.

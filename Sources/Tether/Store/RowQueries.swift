@@ -66,6 +66,66 @@ extension Store {
         }
     }
 
+    /// The rowids of the rows `query` would give, in its order: a batched
+    /// answer's rows, 4 or 8 bytes each whatever the ids.
+    func rowidList(_ entity: Entity, where predicate: Predicate?, sort: [(index: Int, descending: Bool)]?,
+                   limit: Int64 = 0, offset: Int64 = 0) throws -> RowIDList {
+        let (sql, parameters) = Self.select("SELECT rowid FROM \(Self.table(entity))", entity, predicate,
+                                            sort: sort, limit: limit, offset: offset)
+        // On the reading connection, where its batches are read: one page
+        // cache warmed, not two (committed rows only, as the batches see).
+        return try withReader { database in
+            var list = RowIDList()
+            try database.statement(sql).each(parameters) { row in
+                if case .integer(let rowid) = row[0] { list.append(rowid) }
+            }
+            list.compact()
+            return list
+        }
+    }
+
+    /// The rows at these rowids, by rowid; rows deleted since are absent (a
+    /// record deleted and stored again has a new rowid: absent too).
+    func rows(_ entity: Entity, rowids: [Int64]) throws -> [Int64: StoredRecord] {
+        var found: [Int64: StoredRecord] = [:]
+        found.reserveCapacity(rowids.count)
+        let rowidColumn = entity.attributes.count + 3
+        try eachRow(rowids, select: sql(entity).selectWithRowid) { row in
+            if case .integer(let rowid) = row[rowidColumn] { found[rowid] = Self.decode(row, entity) }
+        }
+        return found
+    }
+
+    /// The ids at these rowids, by rowid (rows deleted since are absent).
+    func ids(_ entity: Entity, rowids: [Int64]) throws -> [Int64: String] {
+        let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
+        var found: [Int64: String] = [:]
+        try eachRow(rowids, select: "SELECT rowid, \(idColumn) FROM \(Self.table(entity))") { row in
+            if case .integer(let rowid) = row[0], case .text(let id) = row[1] { found[rowid] = id }
+        }
+        return found
+    }
+
+    /// `select` (a SELECT without WHERE) of the rows at these rowids, on the
+    /// reading connection; lists of one fixed size, so two statements serve.
+    private func eachRow(_ rowids: [Int64], select: String, _ body: (Statement.Row) throws -> Void) throws {
+        try withReader { database in
+            for start in stride(from: 0, to: rowids.count, by: Self.rowidsPerStatement) {
+                let chunk = rowids[start..<min(rowids.count, start + Self.rowidsPerStatement)]
+                let size = chunk.count == Self.rowidsPerStatement ? chunk.count : 1
+                let statement = try database.statement(select + " WHERE rowid IN ("
+                    + Array(repeating: "?", count: size).joined(separator: ", ") + ")")
+                if size == chunk.count {
+                    try statement.each(chunk.map { .integer($0) }, body)
+                } else {
+                    for rowid in chunk { try statement.each([.integer(rowid)], body) }
+                }
+            }
+        }
+    }
+
+    private static let rowidsPerStatement = 100
+
     /// How many rows `query` would give.
     func count(_ entity: Entity, where predicate: Predicate?, limit: Int64 = 0, offset: Int64 = 0) throws -> Int64 {
         let (inner, parameters) = Self.select("SELECT 1 FROM \(Self.table(entity))", entity, predicate,

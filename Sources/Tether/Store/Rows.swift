@@ -20,9 +20,15 @@ extension Store {
         // Counted in the file, so contexts sharing it agree.
         let serial = try Self.lastWrite(database) + 1
         let insert = try database.statement(sql.upsert, pinned: true)
+        // The types once, not an Attribute (and its strings) copied per value.
+        let types = entity.attributes.map(\.type)
+        var parameters: [SQLValue] = []
+        parameters.reserveCapacity(types.count + 4)
         for record in records {
-            var parameters = zip(record.values, entity.attributes).map { value, attribute in
-                Record.isMisfit(value, attribute.type) ? .null : SQLValue(value)
+            parameters.removeAll(keepingCapacity: true)
+            for index in 0..<min(record.values.count, types.count) {
+                let value = record.values[index]
+                parameters.append(Record.isMisfit(value, types[index]) ? .null : SQLValue(value))
             }
             parameters.append(record.extra.isEmpty ? .null : .text(JSON.object(record.extra).serialized()))
             parameters.append(.integer(fetchedAt))

@@ -16,6 +16,8 @@ final class StatementCache {
     private var recent: [String: (statement: Statement, lastUse: UInt64)] = [:]
     /// Counts uses: a statement's last use orders it for eviction.
     private var clock: UInt64 = 0
+    /// The pinned statement used last (one of `pinned`).
+    private var lastPinned: Statement?
 
     init(capacity: Int) {
         precondition(capacity > 0, "a statement cache holds at least one statement")
@@ -28,11 +30,18 @@ final class StatementCache {
     /// The statement kept for `sql`, noted as just used; `pin` moves it
     /// (or keeps it) among the pinned.
     func use(_ sql: String, pin: Bool) -> Statement? {
-        if let statement = pinned[sql] { return statement }
+        // The last pinned statement used, without hashing its text: a
+        // first read runs the same load again and again.
+        if let last = lastPinned, last.sql == sql { return last }
+        if let statement = pinned[sql] {
+            lastPinned = statement
+            return statement
+        }
         guard let entry = recent[sql] else { return nil }
         if pin {
             recent[sql] = nil
             pinned[sql] = entry.statement
+            lastPinned = entry.statement
         } else {
             clock += 1
             recent[sql]!.lastUse = clock
@@ -48,6 +57,7 @@ final class StatementCache {
     func insert(_ statement: Statement, for sql: String, pin: Bool) {
         if pin {
             pinned[sql] = statement
+            lastPinned = statement
             return
         }
         if recent.count >= capacity {
@@ -63,6 +73,7 @@ final class StatementCache {
     /// `sql` prepares it anew.
     func remove(_ statement: Statement, for sql: String) {
         if pinned[sql] === statement { pinned[sql] = nil }
+        if lastPinned === statement { lastPinned = nil }
         if recent[sql]?.statement === statement { recent[sql] = nil }
     }
 
@@ -71,5 +82,6 @@ final class StatementCache {
     func removeAll() {
         pinned = [:]
         recent = [:]
+        lastPinned = nil
     }
 }

@@ -24,6 +24,8 @@ final class Store: Sendable {
     struct EntitySQL {
         let entity: Entity
         let select: String
+        /// `select` with the rowid after the row's columns (for rows read back by rowid).
+        let selectWithRowid: String
         let load: String
         let upsert: String
         let deleteByID: String
@@ -37,6 +39,7 @@ final class Store: Sendable {
             let written = Identifier.quoted(Store.writeColumn)
             let columns = Store.columnList(entity)
             select = "SELECT \(columns) FROM \(table)"
+            selectWithRowid = "SELECT \(columns), rowid FROM \(table)"
             load = "\(select) WHERE \(idColumn) = ?"
             let placeholders = Array(repeating: "?", count: entity.attributes.count + 3).joined(separator: ", ")
             // A row's values never go back to an older version (pages of two
@@ -97,7 +100,10 @@ final class Store: Sendable {
             try Self.prepare(database)
             Log.info(.store, "store opened: \(path)")
             connection = Lock(database)
-            reader = Lock(database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true))
+            let readOnly = database.fileName.isEmpty ? nil : try Database(path: database.fileName, readOnly: true)
+            // Predicates run there too (a batched answer's rowids are listed there).
+            if let readOnly { try Self.definePredicateFunctions(readOnly) }
+            reader = Lock(readOnly)
         } catch {
             database.close()
             throw error

@@ -133,7 +133,9 @@ struct JSONReader {
     private static func index(of key: String, in members: [(key: String, value: JSON)],
                               table: inout [[UInt8]: Int]) -> Int? {
         if members.count < scanLimit {
-            return members.firstIndex { $0.key.hasSameBytes(as: key) }
+            // By index: each key read in place, no (key, value) pair copied (and retained).
+            for index in members.indices where members[index].key.hasSameBytes(as: key) { return index }
+            return nil
         }
         if table.isEmpty {
             for (index, member) in members.enumerated() { table[Array(member.key.utf8)] = index }

@@ -25,6 +25,12 @@ static int seed(void)
            tu_put_collection(bucket, "licences",
                              "{\"type\": \"object\", \"properties\": {\"Number\": {\"type\": \"string\"},"
                              "\"Holder\": {\"type\": \"string\", \"x-tether-to\": \"owners\", \"x-tether-delete\": \"deny\"}}}") &&
+           tu_put_collection(bucket, "walks",
+                             "{\"type\": \"object\", \"properties\": {"
+                             "\"Walker\": {\"type\": \"string\", \"x-tether-to\": \"owners\"},"
+                             "\"Payer\": {\"type\": \"string\", \"x-tether-to\": \"owners\"}}}") &&
+           tu_put_record(bucket, "walks", "w1", "{\"Walker\": \"o2\"}") &&
+           tu_put_record(bucket, "walks", "w2", "{\"Walker\": \"o2\", \"Payer\": \"o2\"}") &&
            tu_put_record(bucket, "owners", "o1", "{\"Name\": \"Ann\"}") &&
            tu_put_record(bucket, "owners", "o2", "{\"Name\": \"Bob\"}") &&
            tu_put_record(bucket, "pets", "p1", "{\"Name\": \"Rex\", \"Owner\": \"o1\"}") &&
@@ -71,7 +77,7 @@ static void test_model(tether_context *ctx)
     CHECK_STATUS(tether_entity_attribute_target(pets, index_of(pets, "Name"), &target, &rule), TETHER_E_NOT_FOUND);
     CHECK_STATUS(tether_entity_attribute_target(pets, 99, NULL, NULL), TETHER_E_NOT_FOUND);
     CHECK_OK(tether_entity_relationship_count(owners, &count));
-    CHECK_INT(count, 2);
+    CHECK_INT(count, 4); /* pets, licences, walks.Walker, walks.Payer */
     for (i = 0; i < count; i++) {
         CHECK_OK(tether_entity_relationship_at(owners, i, &name, &source, &attribute));
         if (name && strcmp(name, "pets") == 0) {
@@ -92,7 +98,7 @@ static void test_model(tether_context *ctx)
 
 static void test_reading(tether_context *ctx)
 {
-    tether_object *rex = NULL, *ann = NULL, *ann2 = NULL, *stray = NULL, *none = (tether_object *)1, *note = NULL;
+    tether_object *rex = NULL, *ann = NULL, *ann2 = NULL, *stray = NULL, *none = (tether_object *)1, *note = NULL, *bob = NULL;
     tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
     tether_fetch_options o;
     tu_fetch f;
@@ -104,6 +110,7 @@ static void test_reading(tether_context *ctx)
     CHECK(ann != NULL && ann == ann2);
     CHECK_OK(tu_peek_text(rex, "Owner.Name", buf, sizeof buf));
     CHECK_STR(buf, "Ann");
+    CHECK_OK(tether_context_object(ctx, "owners", "o2", &bob));
     CHECK_OK(tether_context_object(ctx, "notes", "n1", &note));
     CHECK_OK(tu_peek_text(note, "Pet.Owner.Name", buf, sizeof buf));
     CHECK_STR(buf, "Ann");
@@ -136,6 +143,31 @@ static void test_reading(tether_context *ctx)
     if (f.final_count == 2)
         CHECK(strcmp(tu_id(f.final_objs[0]), "p1") == 0 && strcmp(tu_id(f.final_objs[1]), "p2") == 0);
     tu_fetch_destroy(&f);
+    /* Issue 28, case 12: two references to owners would share the default
+     * inverse name "walks": each is named "<source>.<attribute>", and each
+     * to-many answers its own. Bob walks w1 and w2, and pays for w2. */
+    tu_section("two references to one entity: a to-many each");
+    o.related_owner = bob;
+    o.sort = NULL;
+    o.related_name = "walks.Walker";
+    tu_fetch_init(&f);
+    CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_CODE(f.final_status, TETHER_OK);
+    CHECK_INT(f.final_count, 2);
+    tu_fetch_destroy(&f);
+    o.related_name = "walks.Payer";
+    tu_fetch_init(&f);
+    CHECK_OK(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL));
+    CHECK(tu_fetch_wait(&f, TU_WAIT_MS));
+    CHECK_CODE(f.final_status, TETHER_OK);
+    CHECK_INT(f.final_count, 1);
+    if (f.final_count == 1)
+        CHECK(strcmp(tu_id(f.final_objs[0]), "w2") == 0);
+    tu_fetch_destroy(&f);
+    o.related_name = "walks";
+    CHECK_STATUS(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL), TETHER_E_NOT_FOUND);
+    o.related_owner = ann;
     o.related_name = "nope";
     CHECK_STATUS(tether_fetch_start(ctx, &o, tu_fetch_cb, &f, NULL), TETHER_E_NOT_FOUND);
     o.related_name = "pets";
@@ -149,6 +181,7 @@ static void test_reading(tether_context *ctx)
     tether_object_free(ann2);
     tether_object_free(stray);
     tether_object_free(note);
+    tether_object_free(bob);
 }
 
 /* tether_context_changes, as "entity/id:change " for each, in order. */
@@ -184,7 +217,7 @@ static void check_changes(tether_context *ctx, const char *expected)
 
 static void test_delete_rules(tether_context *ctx)
 {
-    tether_object *bob = NULL, *ann = NULL, *p1 = NULL, *p3 = NULL, *n1 = NULL, *l1 = NULL;
+    tether_object *bob = NULL, *ann = NULL, *p1 = NULL, *p3 = NULL, *n1 = NULL, *l1 = NULL, *p9 = NULL, *late = NULL;
     tether_pending pending = TETHER_PENDING_NONE;
     tether_value v = {TETHER_TYPE_NULL, 0, 0.0, NULL, 0};
     size_t count = 9;
@@ -223,6 +256,19 @@ static void test_delete_rules(tether_context *ctx)
     CHECK(body && strstr(body, "\"Pet\"") == NULL); /* Kinto: a nulled field is removed */
     free(body);
 
+    tu_section("related to a target known deleted is NOT_FOUND, never the deleted object");
+    CHECK(tu_put_record(bucket, "pets", "p9", "{\"Name\": \"Late\", \"Owner\": \"o1\"}")); /* a writer ignoring the rules */
+    tu_fetch_all(ctx, "pets");
+    CHECK_OK(tether_context_object(ctx, "pets", "p9", &p9));
+    late = (tether_object *)1;
+    CHECK_STATUS(tether_object_related(p9, "Owner", &late), TETHER_E_NOT_FOUND);
+    CHECK(late == NULL);
+    CHECK(strstr(tether_errmsg(), "owners/o1, which was deleted") != NULL);
+    if (CHECK_OK(tether_object_peek(p9, "Owner", &v)) == TETHER_OK)
+        CHECK_STR(v.text, "o1"); /* what the server holds */
+    tether_value_free(&v);
+    tether_object_free(p9);
+
     tu_section("with its licence gone, Bob can go, and Kit with him");
     CHECK_OK(tether_context_object(ctx, "licences", "l1", &l1));
     CHECK_OK(tether_object_delete(l1));
@@ -255,6 +301,7 @@ int main(int argc, char **argv)
         tu_fetch_all(ctx, "pets");
         tu_fetch_all(ctx, "notes");
         tu_fetch_all(ctx, "licences");
+        tu_fetch_all(ctx, "walks");
         test_model(ctx);
         test_reading(ctx);
         test_delete_rules(ctx);

@@ -130,8 +130,12 @@ def test_entities_and_fields(sh):
     doc = sh.json("fields", "changes")
     by = {f["name"]: f for f in doc["fields"]}
     assert by["Change"] == {"name": "Change", "code": 201, "type": "integer", "id": False, "version": False,
-                            "required": True, "target": None}
+                            "required": True, "target": None, "allowed": None}
     assert by["id"]["id"] and by["last_modified"]["version"]
+    # The spec's allowed values (its JSON schema's "enum"), as seed-demo wrote them.
+    assert by["Status"]["allowed"] == ["pending", "submitted", "shelved"]
+    assert rows["Status"][-1] == "pending|submitted|shelved" and rows["Change"][-1] == "required"
+    assert table(out)[0] == ["field", "code", "type", "flags", "refers to", "allowed"]
 
 
 # ------------------------------------------------------------ fetch
@@ -158,7 +162,7 @@ def test_fetch_predicate_arguments_sort_limit(sh):
 
     # Quoted text, an offset, and an answer from the cache alone.
     doc = sh.json("fetch", "changes", "--where", "Status == 'pending'", "--sort", "-Change",
-                  "--offset", "2", "--limit", "2", "--fields", "Change", "--policy", "cache")
+                  "--offset", "2", "--limit", "2", "--fields", "Change", "--policy", "cache_only")
     assert [r["Change"] for r in doc["rows"]] == expected_pending(0)[2:4]
     # Every field by default: the id first, no version.
     doc = sh.json("fetch", "jobs", "--where", "Job == 'job000003'")
@@ -189,6 +193,14 @@ def assert_error(sh, args, status_name, text=None, code=1):
         assert text in err, err
     status, doc, _ = sh.json(*args, ok=False)
     assert status == code and doc["error"]["status"] == status_name and doc["error"]["message"]
+    # The document's code: a library error's TETHER_E_* value; a usage error's exit status, 2.
+    assert doc["error"]["code"] == (2 if status_name == "usage" else STATUS_CODES[status_name]), doc
+    return doc
+
+
+STATUS_CODES = {"TETHER_E_NOT_FOUND": -4, "TETHER_E_TYPE": -5, "TETHER_E_INVALID": -6, "TETHER_E_NETWORK": -7,
+                "TETHER_E_AUTH": -8, "TETHER_E_SERVER": -9, "TETHER_E_NOT_CACHED": -13,
+                "TETHER_E_NOT_ALLOWED": -16}
 
 
 def test_errors_have_a_status_a_message_and_a_status_code(sh):
@@ -217,7 +229,33 @@ def test_errors_have_a_status_a_message_and_a_status_code(sh):
     assert_error(sh, ["fetch"], "usage", code=2)
     assert_error(sh, ["frobnicate"], "usage", "unknown command", code=2)
     assert_error(sh, ["save", "--merge", "whoever"], "usage", code=2)
+    # Options before the command: their usage errors are documents too (with --json anywhere among them).
+    status, out, err = sh.run("--json", "--bogus", ok=False)
+    assert status == 2 and json.loads(out)["error"] == {"status": "usage", "code": 2,
+                                                        "message": "unknown option '--bogus'"}, out
+    status, out, err = sh.run("--timeout", "soon", "--json", "entities", ok=False)
+    assert status == 2 and json.loads(out)["error"]["code"] == 2 and "usage:" in err
     assert sh.json("pending")["count"] == 0, "no failed edit left a change"
+
+
+def test_one_vocabulary_the_headers_names(sh):
+    """Policies and merge policies as include/tether.h names them, lower case
+    (TETHER_POLICY_CACHE_ONLY: cache_only), as Python and LuaJIT spell them;
+    '-' for '_' is the same word; the shell's 0.2 words name their new one."""
+    sh.run("fetch", "jobs", "--fields", "Status")  # every job in the store
+    for policy in ("cache_then_server", "cache_only", "server_only", "cache_else_server",
+                   "cache-then-server", "cache-only", "server-only", "cache-else-server"):
+        assert sh.json("count", "jobs", "--policy", policy)["count"] == 60, policy
+    for old, new in (("cache", "cache_only"), ("server", "server_only")):
+        doc = assert_error(sh, ["count", "jobs", "--policy", old], "usage", code=2)
+        assert doc["error"]["message"] == "count: --policy %s is now %s (the header's name)" % (old, new)
+    doc = assert_error(sh, ["count", "jobs", "--policy", "sometimes"], "usage", code=2)
+    assert "cache_then_server, cache_only, server_only, cache_else_server" in doc["error"]["message"]
+    for merge in ("report", "server_wins", "client_wins", "properties", "server-wins", "merge_properties"):
+        assert sh.run("save", "--merge", merge)[1].startswith("saved 0"), merge
+    for old, new in (("server", "server_wins"), ("client", "client_wins")):
+        doc = assert_error(sh, ["save", "--merge", old], "usage", code=2)
+        assert "is now %s" % new in doc["error"]["message"]
 
 
 def test_server_down_and_refused_credentials(bucket, tmp_path):
@@ -300,7 +338,7 @@ def test_walkthrough_on_the_command_line(bucket, sh):
     assert record(bucket, "changes", "c1198")["Description"] == "Reviewed in the shell"
     assert sh.json("pending")["count"] == 0
     doc = sh.json("fetch", "changes", "--where", "Change == 1198", "--fields", "Description,JobCount",
-                  "--policy", "server")
+                  "--policy", "server_only")
     assert doc["rows"] == [{"id": "c1198", "Description": "Reviewed in the shell", "JobCount": 3}]
 
 
@@ -315,7 +353,7 @@ get changes c1189 Description
 set changes c1189 Description 'Edited on stdin: "quoted"'
 pending
 save
-fetch changes --where 'Change == 1189' --fields Description --policy server
+fetch changes --where 'Change == 1189' --fields Description --policy server-only
 """
     status, out, err = sh.run(stdin=script)
     assert "tether>" not in out, "a prompt only on a tty"
@@ -360,7 +398,7 @@ def test_insert_delete_rollback(bucket, sh):
     assert sh.json("pending")["count"] == 2
     assert sh.run("save")[1].startswith("saved 2")
     assert record(bucket, "jobs", "job-shell")["Severity"] == 1.5
-    assert sh.json("count", "jobs", "--where", "Job == 'job000002'", "--policy", "server")["count"] == 0
+    assert sh.json("count", "jobs", "--where", "Job == 'job000002'", "--policy", "server_only")["count"] == 0
 
 
 def test_save_reports_conflicts(bucket, sh):
@@ -462,4 +500,154 @@ def test_offline_from_the_store(bucket, tmp_path):
     assert [(f["id"], f["status"]) for f in doc["failures"]] == [("job000001", "TETHER_E_NETWORK")]
     assert sh.json("pending")["count"] == 1, "the edit is kept"
     assert_error(sh, ["--offline", "save"], "TETHER_E_NETWORK", "--offline")
-    assert_error(sh, ["fetch", "jobs", "--policy", "server"], "TETHER_E_NETWORK")
+    assert_error(sh, ["fetch", "jobs", "--policy", "server_only"], "TETHER_E_NETWORK")
+
+
+# ------------------------------------------------------------ a terminal
+
+class Terminal:
+    """The shell on a pseudo-terminal (Python's pty), as a person at a
+    keyboard drives it: line editing, completion and history are libedit's,
+    on a tty only. `expect` reads until a text appears (or fails after 60 s:
+    a hang, not a measurement)."""
+
+    def __init__(self, sh, state_home):
+        import pty
+        env = dict(os.environ, TERM="xterm", XDG_STATE_HOME=str(state_home))
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execve(SHELL, sh.base, env)
+        self.out = b""
+
+    def send(self, keys):
+        os.write(self.fd, keys.encode())
+
+    def expect(self, text):
+        import select
+        deadline = time.monotonic() + 60
+        while text.encode() not in self.out:
+            assert time.monotonic() < deadline, "no %r in %r" % (text, self.out)
+            ready, _, _ = select.select([self.fd], [], [], 1)
+            if ready:
+                try:
+                    self.out += os.read(self.fd, 4096)
+                except OSError:  # the other side closed
+                    break
+        assert text.encode() in self.out, "no %r in %r" % (text, self.out)
+        i = self.out.index(text.encode()) + len(text)
+        seen, self.out = self.out[:i], self.out[i:]
+        return seen.decode(errors="replace")
+
+    def close(self):
+        self.send("quit\n")
+        _, status = os.waitpid(self.pid, 0)
+        os.close(self.fd)
+        return os.waitstatus_to_exitcode(status)
+
+
+def history_lines(path):
+    """libedit's history file: a _HiStOrY_V2_ line, then one line an entry,
+    spaces and other specials as octal escapes (\\040)."""
+    import re
+    lines = path.read_text().splitlines()
+    assert lines[0] == "_HiStOrY_V2_", lines
+    return [re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), l).strip() for l in lines[1:]]
+
+
+def test_a_terminal_completes_commands_entities_fields_and_words(sh, tmp_path):
+    state = tmp_path / "state"
+    t = Terminal(sh, state)
+    t.expect("tether> ")
+    # fie<Tab> cha<Tab>: "fields changes", completed from the commands and the model's entities.
+    t.send("fie\tcha\t\n")
+    assert "pending|submitted|shelved" in t.expect("tether> ")
+    # Options, the vocabulary and field names: "fetch jobs --policy cache_then_server --fields Status".
+    t.send("fetch jo\t--pol\tcache_t\t--fie\tSta\t\n")
+    assert "job000001  open" in t.expect("tether> ")
+    # A key's allowed values: "set jobs job000001 Sta<Tab> clo<Tab>" is "... Status closed".
+    t.send("set jobs job000001 Sta\tclo\t\n")
+    seen = t.expect("tether> ")
+    assert "TETHER_E" not in seen, seen
+    # The up arrow brings back the last line (line editing: no "unknown command '^[[A'").
+    t.send("pending\n")
+    t.expect("tether> ")
+    t.send("\x1b[A\n")
+    seen = t.expect("tether> ")
+    assert "closed" in seen and "unknown command" not in seen, seen
+    assert t.close() == 0
+    # What was run, as completed (the history keeps the lines as entered).
+    assert history_lines(state / "tether" / "history") == [
+        "fields changes", "fetch jobs --policy cache_then_server --fields Status",
+        "set jobs job000001 Status closed",
+        "pending", "pending", "quit"]
+
+
+def test_a_terminal_keeps_a_history_under_xdg_state_home(sh, tmp_path):
+    state = tmp_path / "state"
+    t = Terminal(sh, state)
+    t.expect("tether> ")
+    # Ctrl-C at the prompt: the line is dropped, a new prompt. It is sent once
+    # Tab has completed "coun", i.e. libedit has the terminal: a Ctrl-C before
+    # that (the prompt is drawn first) is the line discipline's, which only
+    # flushes the line and leaves the prompt waiting.
+    t.send("coun\t")
+    t.expect("t ")   # the completion, drawn by libedit (a cooked terminal would echo the tab)
+    t.send("\x03")
+    t.expect("tether> ")
+    t.send("count jobs\n")
+    t.expect("60")
+    t.expect("tether> ")
+    assert t.close() == 0
+    assert history_lines(state / "tether" / "history") == ["count jobs", "quit"]
+    # A new session starts with it: the up arrow twice gives the last session's line.
+    t = Terminal(sh, state)
+    t.expect("tether> ")
+    t.send("\x1b[A\x1b[A\n")
+    t.expect("60")
+    t.expect("tether> ")
+    assert t.close() == 0
+    # Without a terminal (a script on stdin) no history is read or written; a last
+    # line without its newline runs too (it was a usage error with no message).
+    other = tmp_path / "other"
+    status, out, _ = sh.run(stdin="count jobs\ncount users", env=dict(os.environ, XDG_STATE_HOME=str(other)))
+    assert out.split() == ["60", "40"] and not other.exists()
+
+
+# ------------------------------------------------------------ the demo server
+
+def test_the_demo_server_stays_up_until_stopped(tmp_path):
+    """scripts/demo-server (make serve): the README examples' Kinto, seeded,
+    on a fixed port (here a free one, KINTO_PORT), up until stopped."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = os.path.join(REPO, "scripts", "demo-server")
+    env = dict(os.environ, KINTO_PORT=str(port), TETHER_DEMO_DIR=str(tmp_path / "demo"))
+    url = "http://127.0.0.1:%d/v1" % port
+
+    def run(*args):
+        p = subprocess.run([script] + list(args), capture_output=True, text=True, env=env, timeout=120)
+        return p.returncode, p.stdout
+
+    assert run("status") == (3, "demo server not running (start it: %s start)\n" % script)
+    try:
+        status, out = run("start")
+        assert status == 0 and out.startswith("demo server running at %s " % url), out
+        # The shell, as the README runs it against that server: the seeded data.
+        sh = Shell("demo", tmp_path / "demo.sqlite", url=url)
+        assert sh.json("count", "jobs")["count"] == 60
+        status, out = run("start")  # once is enough: a second start says where it is
+        assert status == 0 and out.startswith("demo server already running at %s " % url), out
+        status, out = run("status")
+        assert status == 0 and out.startswith("demo server running at %s " % url), out
+        # Another demo server cannot take the port.
+        other = dict(env, TETHER_DEMO_DIR=str(tmp_path / "other"))
+        p = subprocess.run([script, "start"], capture_output=True, text=True, env=other, timeout=120)
+        assert p.returncode == 1 and "port %d is taken" % port in p.stderr, p.stderr
+    finally:
+        status, out = run("stop")
+    assert (status, out) == (0, "demo server stopped\n")
+    assert run("status")[0] == 3
+    status, _, err = Shell("demo", tmp_path / "down.sqlite", url=url).run("--json", "entities", ok=False)
+    assert status == 1 and "TETHER_E_NETWORK" in err, "stopped: nothing answers on the port"

@@ -18,7 +18,7 @@ Fixtures:
                module defines `items` and `items_total`); warm's cache
                holds every record
 
-Helpers to import: wait_until, ranks.
+Helpers to import: wait_until, ranks, finished.
 """
 
 import base64
@@ -308,15 +308,42 @@ def open_ctx(request):
             pass
 
 
+def _as_status(error):
+    """A callback's error (None or a TetherError, never an int) as the
+    (status, message) the tests compare."""
+    import tether
+    if error is None:
+        return 0, ""
+    assert isinstance(error, tether.TetherError), "a callback got %r, not an exception or None" % (error,)
+    return error.status, error.message
+
+
 class Recorder:
-    """A fetch/observer callback that records its calls, thread-safely."""
+    """A fetch/observer/save callback that records its calls, thread-safely.
+    Each call's error (an exception or None) is recorded as its status and
+    message, so the tests compare plain tuples: a fetch's
+    (phase, status, message, answer[, changes]), an observer's
+    (obj, key, status), a save's (status, message, report); an online
+    observer's (online,) as it is."""
 
     def __init__(self):
         self.calls = []
+        self.errors = []   # the exceptions themselves, in order (None for none)
         self.cond = threading.Condition()
 
     def __call__(self, *args):
+        import tether
+        if len(args) == 1:                             # online: (online,)
+            error = None
+        elif isinstance(args[0], str):                 # fetch: phase, error, answer[, changes]
+            status, message = _as_status(args[1])
+            error, args = args[1], (args[0], status, message) + args[2:]
+        elif isinstance(args[0], tether.Object):       # observer: obj, key, error
+            error, args = args[2], (args[0], args[1], _as_status(args[2])[0])
+        else:                                          # save: error, report
+            error, args = args[0], _as_status(args[0]) + args[1:]
         with self.cond:
+            self.errors.append(error)
             self.calls.append(args)
             self.cond.notify_all()
 
@@ -345,6 +372,17 @@ def warm(ctx, items_total):
     cached, final = ctx.fetch_wait("items")
     assert cached == [] and len(final) == items_total
     return ctx
+
+
+def finished(task, timeout=10.0):
+    """Whether `task` (a tether Task or SaveTask: a Future) ends within
+    `timeout` seconds (polling its context in poll mode)."""
+    import concurrent.futures
+    try:
+        task.exception(timeout)
+    except concurrent.futures.TimeoutError:
+        return False
+    return True
 
 
 def ranks(objs):

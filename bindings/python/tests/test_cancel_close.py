@@ -5,6 +5,7 @@ import time
 import pytest
 
 import tether
+from conftest import finished
 
 SCHEMA = {"type": "object", "properties": {"V": {"type": "integer"}}}
 
@@ -29,12 +30,12 @@ def test_cancel_in_flight(vals, tmp_path, open_ctx, recorder, faultproxy, policy
     time.sleep(0.2)                       # the request is in the proxy now
     before = len(rec.calls)
     assert task.cancel() is True
-    assert task.wait(10)
+    assert finished(task, 10)
     after = rec.calls[before:]
     assert len(after) == 1, after
     phase, status, message, objs = after[0]
     assert (phase, status) == ("final", tether.E_CANCELLED)
-    assert isinstance(task.error, tether.CancelledError) and task.result is None
+    assert isinstance(task.error, tether.TaskCancelledError) and task.exception() is task.error
     assert all(c[0] == "cached" for c in rec.calls[:before])
     time.sleep(2.0)                       # the delayed answer arrives: ignored
     assert len(rec.calls) == before + 1
@@ -45,7 +46,7 @@ def test_cancel_in_flight(vals, tmp_path, open_ctx, recorder, faultproxy, policy
 def test_cancel_after_done(vals, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, vals, tmp_path / "s.db")
     task = ctx.fetch("vals")
-    assert task.wait(10) and task.status == 0
+    assert finished(task, 10) and task.status == 0
     assert task.cancel() is False
 
 
@@ -70,7 +71,7 @@ def test_close_cancels_pending(vals, tmp_path, open_ctx, recorder, faultproxy):
     # delivered before close returned
     assert frec.calls and frec.calls[-1][:2] == ("final", tether.E_CANCELLED)
     assert orec.calls == [(obj, "V", tether.E_CANCELLED)]
-    assert task.done and ob.removed and ctx.pending == 0
+    assert task.done() and ob.removed and ctx.pending == 0
     n_f, n_o = len(frec.calls), len(orec.calls)
     time.sleep(2.2)
     assert (len(frec.calls), len(orec.calls)) == (n_f, n_o)
@@ -98,14 +99,14 @@ def test_context_manager_and_busy(vals, kinto_url, tmp_path):
     errors = []
     with tether.Context(kinto_url, vals, str(tmp_path / "s.db"), username="test",
                         password="test") as ctx:
-        def cb(phase, status, message, objs):
+        def cb(phase, error, objs):
             if phase == "final":
                 try:
                     ctx.close()
                 except tether.TetherError as e:
                     errors.append(e)
         t = ctx.fetch("vals", policy="cache_only", callback=cb)
-        assert t.wait(10)
+        assert finished(t, 10)
         assert not ctx.closed
     assert ctx.closed
     assert len(errors) == 1 and isinstance(errors[0], tether.BusyError)

@@ -178,3 +178,102 @@ def test_a_deletion_learned_reaches_the_cached_referrers(kinto, kinto_url, bucke
     with pytest.raises(tether.NotFoundError, match="changes/c1 was deleted"):
         block.peek("Change.Title")
     assert ctx.change_count == 0 and sibling.change_count == 0, "nothing made to save"
+
+
+def test_rollback_of_a_referrers_delete_follows_its_gone_targets_rule(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """A referrer's own delete, rolled back after its target is known gone
+    (another writer deleted c5, a fetch learned it; the clean-up left the
+    referrers to their pending deletes): the rule applies at once, so
+    nothing refers to a deleted record — the link's reference is cleared
+    as an unsaved change, the comment is deleted again, and a save sends that."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    link, comment = ctx.object("links", "l5"), ctx.object("comments", "k5")
+    link.delete()
+    comment.delete()
+    kinto.delete_record(graph, "changes", "c5")
+    ctx.fetch_wait("changes", policy="server_only")
+    link.rollback()
+    comment.rollback()
+    assert link.pending == "update" and link.peek("Change") is None and link.changed_keys == ["Change"]
+    assert comment.pending == "delete"
+    assert ctx.save().failures == []
+    assert kinto.get_record(graph, "links", "l5").get("Change") is None
+    assert not exists(kinto, graph, "comments", "k5")
+
+
+def test_rollback_of_a_referrers_delete_after_its_targets_delete_saved(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """The same after this context saved the target's delete: l1's and
+    k1's own deletes met conflicts (another writer edited them) while c1's
+    delete was saved; rolled back, they follow c1's rules at once, and the
+    reference to c1 is no longer read from anywhere."""
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    link, comment = ctx.object("links", "l1"), ctx.object("comments", "k1")
+    link.delete()
+    comment.delete()
+    kinto.patch_record(graph, "links", "l1", {"Url": "someone else's"})
+    kinto.patch_record(graph, "comments", "k1", {"Text": "someone else's"})
+    ctx.object("changes", "c1").delete()
+    with pytest.raises(tether.ConflictError) as raised:
+        ctx.save()
+    assert {obj.id for obj, _ in raised.value.failures} == {"l1", "k1"}
+    assert not exists(kinto, graph, "changes", "c1")
+    link.rollback()
+    comment.rollback()
+    assert link.pending == "update" and link.peek("Change") is None
+    assert comment.pending == "delete"
+    ctx.save(merge="client_wins")
+    assert kinto.get_record(graph, "links", "l1").get("Change") is None
+    assert not exists(kinto, graph, "comments", "k1")
+
+
+def test_related_to_a_deleted_target_is_not_found(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """A reference the server still holds to a deleted record (a writer
+    that ignored the rules left b1): related() raises NotFoundError, as
+    the header says, never an object for the deleted record."""
+    kinto.put_record(graph, "blocks", "b1", {"Why": "left behind", "Change": "c1"})
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path)
+    block = ctx.object("blocks", "b1")
+    assert block.related("Change").id == "c1"
+    kinto.delete_record(graph, "changes", "c1")
+    ctx.fetch_wait("changes", policy="server_only")
+    with pytest.raises(tether.NotFoundError, match="changes/c1, which was deleted"):
+        block.related("Change")
+    assert block.peek("Change") == "c1", "the reference is what the server holds"
+    ctx.close()
+    ctx = opened(open_ctx, kinto_url, graph, tmp_path, entities=())
+    with pytest.raises(tether.NotFoundError, match="which was deleted"):
+        ctx.object("blocks", "b1").related("Change")
+
+
+NOTES = {"notes": {"type": "object", "properties": {
+    "Text": {"type": "string"},
+    "Item": {"type": "string", "x-tether-to": "changes", "x-tether-delete": "cascade"},
+    "Also": {"type": "string", "x-tether-to": "changes", "x-tether-inverse": "also", "x-tether-delete": "nullify"}}}}
+
+
+def test_rollback_of_a_local_notes_delete_follows_its_gone_targets_rule(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
+    """The same in a local store, whose clean-up left notes pending delete
+    to their deletes: rolled back, n1 (cascade) is deleted again and n2
+    (nullify) cleared, and so they stay after a save and a reopen."""
+    stores = [tether.LocalStore("private", tmp_path / "p.db", NOTES)]
+    ctx = open_ctx(kinto_url, graph, tmp_path / "rules.db", local_stores=stores)
+    ctx.fetch_wait("changes", policy="server_only")
+    c8 = ctx.object("changes", "c8")
+    one = ctx.insert("notes", {"Text": "one"}, id="n1")
+    one.set_related("Item", c8)
+    two = ctx.insert("notes", {"Text": "two"}, id="n2")
+    two.set_related("Also", c8)
+    ctx.save()
+    one.delete()
+    two.delete()
+    kinto.delete_record(graph, "changes", "c8")
+    ctx.fetch_wait("changes", policy="server_only")
+    one.rollback()
+    two.rollback()
+    assert one.pending == "delete"
+    assert two.pending == "update" and two.peek("Also") is None and two.peek("Text") == "two"
+    ctx.save()
+    ctx.close()
+    ctx = open_ctx(kinto_url, graph, tmp_path / "rules.db", local_stores=stores)
+    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["n2"]
+    assert ctx.object("notes", "n2").peek("Also") is None

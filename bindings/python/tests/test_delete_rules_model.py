@@ -10,7 +10,8 @@ delete rule (cascade, nullify or deny) on every reference:
 
 Two sibling contexts make random deletes here (of any record), another
 writer deletes on Kinto (following the rules over the server's records,
-knowing nothing of the local stores), siblings edit and save, edits race
+knowing nothing of the local stores), deletes here are rolled back (undoing
+what their rules changed), siblings edit and save, edits race
 another writer's; some steps run with the local stores detached (deletes
 then reach them when they are attached again) or drop the notes. After each
 step Kinto, both contexts and both local files are compared with a
@@ -223,6 +224,24 @@ def local_delete(rng, world, ctx):
         world.learned(deleted)
 
 
+def delete_rolled_back(rng, world, ctx):
+    """A delete here, rolled back (the object's, or the context's whole):
+    what its rules changed is undone, nothing is left to save."""
+    candidates = [(e, i) for e in visible(world) for i in sorted(world.records[e])]
+    if not candidates:
+        return
+    entity, rid = rng.choice(candidates)
+    if world.plan(entity, rid, visible(world)) is None:
+        return
+    target = ctx.object(entity, rid)
+    target.delete()
+    if rng.random() < 0.5:
+        target.rollback()
+    else:
+        ctx.rollback()
+    assert ctx.change_count == 0, "rolling back %s/%s leaves nothing to save" % (entity, rid)
+
+
 def foreign_delete(rng, world, kinto, bucket, contexts):
     """Another writer deletes a server record on Kinto, following the
     rules over the server's records (it knows nothing of local stores)."""
@@ -361,6 +380,7 @@ def run_seed(seed, kinto, kinto_url, tmp_path, open_ctx, steps):
         check(world, kinto, bucket, session.contexts, "seed %d, step 0 [%s]" % (seed, world.describe()))
         for step in range(1, steps + 1):
             action = rng.choice(["local_delete"] * 3 + ["foreign_delete"] * 2 + ["sibling_edits", "edit_against_another_writer",
+                                 "delete_rolled_back",
                                  "detach" if world.attached else "attach"] + (["drop_notes"] if rng.random() < 0.3 else []))
             where = "seed %d, step %d, %s [%s]" % (seed, step, action, world.describe())
             if os.environ.get("TETHER_RULES_TRACE"):
@@ -372,6 +392,8 @@ def run_seed(seed, kinto, kinto_url, tmp_path, open_ctx, steps):
                 elif action == "foreign_delete":
                     foreign_delete(rng, world, kinto, bucket, session.contexts)
                     settle = 5.0
+                elif action == "delete_rolled_back":
+                    delete_rolled_back(rng, world, rng.choice(session.contexts))
                 elif action == "sibling_edits":
                     sibling_edits(rng, world, session.contexts)
                 elif action == "edit_against_another_writer":

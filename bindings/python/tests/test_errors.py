@@ -8,6 +8,7 @@ import time
 import pytest
 
 import tether
+from conftest import finished
 
 SCHEMA = {"type": "object", "properties": {"Name": {"type": "string"},
                                            "Size": {"type": "integer"}}}
@@ -61,7 +62,7 @@ def test_offline_open_from_store(files, tmp_path, open_ctx, recorder, faultproxy
     assert cached is None and len(final) == N
     rec = recorder()
     t = ctx.fetch("files", callback=rec)
-    assert t.wait(15)
+    assert finished(t, 15)
     assert [c[0] for c in rec.calls] == ["cached", "final"]
     assert len(rec.calls[0][3]) == N
     assert rec.calls[1][1] == tether.E_NETWORK and rec.calls[1][2]

@@ -5,6 +5,7 @@ import gc
 import pytest
 
 import tether
+from conftest import finished
 
 N = 120   # more than the server's paginate_by (50 in scripts/kinto-start)
 
@@ -48,7 +49,7 @@ def test_cached_then_final_with_pagination(kinto_url, rows, tmp_path, open_ctx, 
     ctx = open_ctx(kinto_url, rows, store)
     rec = recorder()
     task = ctx.fetch("rows", callback=rec)
-    assert task.wait(30)
+    assert finished(task, 30)
     phases = [c[0] for c in rec.calls]
     assert phases == ["cached", "final"]
     (ph1, st1, msg1, cached), (ph2, st2, msg2, final) = rec.calls
@@ -56,8 +57,8 @@ def test_cached_then_final_with_pagination(kinto_url, rows, tmp_path, open_ctx, 
     assert (st2, msg2) == (0, "")
     assert len(final) == N                               # every page followed
     assert sorted(o.id for o in final) == [rid(i) for i in range(N)]
-    assert task.done and task.status == 0 and task.error is None
-    assert task.result == final and task.cached == []
+    assert task.done() and task.status == 0 and task.error is None
+    assert task.result() == final and task.cached == []
     assert ctx.pending == 0
 
     # Second fetch: the cached phase already has everything.
@@ -111,12 +112,12 @@ def test_policies(kinto_url, rows, tmp_path, open_ctx, recorder):
     # cache_only on an empty store: one final callback, no objects
     rec = recorder()
     t = ctx.fetch("rows", policy="cache_only", callback=rec)
-    assert t.wait(10)
+    assert finished(t, 10)
     assert rec.calls == [("final", 0, "", [])]
     # server_only: one final callback with everything
     rec = recorder()
     t = ctx.fetch("rows", policy="server_only", callback=rec)
-    assert t.wait(30)
+    assert finished(t, 30)
     assert [c[0] for c in rec.calls] == ["final"] and len(rec.calls[0][3]) == N
     # cache_else_server with a filled cache: answered from the cache
     cached, final = ctx.fetch_wait("rows", policy="cache_else_server")
@@ -159,7 +160,7 @@ def test_callback_survives_gc_and_exceptions(kinto_url, rows, tmp_path, open_ctx
     ctx = open_ctx(kinto_url, rows, tmp_path / "s.db")
     seen = []
 
-    def cb(phase, status, message, objects):
+    def cb(phase, error, objects):
         seen.append(phase)
         raise RuntimeError("boom in %s" % phase)
 
@@ -167,7 +168,7 @@ def test_callback_survives_gc_and_exceptions(kinto_url, rows, tmp_path, open_ctx
     del cb
     gc.collect()
     with caplog.at_level("ERROR", logger="tether"):
-        assert t.wait(30)
+        assert finished(t, 30)
     assert seen == ["cached", "final"]
-    assert t.status == 0 and len(t.result) == N
+    assert t.status == 0 and len(t.result()) == N
     assert any("boom in" in (r.exc_text or "") or r.exc_info for r in caplog.records)

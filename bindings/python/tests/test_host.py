@@ -134,7 +134,7 @@ def test_async_methods_and_cancel(tmp_path):
         done = threading.Event()
         seen = []
         task = ctx.fetch("rows", policy="server_only",
-                         callback=lambda phase, status, message, answer: (seen.append(status), done.set())
+                         callback=lambda phase, error, answer: (seen.append(error.status), done.set())
                          if phase == "final" else None)
         time.sleep(0.2)
         task.cancel()
@@ -166,7 +166,7 @@ def test_what_a_method_raises_fails_its_request(tmp_path):
             ctx.fetch_wait("rows", policy="server_only")
         row = ctx.object("rows", "r1")
         errors = []
-        row.observe("Title", lambda obj, key, status: errors.append(status))
+        row.observe("Title", lambda obj, key, error: errors.append(error and error.status))
         assert row.Title is None        # not cached: the get starts a refresh
         deadline = time.time() + 5
         while tether.E_AUTH not in errors and time.time() < deadline:

@@ -23,6 +23,7 @@ import weakref
 import pytest
 
 import tether
+from conftest import finished
 
 SCHEMA = {"type": "object", "properties": {"N": {"type": "integer"}}}
 N = 60    # more than one page (paginate_by is 50)
@@ -157,7 +158,7 @@ def test_results_never_leak(kinto_url, items, tmp_path, open_ctx, monkeypatch, d
     kept = []
     calls = []
 
-    def callback(phase, status, message, objs):
+    def callback(phase, error, objs):
         calls.append(phase)
         if objs:
             kept.append(objs[0])           # an Object kept past its results handle
@@ -174,7 +175,7 @@ def test_results_never_leak(kinto_url, items, tmp_path, open_ctx, monkeypatch, d
         if delivery == "poll":
             ctx.poll(0)
     for t in tasks:
-        assert t.wait(30), t
+        assert finished(t, 30), t
     assert {t.status for t in tasks} <= {0, tether.E_CANCELLED}
     assert sum(1 for p in calls if p == "final") == len(tasks)   # one final each
     assert all(o.peek("N") == 0 for o in kept)
@@ -197,14 +198,14 @@ def test_tasks_and_observers_freed_after_final(kinto, items, tmp_path, open_ctx,
     frec = recorder()
     task = ctx.fetch("items", policy="server_only", callback=frec)
     assert snapshot()["tasks"] == base["tasks"] + 1
-    assert task.wait(15) and task.status == 0
+    assert finished(task, 15) and task.status == 0
     faultproxy.set("pass")
     assert_back(base, "tasks", "results")
     # ...and the binding has let go of the callback too, though the Task lives.
     gone = weakref.ref(frec)
     del frec
     gc.collect()
-    assert gone() is None and task.done
+    assert gone() is None and task.done()
 
     # An observer: live until its final (cancelled) callback.
     obj = ctx.object("items", rid(55))
@@ -230,7 +231,7 @@ def test_tasks_and_observers_freed_after_final(kinto, items, tmp_path, open_ctx,
     task2 = ctx.fetch("items", policy="server_only")
     time.sleep(0.2)
     ctx.close()
-    assert task2.done and task2.status == tether.E_CANCELLED and ob2.removed
+    assert task2.done() and task2.status == tether.E_CANCELLED and ob2.removed
     del obj, ob, ob2, task, task2
     assert_back(base, "tasks", "observers", "results", "object_handles")
 
@@ -248,7 +249,7 @@ def test_open_close_cycles_leave_nothing(kinto_url, items, tmp_path):
             task = ctx.fetch("items", policy="cache_then_server" if i % 10 == 0 else "cache_only")
         finally:
             ctx.close()
-        assert task.done and ob.removed
+        assert task.done() and ob.removed
 
     # A first cycle fills the store and lets process-wide set-up happen once.
     with tether.Context(kinto_url, items, store, username="test", password="test") as ctx:
@@ -370,8 +371,8 @@ ctx = tether.Context(url, bucket, store, username="test", password="test")
 _, objs = ctx.fetch_wait("items")
 keep = ctx.object("items", "r01")
 
-def told(obj, key, status):
-    if status == tether.E_CANCELLED:
+def told(obj, key, error):
+    if isinstance(error, tether.TaskCancelledError):
         print("final", flush=True)
 
 ob = keep.observe("N", told)

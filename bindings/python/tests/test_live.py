@@ -24,7 +24,7 @@ import time
 import pytest
 
 import tether
-from conftest import quiet_counts, wait_until
+from conftest import quiet_counts, wait_until, finished
 
 SCHEMA = {"type": "object",
           "properties": {"N": {"type": "integer"}, "G": {"type": "string"},
@@ -156,7 +156,7 @@ def test_callback_answers_then_changes(items, kinto_url, tmp_path, open_ctx, rec
     assert (phase, status, message, changes) == ("live", 0, "", None)
     first = ids_of(answer)
     assert first == items.expected() == ["r01", "r03", "r05", "r07", "r09"]
-    assert task.answer is answer and task.changes is None and not task.done
+    assert task.answer is answer and task.changes is None and not task.done()
     # Released just after the callback returns (on the delivery thread).
     assert wait_until(lambda: tether.debug_counts()["results"] == base["results"], timeout=5)
 
@@ -187,9 +187,9 @@ def test_callback_answers_then_changes(items, kinto_url, tmp_path, open_ctx, rec
 
     # Cancelled: one FINAL, cancelled, and nothing after it.
     assert task.cancel() is True
-    assert task.wait(10)
+    assert finished(task, 10)
     assert rec.calls[3][:2] == ("final", tether.E_CANCELLED) and len(rec.calls) == 4
-    assert isinstance(task.error, tether.CancelledError)
+    assert isinstance(task.error, tether.TaskCancelledError)
     items.patch("r01", {"N": -1})
     ctx.fetch_wait("items")
     pump(ctx, QUIET)
@@ -207,8 +207,8 @@ def test_close_ends_live_fetch_with_its_final(items, kinto_url, tmp_path, open_c
     assert rec.wait(lambda c: live_calls(rec), ctx=ctx if delivery == "poll" else None)
     ctx.close()
     # Close delivers the FINAL before it returns, in both modes.
-    assert task.done and [c[:2] for c in rec.calls] == [("live", 0), ("final", tether.E_CANCELLED)]
-    assert isinstance(task.error, tether.CancelledError) and ctx.pending == 0
+    assert task.done() and [c[:2] for c in rec.calls] == [("live", 0), ("final", tether.E_CANCELLED)]
+    assert isinstance(task.error, tether.TaskCancelledError) and ctx.pending == 0
 
 
 def test_fetch_wait_and_fetch_async_refuse_live(items, kinto_url, tmp_path, open_ctx):
@@ -271,7 +271,7 @@ def test_result_types(items, kinto_url, tmp_path, open_ctx, recorder, delivery, 
         assert changes.inserted == [ids_of(last).index("r30")]
         assert not (changes.deleted or changes.moved or changes.updated)
     task.cancel()
-    assert task.wait(10) and ctx.pending == 0
+    assert finished(task, 10) and ctx.pending == 0
 
 
 # ------------------------------------------------------------------ asyncio
@@ -313,8 +313,8 @@ def test_async_for_answers_and_break_cancels(items, kinto_url, tmp_path, open_ct
     assert all(a.status == 0 and a.error is None for a in got)
     check_step(first, got[2].changes, second)
     task = seen["task"]
-    assert seen["pending_after_break"] == 0 and task.done
-    assert isinstance(task.error, tether.CancelledError)
+    assert seen["pending_after_break"] == 0 and task.done()
+    assert isinstance(task.error, tether.TaskCancelledError)
     assert seen["loop_after_break"] is None         # poll mode: the reader is gone
     assert task.answer is got[2].answer             # no answer after the break
     assert not [r for r in caplog.records if "unknown or finished" in r.getMessage()]
@@ -344,7 +344,7 @@ def test_async_timeout_then_answer_and_aclose(items, kinto_url, tmp_path, open_c
         second = await asyncio.wait_for(live.__anext__(), 10)
         check_step(ids_of(first.answer), second.changes, ids_of(second.answer))
         await live.aclose()
-        assert live.task.done and isinstance(live.task.error, tether.CancelledError)
+        assert live.task.done() and isinstance(live.task.error, tether.TaskCancelledError)
         assert ctx.pending == 0
         with pytest.raises(StopAsyncIteration):
             await live.__anext__()
@@ -352,7 +352,7 @@ def test_async_timeout_then_answer_and_aclose(items, kinto_url, tmp_path, open_c
         return live.task
 
     task = asyncio.run(asyncio.wait_for(main(), 60))
-    assert task.done and ctx._loop is None
+    assert task.done() and ctx._loop is None
     assert settle_tasks(base["tasks"]) == base["tasks"]
 
 
@@ -371,7 +371,7 @@ def test_async_context_close_ends_iteration(items, kinto_url, tmp_path, open_ctx
 
     phases, live = asyncio.run(asyncio.wait_for(main(), 30))
     assert phases == ["live"]
-    assert live.task.done and isinstance(live.task.error, tether.CancelledError)
+    assert live.task.done() and isinstance(live.task.error, tether.TaskCancelledError)
     assert settle_tasks(base["tasks"]) == base["tasks"]
 
 

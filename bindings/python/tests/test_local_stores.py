@@ -116,6 +116,45 @@ def test_an_open_never_drops_local_data(kinto_url, bucket, tmp_path, open_ctx, i
     assert ctx.object("notes", "n1").Text == "t"
 
 
+def outbox(path):
+    import sqlite3
+    with sqlite3.connect(str(path)) as db:
+        return sorted(db.execute("SELECT id, ivalues FROM tether_outbox").fetchall())
+
+
+def test_a_drop_takes_the_unsaved_values_along(kinto_url, bucket, tmp_path, open_ctx, items):
+    """A field or an entity dropped on purpose takes its unsaved values out
+    of the outbox too, none kept unseen for a field that never comes back:
+    an update that set only the field goes, an insert keeps its other values."""
+    full = {"notes": {"type": "object", "properties": {"Text": {"type": "string"}, "Extra": {"type": "string"}}},
+            "other": {"type": "object", "properties": {"O": {"type": "string"}}}}
+    narrow = {"notes": {"type": "object", "properties": {"Text": {"type": "string"}}}}
+    path = tmp_path / "p.db"
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", path, full)])
+    ctx.insert("notes", {"Text": "t", "Extra": "e"}, id="n1")
+    ctx.save()
+    ctx.object("notes", "n1").Extra = "unsaved"
+    ctx.insert("notes", {"Text": "t2", "Extra": "x2"}, id="n2")
+    ctx.insert("other", {"O": "o2"}, id="o2")
+    assert ctx.change_count == 3
+    ctx.close()
+    store = tether.LocalStore("private", path, narrow)
+    store.drop("other")
+    store.drop("notes", "Extra")
+    rows = outbox(path)
+    assert [rid for rid, _ in rows] == ["n2"], "the update of Extra alone and the other's insert are gone"
+    assert "x2" not in rows[0][1] and "t2" in rows[0][1]
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[store])
+    assert ctx.change_count == 1 and ctx.object("notes", "n1").pending is None
+    assert ctx.object("notes", "n2").Text == "t2"
+    ctx.close()
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", path, full)])
+    assert ctx.object("notes", "n1").Extra is None and ctx.object("notes", "n2").Extra is None, "defined again, it starts empty"
+    assert ctx.change_count == 1
+    ctx.save()
+    assert outbox(path) == []
+
+
 def test_a_local_store_stays_beside_its_bucket(kinto, kinto_url, bucket, tmp_path, open_ctx, items):
     """Issue 28, case 2: attached beside another bucket, a local store is
     refused, naming both, and its references are left as they were."""

@@ -155,3 +155,42 @@ def test_leaving_a_with_block_with_unsaved_changes_warns(kinto_url, bucket, tmp_
                             password=AUTH[1]) as ctx:
             assert ctx.change_count == 2, "kept for the next open"
             ctx.save()
+
+
+SHADOWED = {"type": "object", "properties": {
+    "Name": {"type": "string"}, "version": {"type": "string"}, "entity": {"type": "string"},
+    "context": {"type": "string"}, "pending": {"type": "string"}}}
+
+
+def test_fields_the_binding_shadows_are_read_by_key(kinto, kinto_url, bucket, tmp_path, open_ctx):
+    kinto.create_collection(bucket, "shadowed", SHADOWED)
+    values = {"Name": "n", "version": "v2", "entity": "e", "context": "c", "pending": "p"}
+    kinto.put_records(bucket, "shadowed", [("s1", values)])
+    ctx = open_ctx(kinto_url, bucket, tmp_path / "shadowed.db")
+    ctx.fetch_wait("shadowed", policy="server_only")
+    s = ctx.object("shadowed", "s1")
+    for key, value in values.items():
+        assert s[key] == s.get(key) == s.peek(key) == value, key
+    # The binding's own names keep their meaning.
+    assert isinstance(s.version, int) and s.entity.name == "shadowed" and s.context is ctx
+    assert s.pending is None
+    s["pending"] = "q"                 # a set by key, as obj.set("pending", ...)
+    assert s.peek("pending") == "q" and s.pending == "update"
+    with pytest.raises(AttributeError) as caught:
+        s.Nmae
+    assert "did you mean Name?" in str(caught.value)
+    with pytest.raises(AttributeError) as caught:
+        s.NmaePeek
+    assert "did you mean NamePeek?" in str(caught.value)
+    assert s.NamePeek == "n" and s.Name == "n"
+
+
+def test_an_attribute_says_its_allowed_values(kinto_url, bucket, tmp_path, open_ctx, jobs):
+    # What may be set is in the model, before a set is refused for it.
+    ctx = open_ctx(kinto_url, bucket, str(tmp_path / "allowed.db"))
+    entity = ctx.entity(jobs)
+    assert entity.attribute("Status").allowed == ("open", "done")
+    assert entity.attribute("Title").allowed is None
+    obj = ctx.fetch_wait(jobs)[1][0]
+    with pytest.raises(tether.InvalidError):
+        obj.Status = "closed"

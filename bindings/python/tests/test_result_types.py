@@ -19,7 +19,7 @@ import pytest
 
 import tether
 from tether import _lib
-from conftest import quiet_counts, wait_until
+from conftest import quiet_counts, wait_until, finished
 
 N = 300            # six pages of 50
 BATCH = 50
@@ -205,9 +205,9 @@ def test_count_asks_the_server_without_records_where_it_can_filter(items, tmp_pa
 def test_count_through_the_callback_and_fetch_async(warm, recorder):
     rec = recorder()
     task = warm.fetch("items", result="count", callback=rec, **pred_kw("lt"))
-    assert task.wait(30)
+    assert finished(task, 30)
     assert [(c[0], c[1], c[3]) for c in rec.calls] == [("cached", 0, 100), ("final", 0, 100)]
-    assert task.cached == 100 and task.result == 100 and task.objects == 100
+    assert task.cached == 100 and task.result() == 100 and task.objects == 100
     got = asyncio.run(warm.fetch_async("items", result="count", offset=290))
     assert got == 10
 
@@ -498,11 +498,11 @@ def test_cancelled_batched_fetch_answers_an_empty_results(kinto_url, items, tmp_
     rec = recorder()
     task = ctx.fetch("items", batch=BATCH, policy="server_only", callback=rec)
     assert task.cancel() is True                     # before any poll: nothing delivered yet
-    assert task.wait(10)
+    assert finished(task, 10)
     [(phase, status, _, res)] = rec.calls
     assert (phase, status) == ("final", tether.E_CANCELLED)
     assert isinstance(res, tether.Results) and len(res) == 0 and list(res) == []
-    assert isinstance(task.error, tether.CancelledError) and task.result is None
+    assert isinstance(task.error, tether.TaskCancelledError) and task.exception() is task.error
     res.close()
 
 
@@ -514,9 +514,9 @@ def test_cancelled_fetch_of_each_result_type(kinto_url, items, tmp_path, open_ct
     rec = recorder()
     task = ctx.fetch("items", result=result, policy="server_only", callback=rec)
     assert task.cancel() is True
-    assert task.wait(10)
+    assert finished(task, 10)
     assert rec.calls == [("final", tether.E_CANCELLED, rec.calls[0][2], empty)]
-    assert task.result is None and task.objects == empty
+    assert task.exception() is task.error and task.objects == empty
 
 
 @pytest.mark.parametrize("result", ["ids", "values", "count"])
@@ -539,9 +539,9 @@ class Events:
         with self.lock:
             self.list.append(("progress", received, total))
 
-    def callback(self, phase, status, message, answer):
+    def callback(self, phase, error, answer):
         with self.lock:
-            self.list.append((phase, status))
+            self.list.append((phase, error.status if error else 0))
 
     def of(self, kind):
         return [e for e in self.list if e[0] == kind]
@@ -559,7 +559,7 @@ def test_progress_counts_up_and_stops_at_the_final(items, tmp_path, open_ctx, fa
     ev = Events()
     task = ctx.fetch("items", policy="server_only", sort="N", callback=ev.callback,
                      progress=ev.progress)
-    assert task.wait(30) and task.status == 0 and len(task.result) == N
+    assert finished(task, 30) and task.status == 0 and len(task.result()) == N
     wait_until(lambda: False, timeout=0.5, poll=ctx if delivery == "poll" else None)
     events = list(ev.list)
     assert events[-1] == ("final", 0), events
@@ -617,7 +617,7 @@ def test_cancel_from_inside_progress_gives_one_cancelled_final(items, tmp_path, 
     task = ctx.fetch("items", policy="server_only", callback=ev.callback, progress=progress)
     holder["task"] = task
     started.set()
-    assert task.wait(30)
+    assert finished(task, 30)
     wait_until(lambda: False, timeout=0.8, poll=ctx if delivery == "poll" else None)
     events = list(ev.list)
     assert holder["cancelled"] is True
@@ -625,7 +625,7 @@ def test_cancel_from_inside_progress_gives_one_cancelled_final(items, tmp_path, 
     assert events[i - 1][0] == "progress"
     assert events[i + 1:] == [("final", tether.E_CANCELLED)], events
     assert len(ev.of("final")) == 1
-    assert isinstance(task.error, tether.CancelledError) and task.result is None
+    assert isinstance(task.error, tether.TaskCancelledError) and task.exception() is task.error
     assert task.cancel() is False and ctx.pending == 0
 
 
@@ -667,13 +667,13 @@ def test_waiting_inside_progress_is_refused(kinto_url, items, tmp_path, open_ctx
     def progress(received, total):
         ready.wait(5)
         try:
-            holder["task"].wait(0.1)
+            finished(holder["task"], 0.1)
         except tether.BusyError as e:
             errors.append(e)
 
     holder["task"] = task = ctx.fetch("items", policy="server_only", progress=progress)
     ready.set()
-    assert task.wait(30) and task.status == 0
+    assert finished(task, 30) and task.status == 0
     assert errors
 
 
@@ -782,7 +782,8 @@ def test_fetch_start_reads_only_a_version_4_struct(kinto_url, items, tmp_path, o
     # by non-zero bytes, as any memory after a host's struct may be.
     scratch = (ctypes.c_ubyte * (V4_SIZE + 64))()
     _lib.tether_fetch_options_init(ctypes.cast(scratch, ctypes.POINTER(_lib.tether_fetch_options)), 4)
-    buf = (ctypes.c_ubyte * (V4_SIZE + 16))(*(list(scratch[:V4_SIZE]) + [0xFF] * 16))
+    size = ctypes.sizeof(_lib.tether_fetch_options)   # the current version's: every later field garbage
+    buf = (ctypes.c_ubyte * size)(*(list(scratch[:V4_SIZE]) + [0xFF] * (size - V4_SIZE)))
     opts = _lib.tether_fetch_options.from_buffer(buf)
     opts.entity = b"items"
     opts.policy = _lib.POLICY_CACHE_ONLY

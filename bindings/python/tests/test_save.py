@@ -8,6 +8,7 @@ import re
 import pytest
 
 import tether
+from conftest import finished
 
 SCHEMA = {
     "type": "object",
@@ -179,9 +180,9 @@ def test_many_changes_progress_and_cancel(kinto, kinto_url, bucket, tmp_path, op
     for i in range(30):
         ctx.insert(notes, {"Rank": 2000 + i})
     finals = []
-    task = ctx.start_save(callback=lambda status, message, report: finals.append(status))
+    task = ctx.start_save(callback=lambda error, report: finals.append(error.status if error else 0))
     task.cancel()
-    assert task.wait(10) and finals == [tether.E_CANCELLED]
+    assert finished(task, 10) and finals == [tether.E_CANCELLED]
     ctx.save()
     assert ctx.change_count == 0
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 import tether
+from conftest import finished
 
 SCHEMA = {"type": "object", "properties": {"P": {"type": "integer"}}}
 N = 40
@@ -70,14 +71,14 @@ def test_waiting_inside_a_callback_is_refused(pts, kinto_url, tmp_path, open_ctx
     ctx = open_ctx(kinto_url, pts, tmp_path / "s.db")
     seen = []
 
-    def cb(phase, status, message, objs):
+    def cb(phase, error, objs):
         if phase == "final":
             try:
                 ctx.fetch_wait("pts", policy="cache_only", timeout=2)
             except tether.BusyError as e:
                 seen.append(e)
     t = ctx.fetch("pts", policy="cache_only", callback=cb)
-    assert t.wait(10)
+    assert finished(t, 10)
     assert len(seen) == 1
     # the inner fetch was started, then its wait refused; it still finishes
     time.sleep(0.2)

@@ -1,13 +1,18 @@
 """Tether: an object-graph cache for Kinto servers (ctypes binding of libtether).
 
     import tether
+    from tether import Query
     with tether.Context("http://127.0.0.1:8888/v1", "demo", "demo.db") as ctx:
-        cached, final = ctx.fetch_wait("clients", sort="Client", limit=5)
-        c = final[0]
+        c = ctx.query("clients", sort="Client", limit=5).first()
         print(c.peek("Owner"), c.Owner)     # peek: cache only; attribute: get
-        _, mine = ctx.fetch_wait("changes", where="Status == $1 AND User == $2",
-                                 args=("pending", "alice"))   # a predicate
-        _, n = ctx.fetch_wait("changes", result="count", where="Status == 'pending'")
+        pending = Query("changes").where("Status == $1 AND User == $2", "pending", "alice")
+        for change in ctx.query(pending):  # the server's answer, merged into the cache
+            print(change.id)
+        n = ctx.query(pending).count()
+
+    async def main():          # the same names, awaited
+        async with tether.AsyncContext.open("http://127.0.0.1:8888/v1", "demo", "a.db") as actx:
+            print(await actx.query(pending).count())
 
     async def watch(ctx):      # a live fetch: an answer per change, until break
         async for a in ctx.fetch_live("changes", where="Status == 'pending'"):
@@ -31,16 +36,23 @@ set to, and `mypy --strict` passes on the package.
 from ._lib import path as library_path, errstr, debug_counts
 from ._lib import version as library_version, version_number as library_version_number
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
-                     InvalidError, NetworkError, AuthError, ServerError, ProtocolError,
-                     StoreError, CancelledError, NotCachedError, BusyError, ConflictError,
+                     InvalidError, UsageError, RemoteError, NetworkError, AuthError, ServerError, ProtocolError,
+                     StoreError, TaskCancelledError, CancelledError, NotCachedError, BusyError, ConflictError,
                      NotAllowedError, ExpiredError, UnsavedChangesWarning, OfflineWarning, error_class)
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
                      E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED, E_EXPIRED)
-from .context import (Answer, Count, Attribute, Changes, Context, Diagnostic, Entity, LiveAnswer, LiveFetch, LocalStore,
-                      Object, Observer, Results, Task, POLICIES, RESULT_TYPES)
+from .values import POLICIES, RESULT_TYPES
+from .model import Attribute, Diagnostic, Entity, LocalStore, Relationship
+from .objects import Object, Observer
+from .results import Answer, Changes, Count, LiveAnswer, Results
+from .tasks import LiveFetch, Task
+from .errors import Conflict
+from .saving import SaveReport, SaveTask
+from .context import Context
 from .online import OnlineObserver
-from .saving import Conflict, SaveReport, SaveTask
+from .query import Query, QueryResult
+from .aio import AsyncContext, AsyncQueryResult
 from . import host
 from .host import Connection, Spec, PageRequest, Page, Write, Written, Deleted, Failed
 from . import perforce
@@ -52,7 +64,7 @@ from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase
 __version__ = "0.3.0"
 
 __all__ = [
-    "Context", "LocalStore", "Entity", "Attribute", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
+    "Context", "AsyncContext", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Relationship", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
     "Answer", "Count", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",
@@ -60,7 +72,7 @@ __all__ = [
     "Value", "Key", "Policy", "ResultType", "MergePolicy", "Delivery", "Phase", "Pending",
     "TetherError", "MisuseError", "HandleError", "NotFoundError", "TypeMismatchError",
     "InvalidError", "NetworkError", "AuthError", "ServerError", "ProtocolError", "StoreError",
-    "CancelledError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "UnsavedChangesWarning", "OfflineWarning", "error_class",
+    "TaskCancelledError", "UsageError", "RemoteError", "NotCachedError", "BusyError", "ConflictError", "NotAllowedError", "ExpiredError", "UnsavedChangesWarning", "OfflineWarning", "error_class",
     "OK", "E_ERROR", "E_MISUSE", "E_HANDLE", "E_NOT_FOUND", "E_TYPE", "E_INVALID", "E_NETWORK",
     "E_AUTH", "E_SERVER", "E_PROTOCOL", "E_STORE", "E_CANCELLED", "E_NOT_CACHED", "E_BUSY",
     "E_CONFLICT", "E_NOT_ALLOWED", "E_EXPIRED", "library_path", "library_version", "library_version_number", "errstr",

@@ -78,6 +78,7 @@ DELIVER_POLL = 1
 
 OP_FETCH, OP_INSERT, OP_UPDATE, OP_DELETE = 1, 2, 4, 8
 ATTR_ID, ATTR_VERSION, ATTR_REQUIRED = 1, 2, 4
+DELETE_NULLIFY, DELETE_CASCADE, DELETE_DENY = 0, 1, 2
 
 PHASE_CACHED = 1
 PHASE_FINAL = 2
@@ -100,12 +101,14 @@ LOCAL_STORE_VERSION = 1
 SAVE_OPTIONS_VERSION = 1
 
 # What a save does with a conflict (tether_merge_policy), by the binding's names.
-MERGE_POLICIES: Dict[str, int] = {"report": 0, "server_wins": 1, "client_wins": 2, "merge_properties": 3}
+# The header's names (TETHER_MERGE_PROPERTIES is "properties", as the shell and LuaJIT
+# say it); "merge_properties", the name 0.2 used, stays its synonym.
+MERGE_POLICIES: Dict[str, int] = {"report": 0, "server_wins": 1, "client_wins": 2, "properties": 3, "merge_properties": 3}
 # An object's unsaved change (tether_pending).
 PENDING_NAMES: Dict[int, Optional[Pending]] = {0: None, 1: "insert", 2: "update", 3: "delete"}
 # 2 added predicate, arguments, argument_count; 3 offset, server_query;
 # 4 result_type, properties, batch_size, progress; 5 live.
-FETCH_OPTIONS_VERSION = 5
+FETCH_OPTIONS_VERSION = 6
 
 # What a fetch answers (tether_result_type).
 RESULT_OBJECTS = 0
@@ -207,6 +210,9 @@ class tether_fetch_options(Structure):
         ("progress", PROGRESS_CB),              # NULL: none
         # since version 5
         ("live", c_int),                        # nonzero: answer again on each change
+        # since version 6
+        ("related_owner", c_void_p),            # with related_name: a to-many's owner (borrowed)
+        ("related_name", c_char_p),             # the to-many's name on the owner's entity
     ]
 
 
@@ -371,6 +377,15 @@ tether_entity_attribute_index = _declare(
     "tether_entity_attribute_index", c_int, [c_void_p, c_char_p, POINTER(c_size_t)])
 tether_entity_attribute_index_by_code = _declare(
     "tether_entity_attribute_index_by_code", c_int, [c_void_p, c_int, POINTER(c_size_t)])
+tether_entity_attribute_target = _declare(
+    "tether_entity_attribute_target", c_int, [c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_int)])
+tether_entity_attribute_allowed = _declare(
+    "tether_entity_attribute_allowed", c_int, [c_void_p, c_size_t, POINTER(c_char_p)])
+tether_entity_relationship_count = _declare(
+    "tether_entity_relationship_count", c_int, [c_void_p, POINTER(c_size_t)])
+tether_entity_relationship_at = _declare(
+    "tether_entity_relationship_at", c_int,
+    [c_void_p, c_size_t, POINTER(c_char_p), POINTER(c_void_p), POINTER(c_size_t)])
 
 # Objects.
 tether_context_object = _declare(
@@ -559,6 +574,8 @@ tether_request_set_server_info = _declare("tether_request_set_server_info", c_in
 tether_request_add_spec = _declare("tether_request_add_spec", c_int,
                                    [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_uint])
 tether_request_add_record = _declare("tether_request_add_record", c_int, [c_void_p, c_char_p])
+tether_request_add_record_values = _declare(
+    "tether_request_add_record_values", c_int, [c_void_p, POINTER(c_char_p), POINTER(tether_value), c_size_t])
 tether_request_add_specdef = _declare("tether_request_add_specdef", c_int, [c_void_p, c_char_p, c_char_p, c_uint])
 tether_request_add_deleted = _declare("tether_request_add_deleted", c_int, [c_void_p, c_char_p])
 tether_request_set_page = _declare("tether_request_set_page", c_int, [c_void_p, c_char_p, c_int64, c_int64])

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
-if TYPE_CHECKING:
-    from .context import Object
-    from .saving import Conflict
+from ._types import Value
 
 OK = 0
 E_ERROR = -1
@@ -42,7 +40,7 @@ class TetherError(Exception):
     # SaveReport; an error raised by anything else has none of them.
     saved: int
     discarded: int
-    failures: List[Tuple[Object, TetherError]]
+    failures: List[Tuple[Any, TetherError]]   # (tether.Object, its error)
     conflicts: List[Conflict]
 
     def __init__(self, message: str = "", status: Optional[int] = None, name: Optional[str] = None) -> None:
@@ -62,71 +60,113 @@ class TetherError(Exception):
         return "%s(%r, status=%d)" % (type(self).__name__, self.message, self.status)
 
 
-class MisuseError(TetherError):
-    status = E_MISUSE
+# The groups: what a program does about an error follows its group.
+
+class UsageError(TetherError):
+    """The program asked for something the library refuses (a mistake to
+    fix in the calling code, or a name or value it was handed): nothing
+    changed."""
 
 
-class HandleError(TetherError):
-    status = E_HANDLE
-
-
-class NotFoundError(TetherError):
-    status = E_NOT_FOUND
-
-
-class TypeMismatchError(TetherError):
-    status = E_TYPE
-
-
-class InvalidError(TetherError):
-    status = E_INVALID
-
-
-class NetworkError(TetherError):
-    status = E_NETWORK
-
-
-class AuthError(TetherError):
-    status = E_AUTH
-
-
-class ServerError(TetherError):
-    status = E_SERVER
-
-
-class ProtocolError(TetherError):
-    status = E_PROTOCOL
+class RemoteError(TetherError):
+    """The server: unreachable, refused the credentials, failed, answered
+    something else than its protocol, or refused the change (conflict, not
+    allowed, history expired). Retrying later may succeed."""
 
 
 class StoreError(TetherError):
+    """The SQLite store failed or belongs elsewhere (TETHER_E_STORE); also
+    the group of what the store cannot answer yet (NotCachedError)."""
     status = E_STORE
 
 
-class CancelledError(TetherError):
-    status = E_CANCELLED
+class MisuseError(UsageError):
+    """A NULL argument, a bad option version, the wrong delivery mode."""
+    status = E_MISUSE
 
 
-class NotCachedError(TetherError):
-    status = E_NOT_CACHED
+class HandleError(UsageError):
+    """A closed, freed or wrong kind of handle (an Object or Results of a
+    closed context)."""
+    status = E_HANDLE
 
 
-class BusyError(TetherError):
+class NotFoundError(UsageError, LookupError):
+    """An unknown entity, key, code or record (a LookupError, as a dict's
+    KeyError is)."""
+    status = E_NOT_FOUND
+
+
+class TypeMismatchError(UsageError, TypeError):
+    """A value of the wrong type for its attribute (a TypeError)."""
+    status = E_TYPE
+
+
+class InvalidError(UsageError, ValueError):
+    """An invalid argument: a bad predicate, sort key, URL, UTF-8, a value
+    outside the allowed ones (a ValueError)."""
+    status = E_INVALID
+
+
+class BusyError(UsageError):
+    """Not allowed from inside one of this context's callbacks (waiting
+    there would wait for itself)."""
     status = E_BUSY
 
 
-class ConflictError(TetherError):
+class NetworkError(RemoteError):
+    """The server could not be reached, timed out, or cut its answer short."""
+    status = E_NETWORK
+
+
+class AuthError(RemoteError):
+    """The server refused the credentials (401, 403)."""
+    status = E_AUTH
+
+
+class ServerError(RemoteError):
+    """The server answered with an error status (5xx...)."""
+    status = E_SERVER
+
+
+class ProtocolError(RemoteError):
+    """The server answered something that is not its protocol."""
+    status = E_PROTOCOL
+
+
+class NotCachedError(StoreError):
+    """The record has no cached value yet (peek and get answer None or the
+    default instead: only the explicit calls raise it)."""
+    status = E_NOT_CACHED
+
+
+class TaskCancelledError(TetherError):
+    """A fetch, save or observer ended by a cancel (Task.cancel(), or its
+    context closing): TETHER_E_CANCELLED. Not asyncio.CancelledError (a
+    BaseException that cancels the awaiting asyncio task): this is an
+    Exception, the request's answer; cancelling an asyncio task that awaits
+    a fetch cancels the fetch and raises asyncio.CancelledError there."""
+    status = E_CANCELLED
+
+
+# The name before 0.3's Python API (deprecated: it read as asyncio's).
+# Not in tether.__all__, so `from tether import *` never shadows asyncio's.
+CancelledError = TaskCancelledError
+
+
+class ConflictError(RemoteError):
     """A save met records another writer changed. Raised by a save (with
     ``conflicts``: each a tether.Conflict with both sides)."""
     status = E_CONFLICT
 
 
-class NotAllowedError(TetherError):
+class NotAllowedError(RemoteError):
     """The server's spec does not allow the operation (insert, update,
     delete), or a delete rule (deny) refuses a delete."""
     status = E_NOT_ALLOWED
 
 
-class ExpiredError(TetherError):
+class ExpiredError(RemoteError):
     """The server no longer has the history a request asked for (a host
     connection raises it for a page `since` a version it forgot)."""
     status = E_EXPIRED
@@ -144,7 +184,7 @@ _BY_STATUS: Dict[int, Type[TetherError]] = {
     E_SERVER: ServerError,
     E_PROTOCOL: ProtocolError,
     E_STORE: StoreError,
-    E_CANCELLED: CancelledError,
+    E_CANCELLED: TaskCancelledError,
     E_NOT_CACHED: NotCachedError,
     E_BUSY: BusyError,
     E_CONFLICT: ConflictError,
@@ -185,6 +225,30 @@ def error_class(status: int) -> Type[TetherError]:
 def make_error(status: int, message: str = "", name: Optional[str] = None) -> TetherError:
     """An exception instance for a negative status."""
     return error_class(status)(message, status=status, name=name)
+
+
+class Conflict:
+    """A change the server refused because its record moved on: ``object``,
+    ``local_version`` (None for an insert), ``server_version`` and
+    ``server`` (the server's values by name; both None if it deleted the
+    record), and ``keys``, those whose local and server values differ."""
+
+    object: Any   # the tether.Object (typed Any: this module is below objects)
+    local_version: Optional[int]
+    server_version: Optional[int]
+    keys: List[str]
+    server: Optional[Dict[str, Value]]
+
+    def __init__(self, obj: Any, local_version: Optional[int], server_version: Optional[int],
+                 keys: List[str], server: Optional[Dict[str, Value]]) -> None:
+        self.object = obj
+        self.local_version = local_version
+        self.server_version = server_version
+        self.keys = keys
+        self.server = server
+
+    def __repr__(self) -> str:
+        return "<tether.Conflict %r keys=%r server_version=%r>" % (self.object, self.keys, self.server_version)
 
 
 class OfflineWarning(UserWarning):

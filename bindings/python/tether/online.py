@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import threading
 from ctypes import byref, c_void_p
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 from . import _lib
-from .context import _registry, _report, _tokens, log
+from .callbacks import _registry, _report, _tokens, log
 from .errors import E_CANCELLED, HandleError
+from .objects import Owner
 
-if TYPE_CHECKING:
-    from .context import Context
 
 OnlineCallback = Callable[[bool], object]
 
@@ -44,7 +43,7 @@ class OnlineObserver:
 
     callback: Optional[OnlineCallback]
 
-    def __init__(self, ctx: Context, callback: OnlineCallback) -> None:
+    def __init__(self, ctx: Owner, callback: OnlineCallback) -> None:
         self.context = ctx
         self.callback = callback
         self.removed = False

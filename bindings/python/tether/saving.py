@@ -1,5 +1,5 @@
-"""Editing and saving: setting values, inserting and deleting objects, and
-saves that push the changes to the server (tether.h, "editing" and "save").
+"""Saving: saves that push the changes to the server (tether.h, "save"),
+inserting objects, and the Context's side of editing (ContextSaving).
 
 Every edit is in the store when the call returns; nothing reaches the server
 before a save. ``ctx.save()`` waits and raises on failure (ConflictError with
@@ -10,218 +10,23 @@ before a save. ``ctx.save()`` waits and raises on failure (ConflictError with
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import json
 import threading
-import time
 from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_void_p
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional,
-                    Tuple, overload)
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import _lib
-from ._types import Key, MergePolicy, Pending, Value
-from .errors import E_BUSY, BusyError, HandleError, TetherError, make_error
+from ._types import Delivery, Key, MergePolicy, Value
+from .callbacks import _call_in_loop, _progress_trampoline, _report, _resolve, _save_trampoline, _tokens
+from .errors import Conflict, TetherError, make_error
+from .model import Entity
+from .objects import Object, Owner
+from .futures import Request
+from .values import _convert, _key, _value
 
-if TYPE_CHECKING:
-    from typing import TypeVar
-
-    from ._types import Delivery
-    from .context import Context, Entity, Object
-
-    _T = TypeVar("_T")
-
-# save callback(status, message, report) and progress(answered, total).
-SaveCallback = Callable[[int, str, "SaveReport"], None]
+# save callback(error, report): error None, or the save's TetherError; and
+# progress(answered, total).
+SaveCallback = Callable[[Optional[TetherError], "SaveReport"], None]
 SaveProgress = Callable[[int, int], None]
-
-
-def _value(value: Value) -> Tuple[_lib.tether_value, Optional[ctypes.Array[ctypes.c_char]]]:
-    """A Python value as a tether_value, and what keeps its text alive:
-    None, bool, int, float, str, or a list/dict (as JSON)."""
-    v = _lib.tether_value()
-    keep = None
-    if value is None:
-        v.type = _lib.TYPE_NULL
-    elif isinstance(value, bool):
-        v.type, v.integer = _lib.TYPE_BOOLEAN, int(value)
-    elif isinstance(value, int):
-        if not -2 ** 63 <= value < 2 ** 63:
-            raise OverflowError("tether: %d does not fit a 64-bit integer" % value)
-        v.type, v.integer = _lib.TYPE_INTEGER, value
-    elif isinstance(value, float):
-        v.type, v.real = _lib.TYPE_REAL, value
-    elif isinstance(value, (str, list, dict, tuple)):
-        text = value if isinstance(value, str) else json.dumps(value, allow_nan=False)
-        keep = ctypes.create_string_buffer(text.encode("utf-8"))
-        v.type = _lib.TYPE_TEXT if isinstance(value, str) else _lib.TYPE_JSON
-        v.text, v.length = ctypes.addressof(keep), len(keep) - 1
-    else:
-        raise TypeError("tether: cannot set a %s: give None, bool, int, float, str, list or dict"
-                        % type(value).__name__)
-    return v, keep
-
-
-def _key(key: Any) -> bytes:
-    if isinstance(key, str):
-        return key.encode("utf-8")
-    raise TypeError("key must be an attribute name (str) or code (int), not %s" % type(key).__name__)
-
-
-def _no_key(obj: Any, name: str) -> str:
-    """The AttributeError message for a name the entity does not have, with
-    the nearest key ("did you mean ...?") when one is near."""
-    import difflib
-    ent = obj.__dict__.get("entity")
-    ident = obj.__dict__.get("id")
-    if ident is None:
-        try:
-            ident = obj.id
-        except Exception:
-            ident = "?"
-    keys = [a.name for a in ent.attributes] + list(ent._peek_forms)
-    near = difflib.get_close_matches(name, keys, n=1)
-    hint = " (did you mean %s?)" % near[0] if near else ""
-    return "%s object %r has no attribute %r%s" % (ent.name, ident, name, hint)
-
-
-class ObjectEditing:
-    """The editing half of tether.Object."""
-
-    # Set by Object (declared here for the methods below).
-    _h: Optional[int]
-    _ctx: Context
-    entity: Entity
-
-    def set(self, key: Key, value: Value) -> None:
-        """Sets `key` (a name or code) to `value`, checked against the
-        model's type and the spec's allowed values; in the store at once.
-        Assigning an attribute (``obj.Title = "x"``) does the same."""
-        v, keep = _value(value)
-        if isinstance(key, int) and not isinstance(key, bool):
-            _lib.tether_object_set_code(self._h, key, byref(v))
-        else:
-            _lib.tether_object_set(self._h, _key(key), byref(v))
-        del keep
-
-    def __setattr__(self, name: str, value: Value) -> None:
-        # Attributes of the model are set through the library; the Object's
-        # own (underscored, its entity, its properties) are plain. Any other
-        # name is a mistake: kept on the Python object, it would read back
-        # and never be saved.
-        d = self.__dict__
-        ent = d.get("entity")
-        if ent is None or name[0] == "_" or name == "entity":
-            object.__setattr__(self, name, value)
-        elif name in ent._names:
-            self.set(name, value)
-        elif hasattr(type(self), name):
-            object.__setattr__(self, name, value)   # a property says itself what it allows
-        else:
-            raise AttributeError(_no_key(self, name))
-
-    def __setitem__(self, key: Key, value: Value) -> None:
-        """``obj["Name"] = v`` is ``obj.set("Name", v)``: for keys an
-        attribute cannot spell, or that the Object's own names hide."""
-        self.set(key, value)
-
-    def delete(self) -> None:
-        """Deletes the record: at once here (delete rules apply to records
-        referring to it), on the server at the next save."""
-        _lib.tether_object_delete(self._h)
-
-    def rollback(self) -> None:
-        """Forgets the object's unsaved change (and its last conflict)."""
-        _lib.tether_object_rollback(self._h)
-
-    @property
-    def pending(self) -> Optional[Pending]:
-        """The unsaved change: None, "insert", "update" or "delete"."""
-        out = c_int()
-        _lib.tether_object_pending(self._h, byref(out))
-        return _lib.PENDING_NAMES.get(out.value)
-
-    @property
-    def has_changes(self) -> bool:
-        """True while the object has an unsaved change (pending is not None)."""
-        return self.pending is not None
-
-    @property
-    def changed_keys(self) -> List[str]:
-        """The attributes an unsaved insert or update sets, in model order."""
-        count = c_size_t()
-        _lib.tether_object_changed_key_count(self._h, byref(count))
-        name = c_char_p()
-        keys: List[str] = []
-        for i in range(count.value):
-            _lib.tether_object_changed_key_at(self._h, i, byref(name))
-            keys.append(name.value.decode("utf-8"))  # type: ignore[union-attr]  # never NULL on success
-        return keys
-
-    @overload
-    def committed(self, key: Key) -> Value: ...
-    @overload
-    def committed(self, key: Key, default: _T) -> Value | _T: ...
-    def committed(self, key: Key, default: Any = None) -> Any:
-        """The value of `key` as the server last confirmed it, whatever is
-        pending; `default` when there is none (an insert, or not cached)."""
-        from .context import _convert
-        from .errors import NotCachedError
-        v = _lib.tether_value()
-        try:
-            _lib.tether_object_committed(self._h, _key(key), byref(v))
-        except NotCachedError:
-            return default
-        try:
-            return _convert(v)
-        finally:
-            _lib.tether_value_free(byref(v))
-
-    def related(self, key: str) -> Optional[Object]:
-        """The Object the to-one relationship `key` refers to (a fault until
-        read), or None when the reference is null."""
-        out = c_void_p()
-        _lib.tether_object_related(self._h, _key(key), byref(out))
-        return self._ctx._wrap(out.value, owned=True) if out.value else None
-
-
-    def set_related(self, key: str, target: Optional[Object]) -> None:
-        """Points the to-one relationship `key` at the Object `target` (None:
-        at nothing): its id in the same store, its URI across stores."""
-        _lib.tether_object_set_related(self._h, _key(key), None if target is None else target._h)
-
-    @property
-    def uri(self) -> str:
-        """The object's name across stores: tether://<store>/<entity>/<id>."""
-        value = _lib.tether_value()
-        _lib.tether_object_uri(self._h, byref(value))
-        try:
-            return ctypes.string_at(value.text, value.length).decode("utf-8")
-        finally:
-            _lib.tether_value_free(byref(value))
-
-
-class Conflict:
-    """A change the server refused because its record moved on: ``object``,
-    ``local_version`` (None for an insert), ``server_version`` and
-    ``server`` (the server's values by name; both None if it deleted the
-    record), and ``keys``, those whose local and server values differ."""
-
-    object: Object
-    local_version: Optional[int]
-    server_version: Optional[int]
-    keys: List[str]
-    server: Optional[Dict[str, Value]]
-
-    def __init__(self, obj: Object, local_version: Optional[int], server_version: Optional[int],
-                 keys: List[str], server: Optional[Dict[str, Value]]) -> None:
-        self.object = obj
-        self.local_version = local_version
-        self.server_version = server_version
-        self.keys = keys
-        self.server = server
-
-    def __repr__(self) -> str:
-        return "<tether.Conflict %r keys=%r server_version=%r>" % (self.object, self.keys, self.server_version)
 
 
 class SaveReport:
@@ -243,9 +48,8 @@ class SaveReport:
             self.saved, self.discarded, len(self.failures))
 
 
-def _read_report(ctx: Context, report: Optional[int]) -> SaveReport:
+def _read_report(ctx: Owner, report: Optional[int]) -> SaveReport:
     """The borrowed report copied into a SaveReport, during the callback."""
-    from .context import _convert
     saved, discarded, count = c_size_t(), c_size_t(), c_size_t()
     _lib.tether_save_report_counts(report, byref(saved), byref(discarded))
     _lib.tether_save_report_failure_count(report, byref(count))
@@ -282,79 +86,13 @@ def _read_report(ctx: Context, report: Optional[int]) -> SaveReport:
     return SaveReport(saved.value, discarded.value, failures, conflicts)
 
 
-@_lib.SAVE_CB
-def _save_trampoline(task: Optional[int], status: int, message: Optional[bytes], report: Optional[int],
-                     userdata: Optional[int]) -> None:
-    from .context import _registry, _report
-    try:
-        entry = _registry.get(userdata)
-        if entry is None:
-            from .context import log
-            log.warning("tether: save callback for unknown or finished save %r (status %d)", userdata, status)
-            return
-        entry._deliver(task, status, message, report)
-    except BaseException:
-        _report("save", None)
-
-
-class Request:
-    """What a fetch (Task) and a save (SaveTask) share: their place in the
-    callback registry until the final callback, cancel and wait."""
-
-    _kind = "request"
-    _ctx: Context
-    _h: Optional[int]
-    _token: int
-    _event: threading.Event
-    done: bool
-
-    def _register(self) -> None:
-        from .context import _registry
-        _registry[self._token] = self
-        self._ctx._pending[self._token] = self
-
-    def _unregister(self) -> None:
-        from .context import _registry
-        _registry.pop(self._token, None)
-        self._ctx._pending.pop(self._token, None)
-
-    def cancel(self) -> bool:
-        """Cancels: the callback runs once more, final, with
-        TETHER_E_CANCELLED. True if cancelled now, False if it had already
-        finished."""
-        if self.done or self._h is None:
-            return False
-        try:
-            _lib.tether_task_cancel(self._h)
-        except HandleError:
-            return False
-        return True
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Waits for the final callback; True if it came. In poll mode this
-        calls Context.poll() while waiting (so do not call it from inside a
-        callback of the same context)."""
-        ctx = self._ctx
-        if ctx._delivery == _lib.DELIVER_POLL:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self.done:
-                left = 1.0 if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    break
-                ctx.poll(max(1, min(1000, int(left * 1000))))
-            return self.done
-        if ctx._cb_thread == threading.get_ident() and not self.done:
-            # Callbacks of a context run one at a time: waiting here would
-            # wait for ourselves.
-            raise BusyError("cannot wait for a %s from inside a callback of its context" % self._kind, status=E_BUSY)
-        return self._event.wait(timeout)
-
-
-class SaveTask(Request):
-    """An asynchronous save: ``done``, ``status``, ``message``, ``report``
-    (a SaveReport) and ``error`` (the exception a failed save raises,
-    carrying the report's ``saved``, ``discarded``, ``failures`` and
-    ``conflicts``) are filled by its one final callback."""
+class SaveTask(Request[SaveReport]):
+    """An asynchronous save: a concurrent.futures.Future of its SaveReport
+    (see Request), and an awaitable. ``status``, ``message``, ``report`` (a
+    SaveReport, also when it failed) and ``error`` (the exception a failed
+    save raises, exception(), carrying the report's ``saved``,
+    ``discarded``, ``failures`` and ``conflicts``) are filled by its one
+    final callback."""
 
     _kind = "save"
 
@@ -364,17 +102,15 @@ class SaveTask(Request):
     report: Optional[SaveReport]
     error: Optional[TetherError]
 
-    def __init__(self, ctx: Context, callback: Optional[SaveCallback] = None,
+    def __init__(self, ctx: Owner, callback: Optional[SaveCallback] = None,
                  progress: Optional[SaveProgress] = None,
                  on_done: Optional[Callable[[SaveTask], None]] = None) -> None:
-        from .context import _tokens
+        super().__init__()
         self._ctx = ctx
         self.callback = callback
         self._progress_cb = progress
         self._on_done = on_done
         self._h = None
-        self._event = threading.Event()
-        self.done = False
         self.status = None
         self.message = None
         self.report = None
@@ -383,7 +119,6 @@ class SaveTask(Request):
 
     def _deliver(self, task_h: Optional[int], status: int, message: Optional[bytes],
                  report: Optional[int]) -> None:
-        from .context import _report
         prev, self._ctx._cb_thread = self._ctx._cb_thread, threading.get_ident()
         try:
             if self._h is None and task_h:
@@ -402,14 +137,12 @@ class SaveTask(Request):
                 self.error = error
             if self.callback is not None:
                 try:
-                    self.callback(status, msg, self.report)
+                    self.callback(self.error, self.report)
                 except BaseException:
                     _report("save", self.callback)
         finally:
             self._ctx._cb_thread = prev
-            self.done = True
-            self._unregister()
-            self._event.set()
+            self._settle(self.report, self.error)
             if self._on_done is not None:
                 try:
                     self._on_done(self)
@@ -421,16 +154,15 @@ class SaveTask(Request):
         if self._h is None and task_h:
             self._h = task_h
         progress = self._progress_cb
-        if progress is None or self.done:
+        if progress is None or self.done():
             return
-        from .context import _report
         try:
             progress(answered, total)
         except BaseException:
             _report("save progress", progress)
 
     def __repr__(self) -> str:
-        return "<tether.SaveTask %s>" % ("done status=%s" % self.status if self.done else "running")
+        return "<tether.SaveTask %s>" % ("done status=%s" % self.status if self.done() else "running")
 
 
 def _merge(merge: Optional[str]) -> int:
@@ -518,11 +250,11 @@ class ContextSaving:
                    progress: Optional[SaveProgress] = None,
                    _on_done: Optional[Callable[[SaveTask], None]] = None) -> SaveTask:
         """Starts saving every unsaved change; returns a SaveTask.
-        callback(status, message, report) runs once, at the end; progress
+        callback(error, report) runs once, at the end (error None, or the
+        save's TetherError, as the task's exception()); progress
         (answered, total) as the server answers. merge: "report" (the
         default: conflicts are reported, changes kept), "server_wins",
-        "client_wins" or "merge_properties"; None: the context's."""
-        from .context import _progress_trampoline
+        "client_wins" or "properties" ("merge_properties" too); None: the context's."""
         options = _lib.tether_save_options()
         _lib.tether_save_options_init(byref(options), _lib.SAVE_OPTIONS_VERSION)
         options.merge_policy = _merge(merge)
@@ -546,19 +278,13 @@ class ContextSaving:
         raises the save's error (ConflictError with ``conflicts``, ...) with
         the report's counts on it. Changes not saved stay pending."""
         task = self.start_save(merge=merge, progress=progress)
-        if not task.wait(timeout):
-            task.cancel()
-            task.wait(5)
-            raise TimeoutError("tether: the save did not finish in %s s" % timeout)
-        if task.error is not None:
-            raise task.error
-        return task.report  # type: ignore[return-value]  # set by the final callback, which came
+        task._wait_or_cancel(timeout, "the save")
+        return task.result()
 
     async def save_async(self, *, merge: Optional[MergePolicy] = None,
                          progress: Optional[SaveProgress] = None) -> SaveReport:
         """As save(), for asyncio: the context's callbacks are delivered into
         the running loop (in poll mode, its descriptor watched by the loop)."""
-        from .context import _call_in_loop, _resolve
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SaveReport] = loop.create_future()
 
@@ -579,13 +305,6 @@ class ContextSaving:
             if attached:
                 self._loop_release()
 
-    def open_sibling(self, name: str, *, delivery: Optional[Delivery] = None) -> Context:
-        """Another Context on this store, model and connection, with its own
-        objects and unsaved changes (kept in the store under `name`): a
-        background context beside a main one. A save in either updates the
-        objects of the other. Close it as any context."""
-        from .context import Context
-        return Context._sibling(self, name, delivery or self.delivery)  # type: ignore[arg-type]  # self: a Context
 
     def local(self, obj: Object) -> Object:
         """This context's Object for the record `obj` (of a sibling) stands for."""

@@ -44,6 +44,11 @@ def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -
     ctx.fetch_wait("changes", result="ids", properties=["Change"])  # E: call-overload
     ctx.fetch_wait("changes", live=True)  # E: call-overload
     ctx.fetch_live("changes", live=True)  # E: call-arg
+    # A query's options: a misspelled keyword, a policy or a value of the wrong type.
+    ctx.query("changes", limt=10)  # E: call-arg
+    tether.Query("changes", policy="cache")  # E: arg-type
+    tether.Query("changes").limit("10")  # E: arg-type
+    ctx.query("changes").count() + ctx.query("changes").ids()  # E: operator
 
     # A value is a union: narrow it before using it as one type.
     owner: str = obj.peek("Owner")  # E: assignment
@@ -51,8 +56,29 @@ def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -
     conflict.server["Title"]  # E: index
     print(owner)
 
-    # An observer is called with (obj, key, status).
+    # An observer is called with (obj, key, error).
     def changed(obj: tether.Object) -> None:
         print(obj.id)
 
     obj.observe("Owner", changed)  # E: arg-type
+
+    # Callbacks get an exception or None, never an integer status.
+    def on_phase(phase: str, status: int, message: str, answer: object) -> None:
+        print(phase, status, message, answer)
+
+    def on_change(obj: tether.Object, key: str, status: int) -> None:
+        print(obj.id, key, status)
+
+    def on_save(status: int, message: str, report: tether.SaveReport) -> None:
+        print(status, message, report)
+
+    ctx.fetch("changes", callback=on_phase)  # E: arg-type
+    obj.observe("Owner", on_change)  # E: arg-type
+    ctx.start_save(callback=on_save)  # E: arg-type
+
+    # A task is a concurrent.futures.Future: done() and result() are methods,
+    # and wait() (a bool) is gone (concurrent.futures.wait, or result(timeout)).
+    task = ctx.fetch("changes")
+    if task.done:  # E: truthy-function
+        print(task.result + 1)  # E: operator
+    task.wait(5)  # E: attr-defined

@@ -9,8 +9,9 @@ otherwise. misuse.py beside it holds what the hints must refuse.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import tether
 from tether import perforce
@@ -46,18 +47,19 @@ def model_and_objects(ctx: tether.Context) -> None:
     assert_type(c.is_cached("Owner"), bool)
     assert_type(c.version, Optional[int])
     assert_type(c.to_dict(), Dict[str, tether.Value])
-    assert_type(c.context, tether.Context)
+    its_context: tether.Context = c.context   # typed Any (objects.py is below context.py)
+    assert its_context is not None
     owner = c.peek("Owner")
     if isinstance(owner, str):      # a Value is narrowed as any union
         print(owner.upper())
 
-    def changed(obj: tether.Object, key: str, status: int) -> None:
-        print(obj.id, key, status == tether.E_CANCELLED)
+    def changed(obj: tether.Object, key: str, error: Optional[tether.TetherError]) -> None:
+        print(obj.id, key, isinstance(error, tether.TaskCancelledError))
 
     with c.observe("Owner", changed) as ob:
         assert_type(ob, tether.Observer)
     assert_type(ob.remove(), bool)
-    c.observe(304, lambda obj, key, status: None).remove()
+    c.observe(304, lambda obj, key, error: None).remove()
 
 
 class Job:
@@ -120,8 +122,8 @@ def fetching(ctx: tether.Context) -> None:
     kind: tether.ResultType = "ids"
     _, either = ctx.fetch_wait("changes", result=kind)   # a union of the answers
 
-    def on_phase(phase: str, status: int, message: str, answer: Any) -> None:
-        print(phase, status, message, answer)
+    def on_phase(phase: str, error: Optional[tether.TetherError], answer: Any) -> None:
+        print(phase, error, answer)
 
     def on_progress(received: int, total: Optional[int]) -> None:
         print(received, total)
@@ -129,12 +131,16 @@ def fetching(ctx: tether.Context) -> None:
     task = ctx.fetch(ctx.entity("changes"), callback=on_phase, progress=on_progress,
                      policy="server_only", offset=20, server_query="_since=42")
     assert_type(task, tether.Task)
-    assert_type(task.wait(5.0), bool)
     assert_type(task.cancel(), bool)
     assert_type(task.error, Optional[tether.TetherError])
-    assert_type(task.done, bool)
+    assert_type(task.done(), bool)
+    assert_type(task.exception(5.0), Optional[BaseException])
+    print(task.result(5.0))
+    assert_type(concurrent.futures.wait([task], 5.0).done, Set[concurrent.futures.Future[Any]])
+    for finished in concurrent.futures.as_completed([task], 5.0):
+        print(finished.result())
 
-    def on_live(phase: str, status: int, message: str, answer: Any,
+    def on_live(phase: str, error: Optional[tether.TetherError], answer: Any,
                 changes: Optional[tether.Changes]) -> None:
         if changes:
             assert_type(changes.moved, List[Tuple[int, int]])
@@ -155,7 +161,11 @@ async def asyncio_use(ctx: tether.Context) -> None:
     async with ctx.fetch_live("changes", result="ids") as it:
         async for a in it:
             print(a.answer)
+    task = ctx.fetch("changes", result="count")
+    assert_type(task, tether.Task)
+    print(await task)
     report = await ctx.save_async(merge="server_wins")
+    assert_type(await ctx.start_save(), tether.SaveReport)
     assert_type(report, tether.SaveReport)
     ctx.attach(asyncio.get_running_loop())
     ctx.detach()
@@ -172,12 +182,12 @@ def saving(ctx: tether.Context) -> None:
             assert_type(conflict.local_version, Optional[int])
         ctx.save(merge="merge_properties")
 
-    def done(status: int, message: str, report: tether.SaveReport) -> None:
-        print(status, message, report.discarded)
+    def done(error: Optional[tether.TetherError], report: tether.SaveReport) -> None:
+        print(error, report.discarded)
 
     task = ctx.start_save(merge="report", callback=done, progress=lambda got, total: None)
     assert_type(task, tether.SaveTask)
-    task.wait()
+    assert_type(task.result(), tether.SaveReport)
     assert_type(task.report, Optional[tether.SaveReport])
 
     background = ctx.open_sibling("import", delivery="poll")
@@ -262,3 +272,40 @@ def opening() -> None:
     assert_type(tether.set_log_level(logging.DEBUG), int)
     assert_type(tether.log_to_python(), int)
     tether.stop_logging()
+
+
+def query_use(ctx: tether.Context) -> None:
+    q = tether.Query("changes").where("Status == $1", "pending").sort("-Change").limit(10)
+    assert_type(q, tether.Query)
+    assert_type(tether.Query("changes", where="User == $1", args=["alice"], policy="cache_only"), tether.Query)
+    r = ctx.query(q, offset=10)
+    assert_type(r, tether.QueryResult)
+    assert_type(r.all(), List[tether.Object])
+    assert_type(r.first(), Optional[tether.Object])
+    assert_type(r.count(), int)
+    assert_type(r.ids(), List[str])
+    assert_type(r.values("Change", "User"), List[Dict[str, tether.Value]])
+    for obj in ctx.query("changes", on_cached=print):
+        assert_type(obj, tether.Object)
+    task = r.live(lambda answer: print(answer.phase, answer.changes))
+    assert_type(task, tether.Task)
+
+
+async def async_context_use() -> None:
+    async with tether.AsyncContext.open("http://127.0.0.1:8888/v1", "demo", "demo.db") as actx:
+        assert_type(actx, tether.AsyncContext)
+        r = actx.query("changes", where="Status == $1", args=["pending"])
+        assert_type(r, tether.AsyncQueryResult)
+        assert_type(await r.all(), List[tether.Object])
+        assert_type(await r.first(), Optional[tether.Object])
+        assert_type(await r.count(), int)
+        assert_type(await r.ids(), List[str])
+        assert_type(await r.values(), List[Dict[str, tether.Value]])
+        async for obj in r:
+            assert_type(obj, tether.Object)
+        async for answer in r.live():
+            assert_type(answer, tether.LiveAnswer)
+        assert_type(await actx.save(), tether.SaveReport)
+    actx2 = await tether.AsyncContext.open("http://127.0.0.1:8888/v1", "demo", "demo.db")
+    assert_type(actx2, tether.AsyncContext)
+    await actx2.aclose()
