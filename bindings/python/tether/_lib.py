@@ -97,6 +97,7 @@ POLICY_CACHE_ELSE_SERVER = 3
 
 CONTEXT_OPTIONS_VERSION = 5
 KINTO_OPTIONS_VERSION = 1
+POSTGRES_OPTIONS_VERSION = 1
 LOCAL_STORE_VERSION = 1
 SAVE_OPTIONS_VERSION = 1
 
@@ -180,6 +181,14 @@ class tether_kinto_options(Structure):
         ("bucket", c_char_p),
         ("username", c_char_p),
         ("password", c_char_p),
+    ]
+
+
+class tether_postgres_options(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("conninfo", c_char_p),
+        ("schema", c_char_p),
     ]
 
 
@@ -345,6 +354,11 @@ tether_kinto_options_init = _declare(
 tether_context_open_kinto = _declare(
     "tether_context_open_kinto", c_int,
     [POINTER(tether_context_options), POINTER(tether_kinto_options), POINTER(c_void_p)])
+tether_postgres_options_init = _declare(
+    "tether_postgres_options_init", c_int, [POINTER(tether_postgres_options), c_uint])
+tether_context_open_postgres = _declare(
+    "tether_context_open_postgres", c_int,
+    [POINTER(tether_context_options), POINTER(tether_postgres_options), POINTER(c_void_p)])
 tether_context_close = _declare("tether_context_close", c_int, [c_void_p])
 tether_context_is_online = _declare("tether_context_is_online", c_int, [c_void_p, POINTER(c_int)])
 tether_context_fd = _declare("tether_context_fd", c_int, [c_void_p, POINTER(c_int)])
