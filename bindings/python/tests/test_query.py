@@ -5,6 +5,7 @@ be (computed here), and against the fetch_wait path with the same options
 (same ids, same order, same count), under every policy, cold and warm.
 """
 
+import concurrent.futures
 import copy
 import pickle
 import threading
@@ -262,3 +263,17 @@ def test_live_calls_back_with_answers_and_changes(ctx, kinto, items):
         kinto.patch_record(items, "items", rid(1), {"Status": "review"})
         task.cancel()
         assert isinstance(task.exception(timeout=10), tether.TaskCancelledError)
+
+
+def test_start_answers_what_all_answers(ctx):
+    calls = []
+    task = ctx.query("items", sort="-id").start(lambda phase, error, answer: calls.append((phase, error)))
+    assert isinstance(task, concurrent.futures.Future)
+    got = task.result(30)
+    assert [o.id for o in got] == [o.id for o in ctx.query("items", sort="-id").all()]
+    assert calls[-1] == ("final", None)
+
+
+def test_start_refuses_a_callback_that_cannot_be_called(ctx):
+    with pytest.raises(TypeError, match="callable"):
+        ctx.query("items").start(42)  # type: ignore[arg-type]

@@ -298,6 +298,7 @@ class QueryResult:
     ``r.ids()``                     their ids (str), no values read
     ``r.values("A", "B")``          a dict per record with those attributes
     ``r.live(callback)``            a live fetch: callback(LiveAnswer) per answer
+    ``r.start(callback)``           all()'s fetch, started: a Task (a Future)
 
     Each answers the policy's final answer: under "cache_then_server" the
     server's, merged into the cache. The cache's first answer comes to
@@ -379,6 +380,18 @@ class QueryResult:
         rows: List[Row] = self._run(self.query, result="values",
                                     properties=None if names is None else list(names))
         return rows
+
+    def start(self, callback: Optional[Callable[[str, Optional[BaseException], Any], object]] = None) -> Task:
+        """Starts the fetch all() would make and returns at once: a Task, a
+        concurrent.futures.Future of all()'s answer (``task.result(timeout)``,
+        ``task.cancel()``, ``await task``). callback(phase, error, answer)
+        runs once per phase ("cached" then "final" under the default policy)
+        where the context delivers callbacks; `error` is None or the phase's
+        TetherError (a cancelled task's is TaskCancelledError)."""
+        if callback is not None and not callable(callback):
+            raise TypeError("callback must be callable or None, not %s" % type(callback).__name__)
+        q = self.query
+        return self.context.fetch(q.entity, callback=callback, progress=self._progress, **q._fetch_options())
 
     def live(self, callback: Callable[[LiveAnswer], object]) -> Task:
         """Starts a live fetch of the Objects: callback(answer) with a
