@@ -369,8 +369,9 @@ def ctx(kinto_url, items, tmp_path, open_ctx):
 @pytest.fixture
 def warm(ctx, items_total):
     """A context whose cache holds every record."""
-    cached, final = ctx.fetch_wait("items")
-    assert cached == [] and len(final) == items_total
+    cached = []
+    final = ctx.query("items", on_cached=cached.append).all()
+    assert cached == [[]] and len(final) == items_total
     return ctx
 
 

@@ -1,6 +1,6 @@
 """tether.AsyncContext (issue 25) against the real Kinto: Context.query's
 names, awaited, in both delivery modes and under every policy; answers
-checked against the seeded records and against the sync fetch_wait path.
+checked against the seeded records and against the sync path (Context.query).
 """
 
 import asyncio
@@ -74,9 +74,9 @@ def test_every_method_awaited(kinto_url, items, tmp_path, policy, delivery):
     assert got["offline"] is False
     # The sync path on the same store agrees.
     with tether.Context(kinto_url, items, str(tmp_path / "s.db"), username=AUTH[0], password=AUTH[1]) as sync:
-        opts = q._fetch_options()
-        assert ns(sync.fetch_wait("items", **opts)[1]) == ns(sync.query(q).all())
-        assert sync.fetch_wait("items", result="count", **opts)[1] == sync.query(q).count()
+        assert ns(sync.query(q).all()) == expected
+        assert ns(sync.query(q).start().result(30)) == expected
+        assert sync.query(q).count() == len(expected)
 
 
 def test_callbacks_run_on_the_loop_thread_in_poll_mode(kinto_url, items, tmp_path):

@@ -44,7 +44,7 @@ def graph(kinto):
 def opened(open_ctx, kinto_url, bucket, tmp_path, entities=("changes", "comments", "links", "signoffs", "blocks")):
     ctx = open_ctx(kinto_url, bucket, tmp_path / "rules.db")
     for entity in entities:
-        ctx.fetch_wait(entity, policy="server_only")
+        ctx.query(entity, policy="server_only").all()
     return ctx
 
 
@@ -150,7 +150,7 @@ def test_no_reference_to_a_target_going(kinto, kinto_url, bucket, tmp_path, open
 
 
 def cached(ctx, entity):
-    return {o.id: o.peek("Change") for o in ctx.fetch_wait(entity, policy="cache_only")[1]}
+    return {o.id: o.peek("Change") for o in ctx.query(entity, policy="cache_only").all()}
 
 
 def test_a_deletion_learned_reaches_the_cached_referrers(kinto, kinto_url, bucket, tmp_path, open_ctx, graph):
@@ -168,7 +168,7 @@ def test_a_deletion_learned_reaches_the_cached_referrers(kinto, kinto_url, bucke
     kinto.put_record(graph, "links", "l1", {"Url": "u1"})
     kinto.delete_record(graph, "changes", "c1")
 
-    ctx.fetch_wait("changes", policy="server_only")
+    ctx.query("changes", policy="server_only").all()
     for context in (ctx, sibling):
         assert wait_until(lambda: "k1" not in cached(context, "comments"), timeout=5), "the cascaded comment is gone"
         assert wait_until(lambda: cached(context, "links")["l1"] is None, timeout=5), "the cleared link is cleared here"
@@ -191,7 +191,7 @@ def test_rollback_of_a_referrers_delete_follows_its_gone_targets_rule(kinto, kin
     link.delete()
     comment.delete()
     kinto.delete_record(graph, "changes", "c5")
-    ctx.fetch_wait("changes", policy="server_only")
+    ctx.query("changes", policy="server_only").all()
     link.rollback()
     comment.rollback()
     assert link.pending == "update" and link.peek("Change") is None and link.changed_keys == ["Change"]
@@ -235,7 +235,7 @@ def test_related_to_a_deleted_target_is_not_found(kinto, kinto_url, bucket, tmp_
     block = ctx.object("blocks", "b1")
     assert block.related("Change").id == "c1"
     kinto.delete_record(graph, "changes", "c1")
-    ctx.fetch_wait("changes", policy="server_only")
+    ctx.query("changes", policy="server_only").all()
     with pytest.raises(tether.NotFoundError, match="changes/c1, which was deleted"):
         block.related("Change")
     assert block.peek("Change") == "c1", "the reference is what the server holds"
@@ -257,7 +257,7 @@ def test_rollback_of_a_local_notes_delete_follows_its_gone_targets_rule(kinto, k
     (nullify) cleared, and so they stay after a save and a reopen."""
     stores = [tether.LocalStore("private", tmp_path / "p.db", NOTES)]
     ctx = open_ctx(kinto_url, graph, tmp_path / "rules.db", local_stores=stores)
-    ctx.fetch_wait("changes", policy="server_only")
+    ctx.query("changes", policy="server_only").all()
     c8 = ctx.object("changes", "c8")
     one = ctx.insert("notes", {"Text": "one"}, id="n1")
     one.set_related("Item", c8)
@@ -267,7 +267,7 @@ def test_rollback_of_a_local_notes_delete_follows_its_gone_targets_rule(kinto, k
     one.delete()
     two.delete()
     kinto.delete_record(graph, "changes", "c8")
-    ctx.fetch_wait("changes", policy="server_only")
+    ctx.query("changes", policy="server_only").all()
     one.rollback()
     two.rollback()
     assert one.pending == "delete"
@@ -275,5 +275,5 @@ def test_rollback_of_a_local_notes_delete_follows_its_gone_targets_rule(kinto, k
     ctx.save()
     ctx.close()
     ctx = open_ctx(kinto_url, graph, tmp_path / "rules.db", local_stores=stores)
-    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["n2"]
+    assert [n.id for n in ctx.query("notes").all()] == ["n2"]
     assert ctx.object("notes", "n2").peek("Also") is None

@@ -180,14 +180,14 @@ def check(world, kinto, bucket, contexts, where, settle=0.0):
             # without a fetch: another writer's edits are learned by one.)
             deadline = time.monotonic() + settle
             while settle or entity in LOCAL:
-                seen = {o.id: held(o, entity) for o in ctx.fetch_wait(entity, policy="cache_only")[1]}
+                seen = {o.id: held(o, entity) for o in ctx.query(entity, policy="cache_only").all()}
                 if seen == want or time.monotonic() >= deadline:
                     break
                 time.sleep(0.1)
             if settle or entity in LOCAL:
                 assert seen == want, where + ": %s in a context's cache" % entity
             if entity in SERVER:
-                seen = {o.id: held(o, entity) for o in ctx.fetch_wait(entity, policy="server_only")[1]}
+                seen = {o.id: held(o, entity) for o in ctx.query(entity, policy="server_only").all()}
                 assert seen == want, where + ": %s in a context" % entity
 
 
@@ -264,7 +264,7 @@ def foreign_delete(rng, world, kinto, bucket, contexts):
     world.apply(deleted, nullified)
     world.learned(deleted)
     # A context learns of it by a fetch of the target's entity alone.
-    rng.choice(contexts).fetch_wait(entity, policy="server_only")
+    rng.choice(contexts).query(entity, policy="server_only").all()
 
 
 def sibling_edits(rng, world, contexts):
@@ -367,7 +367,7 @@ def run_seed(seed, kinto, kinto_url, tmp_path, open_ctx, steps):
         session.open()
         ctx = session.contexts[0]
         for entity in SERVER:
-            ctx.fetch_wait(entity, policy="server_only")
+            ctx.query(entity, policy="server_only").all()
         for entity in LOCAL:                                # the local records, then their references
             for i, rec in sorted(world.records[entity].items()):
                 ctx.insert(entity, {"Text": rec["Text"]}, id=i)

@@ -73,7 +73,7 @@ def test_the_cancel_error_is_not_asyncios():
 
 def test_the_library_raises_them_as_pythons(things, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, things, tmp_path / "e.db")
-    ctx.fetch_wait("things", policy="server_only")
+    ctx.query("things", policy="server_only").all()
     with pytest.raises(LookupError) as caught:
         ctx.entity("nothings")
     assert isinstance(caught.value, tether.NotFoundError) and caught.value.status == tether.E_NOT_FOUND
@@ -85,16 +85,16 @@ def test_the_library_raises_them_as_pythons(things, kinto_url, tmp_path, open_ct
         t.State = "maybe"
     assert isinstance(caught.value, tether.InvalidError) and caught.value.status == tether.E_INVALID
     with pytest.raises(ValueError) as caught:
-        ctx.fetch_wait("things", where="Size >")
+        ctx.query("things", where="Size >").all()
     assert isinstance(caught.value, tether.InvalidError) and isinstance(caught.value, tether.UsageError)
     assert t.pending is None, "nothing changed"
 
 
 def test_a_network_failure_is_a_remote_error(things, tmp_path, open_ctx, faultproxy, kinto_url):
     ctx = open_ctx(faultproxy.url, things, tmp_path / "n.db", timeout_ms=3000)
-    ctx.fetch_wait("things", policy="server_only")
+    ctx.query("things", policy="server_only").all()
     faultproxy.stop()
     with pytest.raises(tether.RemoteError) as caught:
-        ctx.fetch_wait("things", policy="server_only")
+        ctx.query("things", policy="server_only").all()
     assert isinstance(caught.value, tether.NetworkError) and caught.value.status == tether.E_NETWORK
     assert not isinstance(caught.value, builtins.OSError)

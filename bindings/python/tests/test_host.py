@@ -75,12 +75,12 @@ def test_a_dict_server_end_to_end(tmp_path):
     server = DictServer()
     with tether.Context.with_connection(server, tmp_path / "dict.db") as ctx:
         assert [e.name for e in ctx.entities] == ["rows"]
-        cached, final = ctx.fetch_wait("rows", sort="-Rank", limit=3)
+        final = ctx.query("rows", sort="-Rank", limit=3).all()
         assert [r.id for r in final] == ["r4", "r3", "r2"]
         # With sort keys the library reads every record, in id order, and
         # makes the cut itself (a server orders nulls and other types its own way).
         assert server.asked[0].sort == (("id", False),) and server.asked[0].limit == 0
-        cached, final = ctx.fetch_wait("rows", limit=2, policy="server_only")
+        final = ctx.query("rows", limit=2, policy="server_only").all()
         assert [r.id for r in final] == ["r0", "r1"]
         assert server.asked[-1].sort == (("id", False),) and server.asked[-1].limit == 2
         row = ctx.object("rows", "r3")
@@ -128,14 +128,13 @@ class AsyncServer(DictServer):
 def test_async_methods_and_cancel(tmp_path):
     server = AsyncServer()
     with tether.Context.with_connection(server, tmp_path / "async.db") as ctx:
-        _, final = ctx.fetch_wait("rows")
+        final = ctx.query("rows").all()
         assert len(final) == 5
         server.hold = True
         done = threading.Event()
         seen = []
-        task = ctx.fetch("rows", policy="server_only",
-                         callback=lambda phase, error, answer: (seen.append(error.status), done.set())
-                         if phase == "final" else None)
+        task = ctx.query("rows", policy="server_only").start(
+            lambda phase, error, answer: (seen.append(error.status), done.set()) if phase == "final" else None)
         time.sleep(0.2)
         task.cancel()
         assert done.wait(10)
@@ -145,7 +144,7 @@ def test_async_methods_and_cancel(tmp_path):
             time.sleep(0.01)
         assert server.cancels == [tether._lib.REQUEST_PAGE], "the connection hears of the cancel"
         # One more that never ends: close ends it.
-        ctx.fetch("rows", policy="server_only")
+        ctx.query("rows", policy="server_only").start()
         time.sleep(0.1)
     assert tether.debug_counts()["requests"] == 0
     assert server.closes == 1
@@ -163,7 +162,7 @@ def test_what_a_method_raises_fails_its_request(tmp_path):
     server = Broken()
     with tether.Context.with_connection(server, tmp_path / "broken.db") as ctx:
         with pytest.raises(tether.TetherError, match="ValueError: disk on fire"):
-            ctx.fetch_wait("rows", policy="server_only")
+            ctx.query("rows", policy="server_only").all()
         row = ctx.object("rows", "r1")
         errors = []
         row.observe("Title", lambda obj, key, error: errors.append(error and error.status))

@@ -68,9 +68,9 @@ def test_messages_by_category_and_no_password(caplog, kinto_url, bucket, notes, 
     caplog.set_level(logging.DEBUG, logger="tether")
     assert tether.log_to_python() == _lib.LOG_DEBUG
     with tether.Context(kinto_url, bucket, str(tmp_path / "a.db"), username="logpy", password=password) as ctx:
-        cached, final = ctx.fetch_wait(notes, sort="Rank", policy="server_only")
+        final = ctx.query(notes, sort="Rank", policy="server_only").all()
         assert len(final) == 60
-        ctx.fetch_wait(notes, where="Rank < 5")
+        ctx.query(notes, where="Rank < 5").all()
         note = ctx.object(notes, "n3")
         note.Title = "edited in a logged session"
         report = ctx.save()
@@ -78,7 +78,7 @@ def test_messages_by_category_and_no_password(caplog, kinto_url, bucket, notes, 
     # The password in the URL's user info this time.
     scheme, rest = kinto_url.split("://", 1)
     with tether.Context("%s://logpy:%s@%s" % (scheme, password, rest), bucket, str(tmp_path / "b.db")) as ctx:
-        assert len(ctx.fetch_wait(notes, policy="server_only")[1]) == 60
+        assert len(ctx.query(notes, policy="server_only").all()) == 60
 
     records = tether_records(caplog)
     assert records, "the library's messages reach logging"
@@ -106,7 +106,7 @@ def test_level_filters_in_the_library(caplog, kinto_url, bucket, notes, tmp_path
     caplog.set_level(logging.INFO, logger="tether")
     assert tether.log_to_python() == _lib.LOG_INFO
     with tether.Context(kinto_url, bucket, str(tmp_path / "c.db"), username="test", password="test") as ctx:
-        ctx.fetch_wait(notes, policy="server_only")
+        ctx.query(notes, policy="server_only").all()
     records = tether_records(caplog)
     assert any(r.name == "tether.context" and r.getMessage().startswith("context opened online") for r in records)
     assert all(r.levelno >= logging.INFO for r in records)
@@ -156,8 +156,8 @@ def test_a_failing_handler_stays_out_of_c(kinto_url, bucket, notes, tmp_path):
     try:
         tether.set_log_level(logging.DEBUG)
         with tether.Context(kinto_url, bucket, str(tmp_path / "e.db"), username="test", password="test") as ctx:
-            assert len(ctx.fetch_wait(notes, policy="server_only")[1]) == 60
-            assert len(ctx.fetch_wait(notes, policy="cache_only")[1]) == 60
+            assert len(ctx.query(notes, policy="server_only").all()) == 60
+            assert len(ctx.query(notes, policy="cache_only").all()) == 60
     finally:
         log.removeHandler(handler)
         logging.getLogger("tether.http").removeFilter(flt)
@@ -197,7 +197,7 @@ import logging, sys, tether
 logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%%(name)s %%(message)s")
 tether.log_to_python()
 ctx = tether.Context(%r, %r, %r, username="test", password="test")
-ctx.fetch(%r, policy="server_only")
+ctx.query(%r, policy="server_only").start()
 print("exiting", flush=True)
 """ % (kinto_url, bucket, str(tmp_path / "g.db"), notes)
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(tether.__file__)))

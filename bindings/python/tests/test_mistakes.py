@@ -40,7 +40,7 @@ def ids_on_server(kinto, bucket, collection):
 
 def opened(open_ctx, kinto_url, bucket, tmp_path, jobs):
     ctx = open_ctx(kinto_url, bucket, tmp_path / "mistakes.db")
-    ctx.fetch_wait(jobs, policy="server_only")
+    ctx.query(jobs, policy="server_only").all()
     return ctx
 
 
@@ -157,6 +157,27 @@ def test_leaving_a_with_block_with_unsaved_changes_warns(kinto_url, bucket, tmp_
             ctx.save()
 
 
+def test_a_query_says_what_it_takes_and_what_it_has(kinto_url, bucket, tmp_path, open_ctx, jobs):
+    ctx = opened(open_ctx, kinto_url, bucket, tmp_path, jobs)
+    # 0.2's result= is a method of the result now: the error says which.
+    with pytest.raises(TypeError) as caught:
+        ctx.query(jobs, result="count")
+    assert str(caught.value) == ("query() takes no result=: call the result's method for it (all(), ids(), "
+                                 "count(), values(...)), e.g. ctx.query(...).count()")
+    with pytest.raises(TypeError, match=r"e\.g\. ctx\.query\(\.\.\.\)\.ids\(\)"):
+        ctx.object(jobs, "j1").related_query("x", result="ids")
+    with pytest.raises(TypeError) as caught:
+        ctx.query(jobs, limt=1)
+    assert "unexpected keyword argument 'limt' (did you mean limit?)" in str(caught.value)
+    with pytest.raises(TypeError, match=r"use ctx\.query\(\.\.\.\)\.live\(callback\)"):
+        ctx.query(jobs, live=True)
+    # A misspelled method names the nearest, as an Object's key does.
+    with pytest.raises(AttributeError) as caught:
+        ctx.query(jobs).cout()
+    assert str(caught.value).startswith("QueryResult has no attribute 'cout' (did you mean count?)")
+    assert ctx.query(jobs).count() == 1, "nothing of the above ran a fetch that broke the context"
+
+
 SHADOWED = {"type": "object", "properties": {
     "Name": {"type": "string"}, "version": {"type": "string"}, "entity": {"type": "string"},
     "context": {"type": "string"}, "pending": {"type": "string"}}}
@@ -167,7 +188,7 @@ def test_fields_the_binding_shadows_are_read_by_key(kinto, kinto_url, bucket, tm
     values = {"Name": "n", "version": "v2", "entity": "e", "context": "c", "pending": "p"}
     kinto.put_records(bucket, "shadowed", [("s1", values)])
     ctx = open_ctx(kinto_url, bucket, tmp_path / "shadowed.db")
-    ctx.fetch_wait("shadowed", policy="server_only")
+    ctx.query("shadowed", policy="server_only").all()
     s = ctx.object("shadowed", "s1")
     for key, value in values.items():
         assert s[key] == s.get(key) == s.peek(key) == value, key
@@ -191,6 +212,6 @@ def test_an_attribute_says_its_allowed_values(kinto_url, bucket, tmp_path, open_
     entity = ctx.entity(jobs)
     assert entity.attribute("Status").allowed == ("open", "done")
     assert entity.attribute("Title").allowed is None
-    obj = ctx.fetch_wait(jobs)[1][0]
+    obj = ctx.query(jobs).all()[0]
     with pytest.raises(tether.InvalidError):
         obj.Status = "closed"

@@ -47,7 +47,7 @@ def test_perforce_codes_lists_and_selects(data, tmp_path):
         assert ctx.entity("change").attribute(205).name == "Status"
         assert ctx.entity("user").attribute(651).is_id
         assert ctx.entity("job").attribute(101).is_id       # a jobspec's first required field
-        ctx.fetch_wait("client", policy="server_only")
+        ctx.query("client", policy="server_only").all()
         ws = ctx.object("client", "alice-ws")
         assert ws.peek(304) == "alice" and ws.peek(307) == "/home/alice/alice-ws"
         assert ws.peek("View") == ["//depot/main/... //alice-ws/main/...",
@@ -61,7 +61,7 @@ def test_perforce_codes_lists_and_selects(data, tmp_path):
 def test_get_asks_the_port_and_peek_does_not(data, tmp_path):
     port = Counting(perforce.FileSource(data))
     with tether.Context.with_connection(port, tmp_path / "p4.db") as ctx:
-        cached, final = ctx.fetch_wait("change")
+        final = ctx.query("change").all()
         assert len(final) == 6
         change = ctx.object("change", "1042")
         assert change.peek("Client") == "carol-build"
@@ -113,15 +113,15 @@ def test_a_p4_command_line(data, tmp_path, monkeypatch):
     source = perforce.CommandSource([sys.executable, str(fake)], {"client": ["clients"], "change": ["changes", "-l"]})
     with tether.Context.with_connection(perforce.Port(source), tmp_path / "cmd.db") as ctx:
         assert [e.name for e in ctx.entities] == ["change", "client"]
-        _, changes = ctx.fetch_wait("change", sort="-Change")
+        changes = ctx.query("change", sort="-Change").all()
         assert changes[0].peek(201) == "1045"
         assert changes[0].peek("Description") == "Change 1045 by bob.\n"
-        _, clients = ctx.fetch_wait("client")
+        clients = ctx.query("client").all()
         assert sorted(c.peek("Owner") for c in clients) == ["alice", "bob", "carol", "dave"]
     broken = perforce.CommandSource([sys.executable, str(fake)], {"client": ["bad"]})
     with tether.Context.with_connection(perforce.Port(broken), tmp_path / "bad.db") as ctx:
         with pytest.raises(tether.NetworkError, match="Connect to server failed"):
-            ctx.fetch_wait("client", policy="server_only")
+            ctx.query("client", policy="server_only").all()
 
 
 def test_a_malformed_specdef_fails_the_open(data, tmp_path):
@@ -172,7 +172,7 @@ def test_the_port_opens_with_autoid_z_and_single_semicolon_specdefs(data, tmp_pa
         assert len(set(autoid.values())) == 3 and 0 not in autoid.values()
         assert sorted(d.attribute for d in ctx.diagnostics if d.entity == "group") == [
             "Description", "IdleTimeout", "MaxMemory"]
-        ctx.fetch_wait("group", policy="server_only")
+        ctx.query("group", policy="server_only").all()
         devs = ctx.object("group", "devs")
         assert devs.peek(406) == "43200" and devs.peek("MaxMemory") == "1024"
         assert devs.peek(autoid["MaxMemory"]) == "1024"

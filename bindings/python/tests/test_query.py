@@ -1,8 +1,8 @@
 """tether.Query and Context.query (issue 25) against the real Kinto.
 
-Every answer is checked twice: against what the seeded records say it must
-be (computed here), and against the fetch_wait path with the same options
-(same ids, same order, same count), under every policy, cold and warm.
+Every answer is checked against what the seeded records say it must be
+(computed here), by every method (all, iteration, batched iteration, ids,
+count, values, first, start's Future), under every policy, cold and warm.
 """
 
 import concurrent.futures
@@ -144,33 +144,28 @@ def test_keywords_replace_a_querys_values(ctx):
 
 # ------------------------------------------------------------------ answers
 
-def fetch_wait_final(ctx, q, **kw):
-    opts = q._fetch_options()
-    return ctx.fetch_wait(q.entity, **opts, **kw)[1]
-
-
 @pytest.mark.parametrize("warmed", [False, True], ids=["cold", "warm"])
 @pytest.mark.parametrize("policy", POLICIES)
-def test_every_method_answers_as_fetch_wait(ctx, policy, warmed):
+def test_every_method_answers_alike(ctx, policy, warmed):
     if warmed:
-        ctx.fetch_wait("items")
+        ctx.query("items").all()
     q = Q.policy(policy)
     # What the cache holds decides cache_only's answer: none when cold.
     expected = [] if policy == "cache_only" and not warmed else EXPECTED
     objs = ctx.query(q).all()
     assert isinstance(objs, tether.Answer) and objs.offline is False
-    assert ns(objs) == expected == ns(fetch_wait_final(ctx, q))
+    assert ns(objs) == expected == ns(ctx.query(q).start().result(30))   # a Future of all()'s answer
     assert ns(ctx.query(q)) == expected                      # iteration
     assert ns(ctx.query(q.batch(3))) == expected             # made 3 at a time
     ids = ctx.query(q).ids()
-    assert ids == [rid(i) for i in expected] == fetch_wait_final(ctx, q, result="ids")
+    assert ids == [rid(i) for i in expected]
     assert [o.id for o in objs] == ids
     n = ctx.query(q).count()
-    assert n == len(expected) == fetch_wait_final(ctx, q, result="count")
+    assert n == len(expected)
     assert isinstance(n, int) and n.offline is False
     rows = ctx.query(q).values("N", "Status")
     assert rows == [{"N": i, "Status": "open"} for i in expected]
-    assert rows == fetch_wait_final(ctx, q, result="values", properties=["N", "Status"])
+    assert ctx.query(q.properties("N", "Status")).values() == rows
     assert ctx.query(q.properties("Name")).values() == [{"Name": "Item %d" % i} for i in expected]
     every = ctx.query(q).values()
     assert [r["N"] for r in every] == expected and all(set(r) >= {"id", "N", "Name"} for r in every)
@@ -181,10 +176,10 @@ def test_every_method_answers_as_fetch_wait(ctx, policy, warmed):
         assert first is None
 
 
-def test_a_server_query_answers_as_fetch_wait(ctx):
+def test_a_server_query_answers_the_servers_answer(ctx):
     q = Query("items", server_query="Status=closed", sort="N", limit=5, policy="server_only")
     expected = [i for i in range(N) if i % 3 == 2][:5]
-    assert ns(ctx.query(q).all()) == expected == ns(fetch_wait_final(ctx, q))
+    assert ns(ctx.query(q).all()) == expected == ns(ctx.query(q).start().result(30))
     assert ctx.query(q).ids() == [rid(i) for i in expected]
 
 
@@ -205,7 +200,7 @@ def test_a_result_asks_again_each_time(ctx, kinto, items):
 
 
 def test_on_cached_gets_the_caches_first_answer(ctx):
-    ctx.fetch_wait("items", where="N < 5")          # the cache holds N 0..4
+    ctx.query("items", where="N < 5").all()          # the cache holds N 0..4
     seen = []
     q = Query("items").where("N < $1", 10).sort("N")
     final = ctx.query(q, on_cached=seen.append).all()
@@ -226,14 +221,16 @@ def test_poll_delivery(kinto_url, items, tmp_path, open_ctx):
 
 def test_offline_answers_the_cache_marked(kinto_url, items, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, items, tmp_path / "o.db", timeout_ms=2000)
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     faultproxy.stop()
     objs = ctx.query(Q).all()
     assert ns(objs) == EXPECTED and objs.offline is True
     n = ctx.query(Q).count()
     assert n == len(EXPECTED) and n.offline is True
-    old = fetch_wait_final(ctx, Q)
-    assert ns(old) == EXPECTED and old.offline is True
+    # start()'s Future says what happened (the final error); its task
+    # keeps the cache's answer all() gave.
+    task = ctx.query(Q).start()
+    assert isinstance(task.exception(30), tether.NetworkError) and ns(task.objects) == EXPECTED
     with pytest.raises(tether.NetworkError):
         ctx.query(Q.policy("server_only")).all()
 

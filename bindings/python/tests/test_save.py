@@ -38,8 +38,8 @@ def notes(kinto, bucket, request):
 
 def opened(open_ctx, kinto_url, bucket, tmp_path, notes, **kw):
     ctx = open_ctx(kinto_url, bucket, tmp_path / "save.db", **kw)
-    ctx.fetch_wait(notes, policy="server_only")
-    ctx.fetch_wait("people", policy="server_only")
+    ctx.query(notes, policy="server_only").all()
+    ctx.query("people", policy="server_only").all()
     return ctx
 
 
@@ -107,7 +107,7 @@ def test_insert_delete_and_relationships(kinto, kinto_url, bucket, tmp_path, ope
     gone = ctx.object(notes, "n3")
     gone.delete()
     assert gone.pending == "delete"
-    _, final = ctx.fetch_wait(notes, sort="Rank", policy="cache_only")
+    final = ctx.query(notes, sort="Rank", policy="cache_only").all()
     assert [o.id for o in final][-1] == made.id and gone not in final, "unsaved changes count in fetches"
     assert ctx.save().saved == 3
     assert kinto.get_record(bucket, notes, made.id)["Title"] == "new"
@@ -210,9 +210,9 @@ def test_a_sibling_takes_what_another_fetched(kinto, kinto_url, bucket, tmp_path
     sibling = ctx.open_sibling("b")
     try:
         kinto.patch_record(bucket, notes, "n2", {"Title": "theirs"})
-        sibling.fetch_wait(notes, policy="server_only")
+        sibling.query(notes, policy="server_only").all()
         assert held.peek("Title") == "theirs"
-        answer = {o.id: o.peek("Title") for o in ctx.fetch_wait(notes, policy="server_only")[1]}
+        answer = {o.id: o.peek("Title") for o in ctx.query(notes, policy="server_only").all()}
         assert answer["n2"] == "theirs"
         assert seen.wait(lambda calls: len(calls) >= 1), "its observer is told"
     finally:
@@ -288,7 +288,7 @@ def test_a_batch_cut_midway_is_sent_again_and_applied_once(kinto, kinto_url, buc
     kinto.create_collection(bucket, "cut", REQUIRED)
     kinto.put_records(bucket, "cut", [("c%d" % i, {"Title": "c%d" % i, "Rank": i}) for i in range(5)])
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "cut.db")
-    ctx.fetch_wait("cut", policy="server_only")
+    ctx.query("cut", policy="server_only").all()
     made = [ctx.insert("cut", {"Title": "new %d" % i}) for i in range(10)]
     for i in range(5):
         ctx.object("cut", "c%d" % i).Rank = 100 + i
@@ -296,7 +296,7 @@ def test_a_batch_cut_midway_is_sent_again_and_applied_once(kinto, kinto_url, buc
     report = ctx.save()
     assert report.saved == 15 and report.failures == []
     assert len([l for l in faultproxy.log() if "/batch" in l]) >= 2, "the batch was sent again"
-    _, final = ctx.fetch_wait("cut", policy="server_only")
+    final = ctx.query("cut", policy="server_only").all()
     assert len(final) == 15, "each insert once"
     assert sorted(kinto.get_record(bucket, "cut", "c%d" % i)["Rank"] for i in range(5)) == [100, 101, 102, 103, 104]
     assert {kinto.get_record(bucket, "cut", o.id)["Title"] for o in made} == {"new %d" % i for i in range(10)}

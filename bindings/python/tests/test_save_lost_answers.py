@@ -24,7 +24,7 @@ def test_edit_after_a_lost_answer(kinto, bucket, faultproxy, open_ctx, tmp_path,
     kinto.create_collection(bucket, name, SCHEMA)
     kinto.put_records(bucket, name, [("r%d" % i, {"N": i, "Tag": "seed"}) for i in range(3)])
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "s.db")
-    ctx.fetch_wait(name, policy="server_only")
+    ctx.query(name, policy="server_only").all()
     ctx.object(name, "r0").N = 100
     ctx.object(name, "r1").N = 101
     inserted = ctx.insert(name, {"N": 7})

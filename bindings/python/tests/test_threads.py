@@ -30,7 +30,7 @@ def test_concurrent_fetches_from_threads(pts, kinto_url, tmp_path, open_ctx):
     def worker(k):
         try:
             for j in range(5):
-                _, objs = ctx.fetch_wait("pts", sort="P" if j % 2 else "-P", limit=10 + k)
+                objs = ctx.query("pts", sort="P" if j % 2 else "-P", limit=10 + k).all()
                 results.append(len(objs))
                 for o in objs[:5]:
                     o.get("P")
@@ -50,7 +50,7 @@ def test_concurrent_fetches_from_threads(pts, kinto_url, tmp_path, open_ctx):
     held = [ctx.object("pts", "p%02d" % i) for i in range(N)]
     assert len({id(o) for o in held}) == N
     assert all(ctx.object("pts", "p%02d" % i) is held[i] for i in range(N))
-    ctx.fetch_wait("pts", policy="cache_only")
+    ctx.query("pts", policy="cache_only").all()
     assert ctx.pending == 0
 
 
@@ -74,10 +74,10 @@ def test_waiting_inside_a_callback_is_refused(pts, kinto_url, tmp_path, open_ctx
     def cb(phase, error, objs):
         if phase == "final":
             try:
-                ctx.fetch_wait("pts", policy="cache_only", timeout=2)
+                ctx.query("pts", policy="cache_only", timeout=2).all()
             except tether.BusyError as e:
                 seen.append(e)
-    t = ctx.fetch("pts", policy="cache_only", callback=cb)
+    t = ctx.query("pts", policy="cache_only").start(cb)
     assert finished(t, 10)
     assert len(seen) == 1
     # the inner fetch was started, then its wait refused; it still finishes

@@ -1,9 +1,8 @@
 """To-many relationships from Python (fetch options version 6, issue 25):
 an entity's relationships and its references' targets are read, and
-fetch(related=(obj, name)) answers the records referring to obj, from the
-cache and the server alike, narrowed by a predicate, in every form."""
-
-import asyncio
+obj.related_query(name) (or related_many, its all()) answers the records
+referring to obj, from the cache and the server alike, narrowed by a
+predicate, in every form a query answers."""
 
 import pytest
 
@@ -37,34 +36,32 @@ def test_the_model_names_relationships_and_targets(pets, kinto_url, tmp_path, op
     assert pet.relationships == []
 
 
-def test_fetch_related_answers_the_records_referring_to_an_object(pets, kinto_url, tmp_path, open_ctx):
+def test_related_query_answers_the_records_referring_to_an_object(pets, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, pets, tmp_path / "s.db")
     ann = ctx.object("owners", "ann")
-    cached, final = ctx.fetch_wait(None, related=(ann, "pets"), sort="Age")
+    final = ann.related_many("pets", sort="Age")
     assert [p.id for p in final] == ["p1", "p2", "p4", "p5", "p7", "p8"]
+    assert final.offline is False
     assert all(p.entity.name == "pets" for p in final)
     # From the cache alone now, as any fetch; a predicate narrows it.
-    _, old = ctx.fetch_wait("pets", related=(ann, "pets"), where="Age > $1", args=[4], policy="cache_only",
-                            sort="-Age")
+    old = ann.related_query("pets", where="Age > $1", args=[4], policy="cache_only", sort="-Age").all()
     assert [p.id for p in old] == ["p8", "p7", "p5"]
     bob = ctx.object("owners", "bob")
-    assert ctx.fetch("pets", related=(bob, "pets"), result="count").result(30) == 3
-    assert sorted(bob.related_many("pets", result="ids")) == ["p0", "p3", "p6"]
-
-    async def main():
-        return await ctx.fetch_async(None, related=(bob, "pets"), result="values", properties=["Name"], sort="Age")
-
-    assert asyncio.run(main()) == [{"Name": "pet0"}, {"Name": "pet3"}, {"Name": "pet6"}]
+    assert sorted(p.id for p in bob.related_query("pets").start().result(30)) == ["p0", "p3", "p6"]
+    assert bob.related_query("pets").count() == 3
+    assert sorted(bob.related_query("pets").ids()) == ["p0", "p3", "p6"]
+    assert bob.related_query("pets", sort="Age").values("Name") == [{"Name": "pet0"}, {"Name": "pet3"}, {"Name": "pet6"}]
+    assert bob.related_query("pets", sort="-Age").first().id == "p6"
 
 
-def test_fetch_related_refuses_what_it_cannot_answer(pets, kinto_url, tmp_path, open_ctx):
+def test_related_query_refuses_what_it_cannot_answer(pets, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, pets, tmp_path / "s.db")
     ann = ctx.object("owners", "ann")
     with pytest.raises(tether.NotFoundError):
-        ctx.fetch_wait(None, related=(ann, "cats"))
-    with pytest.raises(tether.TetherError):
-        ctx.fetch_wait("owners", related=(ann, "pets"))   # the relationship holds pets
+        ann.related_many("cats")
+    with pytest.raises(tether.NotFoundError):
+        ctx.object("pets", "p1").related_many("pets")   # pets have no to-many "pets"
     with pytest.raises(TypeError):
-        ctx.fetch_wait(None)
-    with pytest.raises(TypeError):
-        ctx.fetch_wait(None, related=("ann", "pets"))
+        ann.related_many("pets", result="count")   # a QueryResult's method says what it answers
+    with pytest.raises(ValueError):
+        ann.related_query("pets", limit=0)

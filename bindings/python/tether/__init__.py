@@ -14,8 +14,8 @@
         async with tether.AsyncContext.open("http://127.0.0.1:8888/v1", "demo", "a.db") as actx:
             print(await actx.query(pending).count())
 
-    async def watch(ctx):      # a live fetch: an answer per change, until break
-        async for a in ctx.fetch_live("changes", where="Status == 'pending'"):
+    async def watch(actx):     # a live fetch: an answer per change, until break
+        async for a in actx.query("changes", where="Status == 'pending'").live():
             print(a.answer, a.changes)
 
 An Object holds one reference to its record's handle while Python holds the
@@ -44,7 +44,7 @@ from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INV
                      E_NOT_CACHED, E_BUSY, E_CONFLICT, E_NOT_ALLOWED, E_EXPIRED)
 from .values import POLICIES, RESULT_TYPES
 from .model import Attribute, Diagnostic, Entity, LocalStore, Relationship
-from .objects import Object, Observer
+from .objects import ContextView, Object, Observer
 from .results import Answer, Changes, Count, LiveAnswer, Results
 from .tasks import LiveFetch, Task
 from .errors import Conflict
@@ -64,7 +64,7 @@ from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase
 __version__ = "0.3.0"
 
 __all__ = [
-    "Context", "AsyncContext", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Relationship", "Diagnostic", "Object", "Observer", "OnlineObserver", "Results",
+    "Context", "AsyncContext", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Relationship", "Diagnostic", "Object", "ContextView", "Observer", "OnlineObserver", "Results",
     "Answer", "Count", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",

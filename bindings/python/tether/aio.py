@@ -11,8 +11,8 @@ with Client. The same names, awaited:
 It wraps a Context opened with delivery="poll" (by default) and attached to
 the running loop, so every callback (fetches, observers, saves) runs on the
 loop's thread. It is built on the context's asyncio integration
-(Context.attach, fetch with a done hook, fetch_live, save_async), and
-answers as Context.query does: the final answer, the cache's marked
+(Context.attach, the fetch primitive with a done hook, LiveFetch,
+save_async), and answers as Context.query does: the final answer, the cache's marked
 ``offline`` when the server cannot be reached (unless "server_only").
 """
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import (Any, AsyncIterator, Callable, Dict, Generator, Iterable, List, Optional, Sequence,
-                    Union)
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, Iterable, List, NoReturn, Optional,
+                    Sequence, Union)
 
 from . import _lib
 from ._types import Delivery, MergePolicy, Policy
@@ -29,29 +29,23 @@ from .callbacks import _call_in_loop
 from .context import Context
 from .model import Diagnostic, Entity, LocalStore
 from .objects import Object
-from .results import Row, _marked
+from .results import Answer, Count, Row
 from .tasks import LiveFetch, Task
 from .values import Argument, Progress
-from .errors import NetworkError
 from .host import Connection
-from .query import KEEP, OnCached, Query, _close, _names, make_query
+from .query import KEEP, OnCached, Query, _close, _final, _names, _no_method, make_query, says_unknown_keywords
 from .saving import SaveProgress, SaveReport
 
 
 def _settle(fut: asyncio.Future[Any], ctx: Context, task: Task, policy: str) -> None:
-    """On the loop: the final answer as Context.query gives it (fetch_wait's rule)."""
-    _close(task.cached)   # a batched cached answer: on_cached had it
-    if fut.done():
+    """On the loop: the final answer as Context.query gives it."""
+    if fut.done():   # the awaiting task was cancelled
+        _close(task.cached)
         _close(task.objects)
         return
-    error = task.error
-    if error is None:
-        # task.objects: the final answer (task.result too, but that name is
-        # the one a concurrent.futures.Future gives a method).
-        fut.set_result(_marked(task.objects, False))
-    elif isinstance(error, NetworkError) and policy != "server_only" and not ctx.online:
-        fut.set_result(_marked(task.objects, True))
-    else:
+    try:
+        fut.set_result(_final(ctx, task, policy))
+    except BaseException as error:
         fut.set_exception(error)
 
 
@@ -59,7 +53,7 @@ class AsyncQueryResult:
     """What AsyncContext.query gives: QueryResult's methods, awaited
     (``await r.all()``, ``first()``, ``count()``, ``ids()``,
     ``values(...)``), ``async for obj in r``, and ``r.live()``, a live fetch
-    as an async iterator of tether.LiveAnswer (see Context.fetch_live).
+    as an async iterator of tether.LiveAnswer (a tether.LiveFetch).
     Nothing runs until asked; each call asks again. Cancelling the awaiting
     task cancels the fetch."""
 
@@ -76,6 +70,11 @@ class AsyncQueryResult:
 
     def __repr__(self) -> str:
         return "<tether.AsyncQueryResult %r>" % (self.query,)
+
+    if not TYPE_CHECKING:   # a type checker refuses a misspelled method itself
+        def __getattr__(self, name: str) -> NoReturn:
+            # Only for names it lacks: a misspelled method says the nearest one.
+            raise _no_method(self, name, ("all", "first", "count", "ids", "values", "live", "query"))
 
     async def _run(self, query: Query, **options: Any) -> Any:
         ctx = self.context.sync
@@ -98,8 +97,8 @@ class AsyncQueryResult:
         if poll_mode:
             ctx._loop_acquire(loop)
         try:
-            task = ctx.fetch(query.entity, callback=callback, progress=self._progress, _on_done=done,
-                             **query._fetch_options(), **options)
+            task = ctx._fetch(query.entity, callback=callback, progress=self._progress, on_done=done,
+                              **query._fetch_options(), **options)
         except BaseException:
             if poll_mode:
                 ctx._loop_release()
@@ -121,9 +120,9 @@ class AsyncQueryResult:
         finally:
             _close(answer)
 
-    async def all(self) -> List[Object]:
+    async def all(self) -> Answer[Object]:
         """Every Object of the answer, in order (a tether.Answer: a list with ``offline``)."""
-        answer: List[Object] = await self._run(self.query)
+        answer: Answer[Object] = await self._run(self.query)
         return answer
 
     async def first(self) -> Optional[Object]:
@@ -131,21 +130,21 @@ class AsyncQueryResult:
         answer = await self._run(self.query.limit(1))
         return answer[0] if answer else None
 
-    async def count(self) -> int:
+    async def count(self) -> Count:
         """How many records match (after offset, at most limit): a tether.Count."""
-        n: int = await self._run(self.query, result="count")
+        n: Count = await self._run(self.query, result="count")
         return n
 
-    async def ids(self) -> List[str]:
+    async def ids(self) -> Answer[str]:
         """The ids of the records that match, in order."""
-        ids: List[str] = await self._run(self.query, result="ids")
+        ids: Answer[str] = await self._run(self.query, result="ids")
         return ids
 
-    async def values(self, *properties: str) -> List[Row]:
+    async def values(self, *properties: str) -> Answer[Row]:
         """A dict {name: value} per record, with `properties` (none: the
         Query's, else every attribute) in that order; no Objects made."""
         names = _names("properties", properties, allow_sign=False) if properties else self.query._properties
-        rows: List[Row] = await self._run(self.query, result="values",
+        rows: Answer[Row] = await self._run(self.query, result="values",
                                           properties=None if names is None else list(names))
         return rows
 
@@ -155,7 +154,8 @@ class AsyncQueryResult:
         `answer`, `changes`, `error`); leaving the loop cancels it. Call it
         with the loop running."""
         q = self.query
-        return self.context.sync.fetch_live(q.entity, progress=self._progress, **q._fetch_options())
+        return LiveFetch(self.context.sync, asyncio.get_running_loop(),
+                         dict(entity=q.entity, progress=self._progress, **q._fetch_options()))
 
 
 class _Opening:
@@ -244,6 +244,7 @@ class AsyncContext:
     def __repr__(self) -> str:
         return "<tether.AsyncContext %r>" % (self.sync,)
 
+    @says_unknown_keywords
     def query(self, query: Union[str, Query], *, where: Optional[str] = KEEP,
               args: Sequence[Argument] = KEEP, sort: Union[str, Sequence[str]] = KEEP,
               limit: Optional[int] = KEEP, offset: int = KEEP, batch: int = KEEP,

@@ -31,7 +31,8 @@ from .online import OnlineCallback, OnlineObserver
 from .results import ObjectGraph
 from .saving import ContextSaving
 from .values import DELIVERIES, Argument, Progress, _cstr, _cstr_opt, _pystr
-from .query import KEEP, OnCached, Query, QueryResult, make_query   # issue 25: Context.query
+from .query import KEEP, OnCached, Query, QueryResult, QUERY_KEYWORDS, _refuse_keyword, make_query, \
+    says_unknown_keywords
 
 _C = TypeVar("_C", bound="Context")
 
@@ -347,6 +348,7 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
 
 
     # -- query (issue 25; the code is tether/query.py) ---------------------
+    @says_unknown_keywords
     def query(self, query: Union[str, Query], *, where: Optional[str] = KEEP,
               args: Sequence[Argument] = KEEP, sort: Union[str, Sequence[str]] = KEEP,
               limit: Optional[int] = KEEP, offset: int = KEEP, batch: int = KEEP,
@@ -356,12 +358,25 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         """A QueryResult for `query` (a Query, or an entity's name) with these
         keywords (Query's) set: iterate it, or ask all(), first(), count(),
         ids(), values(...) or live(callback). `on_cached(answer)` gets the
-        cache's first answer (policy "cache_then_server"); `timeout` bounds
-        each call, as fetch_wait's. See tether.query."""
+        cache's first answer (policy "cache_then_server"); `progress(received,
+        total)` is called as records arrive from the server (at most every
+        100 ms, where callbacks run; total None when the server does not
+        say); `timeout` bounds each call (past it the fetch is cancelled and
+        TimeoutError raised). There is no result= keyword: each method
+        asks for its own kind of answer. See tether.query."""
         return QueryResult(self, make_query(query, dict(
             where=where, args=args, sort=sort, limit=limit, offset=offset, batch=batch,
             properties=properties, policy=policy, server_query=server_query)),
             on_cached=on_cached, progress=progress, timeout=timeout)
+
+    def _query_related(self, owner: Object, name: str, options: Dict[str, Any]) -> QueryResult:
+        """Object.related_query: a QueryResult of owner's to-many `name`."""
+        if not set(options) <= set(QUERY_KEYWORDS):
+            _refuse_keyword({k: v for k, v in options.items() if k not in QUERY_KEYWORDS})
+        query_options = {k: v for k, v in options.items() if k in Query._FIELDS}
+        run_options = {k: v for k, v in options.items() if k not in Query._FIELDS}
+        query = make_query(owner.entity.relationship(name).entity, query_options)
+        return QueryResult(self, query, related=(owner, name), **run_options)
     # -- end of query (issue 25) ------------------------------------------
 
     # -- poll mode

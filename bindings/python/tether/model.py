@@ -46,8 +46,8 @@ class Attribute:
 class Relationship:
     """A to-many relationship of an entity: `name`, the records of
     `entity` whose attribute `attribute` refers to the owner. Fetch one
-    object's with ``ctx.fetch(None, related=(obj, name))`` (or fetch_wait,
-    fetch_async, fetch_live), or ``obj.related_many(name)``."""
+    object's with ``obj.related_many(name)`` (a list of Objects) or
+    ``obj.related_query(name)`` (a QueryResult: count(), ids(), live()...)."""
     name: str
     entity: str
     attribute: str

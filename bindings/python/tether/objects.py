@@ -4,19 +4,20 @@ Ownership: an Object owns one reference to its object handle and releases
 it when Python drops the Object; the context keeps its Objects only weakly,
 for uniquing.
 
-``Owner`` is what these modules use of a Context: a protocol, so that they
-need not import the module that defines Context (which imports them)."""
+``Owner`` is what these modules use of a Context, and ``ContextView`` what
+Object.context is to a type checker: protocols, so that this module need not
+import the one that defines Context (which imports it)."""
 
 from __future__ import annotations
 
 import sys
 import threading
 from ctypes import byref, c_char_p, c_int64, c_void_p
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Type, TypeVar,
-                    Union, cast, overload)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence,
+                    Type, TypeVar, Union, cast, overload)
 
 from . import _lib
-from ._types import Key, Value
+from ._types import Key, MergePolicy, Policy, Value
 from .callbacks import _observer_trampoline, _registry, _report, _tokens, log
 from .editing import ObjectEditing, _no_key
 from .errors import E_CANCELLED, E_NOT_CACHED, HandleError, NotCachedError, NotFoundError, TetherError, \
@@ -46,6 +47,47 @@ class Owner(Protocol):
     def _wrap(self, addr: Optional[int], owned: bool, entity: Optional[Entity] = None) -> Object: ...
     def _take(self, results: Optional[int], shape: Any, status: int) -> Any: ...
     def poll(self, timeout_ms: int = 0) -> int: ...
+
+
+class Rows(Protocol):
+    """What Context.query gives (a tether.QueryResult), as a type checker
+    sees it from an Object: its reading methods."""
+
+    def __iter__(self) -> Iterator[Object]: ...
+    def all(self) -> List[Object]: ...
+    def first(self) -> Optional[Object]: ...
+    def count(self) -> int: ...
+    def ids(self) -> List[str]: ...
+    def values(self, *properties: str) -> List[Dict[str, Value]]: ...
+
+
+class ContextView(Protocol):
+    """Object.context's type: the tether.Context an Object belongs to, as a
+    type checker sees it (a protocol of Context's public methods an Object's
+    user reaches for; the object is the Context itself)."""
+
+    @property
+    def online(self) -> bool: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def has_changes(self) -> bool: ...
+    @property
+    def change_count(self) -> int: ...
+    def query(self, query: Any, *, where: Optional[str] = ..., args: Sequence[Any] = ...,
+              sort: Union[str, Sequence[str]] = ..., limit: Optional[int] = ..., offset: int = ...,
+              batch: int = ..., properties: Optional[Sequence[str]] = ..., policy: Policy = ...,
+              server_query: Optional[str] = ..., on_cached: Optional[Callable[[Any], object]] = ...,
+              progress: Optional[Callable[[int, Optional[int]], object]] = ...,
+              timeout: Optional[float] = ...) -> Rows: ...
+    def insert(self, entity: str, values: Optional[Dict[Any, Any]] = None, id: Optional[str] = None) -> Object: ...
+    def entity(self, name: str) -> Entity: ...
+    # A SaveReport (saving.py is above this module).
+    def save(self, *, merge: Optional[MergePolicy] = None, progress: Optional[Callable[[int, int], None]] = None,
+             timeout: Optional[float] = None) -> Any: ...
+    def rollback(self) -> None: ...
+    def object_for_uri(self, uri: str) -> Object: ...
+    def object(self, entity: Union[str, Entity], id: str) -> Object: ...   # last: it shadows `object`
 
 
 _NOT_CACHED = object()   # is_cached's default: no value can be it
@@ -222,10 +264,10 @@ class Object(ObjectEditing):
         not yet read before its handles die at close).""")
 
     @property
-    def context(self) -> Any:
-        """The tether.Context this Object belongs to. (Typed Any: this module
-        is below the one that defines Context, which imports it.)"""
-        return self._ctx
+    def context(self) -> ContextView:
+        """The tether.Context this Object belongs to (typed as ContextView,
+        its public methods: this module is below the one defining Context)."""
+        return cast(ContextView, self._ctx)
 
     @property
     def version(self) -> Optional[int]:
@@ -279,12 +321,20 @@ class Object(ObjectEditing):
         at nothing): its id in the same store, its URI across stores."""
         _lib.tether_object_set_related(self._h, _cstr(key, "key"), None if target is None else target._h)
 
-    def related_many(self, name: str, **options: Any) -> Any:
-        """The records of this Object's to-many relationship `name` (see
-        Entity.relationships): fetch_wait's final answer for
-        ``fetch_wait(None, related=(obj, name), **options)`` (a list of
-        Objects, or what `result` asks for)."""
-        return self.context.fetch_wait(None, related=(self, name), **options)[1]
+    def related_many(self, name: str, **options: Any) -> List[Object]:
+        """The Objects of this Object's to-many relationship `name` (see
+        Entity.relationships): ``related_query(name, **options).all()``."""
+        return self.related_query(name, **options).all()
+
+    def related_query(self, name: str, **options: Any) -> Rows:
+        """The records of this Object's to-many relationship `name` (the
+        records whose reference points here) as a tether.QueryResult, with
+        Context.query's keywords (where, args, sort, limit, policy...):
+        ``all()``, ``count()``, ``ids()``, ``values(...)``, ``live(cb)``...
+        NotFoundError for a name the entity has no relationship by."""
+        ctx: Any = self._ctx   # a Context (Owner is what the lower modules use of it)
+        rows: Rows = ctx._query_related(self, name, options)
+        return rows
 
     def is_cached(self, key: Optional[Key] = None) -> bool:
         """Whether the record (key None) or the value of `key` is cached,

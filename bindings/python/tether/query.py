@@ -12,22 +12,27 @@ The fluent methods take the keywords' names, so a Query reads its values
 back through ``as_dict()`` (or its repr, which is the keyword form).
 
 This module imports nothing of the context at run time (the context
-imports it): a QueryResult runs on Context.fetch_wait, so its answers are
-fetch_wait's final ones, offline marking included.
+imports it): a QueryResult runs on the context's one fetch primitive
+(ContextFetching._fetch) and waits for its final answer, which it marks
+``offline`` when the server could not be reached.
 """
 
 from __future__ import annotations
 
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple,
-                    Union)
+import difflib
+import functools
+import inspect
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence,
+                    Tuple, TypeVar, Union, cast)
 
 from ._types import Policy, Value
 
+from .errors import NetworkError
 from .values import Argument
-from .results import Row
+from .results import Answer, Count, Row, _marked
 
 if TYPE_CHECKING:
-    from .fetching import ContextFetching as Context
+    from .fetching import ContextFetching as Context, Related
     from .objects import Object
     from .results import LiveAnswer
     from .tasks import Task
@@ -107,7 +112,13 @@ class Query:
     batch       objects made this many at a time while iterating (0: all at once)
     properties  what values() reads when called without names (None: every attribute)
     policy      "cache_then_server" (default), "cache_only", "server_only", "cache_else_server"
-    server_query  Kinto's own query parameters for the server phase (see Context.fetch)
+    server_query  the server's own query for the server phase: Kinto's query
+                parameters, e.g. "in_Status=1,2&_since=42", used as given
+                instead of the predicate's filters (percent-encoded printable
+                ASCII, no space or '#', at most 8000 bytes). The final answer
+                is then the server's, in `sort` with `offset` and `limit`;
+                `where` still selects from the cache for the cached phase
+                and "cache_only"
 
     Equal Queries ask the same; a Query is hashable."""
 
@@ -246,13 +257,13 @@ class Query:
         return self.replace(policy=policy)
 
     def server_query(self, query: Optional[str]) -> Query:
-        """Kinto's own query parameters for the server phase (see Context.fetch)."""
+        """The server's own query for the server phase (see the class docstring)."""
         return self.replace(server_query=query)
 
     # -- for the runners
 
     def _fetch_options(self) -> Dict[str, Any]:
-        """The keywords of Context.fetch/fetch_wait/fetch_async this asks."""
+        """The keywords of the context's _fetch this asks."""
         return dict(where=self._where, args=self._args, sort=",".join(self._sort) or None,
                     limit=self._limit or 0, offset=self._offset, policy=self._policy,
                     server_query=self._server_query)
@@ -280,11 +291,67 @@ def make_query(query: Union[str, Query], options: Dict[str, Any]) -> Query:
 
 OnCached = Callable[[Any], object]
 
+# What each result type of the C fetch is, as a QueryResult method.
+_RESULT_METHODS = {"objects": "all()", "ids": "ids()", "count": "count()", "values": "values(...)"}
+QUERY_KEYWORDS = Query._FIELDS + ("on_cached", "progress", "timeout")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def says_unknown_keywords(method: _F) -> _F:
+    """Context.query and AsyncContext.query, a keyword they do not take
+    refused with what to do instead (a type checker sees `method` as is)."""
+    known = frozenset(inspect.signature(method).parameters)
+
+    @functools.wraps(method)
+    def checked(*args: Any, **options: Any) -> Any:
+        if not known.issuperset(options):
+            _refuse_keyword({k: v for k, v in options.items() if k not in known})
+        return method(*args, **options)
+    return cast(_F, checked)
+
+
+def _refuse_keyword(unknown: Dict[str, Any]) -> NoReturn:
+    name = sorted(unknown)[0]
+    if name == "result":
+        value = unknown[name]
+        method = _RESULT_METHODS.get(value) if isinstance(value, str) else None
+        raise TypeError("query() takes no result=: call the result's method for it (%s), e.g. "
+                        "ctx.query(...).%s" % (", ".join(_RESULT_METHODS.values()), method or "count()"))
+    if name in ("live", "callback"):
+        raise TypeError("query() takes no %s=: use ctx.query(...).live(callback) or .start(callback)" % name)
+    near = difflib.get_close_matches(name, QUERY_KEYWORDS, n=1)
+    raise TypeError("query() got an unexpected keyword argument %r%s (it takes: %s)" % (
+        name, " (did you mean %s?)" % near[0] if near else "", ", ".join(QUERY_KEYWORDS)))
+
+
+def _no_method(result: object, name: str, methods: Sequence[str]) -> AttributeError:
+    """AttributeError for a method a QueryResult does not have, naming the nearest."""
+    near = difflib.get_close_matches(name, methods, n=1)
+    return AttributeError("%s has no attribute %r%s (it has: %s)" % (
+        type(result).__name__, name, " (did you mean %s?)" % near[0] if near else "", ", ".join(methods)))
+
 
 def _close(answer: object) -> None:
     close = getattr(answer, "close", None)
     if close is not None and not isinstance(answer, list):
         close()   # a batched answer's Results
+
+
+def _final(ctx: Context, task: Task, policy: str) -> Any:
+    """A finished fetch's final answer as query's methods give it: marked
+    ``offline`` False; when the server could not be reached (and the context
+    is offline since), the cache's answer marked ``offline`` True, unless
+    the policy asked for the server's alone; else the final error, raised."""
+    _close(task.cached)   # a batched cached answer: on_cached had it
+    error = task.error
+    if error is None:
+        # task.objects: the final answer (task.result too, but that name is
+        # the one a concurrent.futures.Future gives a method).
+        return _marked(task.objects, False)
+    if isinstance(error, NetworkError) and policy != "server_only" and not ctx.online:
+        return _marked(task.objects, True)
+    raise error
 
 
 class QueryResult:
@@ -310,11 +377,11 @@ class QueryResult:
     Errors raise (InvalidError for a bad predicate, NotFoundError for an
     unknown entity, TimeoutError past `timeout`)."""
 
-    __slots__ = ("context", "query", "_on_cached", "_progress", "_timeout")
+    __slots__ = ("context", "query", "_on_cached", "_progress", "_timeout", "_related")
 
     def __init__(self, context: Context, query: Query, on_cached: Optional[OnCached] = None,
                  progress: Optional[Callable[[int, Optional[int]], object]] = None,
-                 timeout: Optional[float] = 30.0) -> None:
+                 timeout: Optional[float] = 30.0, related: Optional[Related] = None) -> None:
         if on_cached is not None and not callable(on_cached):
             raise TypeError("on_cached must be callable or None, not %s" % type(on_cached).__name__)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
@@ -324,9 +391,15 @@ class QueryResult:
         self._on_cached = on_cached
         self._progress = progress
         self._timeout = timeout
+        self._related = related   # (owner, name): a to-many relationship's records (Object.related_query)
 
     def __repr__(self) -> str:
         return "<tether.QueryResult %r>" % (self.query,)
+
+    if not TYPE_CHECKING:   # a type checker refuses a misspelled method itself
+        def __getattr__(self, name: str) -> NoReturn:
+            # Only for names it lacks: a misspelled method says the nearest one.
+            raise _no_method(self, name, ("all", "first", "count", "ids", "values", "live", "start", "query"))
 
     def _callback(self) -> Optional[Callable[[str, Optional[BaseException], Any], object]]:
         on_cached = self._on_cached
@@ -338,12 +411,14 @@ class QueryResult:
                 on_cached(answer)
         return callback
 
+    def _start(self, query: Query, **options: Any) -> Task:
+        return self.context._fetch(query.entity, progress=self._progress, related=self._related,
+                                   **query._fetch_options(), **options)
+
     def _run(self, query: Query, **options: Any) -> Any:
-        cached, final = self.context.fetch_wait(
-            query.entity, timeout=self._timeout, callback=self._callback(), progress=self._progress,
-            **query._fetch_options(), **options)
-        _close(cached)   # a batched cached answer: on_cached had it
-        return final
+        task = self._start(query, callback=self._callback(), **options)
+        task._wait_or_cancel(self._timeout, "fetch of %r" % (query.entity,))
+        return _final(self.context, task, query._policy)
 
     def __iter__(self) -> Iterator[Object]:
         batch = self.query._batch
@@ -353,9 +428,9 @@ class QueryResult:
         finally:
             _close(answer)
 
-    def all(self) -> List[Object]:
+    def all(self) -> Answer[Object]:
         """Every Object of the answer, in order (a tether.Answer: a list with ``offline``)."""
-        answer: List[Object] = self._run(self.query)
+        answer: Answer[Object] = self._run(self.query)
         return answer
 
     def first(self) -> Optional[Object]:
@@ -363,21 +438,21 @@ class QueryResult:
         answer = self._run(self.query.limit(1))
         return answer[0] if answer else None
 
-    def count(self) -> int:
+    def count(self) -> Count:
         """How many records match (after offset, at most limit): a tether.Count."""
-        n: int = self._run(self.query, result="count")
+        n: Count = self._run(self.query, result="count")
         return n
 
-    def ids(self) -> List[str]:
+    def ids(self) -> Answer[str]:
         """The ids of the records that match, in order."""
-        ids: List[str] = self._run(self.query, result="ids")
+        ids: Answer[str] = self._run(self.query, result="ids")
         return ids
 
-    def values(self, *properties: str) -> List[Row]:
+    def values(self, *properties: str) -> Answer[Row]:
         """A dict {name: value} per record, with `properties` (none: the
         Query's, else every attribute) in that order; no Objects made."""
         names = _names("properties", properties, allow_sign=False) if properties else self.query._properties
-        rows: List[Row] = self._run(self.query, result="values",
+        rows: Answer[Row] = self._run(self.query, result="values",
                                     properties=None if names is None else list(names))
         return rows
 
@@ -390,8 +465,7 @@ class QueryResult:
         TetherError (a cancelled task's is TaskCancelledError)."""
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable or None, not %s" % type(callback).__name__)
-        q = self.query
-        return self.context.fetch(q.entity, callback=callback, progress=self._progress, **q._fetch_options())
+        return self._start(self.query, callback=callback)
 
     def live(self, callback: Callable[[LiveAnswer], object]) -> Task:
         """Starts a live fetch of the Objects: callback(answer) with a
@@ -402,9 +476,7 @@ class QueryResult:
         context delivers them."""
         if not callable(callback):
             raise TypeError("callback must be callable, not %s" % type(callback).__name__)
-        q = self.query
 
         def on_answer(answer: LiveAnswer) -> None:
             callback(answer)
-        return self.context.fetch(q.entity, live=True, progress=self._progress,
-                                  _on_answer=on_answer, **q._fetch_options())
+        return self._start(self.query, live=True, on_answer=on_answer)

@@ -254,10 +254,11 @@ def _read_changes(results: Optional[int]) -> Changes:
 
 @dataclass(frozen=True)
 class LiveAnswer:
-    """One answer of a live fetch, as Context.fetch_live yields it.
+    """One answer of a live fetch, as QueryResult.live's callback gets it
+    and AsyncQueryResult.live() yields it.
 
     `phase`: "cached" (the cache's answer its policy gives first) or "live".
-    `answer`: what the fetch's `result` type gives (see Context.fetch).
+    `answer`: what the fetch's `result` type gives (objects: a list, or with a batch a Results).
     `changes`: a Changes from the previous answer, or None when this answer
     is not told as changes (the cached one, the first live one): replace
     what you show with it. `status`/`message`/`error`: 0, "" and None, or the

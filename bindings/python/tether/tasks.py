@@ -49,13 +49,13 @@ def _live_finish(ref: weakref.ref[LiveFetch], task: Task) -> None:
 
 class LiveFetch:
     """A live fetch as an asyncio iterator: ``async for a in
-    ctx.fetch_live(...)`` gets a LiveAnswer for each answer, until the loop
+    actx.query(...).live()`` gets a LiveAnswer for each answer, until the loop
     is left or the context closes.
 
     Leaving the loop (break, return, an exception) drops the iterator, and
     that cancels the fetch at once and waits for its FINAL callback where it
     can without blocking the loop for long (see __del__); ``await
-    it.aclose()``, or ``async with ctx.fetch_live(...) as it``, does the same
+    it.aclose()``, or ``async with actx.query(...).live() as it``, does the same
     explicitly, for an iterator still referenced elsewhere. When the context
     closes, the answers already received are yielded, then the iteration
     ends (StopAsyncIteration).
@@ -100,7 +100,7 @@ class LiveFetch:
         if poll_mode:
             ctx._loop_acquire(loop)
         try:
-            self.task = ctx.fetch(_on_answer=on_answer, _on_done=on_done, live=True, **options)
+            self.task = ctx._fetch(on_answer=on_answer, on_done=on_done, live=True, **options)
         except BaseException:
             if poll_mode:
                 ctx._loop_release()
@@ -234,7 +234,7 @@ class Task(Request[Any]):
     ok: the C code), ``message``, ``error`` (the final error as a
     TetherError, else None: what exception() gives) and ``objects`` (the
     final callback's answer, also on error: what the cache held). An answer is what the fetch's ``result``
-    type gives (see Context.fetch): a list of Objects, a list of ids, an int,
+    type gives (all(), ids(), count(), values()): a list of Objects, a list of ids, an int,
     a list of dicts, or a Results for a batched objects fetch.
 
     A live fetch (``live`` True) also has ``answer``, its latest answer (of

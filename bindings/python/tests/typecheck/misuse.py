@@ -17,9 +17,8 @@ class Job:
 
 def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -> None:
     # A policy, result type, merge policy or delivery that does not exist.
-    ctx.fetch("changes", policy="cache_first")  # E: arg-type
-    ctx.fetch_wait("changes", policy="cache_first")  # E: call-overload
-    ctx.fetch_wait("changes", result="rows")  # E: call-overload
+    ctx.query("changes", policy="cache_first")  # E: arg-type
+    ctx.query("changes", result="rows")  # E: call-arg
     ctx.save(merge="mine")  # E: arg-type
     tether.Context("http://x/v1", "b", "s.db", delivery="threads")  # E: arg-type
     tether.Spec("notes", "id", "rev", operations=("read",))  # E: arg-type
@@ -34,17 +33,15 @@ def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -
     job = obj.typed(Job)
     job.Sevrity = 4.0  # E: attr-defined
     job.Severity = "high"  # E: assignment
-    ctx.fetch("changes", where="Change == $1", args=[object()])  # E: list-item
+    ctx.query("changes", where="Change == $1", args=[object()])  # E: list-item
 
-    # What a fetch answers follows `result`.
-    _, n = ctx.fetch_wait("changes", result="count")
+    # What a query answers follows the method asked.
+    n = ctx.query("changes").count()
     n.append(1)  # E: attr-defined
-    _, ids = ctx.fetch_wait("changes", result="ids")
+    ids = ctx.query("changes").ids()
     ids[0].peek("Owner")  # E: attr-defined
-    ctx.fetch_wait("changes", result="ids", properties=["Change"])  # E: call-overload
-    ctx.fetch_wait("changes", live=True)  # E: call-overload
-    ctx.fetch_live("changes", live=True)  # E: call-arg
-    # A query's options: a misspelled keyword, a policy or a value of the wrong type.
+    ctx.query("changes").cout()  # E: attr-defined
+    ctx.query("changes", live=True)  # E: call-arg
     ctx.query("changes", limt=10)  # E: call-arg
     tether.Query("changes", policy="cache")  # E: arg-type
     tether.Query("changes").limit("10")  # E: arg-type
@@ -72,13 +69,13 @@ def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -
     def on_save(status: int, message: str, report: tether.SaveReport) -> None:
         print(status, message, report)
 
-    ctx.fetch("changes", callback=on_phase)  # E: arg-type
+    ctx.query("changes").start(on_phase)  # E: arg-type
     obj.observe("Owner", on_change)  # E: arg-type
     ctx.start_save(callback=on_save)  # E: arg-type
 
     # A task is a concurrent.futures.Future: done() and result() are methods,
     # and wait() (a bool) is gone (concurrent.futures.wait, or result(timeout)).
-    task = ctx.fetch("changes")
+    task = ctx.query("changes").start()
     if task.done:  # E: truthy-function
         print(task.result + 1)  # E: operator
     task.wait(5)  # E: attr-defined

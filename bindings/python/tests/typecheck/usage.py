@@ -47,8 +47,12 @@ def model_and_objects(ctx: tether.Context) -> None:
     assert_type(c.is_cached("Owner"), bool)
     assert_type(c.version, Optional[int])
     assert_type(c.to_dict(), Dict[str, tether.Value])
-    its_context: tether.Context = c.context   # typed Any (objects.py is below context.py)
-    assert its_context is not None
+    view: tether.ContextView = ctx   # a Context is one: mypy checks the protocol against it
+    assert_type(c.context, tether.ContextView)
+    assert_type(c.context.query("changes", where="Change > $1", args=[1]).all(), List[tether.Object])
+    assert_type(c.context.query("changes").count(), int)
+    assert_type(c.context.object("changes", "1"), tether.Object)
+    assert view is not None
     owner = c.peek("Owner")
     if isinstance(owner, str):      # a Value is narrowed as any union
         print(owner.upper())
@@ -99,37 +103,28 @@ def editing(ctx: tether.Context) -> None:
 
 
 def fetching(ctx: tether.Context) -> None:
-    cached, final = ctx.fetch_wait("clients", sort="Client", limit=5)
-    assert_type(cached, Optional[List[tether.Object]])
+    cached: List[Any] = []
+    final = ctx.query("clients", sort="Client", limit=5, on_cached=cached.append).all()
     assert_type(final, tether.Answer[tether.Object])
     assert_type(final.offline, bool)
-    _, ids = ctx.fetch_wait("changes", result="ids", sort=["-Change"], limit=100)
+    ids = ctx.query("changes", sort=["-Change"], limit=100).ids()
     assert_type(ids, tether.Answer[str])
-    _, n = ctx.fetch_wait("changes", result="count", where="Description CONTAINS[c] $1",
-                          args=("fix",))
+    n = ctx.query("changes", where="Description CONTAINS[c] $1", args=("fix",)).count()
     assert_type(n, tether.Count)
-    _, rows = ctx.fetch_wait("changes", result="values", properties=["Change", "User"],
-                             where="Status == $1 AND Change > $2", args=("pending", 10))
+    assert_type(n.offline, bool)
+    rows = ctx.query("changes", where="Status == $1 AND Change > $2", args=("pending", 10)).values("Change", "User")
     assert_type(rows, tether.Answer[Dict[str, tether.Value]])
-    _, batched = ctx.fetch_wait("changes", batch=500, policy="cache_only", timeout=None)
-    assert_type(batched, Union[List[tether.Object], tether.Results])
-    if isinstance(batched, tether.Results):
-        with batched:
-            assert_type(batched[0], tether.Object)
-            assert_type(batched[-3:], List[tether.Object])
-    for change in batched:
+    for change in ctx.query("changes", batch=500, policy="cache_only", timeout=None):
         assert_type(change, tether.Object)
-    kind: tether.ResultType = "ids"
-    _, either = ctx.fetch_wait("changes", result=kind)   # a union of the answers
 
-    def on_phase(phase: str, error: Optional[tether.TetherError], answer: Any) -> None:
+    def on_phase(phase: str, error: Optional[BaseException], answer: Any) -> None:
         print(phase, error, answer)
 
     def on_progress(received: int, total: Optional[int]) -> None:
         print(received, total)
 
-    task = ctx.fetch(ctx.entity("changes"), callback=on_phase, progress=on_progress,
-                     policy="server_only", offset=20, server_query="_since=42")
+    task = ctx.query("changes", progress=on_progress, policy="server_only", offset=20,
+                     server_query="_since=42").start(on_phase)
     assert_type(task, tether.Task)
     assert_type(task.cancel(), bool)
     assert_type(task.error, Optional[tether.TetherError])
@@ -140,28 +135,31 @@ def fetching(ctx: tether.Context) -> None:
     for finished in concurrent.futures.as_completed([task], 5.0):
         print(finished.result())
 
-    def on_live(phase: str, error: Optional[tether.TetherError], answer: Any,
-                changes: Optional[tether.Changes]) -> None:
-        if changes:
-            assert_type(changes.moved, List[Tuple[int, int]])
+    def on_live(answer: tether.LiveAnswer) -> None:
+        if answer.changes:
+            assert_type(answer.changes.moved, List[Tuple[int, int]])
 
-    ctx.fetch("changes", live=True, callback=on_live).cancel()
+    ctx.query("changes").live(on_live).cancel()
+    pets = ctx.object("owners", "ann").related_query("pets", sort="Age")
+    assert_type(pets.count(), int)
+    assert_type(ctx.object("owners", "ann").related_many("pets"), List[tether.Object])
 
 
 async def asyncio_use(ctx: tether.Context) -> None:
-    objects = await ctx.fetch_async("changes", where="Status == 'pending'")
-    assert_type(objects, List[tether.Object])
-    assert_type(await ctx.fetch_async("changes", result="count"), int)
-    assert_type(await ctx.fetch_async("changes", result="ids"), List[str])
-    async for a in ctx.fetch_live("changes", sort="-Change"):
+    actx = tether.AsyncContext(ctx)
+    objects = await actx.query("changes", where="Status == 'pending'").all()
+    assert_type(objects, tether.Answer[tether.Object])
+    assert_type(await actx.query("changes").count(), tether.Count)
+    assert_type(await actx.query("changes").ids(), tether.Answer[str])
+    async for a in actx.query("changes", sort="-Change").live():
         assert_type(a, tether.LiveAnswer)
         assert_type(a.changes, Optional[tether.Changes])
         assert_type(a.error, Optional[tether.TetherError])
         break
-    async with ctx.fetch_live("changes", result="ids") as it:
+    async with actx.query("changes").live() as it:
         async for a in it:
             print(a.answer)
-    task = ctx.fetch("changes", result="count")
+    task = ctx.query("changes").start()
     assert_type(task, tether.Task)
     print(await task)
     report = await ctx.save_async(merge="server_wins")
@@ -280,11 +278,11 @@ def query_use(ctx: tether.Context) -> None:
     assert_type(tether.Query("changes", where="User == $1", args=["alice"], policy="cache_only"), tether.Query)
     r = ctx.query(q, offset=10)
     assert_type(r, tether.QueryResult)
-    assert_type(r.all(), List[tether.Object])
+    assert_type(r.all(), tether.Answer[tether.Object])
     assert_type(r.first(), Optional[tether.Object])
-    assert_type(r.count(), int)
-    assert_type(r.ids(), List[str])
-    assert_type(r.values("Change", "User"), List[Dict[str, tether.Value]])
+    assert_type(r.count(), tether.Count)
+    assert_type(r.ids(), tether.Answer[str])
+    assert_type(r.values("Change", "User"), tether.Answer[Dict[str, tether.Value]])
     for obj in ctx.query("changes", on_cached=print):
         assert_type(obj, tether.Object)
     task = r.live(lambda answer: print(answer.phase, answer.changes))
@@ -296,11 +294,11 @@ async def async_context_use() -> None:
         assert_type(actx, tether.AsyncContext)
         r = actx.query("changes", where="Status == $1", args=["pending"])
         assert_type(r, tether.AsyncQueryResult)
-        assert_type(await r.all(), List[tether.Object])
+        assert_type(await r.all(), tether.Answer[tether.Object])
         assert_type(await r.first(), Optional[tether.Object])
-        assert_type(await r.count(), int)
-        assert_type(await r.ids(), List[str])
-        assert_type(await r.values(), List[Dict[str, tether.Value]])
+        assert_type(await r.count(), tether.Count)
+        assert_type(await r.ids(), tether.Answer[str])
+        assert_type(await r.values(), tether.Answer[Dict[str, tether.Value]])
         async for obj in r:
             assert_type(obj, tether.Object)
         async for answer in r.live():
