@@ -35,7 +35,7 @@ def main():
         base = peak_kb()
         ctx = tether.Context(url, common.BUCKET, os.path.join(store_dir, "mem.db"),
                              username=common.USER, password=common.PASSWORD)
-        _, result = ctx.fetch_wait(common.COLLECTION, policy="server_only", timeout=60)
+        result = ctx.query(common.COLLECTION, policy="server_only", timeout=60).all()
         n = len(result)
         peak = peak_kb()
         ctx.close()

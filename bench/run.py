@@ -179,7 +179,7 @@ def tether_listing(tether, url, path):
     ctx = open_context(tether, url, path)
     try:
         t0 = now()
-        _, objs = ctx.fetch_wait(COLLECTION, policy="server_only", timeout=FETCH_TIMEOUT)
+        objs = ctx.query(COLLECTION, policy="server_only", timeout=FETCH_TIMEOUT).all()
         dt = now() - t0
         return dt, len(objs)
     finally:
@@ -411,7 +411,7 @@ def m3_cache_fetch(table, ctx, con):
         if run == 1:                      # after the warm-up run
             prepared = prepared_statements()
         t0 = now()
-        _, objs = ctx.fetch_wait(COLLECTION, policy="cache_only", timeout=FETCH_TIMEOUT)
+        objs = ctx.query(COLLECTION, policy="cache_only", timeout=FETCH_TIMEOUT).all()
         dt = now() - t0
         if len(objs) != RECORDS:
             raise RuntimeError("cache_only fetch gave %d objects, expected %d" % (len(objs), RECORDS))
@@ -439,8 +439,8 @@ def m3b_predicate_fetch(table, ctx, con):
     tt, ts = [], []
     for run in range(RUNS + 1):
         t0 = now()
-        _, objs = ctx.fetch_wait(COLLECTION, policy="cache_only", where=where, args=args, sort="-Count",
-                                 timeout=FETCH_TIMEOUT)
+        objs = ctx.query(COLLECTION, policy="cache_only", where=where, args=args, sort="-Count",
+                         timeout=FETCH_TIMEOUT).all()
         dt = now() - t0
         if run:
             tt.append(dt)
@@ -729,7 +729,7 @@ def make_big_store(tether, url, store, rows):
     t0 = now()
     ctx = open_context(tether, url, store)
     try:
-        _, objs = ctx.fetch_wait(COLLECTION, policy="server_only", result="ids", timeout=FETCH_TIMEOUT)
+        objs = ctx.query(COLLECTION, policy="server_only", timeout=FETCH_TIMEOUT).ids()
         n = len(objs)
     finally:
         ctx.close()
@@ -934,7 +934,7 @@ def main():
                 if not wanted("2", "2b", "2c", "3", "3b", "4", "4b"):
                     raise StopIteration
                 main_ctx = open_context(tether, url, os.path.join(tmp, "main.db"))
-                main_ctx.fetch_wait(COLLECTION, policy="server_only", timeout=FETCH_TIMEOUT)
+                main_ctx.query(COLLECTION, policy="server_only", timeout=FETCH_TIMEOUT).all()
             except StopIteration:
                 main_ctx = None
             except Exception as e:  # noqa: BLE001

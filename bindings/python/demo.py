@@ -8,9 +8,9 @@ scripts/seed-demo ("demo"), STORE the SQLite file to cache into. Run it once
 with the server up, then again with --offline after stopping the server: the
 second run works from the store alone.
 
-The context runs in POLL delivery, attached to an asyncio loop: every
-callback (fetch phases, observers) runs on the loop's thread, woken by the
-context's descriptor (loop.add_reader).
+The context runs in POLL delivery under a tether.AsyncContext, attached to
+an asyncio loop: every callback (a query's cached answer, observers) runs on
+the loop's thread, woken by the context's descriptor (loop.add_reader).
 """
 
 import argparse
@@ -62,15 +62,17 @@ def row(c):
         c.peek("Client"), c.peek("Owner"), c.peek("Host"), c.peek("Root"))
 
 
-async def fetch_twice(ctx):
-    def on_phase(phase, error, objects):
-        print("  [%s] %s, %d clients" % (phase, error or "OK", len(objects)))
-    final = await ctx.fetch_async("clients", sort="Client", callback=on_phase)
+async def fetch_twice(actx):
+    def on_cached(objects):
+        print("  [cached] %d clients" % len(objects))
+    final = await actx.query("clients", sort="Client", on_cached=on_cached).all()
+    print("  [final] %d clients (offline=%s)" % (len(final), final.offline))
     for c in final[:4]:
         print("      " + row(c))
     print("      ... (%d in all)" % len(final))
     print("  again, now that the store holds them:")
-    await ctx.fetch_async("clients", sort="Client", callback=on_phase)
+    final = await actx.query("clients", sort="Client", on_cached=on_cached).all()
+    print("  [final] %d clients (offline=%s)" % (len(final), final.offline))
 
 
 async def peek_get_observe(ctx, args):
@@ -110,7 +112,7 @@ async def cancel_in_flight(ctx):
         calls.append(phase)
         print("  [%s] %s, %d objects" % (phase, repr(error) if error else "OK", len(objects)))
 
-    task = ctx.fetch("changes", policy="server_only", callback=on_phase)
+    task = ctx.query("changes", policy="server_only").start(on_phase)
     print("  started a server-only fetch of changes; cancel() -> %s" % task.cancel())
     try:
         await asyncio.wait_for(task, 10)        # a Task is awaitable (and a Future)
@@ -121,37 +123,39 @@ async def cancel_in_flight(ctx):
           % (len(calls), ", ".join(calls), task.cancel()))
 
 
-async def offline(ctx):
+async def offline(actx):
+    ctx = actx.sync
     print("  online = %s (opened from the store)" % ctx.online)
     c = ctx.object("clients", "alice-ws")
     print("  peek alice-ws Owner=%r Root=%r" % (c.peek("Owner"), c.peek("Root")))
     print("  peek alice-ws Description=%r (as the last online run left it)"
           % c.peek("Description"))
-    final = await ctx.fetch_async("clients", policy="cache_only", sort="-Update", limit=3)
-    print("  cache_only fetch: %s" % ", ".join(o.id for o in final))
-
-    def on_phase(phase, error, objects):
-        print("  cache_then_server [%s]: %s, %d objects" % (phase, error or "OK", len(objects)))
-    try:
-        final = await ctx.fetch_async("clients", callback=on_phase)
+    final = await actx.query("clients", policy="cache_only", sort="-Update", limit=3).all()
+    print("  cache_only query: %s" % ", ".join(o.id for o in final))
+    final = await actx.query("clients").all()
+    if final.offline:
+        print("  cache_then_server: the cache's %d clients, offline=True (the server is gone)" % len(final))
+    else:
         print("  (the server answered: %d clients; stop it to see the offline case)" % len(final))
+    try:
+        await actx.query("clients", policy="server_only").all()
     except tether.NetworkError as e:
-        print("  fetch_async raised %s: %s" % (type(e).__name__, e.message))
+        print("  server_only raised %s: %s" % (type(e).__name__, e.message))
 
 
 async def main(args):
     ctx = tether.Context(args.url, args.bucket, args.store, delivery="poll",
                          username=args.user, password=args.password, timeout_ms=5000)
     with ctx:
-        ctx.attach()            # callbacks now run on this loop (add_reader on ctx.fileno())
+        actx = tether.AsyncContext(ctx)   # callbacks now run on this loop (add_reader on ctx.fileno())
         section(1, "Connected; the model built from the server's schemas")
         show_model(ctx)
         if args.offline:
             section(5, "Offline: the server is gone, the store is not")
-            await offline(ctx)
+            await offline(actx)
         else:
-            section(2, "An asynchronous fetch answers twice: cache, then server")
-            await fetch_twice(ctx)
+            section(2, "A query answers twice: cache, then server")
+            await fetch_twice(actx)
             section(3, "peek never touches the network; get refreshes and tells observers")
             await peek_get_observe(ctx, args)
             section(4, "A fetch cancelled in flight ends in one cancelled callback")

@@ -77,14 +77,15 @@ def main():
             change = ctx.object("change", "1042")
             print("  change 1042: client %s, user %s (peek by code 204: %s)"
                   % (change.peek("Client"), change.peek("User"), change.peek(204)))
-            _, final = ctx.fetch_wait("change", policy="cache_only", sort="-Change")
+            final = ctx.query("change", policy="cache_only", sort="-Change").all()
             print("  %d changes in the store, newest %s" % (len(final), final[0].peek("Change")))
             return 0
 
-        section(2, "An asynchronous fetch answers twice: cache, then the port")
-        for phase_answer in ctx.fetch_wait("change", sort="Change"):
-            print("  %d changes" % len(phase_answer or []))
-        _, clients = ctx.fetch_wait("client", sort="Client")
+        section(2, "A query answers twice: cache, then the port")
+        final = ctx.query("change", sort="Change",
+                          on_cached=lambda cached: print("  %d changes cached" % len(cached))).all()
+        print("  %d changes from the port" % len(final))
+        clients = ctx.query("client", sort="Client").all()
         alice = clients[0]
         print("  %s: owner %s (code 304), root %s, view %s" % (alice.peek("Client"), alice.peek(304),
                                                              alice.peek("Root"), alice.peek("View")))
@@ -106,7 +107,7 @@ def main():
         def on_phase(phase, error, answer):
             if phase == "final":
                 finals.append(type(error).__name__ if error else "OK")
-        task = ctx.fetch("job", policy="server_only", callback=on_phase)
+        task = ctx.query("job", policy="server_only").start(on_phase)
         task.cancel()
         print("  the task's exception: %r" % (task.exception(5),))
         print("  final callbacks: %s" % finals)
