@@ -175,6 +175,8 @@ def test_a_query_says_what_it_takes_and_what_it_has(kinto_url, bucket, tmp_path,
     with pytest.raises(AttributeError) as caught:
         ctx.query(jobs).cout()
     assert str(caught.value).startswith("QueryResult has no attribute 'cout' (did you mean count?)")
+    with pytest.raises(AttributeError, match=r"'fetch_wait'"):
+        ctx.fetch_wait(jobs)           # 0.2's names are gone: ctx.query(...) replaces them
     assert ctx.query(jobs).count() == 1, "nothing of the above ran a fetch that broke the context"
 
 

@@ -3,7 +3,7 @@ ties the other modules together (fetching, saving, the object graph).
 
 Threading: in "thread" delivery the library calls back on a thread of its
 own; in "poll" delivery callbacks run inside Context.poll() on the caller's
-thread (or from an asyncio loop, see Context.attach / fetch_async). See
+thread (or from an asyncio loop, see Context.attach / tether.AsyncContext). See
 tether.callbacks for how a callback finds its request.
 """
 

@@ -1,5 +1,5 @@
 """What a fetch answers: Results (a batched answer, read on demand),
-Answer and Count (fetch_wait's, marked offline), Changes and LiveAnswer (a
+Answer and Count (a query's answers, marked offline), Changes and LiveAnswer (a
 live fetch's), and ObjectGraph, the part of a Context that turns results
 handles into them.
 
@@ -39,7 +39,7 @@ ObjectsAnswer = Union[List[Object], "Results"]
 
 
 class Answer(List[_T]):
-    """fetch_wait's final answer as a list (objects, ids or rows). ``offline``
+    """A query's answer as a list (all(), ids(), values()). ``offline``
     is True when the server could not be reached and this is the cache's
     answer instead (with any policy but "server_only", which raises)."""
 
@@ -47,13 +47,13 @@ class Answer(List[_T]):
 
 
 class Count(int):
-    """fetch_wait's final count; ``offline`` as for Answer."""
+    """A query's count(); ``offline`` as for Answer."""
 
     offline: bool = False
 
 
 def _marked(answer: Any, offline: bool) -> Any:
-    """`answer` as fetch_wait gives it: it says whether it is offline."""
+    """`answer` as a query gives it: it says whether it is offline."""
     if isinstance(answer, Results):
         answer.offline = offline
         return answer
@@ -135,7 +135,7 @@ class Results(collections.abc.Sequence[Object]):
     After ``close()``, or once the context has closed (which releases every
     handle of the context), reading a row raises HandleError and nothing is
     asked of the library with the dead handle; ``len()`` still answers.
-    Readable from any thread. ``offline``: as fetch_wait's Answer.
+    Readable from any thread. ``offline``: as a query's Answer.
     """
 
     offline: bool = False

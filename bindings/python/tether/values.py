@@ -18,7 +18,6 @@ from ._types import Phase, Value
 from .errors import TetherError
 
 # What a fetch takes, by the types its options accept.
-Sort = Union[None, str, Sequence[str]]
 Argument = Union[None, bool, int, float, str]        # a predicate's $n
 Progress = Callable[[int, Optional[int]], object]     # progress(received, total or None)
 
@@ -268,15 +267,6 @@ def _result_options(result: str, properties: Optional[Iterable[str]]
         if "," in name:
             raise ValueError("property %r: the library reads ',' as a separator" % name)
     return RESULT_TYPES[result], _cstr(",".join(names), "properties"), names
-
-
-def _refuse_live(live: bool, where: str, instead: str) -> None:
-    if live is False:
-        return
-    if not isinstance(live, bool):
-        raise TypeError("live must be a bool, not %s" % type(live).__name__)
-    raise ValueError("tether: %s cannot take live=True: a live fetch never ends by itself, "
-                     "so there is no final answer to wait for; use %s" % (where, instead))
 
 
 def _value(value: Value) -> Tuple[_lib.tether_value, Optional[ctypes.Array[ctypes.c_char]]]:

@@ -41,6 +41,7 @@ def misuse(ctx: tether.Context, obj: tether.Object, conflict: tether.Conflict) -
     ids = ctx.query("changes").ids()
     ids[0].peek("Owner")  # E: attr-defined
     ctx.query("changes").cout()  # E: attr-defined
+    ctx.fetch_wait("changes")  # E: attr-defined
     ctx.query("changes", live=True)  # E: call-arg
     ctx.query("changes", limt=10)  # E: call-arg
     tether.Query("changes", policy="cache")  # E: arg-type
