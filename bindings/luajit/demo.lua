@@ -70,7 +70,7 @@ local function fetch_twice(ctx)
     local _, final = ctx:fetch_wait{entity = "clients", sort = "Client", callback = on_phase}
     for i = 1, 4 do print("      " .. row(final:object(i))) end
     print(string.format("      ... (%d in all)", final:count()))
-    final:release()
+    final:free()
     print("  again, now that the store holds them:")
     ctx:fetch_wait{entity = "clients", sort = "Client", callback = on_phase}
 end
@@ -119,7 +119,7 @@ local function predicate(ctx)
         local o = final:object(i)
         print(string.format("      %-6d %-8s %s", o:peek("Change"), o:peek("User"), o:peek("Description")))
     end
-    final:release()
+    final:free()
 end
 
 local function cancel_in_flight(ctx)
@@ -128,7 +128,7 @@ local function cancel_in_flight(ctx)
         calls[#calls + 1] = phase
         print(string.format("  [%s] status %s%s, %d objects", phase, status_name(status),
                             message ~= "" and (": " .. message) or "", r:count()))
-        r:release()
+        r:free()
     end}
     print("  started a server-only fetch of changes; cancel() -> " .. tostring(task:cancel()))
     assert(ctx:wait(function() return task.done end, 10000), "no FINAL within 10 s")
@@ -145,7 +145,7 @@ local function offline_tour(ctx)
     print("  peek alice-ws Description=" .. show(c:peek("Description")) .. " (as the last online run left it)")
     local _, final = ctx:fetch_wait{entity = "clients", policy = "cache_only", sort = "-Update", limit = 3}
     print("  cache_only fetch: " .. table.concat(final:ids(), ", "))
-    final:release()
+    final:free()
     local ok, err = pcall(ctx.fetch_wait, ctx, {entity = "clients", callback = on_phase})
     if ok then
         print("  (the server answered; stop it to see the offline case)")

@@ -511,7 +511,7 @@ local function on_fetch(_, phase, status, message, results, userdata)
         run_user(ctx, entry.fn, PHASES[tonumber(phase)] or tostring(phase), status,
                  str(message), r, task)
     else
-        r:release()
+        r:free()
     end
     if final then unregister(id, entry) end
 end
@@ -560,7 +560,7 @@ Object.__tostring = function(o) return "tether.Object(" .. o.entity .. "/" .. o.
 
 local function release_object(h) C.tether_object_free(h) end
 
--- Wraps a reference the caller owns: the GC releases it if :release() was
+-- Wraps a reference the caller owns: the GC releases it if :free() was
 -- not called. Id and entity are read now, while the handle is surely alive
 -- (closing the context kills it).
 local function wrap_object(h, ctx)
@@ -645,7 +645,7 @@ end
 -- Drops this wrapper's reference now (rather than at the next GC). Returns
 -- false if the handle was dead already (released, or its context closed:
 -- harmless, as the header says); again: a no-op.
-function Object:release()
+function Object:free()
     if self._released then return false end
     self._released = true
     local h = self._h
@@ -779,7 +779,7 @@ end
 
 -- Releases the handle now; false if it was dead already (its context
 -- closed); again: a no-op.
-function Results:release()
+function Results:free()
     if self._released then return false end
     self._released = true
     local h = self._h
@@ -973,7 +973,7 @@ function Context:entities()
 end
 
 -- The object for record `id` of `entity` (cached or not): a reference this
--- wrapper owns, released by :release() or the GC.
+-- wrapper owns, released by :free() or the GC.
 function Context:object(entity, id)
     need_string(entity, "object", "entity")
     need_string(id, "object", "id")
@@ -990,7 +990,7 @@ local POLICIES = {cache_then_server = 0, cache_only = 1, server_only = 2, cache_
 -- fetch{entity=, where=, args={...}, sort=, limit=, offset=, policy=,
 -- result=, properties=, live=, server_query=, callback=fn}: starts a fetch,
 -- returns its Task. fn(phase, status, message, results, task) with phase
--- "cached", "final" or "live"; results is ours (results:release(), or the
+-- "cached", "final" or "live"; results is ours (results:free(), or the
 -- GC). Bad options raise here, and then no callback runs.
 local FETCH_OPTIONS = {entity = true, where = true, args = true, sort = true, limit = true, offset = true,
                        policy = true, result = true, properties = true, live = true, server_query = true,
@@ -1069,8 +1069,8 @@ function Context:fetch_wait(o)
         self:wait(function() return task.done end, 5000)
     end
     if task.status ~= 0 then
-        if cached then cached:release() end
-        if final then final:release() end
+        if cached then cached:free() end
+        if final then final:free() end
         error(make_error(task.status or M.E_CANCELLED, task.message or "timed out", "fetch " .. o.entity), 0)
     end
     return cached, final

@@ -178,7 +178,7 @@ function H.recorder()
         local n = nil
         if status == 0 then n = results:count() end
         rec.calls[#rec.calls + 1] = {phase = phase, status = status, message = message, count = n}
-        results:release()
+        results:free()
     end
     function rec.finals()
         local n = 0

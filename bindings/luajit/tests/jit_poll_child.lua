@@ -10,7 +10,7 @@ local ctx = tether.open{url = arg[1], bucket = arg[2], store = arg[3], username 
 -- No callback before the loop: one delivered by the interpreter first would
 -- make LuaJIT blacklist the call and hide the problem.
 local got, started = 0, 0
-local function cb(_, _, _, r) got = got + 1; r:release() end
+local function cb(_, _, _, r) got = got + 1; r:free() end
 for i = 1, 300000 do
     ctx:poll(0)
     if i % 3000 == 0 then

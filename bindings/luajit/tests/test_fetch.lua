@@ -30,8 +30,8 @@ return {
         h.eq(final:object(1).id, "alice-laptop", "first client in Client order")
         h.eq(final:object(1):peek("Owner"), "alice", "its Owner")
         h.eq(final:id(h.counts.clients), "zoe-ws", "last client in Client order")
-        cached:release()
-        final:release()
+        cached:free()
+        final:free()
     end},
 
     {"a predicate with arguments counts what the server counts", function(h)
@@ -133,7 +133,7 @@ return {
                                        inserted = inserted + results:change_count("insert")
                                        updated = updated + results:change_count("update")
                                    end
-                                   results:release()
+                                   results:free()
                                end}
         h.ok(ctx:wait(function() return #phases >= 2 end, 10000), "two answers")
         h.eq(table.concat(phases, " "), "cached:0 live:0", "phases")

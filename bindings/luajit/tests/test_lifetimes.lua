@@ -27,7 +27,7 @@ return {
             phases[#phases + 1] = phase .. ":" .. h.tether.errstr(status)
             h.ok(t == task, "the callback's task")
             if phase == "cached" then cancelled = t:cancel() end
-            results:release()
+            results:free()
         end}
         h.ok(ctx:wait(function() return task.done end, 5000), "the FINAL")
         ctx:poll(200)
@@ -70,8 +70,8 @@ return {
         h.raises(h.tether.E_HANDLE, function() ctx:object("clients", "grace-ws") end, "object after close")
         h.eq(t1:cancel(), false, "cancel after close")
         h.eq(ob:remove(), false, "remove after close")
-        h.eq(obj:release(), false, "release after close: harmless")
-        h.eq(kept:release(), false, "results release after close: harmless")
+        h.eq(obj:free(), false, "release after close: harmless")
+        h.eq(kept:free(), false, "results release after close: harmless")
         ctx:close()  -- again: a no-op
         h.ok(obj.id == "grace-ws", "the id stays readable")
     end},
@@ -80,14 +80,14 @@ return {
         local ctx = h.open()
         local cached, final = ctx:fetch_wait{entity = "users", sort = "User"}
         local o = final:object(1)
-        h.eq(final:release(), true, "release")
-        h.eq(final:release(), false, "release again")
+        h.eq(final:free(), true, "release")
+        h.eq(final:free(), false, "release again")
         h.raises(h.tether.E_HANDLE, function() final:count() end, "count of released results")
         h.raises(h.tether.E_NOT_FOUND, function() cached:object(1) end, "the CACHED results were empty")
         h.eq(o:peek("User"), "alice", "an object outlives its results")
         local o2 = ctx:object("users", "alice")
         h.ok(o == o2, "one object per record: the same handle")
-        h.eq(o:release(), true, "release one wrapper")
+        h.eq(o:free(), true, "release one wrapper")
         h.raises(h.tether.E_HANDLE, function() o:peek("User") end, "the released wrapper")
         h.eq(o2:peek("User"), "alice", "the other wrapper's reference stands")
     end},
@@ -101,7 +101,7 @@ return {
         end}
         local t2 = ctx:fetch{entity = "jobs", policy = "cache_only", callback = function(_, _, _, r)
             ran = ran + 1
-            r:release()
+            r:free()
             ctx:close()  -- refused: TETHER_E_BUSY
         end}
         local errors = {}
@@ -182,7 +182,7 @@ return {
         local got
         ctx:fetch{entity = "users", live = true, callback = function(_, status, _, r)
             got = status
-            r:release()
+            r:free()
         end}
         local base = h.tether.debug_count("contexts")
         local weak = setmetatable({ctx}, {__mode = "v"})

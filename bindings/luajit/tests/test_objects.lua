@@ -5,7 +5,7 @@ local function warm(h, o)
     local ctx = h.open(o)
     local _, final = ctx:fetch_wait{entity = "clients"}
     h.eq(final:count(), h.counts.clients, "clients")
-    final:release()
+    final:free()
     return ctx
 end
 
