@@ -262,6 +262,20 @@ def test_live_calls_back_with_answers_and_changes(ctx, kinto, items):
         assert isinstance(task.exception(timeout=10), tether.TaskCancelledError)
 
 
+def test_a_batched_live_query_answers_results(ctx):
+    answers = []
+    task = ctx.query(Query("items").where("Status == $1", "review").sort("N").batch(4)).live(answers.append)
+    try:
+        assert wait_until(lambda: any(a.phase == "live" for a in answers))
+        live = [a for a in answers if a.phase == "live"][0]
+        assert isinstance(live.answer, tether.Results)
+        with live.answer as rows:             # read 4 at a time; the callback's to close
+            assert ns(rows) == [i for i in range(N) if i % 3 == 1]
+    finally:
+        task.cancel()
+        assert isinstance(task.exception(timeout=10), tether.TaskCancelledError)
+
+
 def test_start_answers_what_all_answers(ctx):
     calls = []
     task = ctx.query("items", sort="-id").start(lambda phase, error, answer: calls.append((phase, error)))

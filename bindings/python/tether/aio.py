@@ -152,10 +152,11 @@ class AsyncQueryResult:
         """A live fetch of the Objects as an async iterator: ``async for a in
         actx.query(q).live()`` gets a tether.LiveAnswer per answer (`phase`,
         `answer`, `changes`, `error`); leaving the loop cancels it. Call it
-        with the loop running."""
+        with the loop running. With the Query's batch, each answer is a
+        tether.Results, closed when the next is taken or the loop ends."""
         q = self.query
         return LiveFetch(self.context.sync, asyncio.get_running_loop(),
-                         dict(entity=q.entity, progress=self._progress, **q._fetch_options()))
+                         dict(entity=q.entity, progress=self._progress, batch=q._batch, **q._fetch_options()))
 
 
 class _Opening:

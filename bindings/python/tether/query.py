@@ -473,10 +473,12 @@ class QueryResult:
         `error` an exception or None) for the cached answer the policy gives,
         then the first live one, then one per change, until ``task.cancel()``
         or the context closes. Returns the Task; callbacks run where the
-        context delivers them."""
+        context delivers them. With the Query's batch, each answer is a
+        tether.Results (made `batch` objects at a time), the callback's to
+        close (garbage collection does otherwise)."""
         if not callable(callback):
             raise TypeError("callback must be callable, not %s" % type(callback).__name__)
 
         def on_answer(answer: LiveAnswer) -> None:
             callback(answer)
-        return self._start(self.query, live=True, on_answer=on_answer)
+        return self._start(self.query, live=True, on_answer=on_answer, batch=self.query._batch)
