@@ -74,6 +74,12 @@ final class PostgresSyncTests: XCTestCase {
         Dictionary(uniqueKeysWithValues: try admin.query("SELECT \(key)::text, \(column) FROM \(schema).\(table)").map { ($0[0]!, $0[1]!) })
     }
 
+    /// Equal, or the ids that differ (not two dictionaries of 1,500 entries).
+    func assertSame(_ seen: [String: String], _ expected: [String: String], file: StaticString = #filePath, line: UInt = #line) throws {
+        let differing = Set(seen.keys).union(expected.keys).filter { seen[$0] != expected[$0] }.sorted().prefix(10)
+        XCTAssertEqual(differing.map { "\($0): \(seen[$0] ?? "-") vs \(expected[$0] ?? "-")" }, [], file: file, line: line)
+    }
+
     func testInstallTwiceIsHarmlessAndTheFileIsTheLibrarysText() throws {
         XCTAssertEqual(try PostgresConnection.install(options), 2, "items and tags; nokey has no key")
         XCTAssertEqual(try PostgresConnection.install(options), 0, "already tracked")
@@ -96,11 +102,11 @@ final class PostgresSyncTests: XCTestCase {
         try PostgresConnection.install(options)
         let (context, connection) = try open()
         defer { try? context.close() }
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         let listed = connection.changes.rowsListed.withLock { $0 }
         XCTAssertEqual(listed, 1500, "the first fetch lists the table whole")
 
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, listed, "nothing new: no row listed")
 
         // Another client (a second libpq session) inserts, updates and deletes.
@@ -109,7 +115,7 @@ final class PostgresSyncTests: XCTestCase {
         _ = try admin.query("DELETE FROM \(schema).items WHERE id IN (7, 8, 9)")
         _ = try admin.query("UPDATE \(schema).items SET id = 3000 WHERE id = 10")  // a key changed: one gone, one new
         let seen = try names(context)
-        XCTAssertEqual(seen, try expected())
+        try assertSame(seen, try expected())
         XCTAssertEqual(seen["2000"], "new")
         XCTAssertEqual(seen["5"], "renamed")
         XCTAssertNil(seen["7"])
@@ -120,24 +126,45 @@ final class PostgresSyncTests: XCTestCase {
                 XCTAssertEqual(($0 as? TetherError)?.kind, .notFound, "known gone")
             }
         }
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, listed + 4, "nothing new again")
 
         // Another table's changes do not make this one's sync list anything.
         _ = try admin.query("UPDATE \(schema).tags SET label = 'AA' WHERE code = 'a'")
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, listed + 4)
-        XCTAssertEqual(try names(context, "tags"), try expected("tags", "code", "label"))
+        try assertSame(try names(context, "tags"), try expected("tags", "code", "label"))
+    }
+
+    /// Change numbers are taken before commit, out of commit order: a change
+    /// numbered before one already synced, committed after, is still seen.
+    func testAChangeCommittedLateIsNotSkipped() throws {
+        try PostgresConnection.install(options)
+        let (context, _) = try open()
+        defer { try? context.close() }
+        try assertSame(try names(context), try expected())
+        let slow = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: 5_000)
+        defer { slow.close() }
+        _ = try slow.query("BEGIN")
+        _ = try slow.query("UPDATE \(schema).items SET name = 'slow' WHERE id = 1")  // numbered first
+        _ = try admin.query("UPDATE \(schema).items SET name = 'quick' WHERE id = 2")  // numbered and committed next
+        let before = try names(context)
+        XCTAssertEqual(before["1"], "item 1", "not committed yet")
+        XCTAssertEqual(before["2"], "quick")
+        _ = try slow.query("COMMIT")
+        let after = try names(context)
+        XCTAssertEqual(after["1"], "slow", "committed after the sync that saw a later change")
+        try assertSame(after, try expected())
     }
 
     func testChangesOfSeveralPagesAndATruncate() throws {
         try PostgresConnection.install(options)
         let (context, connection) = try open()
         defer { try? context.close() }
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         let listed = connection.changes.rowsListed.withLock { $0 }
         _ = try admin.query("UPDATE \(schema).items SET name = name || '!' WHERE id <= 1200")  // two pages of changes
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, listed + 1200)
         // A truncate forgets the changes: the table is listed whole again.
         _ = try admin.query("TRUNCATE \(schema).items")
@@ -150,11 +177,11 @@ final class PostgresSyncTests: XCTestCase {
         _ = try admin.query("DROP SCHEMA IF EXISTS tether CASCADE")
         let (context, connection) = try open()
         defer { try? context.close() }
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         _ = try admin.query("INSERT INTO \(schema).items VALUES (2000, 'new', 1)")
         _ = try admin.query("UPDATE \(schema).items SET name = 'renamed' WHERE id = 5")
         _ = try admin.query("DELETE FROM \(schema).items WHERE id = 7")
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         XCTAssertThrowsError(try context.object(entity: "items", id: "7").peek("name")) {
             XCTAssertEqual(($0 as? TetherError)?.kind, .notFound, "known gone")
         }
@@ -162,10 +189,10 @@ final class PostgresSyncTests: XCTestCase {
 
         // Installed while the context is open: its next fetches sync.
         try PostgresConnection.install(options)
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         let listed = connection.changes.rowsListed.withLock { $0 }
         _ = try admin.query("DELETE FROM \(schema).items WHERE id = 8")
-        XCTAssertEqual(try names(context), try expected())
+        try assertSame(try names(context), try expected())
         XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, listed, "a deletion alone lists no row")
     }
 }
