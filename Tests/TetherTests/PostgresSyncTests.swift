@@ -175,6 +175,11 @@ final class PostgresSyncTests: XCTestCase {
     func testWithoutTrackingWholeListingsGiveTheExactAnswer() throws {
         // Not installed at all (another test may have installed it in this database).
         _ = try admin.query("DROP SCHEMA IF EXISTS tether CASCADE")
+        let said = Lock<[String]>([])
+        try Log.install(.info) { _, category, message in
+            if category == .sync, message.contains("change tracking is not installed") { said.withLock { $0.append(message) } }
+        }
+        defer { try? Log.install(.off, nil) }
         let (context, connection) = try open()
         defer { try? context.close() }
         try assertSame(try names(context), try expected())
@@ -186,6 +191,7 @@ final class PostgresSyncTests: XCTestCase {
             XCTAssertEqual(($0 as? TetherError)?.kind, .notFound, "known gone")
         }
         XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, 3000, "each fetch lists the table whole")
+        XCTAssertEqual(said.withLock { $0.count }, 1, "said once, in category sync")
 
         // Installed while the context is open: its next fetches sync.
         try PostgresConnection.install(options)
