@@ -5,8 +5,9 @@
 -- runs this very text and tracks the options' schema. Applying it again is
 -- harmless. It adds no column to any table: all it keeps is in schema tether.
 --
--- Every INSERT, UPDATE and DELETE on a tracked table runs tether.record_change
--- (trigger tether_track), which
+-- Every INSERT, UPDATE and DELETE statement on a tracked table runs
+-- tether.record_change once (triggers tether_track_insert, _update, _delete,
+-- over the statement's transition tables), which
 --   * numbers the change from one sequence (tether.change_seq), the order
 --     in which a listing of changes pages;
 --   * notes the writing transaction (pg_current_xact_id()): a reader's cursor
@@ -19,7 +20,7 @@
 --   * keeps the key of a live row in tether.versions, of a deleted one in
 --     tether.tombstones (a key changed by an UPDATE: both);
 --   * sends NOTIFY tether_changes with the payload 'schema.table' (quoted as
---     format('%I.%I') quotes), once per table per transaction.
+--     format('%I.%I') quotes), at most once per table per transaction.
 -- TRUNCATE (trigger tether_track_truncate) forgets the table's changes and
 -- moves tether.tracked.since: caches then list the table again.
 -- A row's version as Tether's records show it stays the row's xmin.
@@ -66,71 +67,85 @@ LANGUAGE plpgsql AS $body$
 DECLARE
     rel text := format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
     key_column name;
-    old_key text;
-    new_key text;
+    changed bigint := 0;
+    counted bigint;
 BEGIN
-    IF TG_OP = 'TRUNCATE' THEN
+    -- The key as it is now (a DBA may have changed it since tether.track).
+    IF TG_OP <> 'TRUNCATE' THEN
+        SELECT a.attname INTO key_column
+        FROM pg_constraint k JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1]
+        WHERE k.conrelid = TG_RELID AND k.contype = 'p' AND cardinality(k.conkey) = 1;
+    END IF;
+    IF key_column IS NULL THEN
+        -- TRUNCATE, or no key of one column to name changes by: caches list the table again.
         UPDATE tether.tracked SET since = pg_current_xact_id() WHERE relation = rel;
         DELETE FROM tether.versions WHERE relation = rel;
         DELETE FROM tether.tombstones WHERE relation = rel;
         PERFORM pg_notify('tether_changes', rel);
         RETURN NULL;
     END IF;
-    -- The key as it is now (a DBA may have changed it since tether.track).
-    SELECT a.attname INTO key_column
-    FROM pg_constraint k JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1]
-    WHERE k.conrelid = TG_RELID AND k.contype = 'p' AND cardinality(k.conkey) = 1;
-    IF key_column IS NULL THEN
-        -- No key of one column: changes cannot be named, caches list the table again.
-        UPDATE tether.tracked SET since = pg_current_xact_id() WHERE relation = rel;
-        PERFORM pg_notify('tether_changes', rel);
-        RETURN NULL;
-    END IF;
+    -- Statement triggers over transition tables (old_rows, new_rows): one
+    -- set-based statement each, not a function call per row.
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        EXECUTE format('SELECT ($1).%I::text', key_column) INTO old_key USING OLD;
+        EXECUTE format($sql$
+            WITH gone AS (SELECT o.%1$I::text AS key FROM old_rows o %2$s),
+                 dropped AS (DELETE FROM tether.versions v USING gone WHERE v.relation = $1 AND v.key = gone.key)
+            INSERT INTO tether.tombstones SELECT $1, key, nextval('tether.change_seq'), pg_current_xact_id() FROM gone
+            ON CONFLICT (relation, key) DO UPDATE SET version = excluded.version, xid = excluded.xid
+            $sql$, key_column,
+            CASE WHEN TG_OP = 'UPDATE' THEN format('EXCEPT SELECT n.%I::text FROM new_rows n', key_column) ELSE '' END)
+        USING rel;
+        GET DIAGNOSTICS counted = ROW_COUNT;
+        changed := changed + counted;
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        EXECUTE format('SELECT ($1).%I::text', key_column) INTO new_key USING NEW;
+        EXECUTE format($sql$
+            WITH came AS (SELECT n.%1$I::text AS key FROM new_rows n),
+                 revived AS (DELETE FROM tether.tombstones d USING came WHERE d.relation = $1 AND d.key = came.key)
+            INSERT INTO tether.versions SELECT $1, key, nextval('tether.change_seq'), pg_current_xact_id() FROM came
+            ON CONFLICT (relation, key) DO UPDATE SET version = excluded.version, xid = excluded.xid
+            $sql$, key_column)
+        USING rel;
+        GET DIAGNOSTICS counted = ROW_COUNT;
+        changed := changed + counted;
     END IF;
-    IF old_key IS NOT NULL AND old_key IS DISTINCT FROM new_key THEN
-        DELETE FROM tether.versions WHERE relation = rel AND key = old_key;
-        INSERT INTO tether.tombstones VALUES (rel, old_key, nextval('tether.change_seq'), pg_current_xact_id())
-        ON CONFLICT (relation, key) DO UPDATE SET version = excluded.version, xid = excluded.xid;
+    IF changed > 0 THEN
+        PERFORM pg_notify('tether_changes', rel);
     END IF;
-    IF new_key IS NOT NULL THEN
-        DELETE FROM tether.tombstones WHERE relation = rel AND key = new_key;
-        INSERT INTO tether.versions VALUES (rel, new_key, nextval('tether.change_seq'), pg_current_xact_id())
-        ON CONFLICT (relation, key) DO UPDATE SET version = excluded.version, xid = excluded.xid;
-    END IF;
-    PERFORM pg_notify('tether_changes', rel);
     RETURN NULL;
 END
 $body$;
 
 -- Puts the triggers on every ordinary table of `target` with a primary key
--- of one column that has none yet; returns how many it put them on. Tables
--- created later are tracked by calling it again.
+-- of one column that lacks them; returns how many tables it put them on.
+-- Tables created later are tracked by calling it again.
 CREATE OR REPLACE FUNCTION tether.track(target name) RETURNS integer
 LANGUAGE plpgsql AS $body$
 DECLARE
     t record;
+    event text;
+    missing boolean;
     added integer := 0;
 BEGIN
     FOR t IN
         SELECT c.oid, c.relname FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'p' AND cardinality(k.conkey) = 1
-        WHERE n.nspname = target AND c.relkind = 'r'
+        WHERE n.nspname = target AND c.relkind = 'r' AND NOT c.relispartition
         ORDER BY c.relname
     LOOP
-        CONTINUE WHEN EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t.oid AND tgname = 'tether_track');
-        EXECUTE format('CREATE TRIGGER tether_track AFTER INSERT OR UPDATE OR DELETE ON %I.%I '
-                       'FOR EACH ROW EXECUTE FUNCTION tether.record_change()', target, t.relname);
-        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t.oid AND tgname = 'tether_track_truncate') THEN
-            EXECUTE format('CREATE TRIGGER tether_track_truncate AFTER TRUNCATE ON %I.%I '
-                           'FOR EACH STATEMENT EXECUTE FUNCTION tether.record_change()', target, t.relname);
-        END IF;
-        -- Changes before now were not recorded: older cursors list again.
+        missing := false;
+        FOREACH event IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate'] LOOP
+            CONTINUE WHEN EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t.oid AND tgname = 'tether_track_' || event);
+            EXECUTE format('CREATE TRIGGER %I AFTER %s ON %I.%I %s FOR EACH STATEMENT EXECUTE FUNCTION tether.record_change()',
+                           'tether_track_' || event, upper(event), target, t.relname,
+                           CASE event WHEN 'insert' THEN 'REFERENCING NEW TABLE AS new_rows'
+                                      WHEN 'update' THEN 'REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows'
+                                      WHEN 'delete' THEN 'REFERENCING OLD TABLE AS old_rows' ELSE '' END);
+            missing := true;
+        END LOOP;
+        CONTINUE WHEN NOT missing;
+        -- Changes before now were not all recorded: older cursors list again.
         INSERT INTO tether.tracked VALUES (format('%I.%I', target, t.relname), pg_current_xact_id())
         ON CONFLICT (relation) DO UPDATE SET since = excluded.since;
         added := added + 1;

@@ -42,9 +42,10 @@ final class PostgresChanges: Sendable {
                        (EXISTS (SELECT 1 FROM tether.versions v WHERE v.relation = r.relation AND v.xid >= $3::text::xid8)
                         OR EXISTS (SELECT 1 FROM tether.tombstones d WHERE d.relation = r.relation AND d.xid >= $3::text::xid8))::text
                 FROM tether.tracked r
-                JOIN pg_trigger g ON g.tgrelid = to_regclass(r.relation) AND g.tgname = 'tether_track' AND g.tgenabled <> 'D'
-                JOIN pg_attribute a ON a.attrelid = g.tgrelid AND a.attname = $2 AND NOT a.attisdropped
+                JOIN pg_attribute a ON a.attrelid = to_regclass(r.relation) AND a.attname = $2 AND NOT a.attisdropped
                 WHERE r.relation = format('%I.%I', $1::text, $4::text)
+                  AND (SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = a.attrelid AND g.tgenabled <> 'D' AND g.tgname IN
+                       ('tether_track_insert', 'tether_track_update', 'tether_track_delete', 'tether_track_truncate')) = 4
                 """, [schema, table.id.name, String(max(0, cursor ?? 0)), table.spec.name])
         } catch let error as TetherError where error.kind == .notFound {
             installed.withLock { $0 = nil }  // dropped meanwhile?
