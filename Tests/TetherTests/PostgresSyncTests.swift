@@ -170,6 +170,12 @@ final class PostgresSyncTests: XCTestCase {
         _ = try admin.query("TRUNCATE \(schema).items")
         _ = try admin.query("INSERT INTO \(schema).items VALUES (1, 'one', 1)")
         XCTAssertEqual(try names(context), ["1": "one"])
+        // A trigger the DBA disabled: changes may be missing, so the table is listed whole.
+        let before = connection.changes.rowsListed.withLock { $0 }
+        _ = try admin.query("ALTER TABLE \(schema).items DISABLE TRIGGER tether_track_update")
+        _ = try admin.query("UPDATE \(schema).items SET name = 'uno' WHERE id = 1")
+        XCTAssertEqual(try names(context), ["1": "uno"])
+        XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, before + 1, "listed whole: its one row")
     }
 
     func testWithoutTrackingWholeListingsGiveTheExactAnswer() throws {
