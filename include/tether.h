@@ -506,8 +506,8 @@ TETHER_API int tether_context_open_postgres(const tether_context_options *opts, 
  * server answers (connecting waits at most 30 s); any thread. Statuses as
  * tether_context_open_postgres gives them for the connection; an unknown
  * schema TETHER_E_NOT_FOUND; a role without the rights TETHER_E_AUTH; a
- * statement that fails TETHER_E_SERVER, the install then undone. `pg` is
- * read during the call only. */
+ * statement that fails TETHER_E_SERVER, the install then undone; `pg` NULL
+ * or not initialised TETHER_E_MISUSE. `pg` is read during the call only. */
 TETHER_API int tether_postgres_install(const tether_postgres_options *pg, int *tracked);
 
 /* ---------------------------------------------------------------- context lifetime */
