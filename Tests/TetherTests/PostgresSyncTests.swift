@@ -134,6 +134,15 @@ final class PostgresSyncTests: XCTestCase {
         try assertSame(try names(context), try expected())
         XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, listed + 4)
         try assertSame(try names(context, "tags"), try expected("tags", "code", "label"))
+        // A varchar(8) key: the recorded key text is cast back to it to find the row.
+        let tagsListed = connection.changes.rowsListed.withLock { $0 }
+        _ = try admin.query("UPDATE \(schema).tags SET label = 'BB' WHERE code = 'b'")
+        _ = try admin.query("INSERT INTO \(schema).tags VALUES ('c d', 'spaced')")
+        try assertSame(try names(context, "tags"), ["a": "AA", "b": "BB", "c d": "spaced"])
+        XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, tagsListed + 2, "two of three rows")
+        _ = try admin.query("DELETE FROM \(schema).tags WHERE code = 'a'")
+        try assertSame(try names(context, "tags"), ["b": "BB", "c d": "spaced"])
+        XCTAssertEqual(connection.changes.rowsListed.withLock { $0 }, tagsListed + 2, "a deletion lists no row")
     }
 
     /// Change numbers are taken before commit, out of commit order: a change
