@@ -452,10 +452,21 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * and SET DEFAULT deny. A table the role may SELECT offers fetch; none
  * offers insert, update or delete yet (a save fails TETHER_E_NOT_ALLOWED).
  *
- * This version reads only, by whole listings (no history of changes: each
- * refresh lists the table again). A predicate's comparisons on text, integer
- * and boolean attributes run in PostgreSQL, as the cache runs them (text by
- * bytes of UTF-8, in the "C" collation); others run in the cache. */
+ * This version reads only. A predicate's comparisons on text, integer and
+ * boolean attributes run in PostgreSQL, as the cache runs them (text by
+ * bytes of UTF-8, in the "C" collation); others run in the cache.
+ *
+ * Refreshes sync incrementally where Tether's change tracking is installed
+ * (tether_postgres_install, or a DBA applying sql/tether-postgres.sql with
+ * psql and calling tether.track('schema')): triggers record each change in
+ * schema tether (no column is added to any table), and a refresh asks only
+ * for what changed since its last one, deletions included; one that finds
+ * nothing new reads no row of the table. The sync cursor is a transaction
+ * horizon, so a change committed late is never skipped. A table not tracked
+ * (or truncated, or tracked anew, since the last refresh) is listed whole,
+ * as is every table where tracking is not installed: the connection says
+ * so once (log, category "sync"). The triggers also send NOTIFY
+ * tether_changes with 'schema.table' as the payload. */
 #define TETHER_POSTGRES_OPTIONS_VERSION 1
 
 typedef struct tether_postgres_options {
@@ -484,6 +495,20 @@ TETHER_API int tether_postgres_options_init(tether_postgres_options *pg, unsigne
  * owned by the caller: close it with tether_context_close. */
 TETHER_API int tether_context_open_postgres(const tether_context_options *opts, const tether_postgres_options *pg,
                                             tether_context **out);
+
+/* Installs Tether's change tracking (the text of sql/tether-postgres.sql,
+ * which the library holds) in the database `pg->conninfo` names, and tracks
+ * every table of `pg->schema` (NULL: "public") with a primary key of one
+ * column: what the connection then syncs incrementally. Installing again is
+ * harmless and tracks the schema's new tables. The role needs CREATE on the
+ * database and ownership of the tables. If `tracked` is not NULL, it
+ * receives how many tables were tracked by this call. Blocks until the
+ * server answers (connecting waits at most 30 s); any thread. Statuses as
+ * tether_context_open_postgres gives them for the connection; an unknown
+ * schema TETHER_E_NOT_FOUND; a role without the rights TETHER_E_AUTH; a
+ * statement that fails TETHER_E_SERVER, the install then undone; `pg` NULL
+ * or not initialised TETHER_E_MISUSE. `pg` is read during the call only. */
+TETHER_API int tether_postgres_install(const tether_postgres_options *pg, int *tracked);
 
 /* ---------------------------------------------------------------- context lifetime */
 

@@ -29,3 +29,16 @@ public func tether_context_open_postgres(_ opts: UnsafePointer<tether_context_op
         try output(out, try register(Context.open(options, connection: PostgresConnection(pg))))
     }
 }
+
+@_cdecl("tether_postgres_install")
+public func tether_postgres_install(_ pgOptions: UnsafePointer<tether_postgres_options>?, _ tracked: UnsafeMutablePointer<Int32>?)
+    -> Int32 {
+    call {
+        guard let pgOptions else { throw misuse("pg is NULL") }
+        let rawPG = try read(pgOptions)
+        let pg = PostgresOptions(conninfo: try text(rawPG.conninfo, "conninfo"),
+                                 schema: try optionalText(rawPG.schema, "schema") ?? "public")
+        let added = try PostgresConnection.install(pg)
+        tracked?.pointee = Int32(clamping: added)
+    }
+}

@@ -359,6 +359,8 @@ tether_postgres_options_init = _declare(
 tether_context_open_postgres = _declare(
     "tether_context_open_postgres", c_int,
     [POINTER(tether_context_options), POINTER(tether_postgres_options), POINTER(c_void_p)])
+tether_postgres_install = _declare(
+    "tether_postgres_install", c_int, [POINTER(tether_postgres_options), POINTER(c_int)])
 tether_context_close = _declare("tether_context_close", c_int, [c_void_p])
 tether_context_is_online = _declare("tether_context_is_online", c_int, [c_void_p, POINTER(c_int)])
 tether_context_fd = _declare("tether_context_fd", c_int, [c_void_p, POINTER(c_int)])

@@ -20,6 +20,7 @@ struct LibPQ: @unchecked Sendable {  // the pointers are written once, before it
     let execParams: @convention(c) (Conn?, UnsafePointer<CChar>, Int32, UnsafePointer<UInt32>?,
                                     UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?,
                                     UnsafePointer<Int32>?, Int32) -> Result?
+    let exec: @convention(c) (Conn?, UnsafePointer<CChar>) -> Result?
     let resultStatus: @convention(c) (Result?) -> Int32
     let resultErrorField: @convention(c) (Result?, Int32) -> UnsafePointer<CChar>?
     let resultErrorMessage: @convention(c) (Result?) -> UnsafePointer<CChar>?
@@ -63,6 +64,7 @@ struct LibPQ: @unchecked Sendable {  // the pointers are written once, before it
         errorMessage = try bind("PQerrorMessage")
         serverVersion = try bind("PQserverVersion")
         execParams = try bind("PQexecParams")
+        exec = try bind("PQexec")
         resultStatus = try bind("PQresultStatus")
         resultErrorField = try bind("PQresultErrorField")
         resultErrorMessage = try bind("PQresultErrorMessage")

@@ -17,12 +17,15 @@ public struct PostgresOptions: Sendable {
 /// (PostgresCatalog); a record's id is its key as text and its version the
 /// row's xmin. This step reads only: whole listings, pages by key,
 /// filters PostgreSQL evaluates exactly as `Filter` means them
-/// (PostgresQuery), no history (no `since`) and no writes.
+/// (PostgresQuery), changes since a version where the tables are tracked
+/// (PostgresChanges), and no writes.
 public final class PostgresConnection: Connection, ReachabilityReporting {
     public let identity: String
     public let reachability = Reachability()
     let schema: String
     private let session: PostgresSession
+    /// Change tracking, where installed: syncs since a version.
+    let changes: PostgresChanges
     private let requests = RequestQueue()
     /// The catalog as last read: the only names SQL is built from.
     private let catalog = Lock<[String: PostgresTable]?>(nil)
@@ -36,6 +39,7 @@ public final class PostgresConnection: Connection, ReachabilityReporting {
         guard options.timeoutMilliseconds > 0 else { throw TetherError(.invalid, "timeout must be positive") }
         let parsed = try PostgresSession.parse(options.conninfo)
         schema = options.schema
+        changes = PostgresChanges(schema: options.schema)
         // What names the data set, never the password (nor other options).
         let place = ["host", "hostaddr", "port", "dbname", "user"].compactMap { key in parsed[key].map { "\(key)=\($0)" } }
         identity = "postgresql \(place.joined(separator: " ")), schema \(options.schema)"
@@ -85,12 +89,19 @@ public final class PostgresConnection: Connection, ReachabilityReporting {
     public func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void)
         -> any Cancellable {
         respond(done) { [self] in
-            let query = try PostgresQuery(try table(request.spec), request)
+            let table = try table(request.spec)
+            if let since = request.since {
+                return try changes.page(since: since, request, table, session, pageSize: Self.pageSize)
+            }
+            // Tracked (PostgresChanges): the first page's horizon lets later refreshes sync.
+            let version = request.cursor == nil ? try changes.tracking(table, cursor: nil, session)?.horizon : nil
+            let query = try PostgresQuery(table, request)
             let (sql, parameters) = query.pageSQL(pageSize: Self.pageSize)
             let rows = try session.query(sql, parameters)
+            changes.rowsListed.withLock { $0 += rows.count }
             let next = query.next(after: rows, pageSize: Self.pageSize)
             let content = query.content(rows)
-            return Page(next: next) { content }
+            return Page(next: next, version: version) { content }
         }
     }
 
@@ -123,7 +134,7 @@ public final class PostgresConnection: Connection, ReachabilityReporting {
 
     public func supports(_ filter: Filter) -> Bool { PostgresQuery.isExact(filter) }
     public func filtersExactly(_ filter: Filter) -> Bool { PostgresQuery.isExact(filter) }
-    /// No history is listed (no `since`), so none can be missed.
+    /// Every change is recorded by the triggers: none is put back behind another.
     public var changeListingsCanMissRewrites: Bool { false }
 
     public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {

@@ -104,7 +104,7 @@ struct PostgresQuery {
         }
     }
 
-    private static func select(_ table: PostgresTable) -> String {
+    static func select(_ table: PostgresTable) -> String {
         ([table.id.expression, PostgresTable.version.expression + "::text"] + table.columns.map(\.expression))
             .joined(separator: ", ") + " FROM \(table.sqlName) t"
     }

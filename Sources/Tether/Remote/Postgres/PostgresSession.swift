@@ -65,6 +65,22 @@ final class PostgresSession: @unchecked Sendable {  // used by one thread at a t
         }
     }
 
+    /// Runs a script of several statements without parameters (the simple
+    /// query protocol: one implicit transaction), for SQL text Tether ships.
+    func script(_ sql: String) throws {
+        let conn = try connected()
+        let result = pq.exec(conn, sql)
+        defer { pq.clear(result) }
+        let status = pq.resultStatus(result)
+        guard status == LibPQ.tuplesOK || status == LibPQ.commandOK else {
+            if result == nil || pq.status(conn) != LibPQ.connectionOK {
+                close()
+                throw TetherError(.network, "the PostgreSQL server dropped the connection")
+            }
+            throw statementFailure(result)
+        }
+    }
+
     /// A statement failed because the connection is gone, not because of the statement.
     private struct Dropped: Error { let message: String }
 
