@@ -18,12 +18,14 @@ public struct PostgresOptions: Sendable {
 /// row's xmin. This step reads only: whole listings, pages by key,
 /// filters PostgreSQL evaluates exactly as `Filter` means them
 /// (PostgresQuery), no history (no `since`) and no writes.
-public final class PostgresConnection: Connection, ReachabilityReporting {
+public final class PostgresConnection: Connection, ReachabilityReporting, ChangePushing {
     public let identity: String
     public let reachability = Reachability()
     let schema: String
     private let session: PostgresSession
     private let requests = RequestQueue()
+    /// LISTEN, while a context subscribes (live fetches).
+    private let listener: PostgresListener
     /// The catalog as last read: the only names SQL is built from.
     private let catalog = Lock<[String: PostgresTable]?>(nil)
     static let pageSize = 1000
@@ -40,9 +42,17 @@ public final class PostgresConnection: Connection, ReachabilityReporting {
         let place = ["host", "hostaddr", "port", "dbname", "user"].compactMap { key in parsed[key].map { "\(key)=\($0)" } }
         identity = "postgresql \(place.joined(separator: " ")), schema \(options.schema)"
         session = try PostgresSession(conninfo: options.conninfo, timeoutMilliseconds: options.timeoutMilliseconds)
+        listener = PostgresListener(conninfo: options.conninfo, schema: options.schema,
+                                    timeoutMilliseconds: options.timeoutMilliseconds)
+    }
+
+    public func pushChanges(of entities: Set<String>, to subscriber: ObjectIdentifier,
+                            _ changed: @escaping @Sendable (Set<String>) -> Void) {
+        listener.subscribe(entities, subscriber, changed)
     }
 
     public func shutdown() {
+        listener.shutdown()
         requests.shutdown()
         session.close()  // the queue's thread is done with it
     }
