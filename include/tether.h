@@ -455,7 +455,27 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * This version reads only, by whole listings (no history of changes: each
  * refresh lists the table again). A predicate's comparisons on text, integer
  * and boolean attributes run in PostgreSQL, as the cache runs them (text by
- * bytes of UTF-8, in the "C" collation); others run in the cache. */
+ * bytes of UTF-8, in the "C" collation); others run in the cache.
+ *
+ * Changes pushed: while a context has a live fetch of a table's entity, or
+ * an observer of one of its objects, it keeps one more connection
+ * (application_name "tether listen <schema>") that runs LISTEN
+ * tether_changes and waits on its socket on a thread of its own (no
+ * polling). The channel's payload must be "<schema>.<table>": the triggers
+ * of sql/tether-postgres.sql send it on every insert, update and delete; a
+ * table without such a trigger pushes nothing (its live fetches follow the
+ * cache only, as over Kinto). A notice for such a table lists it from the
+ * server once (as a fetch with TETHER_POLICY_SERVER_ONLY would), and its
+ * live fetches and observers answer as after any fetch (with observers only,
+ * their objects are refreshed by id instead). The delay from the commit is
+ * about 20 ms of gathering (a burst of commits costs one listing; notices
+ * while a listing runs cause one more after it) plus the listing. When that
+ * connection is lost (the server restarted) it connects again after 0.1 s,
+ * doubling up to 5 s; once back, every watched table is listed once, for the
+ * notices missed meanwhile (so too right after the first LISTEN). The
+ * connection closes when the context's last live fetch and observer go, and
+ * when the context closes; tether_context_close does not wait for the server
+ * for it. */
 #define TETHER_POSTGRES_OPTIONS_VERSION 1
 
 typedef struct tether_postgres_options {

@@ -141,6 +141,24 @@ final class PostgresListenTests: XCTestCase {
         XCTAssertTrue(eventually(20) { (try? self.listeners()) == 0 }, "the last live fetch gone: no listening")
     }
 
+    /// An observed object follows the server too, with no live fetch.
+    func testAnObserverHearsAnotherSessionsCommit() throws {
+        let context = try open()
+        defer { try? context.close() }
+        let two = try context.object(entity: "items", id: "2")
+        _ = try? two.get("title")
+        XCTAssertTrue(eventually(20) { (try? two.peek("title")) == .text("two") })
+        let observer = try two.makeObserver(key: "title")
+        let calls = ConditionLock<[TetherError?]>([])
+        try observer.activate { error in calls.withLock { $0.append(error) } }
+        XCTAssertTrue(eventually(20) { (try? self.listeners()) == 1 }, "an observer listens")
+        _ = try admin.query("UPDATE \(schema).items SET title = 'zwei' WHERE id = 2")
+        XCTAssertTrue(eventually(20) { (try? two.peek("title")) == .text("zwei") })
+        XCTAssertTrue(eventually(20) { calls.withLock { $0.contains { $0 == nil } } }, "told of the change")
+        try observer.remove()
+        XCTAssertTrue(eventually(20) { (try? self.listeners()) == 0 }, "the observer gone: no listening")
+    }
+
     /// Runs scripts/NAME ARGUMENT, waited for with waitpid (see PostgresTests.script).
     func script(_ name: String, _ argument: String) throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -1,6 +1,7 @@
 /// Changes the server pushes (a `ChangePushing` connection: PostgreSQL's
-/// NOTIFY). While an entity has live fetches the context subscribes to it;
-/// a notice schedules one listing of the entity, after a short gathering
+/// NOTIFY). While an entity has live fetches or observed objects the
+/// context subscribes to it; a notice schedules one listing of the entity
+/// (or, with observers only, a refresh of the observed objects), after a short gathering
 /// delay, so a burst of commits costs one listing; notices that come while
 /// it runs cause one more after it. Nothing here grows beyond one entry per
 /// entity.
@@ -54,16 +55,18 @@ extension Context {
 
     /// On the worker: starts a listing of each pending entity not listed now.
     private func startPushedRefreshes() {
-        let starting = graph.withLock { graph -> [(Int, (any RowListener)?)] in
+        let starting = graph.withLock { graph -> [(Int, [any RowListener])] in
             graph.pushed.scheduled = false
             guard !graph.closed else { return [] }
             let ready = graph.pushed.pending.subtracting(graph.pushed.running)
             graph.pushed.pending.subtract(ready)  // the running ones stay pending: listed again after
             graph.pushed.running.formUnion(ready)
-            return ready.map { ($0, graph.rowListeners[$0]?.values.first) }
+            return ready.map { ($0, graph.rowListeners[$0].map { Array($0.values) } ?? []) }
         }
-        for (index, listener) in starting {
-            let started = listener?.refreshFromServer { [weak self] in self?.pushedRefreshEnded(index) } ?? false
+        for (index, listeners) in starting {
+            // One listing (a live fetch starts it) updates every object in
+            // memory; an observer asked before it refreshes its own object.
+            let started = listeners.contains { $0.refreshFromServer { [weak self] in self?.pushedRefreshEnded(index) } }
             if !started { pushedRefreshEnded(index) }
         }
     }
@@ -76,5 +79,16 @@ extension Context {
             return true
         }
         if schedule { worker.async(afterMilliseconds: Self.pushGatherMilliseconds) { [self] in startPushedRefreshes() } }
+    }
+}
+
+/// An observed object follows the server's pushed changes too.
+extension KeyObserver: RowListener {
+    func rowsChanged(_ ids: [String]) {}  // its object tells it of its own changes
+
+    /// A refresh of the object (gathered with others, as gets are), not a listing: false.
+    func refreshFromServer(_ done: @escaping @Sendable () -> Void) -> Bool {
+        object.context.scheduleRefresh(object, evenIfFresh: true)
+        return false
     }
 }
