@@ -466,7 +466,28 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * (or truncated, or tracked anew, since the last refresh) is listed whole,
  * as is every table where tracking is not installed: the connection says
  * so once (log, category "sync"). The triggers also send NOTIFY
- * tether_changes with 'schema.table' as the payload. */
+ * tether_changes with 'schema.table' as the payload.
+ *
+ * Changes pushed: while a context has a live fetch of a table's entity, or
+ * an observer of one of its objects, it keeps one more connection
+ * (application_name "tether listen <schema>") that runs LISTEN
+ * tether_changes and waits on its socket on a thread of its own (no
+ * polling). The channel's payload must be "<schema>.<table>": the triggers
+ * of sql/tether-postgres.sql send it on every insert, update and delete
+ * (a refresh so started is incremental where tracking is installed); a
+ * table without such a trigger pushes nothing (its live fetches follow the
+ * cache only, as over Kinto). A notice for such a table lists it from the
+ * server once (as a fetch with TETHER_POLICY_SERVER_ONLY would), and its
+ * live fetches and observers answer as after any fetch (with observers only,
+ * their objects are refreshed by id instead). The delay from the commit is
+ * about 20 ms of gathering (a burst of commits costs one listing; notices
+ * while a listing runs cause one more after it) plus the listing. When that
+ * connection is lost (the server restarted) it connects again after 0.1 s,
+ * doubling up to 5 s; once back, every watched table is listed once, for the
+ * notices missed meanwhile (so too right after the first LISTEN). The
+ * connection closes when the context's last live fetch and observer go, and
+ * when the context closes; tether_context_close does not wait for the server
+ * for it. */
 #define TETHER_POSTGRES_OPTIONS_VERSION 1
 
 typedef struct tether_postgres_options {

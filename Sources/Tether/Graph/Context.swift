@@ -78,6 +78,8 @@ public final class Context: Sendable {
         var refreshes = RefreshGathering()
         /// Who listens for changed rows of each entity (by entity index).
         var rowListeners: [Int: [ObjectIdentifier: any RowListener]] = [:]
+        /// Listings started by the server's change notices (PushedChanges.swift).
+        var pushed = PushedRefreshes()
 
         static let minimumSweep = 1024
 

@@ -171,6 +171,7 @@ public final class KeyObserver: Sendable {
                 cancel: { [context] id in try? context.delivery.cancel(id) },
                 deliverCancellation: { [self] in fire(.cancelled) },
                 finished: { [self] in
+                    object.context.stopListening(self, to: object.entity)
                     object.state.withLock { $0.observers.removeAll { $0 === self } }
                     state.withLock { $0 = (nil, nil) }
                 })
@@ -180,7 +181,13 @@ public final class KeyObserver: Sendable {
             throw error
         }
         // Unless it has already finished (the callback is gone then).
-        state.withLock { if $0.callback != nil { $0.subscription = id } }
+        let active = state.withLock { state -> Bool in
+            if state.callback != nil { state.subscription = id }
+            return state.callback != nil
+        }
+        // Changes the server pushes refresh the object (PushedChanges.swift).
+        if active { context.listen(self, to: object.entity) }
+        if state.withLock({ $0.callback == nil }) { context.stopListening(self, to: object.entity) }
     }
 
     /// Removes the observer; fails with `.closed` if it was already removed.

@@ -5,16 +5,27 @@ protocol RowListener: AnyObject, Sendable {
     /// deleted in the context (a page stored, a save answered, a local
     /// change). Called on whichever thread made the change, with no lock held.
     func rowsChanged(_ ids: [String])
+    /// The server says the entity changed: lists it from the server (the
+    /// changes reach the listeners as after any fetch), then calls `done`
+    /// once; false (and `done` never called) if no listing could start.
+    func refreshFromServer(_ done: @escaping @Sendable () -> Void) -> Bool
 }
 
 extension Context {
     /// `listener` hears of `entity`'s changed rows until it stops listening.
     func listen(_ listener: any RowListener, to entity: Entity) {
-        graph.withLock { $0.rowListeners[entity.index, default: [:]][ObjectIdentifier(listener)] = listener }
+        graph.withLock { graph in
+            graph.rowListeners[entity.index, default: [:]][ObjectIdentifier(listener)] = listener
+            updatePushedEntities(&graph)
+        }
     }
 
     func stopListening(_ listener: any RowListener, to entity: Entity) {
-        _ = graph.withLock { $0.rowListeners[entity.index]?.removeValue(forKey: ObjectIdentifier(listener)) }
+        let gone = graph.withLock { graph in
+            defer { updatePushedEntities(&graph) }
+            return graph.rowListeners[entity.index]?.removeValue(forKey: ObjectIdentifier(listener))
+        }
+        _ = gone  // released here, outside the lock
     }
 
     /// Records of `entity` were written or deleted: its listeners are told.

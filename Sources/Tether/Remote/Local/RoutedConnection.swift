@@ -109,3 +109,11 @@ private struct BothCancellable: Cancellable {
         second.cancel()
     }
 }
+
+/// The server's pushed changes pass through (local entities are never subscribed to).
+extension RoutedConnection: ChangePushing {
+    func pushChanges(of entities: Set<String>, to subscriber: ObjectIdentifier,
+                     _ changed: @escaping @Sendable (Set<String>) -> Void) {
+        (server as? any ChangePushing)?.pushChanges(of: entities, to: subscriber, changed)
+    }
+}

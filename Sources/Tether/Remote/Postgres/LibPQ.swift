@@ -33,6 +33,10 @@ struct LibPQ: @unchecked Sendable {  // the pointers are written once, before it
     let conninfoParse: @convention(c) (UnsafePointer<CChar>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> OpaquePointer?
     let conninfoFree: @convention(c) (OpaquePointer?) -> Void
     let freemem: @convention(c) (UnsafeMutableRawPointer?) -> Void
+    // For LISTEN (PostgresListener): the socket to poll, reading what came, the notifications.
+    let socket: @convention(c) (Conn?) -> Int32
+    let consumeInput: @convention(c) (Conn?) -> Int32
+    let notifies: @convention(c) (Conn?) -> UnsafeMutableRawPointer?
 
     // libpq-fe.h's values (stable since PostgreSQL 7).
     static let connectionOK: Int32 = 0          // CONNECTION_OK
@@ -77,5 +81,8 @@ struct LibPQ: @unchecked Sendable {  // the pointers are written once, before it
         conninfoParse = try bind("PQconninfoParse")
         conninfoFree = try bind("PQconninfoFree")
         freemem = try bind("PQfreemem")
+        socket = try bind("PQsocket")
+        consumeInput = try bind("PQconsumeInput")
+        notifies = try bind("PQnotifies")
     }
 }

@@ -19,7 +19,7 @@ public struct PostgresOptions: Sendable {
 /// filters PostgreSQL evaluates exactly as `Filter` means them
 /// (PostgresQuery), changes since a version where the tables are tracked
 /// (PostgresChanges), and no writes.
-public final class PostgresConnection: Connection, ReachabilityReporting {
+public final class PostgresConnection: Connection, ReachabilityReporting, ChangePushing {
     public let identity: String
     public let reachability = Reachability()
     let schema: String
@@ -27,6 +27,8 @@ public final class PostgresConnection: Connection, ReachabilityReporting {
     /// Change tracking, where installed: syncs since a version.
     let changes: PostgresChanges
     private let requests = RequestQueue()
+    /// LISTEN, while a context subscribes (live fetches).
+    private let listener: PostgresListener
     /// The catalog as last read: the only names SQL is built from.
     private let catalog = Lock<[String: PostgresTable]?>(nil)
     static let pageSize = 1000
@@ -44,9 +46,17 @@ public final class PostgresConnection: Connection, ReachabilityReporting {
         let place = ["host", "hostaddr", "port", "dbname", "user"].compactMap { key in parsed[key].map { "\(key)=\($0)" } }
         identity = "postgresql \(place.joined(separator: " ")), schema \(options.schema)"
         session = try PostgresSession(conninfo: options.conninfo, timeoutMilliseconds: options.timeoutMilliseconds)
+        listener = PostgresListener(conninfo: options.conninfo, schema: options.schema,
+                                    timeoutMilliseconds: options.timeoutMilliseconds)
+    }
+
+    public func pushChanges(of entities: Set<String>, to subscriber: ObjectIdentifier,
+                            _ changed: @escaping @Sendable (Set<String>) -> Void) {
+        listener.subscribe(entities, subscriber, changed)
     }
 
     public func shutdown() {
+        listener.shutdown()
         requests.shutdown()
         session.close()  // the queue's thread is done with it
     }

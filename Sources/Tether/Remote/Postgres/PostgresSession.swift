@@ -8,11 +8,14 @@ final class PostgresSession: @unchecked Sendable {  // used by one thread at a t
     private let pq: LibPQ
     private let conninfo: String
     private let connectTimeoutSeconds: Int64
-    private var conn: LibPQ.Conn?
+    private let applicationName: String
+    /// The open connection, if any (PostgresListener polls its socket).
+    private(set) var conn: LibPQ.Conn?
 
-    init(conninfo: String, timeoutMilliseconds: Int64) throws {
+    init(conninfo: String, timeoutMilliseconds: Int64, applicationName: String = "tether") throws {
         pq = try LibPQ.load()
         self.conninfo = conninfo
+        self.applicationName = applicationName
         // libpq's connect_timeout is whole seconds, at least 2.
         connectTimeoutSeconds = max(2, (timeoutMilliseconds + 999) / 1000)
     }
@@ -87,7 +90,7 @@ final class PostgresSession: @unchecked Sendable {  // used by one thread at a t
     private func connected() throws -> LibPQ.Conn {
         if let conn { return conn }
         let keywords = ["dbname", "connect_timeout", "client_encoding", "application_name"]
-        let values = [conninfo, String(connectTimeoutSeconds), "UTF8", "tether"]
+        let values = [conninfo, String(connectTimeoutSeconds), "UTF8", applicationName]
         // dbname first, expanded as the whole conninfo; the later keywords are ours.
         let made = withCStrings(keywords) { keys in
             withCStrings(values) { values in pq.connectdbParams(keys, values, 1) }

@@ -1,0 +1,17 @@
+extension FetchTask {
+    /// The server pushed a change of the entity (see PushedChanges.swift):
+    /// a fetch of all of it from the server, as any fetch stores its pages
+    /// and tells the live fetches; `done` at its final callback.
+    func refreshFromServer(_ done: @escaping @Sendable () -> Void) -> Bool {
+        var request = FetchRequest(entity: entity.name)
+        request.policy = .serverOnly
+        request.resultType = .ids
+        do {
+            let task = try context.makeFetch(request)
+            try task.start { result in if result.phase == .final { done() } }
+            return true
+        } catch {
+            return false
+        }
+    }
+}

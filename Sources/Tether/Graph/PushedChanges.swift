@@ -1,0 +1,94 @@
+/// Changes the server pushes (a `ChangePushing` connection: PostgreSQL's
+/// NOTIFY). While an entity has live fetches or observed objects the
+/// context subscribes to it; a notice schedules one listing of the entity
+/// (or, with observers only, a refresh of the observed objects), after a short gathering
+/// delay, so a burst of commits costs one listing; notices that come while
+/// it runs cause one more after it. Nothing here grows beyond one entry per
+/// entity.
+struct PushedRefreshes {
+    /// The entity names subscribed to, as last told to the connection.
+    var subscribed: Set<String> = []
+    /// Entities (by index) noticed and not yet listed since.
+    var pending: Set<Int> = []
+    /// Entities whose listing runs.
+    var running: Set<Int> = []
+    /// Whether a start of the pending listings is scheduled on the worker.
+    var scheduled = false
+}
+
+extension Context {
+    /// Notices are gathered this long before a listing starts.
+    static let pushGatherMilliseconds: Int64 = 20
+
+    /// Under the graph's lock, after row listeners came or went: the
+    /// connection is told the entities that now have any (none once closed).
+    /// Called under the lock so that two threads' updates reach the
+    /// connection in order; the connection never calls back synchronously.
+    func updatePushedEntities(_ graph: inout Graph) {
+        guard let pushing = connection as? any ChangePushing else { return }
+        var names = Set<String>()
+        if !graph.closed {
+            for (index, listeners) in graph.rowListeners where !listeners.isEmpty {
+                let entity = model.entities[index]
+                if !entity.isLocal { names.insert(entity.name) }
+            }
+        }
+        guard names != graph.pushed.subscribed else { return }
+        graph.pushed.subscribed = names
+        pushing.pushChanges(of: names, to: ObjectIdentifier(self)) { [weak self] changed in self?.serverChanged(changed) }
+    }
+
+    /// On the connection's thread: these entities changed on the server.
+    private func serverChanged(_ names: Set<String>) {
+        let entities = names.compactMap { model.entity(named: $0) }
+        let schedule = graph.withLock { graph -> Bool in
+            guard !graph.closed else { return false }
+            for entity in entities where graph.rowListeners[entity.index]?.isEmpty == false {
+                graph.pushed.pending.insert(entity.index)
+            }
+            guard !graph.pushed.pending.isEmpty, !graph.pushed.scheduled else { return false }
+            graph.pushed.scheduled = true
+            return true
+        }
+        if schedule { worker.async(afterMilliseconds: Self.pushGatherMilliseconds) { [self] in startPushedRefreshes() } }
+    }
+
+    /// On the worker: starts a listing of each pending entity not listed now.
+    private func startPushedRefreshes() {
+        let starting = graph.withLock { graph -> [(Int, [any RowListener])] in
+            graph.pushed.scheduled = false
+            guard !graph.closed else { return [] }
+            let ready = graph.pushed.pending.subtracting(graph.pushed.running)
+            graph.pushed.pending.subtract(ready)  // the running ones stay pending: listed again after
+            graph.pushed.running.formUnion(ready)
+            return ready.map { ($0, graph.rowListeners[$0].map { Array($0.values) } ?? []) }
+        }
+        for (index, listeners) in starting {
+            // One listing (a live fetch starts it) updates every object in
+            // memory; an observer asked before it refreshes its own object.
+            let started = listeners.contains { $0.refreshFromServer { [weak self] in self?.pushedRefreshEnded(index) } }
+            if !started { pushedRefreshEnded(index) }
+        }
+    }
+
+    private func pushedRefreshEnded(_ index: Int) {
+        let schedule = graph.withLock { graph -> Bool in
+            graph.pushed.running.remove(index)
+            guard !graph.closed, graph.pushed.pending.contains(index), !graph.pushed.scheduled else { return false }
+            graph.pushed.scheduled = true
+            return true
+        }
+        if schedule { worker.async(afterMilliseconds: Self.pushGatherMilliseconds) { [self] in startPushedRefreshes() } }
+    }
+}
+
+/// An observed object follows the server's pushed changes too.
+extension KeyObserver: RowListener {
+    func rowsChanged(_ ids: [String]) {}  // its object tells it of its own changes
+
+    /// A refresh of the object (gathered with others, as gets are), not a listing: false.
+    func refreshFromServer(_ done: @escaping @Sendable () -> Void) -> Bool {
+        object.context.scheduleRefresh(object, evenIfFresh: true)
+        return false
+    }
+}

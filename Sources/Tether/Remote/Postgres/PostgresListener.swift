@@ -1,0 +1,174 @@
+import Glibc
+import Synchronization
+
+/// LISTEN on a connection of its own, for the tracked tables' triggers'
+/// `pg_notify('tether_changes', '<schema>.<table>')`: a thread waits on the
+/// connection's socket (poll, no timer) and tells the subscribers which of
+/// their tables changed. It runs only while someone subscribes; a lost
+/// connection is opened again with backoff (0.1 s doubling to 5 s), and once
+/// back every subscriber hears of all its tables (notifications sent while
+/// it was away are lost). Stopping never waits for the server: the thread is
+/// woken through a pipe and closes its connection itself.
+final class PostgresListener: Sendable {
+    static let channel = "tether_changes"
+    static let firstBackoffMilliseconds: Int32 = 100
+    static let lastBackoffMilliseconds: Int32 = 5_000
+
+    private struct Subscriber {
+        var entities: Set<String>
+        var changed: @Sendable (Set<String>) -> Void
+    }
+    private struct State {
+        var subscribers: [ObjectIdentifier: Subscriber] = [:]
+        /// The thread listening now, if any.
+        var runner: Runner?
+        var closed = false
+    }
+    private let state = Lock(State())
+    private let conninfo: String
+    private let schema: String
+    private let timeoutMilliseconds: Int64
+
+    init(conninfo: String, schema: String, timeoutMilliseconds: Int64) {
+        self.conninfo = conninfo
+        self.schema = schema
+        self.timeoutMilliseconds = timeoutMilliseconds
+    }
+
+    func subscribe(_ entities: Set<String>, _ subscriber: ObjectIdentifier, _ changed: @escaping @Sendable (Set<String>) -> Void) {
+        let (stop, start) = state.withLock { state -> (Runner?, Runner?) in
+            guard !state.closed else { return (nil, nil) }
+            state.subscribers[subscriber] = entities.isEmpty ? nil : Subscriber(entities: entities, changed: changed)
+            if state.subscribers.isEmpty, let runner = state.runner {
+                state.runner = nil
+                return (runner, nil)
+            }
+            guard !state.subscribers.isEmpty, state.runner == nil, let runner = Runner() else { return (nil, nil) }
+            state.runner = runner
+            return (nil, runner)
+        }
+        stop?.stop()
+        if let start { pthread_detach(startThread { [self] in run(start) }) }
+    }
+
+    /// Stops listening for good; returns at once.
+    func shutdown() {
+        let runner = state.withLock { state -> Runner? in
+            state.closed = true
+            state.subscribers = [:]
+            defer { state.runner = nil }
+            return state.runner
+        }
+        runner?.stop()
+    }
+
+    /// On the listening thread: connects, listens, waits, again after a loss, until stopped.
+    private func run(_ runner: Runner) {
+        guard let pq = try? LibPQ.load() else { return }
+        var backoff = Self.firstBackoffMilliseconds
+        while !runner.isStopped {
+            let session: PostgresSession
+            do {
+                session = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: timeoutMilliseconds,
+                                              applicationName: "tether listen " + schema)
+                _ = try session.query("LISTEN " + Self.channel)
+            } catch {
+                Log.info(.http, "PostgreSQL: cannot LISTEN (\(error)); again in \(backoff) ms")
+                if runner.wait(milliseconds: backoff) { return }
+                backoff = min(backoff * 2, Self.lastBackoffMilliseconds)
+                continue
+            }
+            backoff = Self.firstBackoffMilliseconds
+            // Changes committed before LISTEN took effect (while connecting,
+            // or while the server was away) were told to no one.
+            tell(nil, runner)
+            listen(session, pq, runner)
+            session.close()
+        }
+    }
+
+    /// Waits on the socket and tells what comes, until the connection is lost or the runner stopped.
+    private func listen(_ session: PostgresSession, _ pq: LibPQ, _ runner: Runner) {
+        guard let conn = session.conn else { return }
+        let socket = pq.socket(conn)
+        guard socket >= 0 else { return }
+        let prefix = Array(schema.utf8) + [UInt8(ascii: ".")]
+        while !runner.isStopped {
+            var fds = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: runner.wakeFD, events: Int16(POLLIN), revents: 0)]
+            let ready = poll(&fds, 2, -1)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            if runner.isStopped { return }
+            guard fds[0].revents != 0 else { continue }
+            guard pq.consumeInput(conn) != 0, pq.status(conn) == LibPQ.connectionOK else {
+                Log.info(.http, "PostgreSQL: the LISTEN connection was lost; connecting again")
+                return
+            }
+            var names = Set<String>()
+            // PGnotify: char *relname; int be_pid; char *extra; (next: libpq's own).
+            while let notify = pq.notifies(conn) {
+                let extraOffset = 2 * MemoryLayout<UnsafePointer<CChar>?>.stride
+                if let extra = notify.load(fromByteOffset: extraOffset, as: UnsafePointer<CChar>?.self) {
+                    let payload = Array(String(cString: extra).utf8)
+                    if payload.starts(with: prefix) {
+                        names.insert(String(decoding: payload[prefix.count...], as: UTF8.self))
+                    }
+                }
+                pq.freemem(notify)
+            }
+            if !names.isEmpty { tell(names, runner) }
+        }
+    }
+
+    /// Tells each subscriber of its tables among `names` (nil: all of them).
+    private func tell(_ names: Set<String>?, _ runner: Runner) {
+        let subscribers = state.withLock { state -> [Subscriber] in
+            state.runner === runner ? Array(state.subscribers.values) : []
+        }
+        for subscriber in subscribers {
+            let changed = names.map { subscriber.entities.intersection($0) } ?? subscriber.entities
+            if !changed.isEmpty { subscriber.changed(changed) }
+        }
+    }
+}
+
+/// One listening thread's stop signal: a flag and a pipe its poll watches.
+/// The pipe is closed when both the thread and the stopper are done with it.
+private final class Runner: @unchecked Sendable {  // the descriptors never change; the flag is atomic
+    private let stopped = Atomic<Bool>(false)
+    private let fds: (read: Int32, write: Int32)
+
+    init?() {
+        var pair: [Int32] = [-1, -1]
+        guard pipe(&pair) == 0 else { return nil }
+        for fd in pair {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, O_NONBLOCK)  // a stop never blocks on a full pipe
+        }
+        fds = (pair[0], pair[1])
+    }
+
+    deinit {
+        Glibc.close(fds.read)
+        Glibc.close(fds.write)
+    }
+
+    var wakeFD: Int32 { fds.read }
+    var isStopped: Bool { stopped.load(ordering: .acquiring) }
+
+    func stop() {
+        stopped.store(true, ordering: .releasing)
+        var byte: UInt8 = 1
+        _ = write(fds.write, &byte, 1)
+    }
+
+    /// Waits `milliseconds` or until stopped; true if stopped.
+    func wait(milliseconds: Int32) -> Bool {
+        var fd = pollfd(fd: fds.read, events: Int16(POLLIN), revents: 0)
+        _ = poll(&fd, 1, milliseconds)
+        return isStopped
+    }
+}
