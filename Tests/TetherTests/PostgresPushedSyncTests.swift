@@ -1,0 +1,42 @@
+import Foundation
+import XCTest
+@testable import Tether
+
+/// The two halves of PostgreSQL's change feed together: the triggers that
+/// `PostgresConnection.install` (sql/tether-postgres.sql) puts on a schema's
+/// tables both record changes for incremental sync and send the NOTIFY a live
+/// fetch listens for, so another session's commits reach a live fetch with
+/// no fetch by the test and no trigger of the test's own.
+final class PostgresPushedSyncTests: XCTestCase {
+    func testInstalledTrackingPushesCommitsToALiveFetch() throws {
+        guard let conninfo = ProcessInfo.processInfo.environment["TETHER_PG_CONNINFO"] else {
+            throw XCTSkip("TETHER_PG_CONNINFO is not set: run under scripts/with-postgres (scripts/run-tests postgres)")
+        }
+        let schema = "p_" + UUID().uuidString.prefix(8).lowercased()
+        let directory = try makeTemporaryDirectory("pg-pushed")
+        let admin = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: 5_000)
+        defer {
+            _ = try? admin.query("DROP SCHEMA \(schema) CASCADE")
+            admin.close()
+            removeDirectory(directory)
+        }
+        _ = try admin.query("CREATE SCHEMA \(schema)")
+        _ = try admin.query("CREATE TABLE \(schema).items (id int8 PRIMARY KEY, title text NOT NULL)")
+        _ = try admin.query("INSERT INTO \(schema).items VALUES (1, 'one'), (2, 'two')")
+        var options = PostgresOptions(conninfo: conninfo, schema: schema)
+        options.timeoutMilliseconds = 5_000
+        XCTAssertEqual(try PostgresConnection.install(options), 1, "one table tracked")
+
+        let context = try Context.open(ContextOptions(storePath: directory + "/store.sqlite"), connection: PostgresConnection(options))
+        defer { try? context.close() }
+        let live = try PostgresListenTests.Live(context)
+        XCTAssertTrue(eventually(20) { live.last == ["1:one", "2:two"] }, "\(live.last)")
+        _ = try admin.query("INSERT INTO \(schema).items VALUES (3, 'three')")
+        XCTAssertTrue(eventually(20) { live.last == ["1:one", "2:two", "3:three"] }, "an insert: \(live.last)")
+        _ = try admin.query("UPDATE \(schema).items SET title = 'TWO' WHERE id = 2")
+        XCTAssertTrue(eventually(20) { live.last == ["1:one", "2:TWO", "3:three"] }, "an update: \(live.last)")
+        _ = try admin.query("DELETE FROM \(schema).items WHERE id = 1")
+        XCTAssertTrue(eventually(20) { live.last == ["2:TWO", "3:three"] }, "a delete: \(live.last)")
+        try live.task.cancel()
+    }
+}
