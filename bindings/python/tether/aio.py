@@ -29,6 +29,7 @@ from .callbacks import _call_in_loop
 from .context import Context
 from .model import Diagnostic, Entity, LocalStore
 from .objects import Object
+from .answers import Answer
 from .results import Row, _marked
 from .tasks import LiveFetch, Task
 from .values import Argument, Progress
@@ -121,9 +122,9 @@ class AsyncQueryResult:
         finally:
             _close(answer)
 
-    async def all(self) -> List[Object]:
-        """Every Object of the answer, in order (a tether.Answer: a list with ``offline``)."""
-        answer: List[Object] = await self._run(self.query)
+    async def all(self) -> Answer[Object]:
+        """Every Object of the answer, in order (a tether.Answer: a lazy list with ``offline``)."""
+        answer: Answer[Object] = await self._run(self.query)
         return answer
 
     async def first(self) -> Optional[Object]:
@@ -136,16 +137,16 @@ class AsyncQueryResult:
         n: int = await self._run(self.query, result="count")
         return n
 
-    async def ids(self) -> List[str]:
+    async def ids(self) -> Answer[str]:
         """The ids of the records that match, in order."""
-        ids: List[str] = await self._run(self.query, result="ids")
+        ids: Answer[str] = await self._run(self.query, result="ids")
         return ids
 
-    async def values(self, *properties: str) -> List[Row]:
+    async def values(self, *properties: str) -> Answer[Row]:
         """A dict {name: value} per record, with `properties` (none: the
         Query's, else every attribute) in that order; no Objects made."""
         names = _names("properties", properties, allow_sign=False) if properties else self.query._properties
-        rows: List[Row] = await self._run(self.query, result="values",
+        rows: Answer[Row] = await self._run(self.query, result="values",
                                           properties=None if names is None else list(names))
         return rows
 

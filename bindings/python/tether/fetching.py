@@ -17,7 +17,8 @@ from .callbacks import _call_in_loop, _fetch_trampoline, _progress_trampoline, _
 from .errors import NetworkError
 from .model import Entity
 from .objects import Object
-from .results import Answer, Count, LiveAnswer, ObjectsAnswer, Results, Row, _marked, _Shape
+from .answers import Answer
+from .results import Count, LiveAnswer, ObjectsAnswer, Results, Row, _marked, _Shape
 from .tasks import FetchCallback, LiveCallback, LiveFetch, Task
 from .values import (INT64_MAX, INT64_MIN, POLICIES, SIZE_MAX, Argument, Progress, Sort, _arguments,
                      _cstr, _cstr_opt, _pystr, _refuse_live, _result_options)
@@ -238,7 +239,7 @@ class ContextFetching:
                    server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
                    result: Literal["objects"] = ...,
                    properties: None = ..., batch: Literal[0] = ..., progress: Optional[Progress] = ...,
-                   live: Literal[False] = ...) -> Tuple[Optional[List[Object]], Answer[Object]]: ...
+                   live: Literal[False] = ...) -> Tuple[Optional[Answer[Object]], Answer[Object]]: ...
     @overload
     def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
@@ -254,7 +255,7 @@ class ContextFetching:
                    server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
                    result: Literal["ids"],
                    properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
-                   live: Literal[False] = ...) -> Tuple[Optional[List[str]], Answer[str]]: ...
+                   live: Literal[False] = ...) -> Tuple[Optional[Answer[str]], Answer[str]]: ...
     @overload
     def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                    policy: Policy = ..., timeout: Optional[float] = ..., callback: Optional[FetchCallback] = ...,
@@ -270,7 +271,7 @@ class ContextFetching:
                    server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
                    result: Literal["values"],
                    properties: Optional[Sequence[str]] = ..., batch: int = ..., progress: Optional[Progress] = ...,
-                   live: Literal[False] = ...) -> Tuple[Optional[List[Row]], Answer[Row]]: ...
+                   live: Literal[False] = ...) -> Tuple[Optional[Answer[Row]], Answer[Row]]: ...
     def fetch_wait(self, entity: Union[None, str, Entity], *, sort: Sort = None, limit: int = 0,
                    policy: Policy = "cache_then_server", timeout: Optional[float] = 30,
                    callback: Optional[FetchCallback] = None, where: Optional[str] = None,
@@ -313,7 +314,7 @@ class ContextFetching:
                           server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
                           result: Literal["objects"] = ...,
                           properties: None = ..., batch: Literal[0] = ..., progress: Optional[Progress] = ...,
-                          live: Literal[False] = ...) -> List[Object]: ...
+                          live: Literal[False] = ...) -> Answer[Object]: ...
     @overload
     async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                           policy: Policy = ..., callback: Optional[FetchCallback] = ...,
@@ -329,7 +330,7 @@ class ContextFetching:
                           server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
                           result: Literal["ids"],
                           properties: None = ..., batch: int = ..., progress: Optional[Progress] = ...,
-                          live: Literal[False] = ...) -> List[str]: ...
+                          live: Literal[False] = ...) -> Answer[str]: ...
     @overload
     async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = ..., limit: int = ...,
                           policy: Policy = ..., callback: Optional[FetchCallback] = ...,
@@ -345,7 +346,7 @@ class ContextFetching:
                           server_query: Union[None, str, bytes] = ..., related: Optional[Related] = ...,
                           result: Literal["values"],
                           properties: Optional[Sequence[str]] = ..., batch: int = ...,
-                          progress: Optional[Progress] = ..., live: Literal[False] = ...) -> List[Row]: ...
+                          progress: Optional[Progress] = ..., live: Literal[False] = ...) -> Answer[Row]: ...
     async def fetch_async(self, entity: Union[None, str, Entity], *, sort: Sort = None, limit: int = 0,
                           policy: Policy = "cache_then_server", callback: Optional[FetchCallback] = None,
                           where: Optional[str] = None, args: Optional[Sequence[Argument]] = (), offset: int = 0,

@@ -24,7 +24,8 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 from ._types import Policy, Value
 
 from .values import Argument
-from .results import Row
+from .answers import Answer
+from .results import Results, Row
 
 if TYPE_CHECKING:
     from .fetching import ContextFetching as Context
@@ -282,16 +283,15 @@ OnCached = Callable[[Any], object]
 
 
 def _close(answer: object) -> None:
-    close = getattr(answer, "close", None)
-    if close is not None and not isinstance(answer, list):
-        close()   # a batched answer's Results
+    if isinstance(answer, Results):
+        answer.close()   # a batched answer's (an Answer's handle goes with it)
 
 
 class QueryResult:
     """What Context.query gives: nothing runs until one of its methods (or
     iteration) asks, and each asks the server again (as the policy says).
 
-    ``for obj in r`` / ``r.all()``  the Objects (a list; with a batch,
+    ``for obj in r`` / ``r.all()``  the Objects (a lazy list; with a batch,
                                     iteration makes them that many at a time)
     ``r.first()``                   the first Object, or None
     ``r.count()``                   how many match (the server counts where it can)
@@ -353,9 +353,9 @@ class QueryResult:
         finally:
             _close(answer)
 
-    def all(self) -> List[Object]:
-        """Every Object of the answer, in order (a tether.Answer: a list with ``offline``)."""
-        answer: List[Object] = self._run(self.query)
+    def all(self) -> Answer[Object]:
+        """Every Object of the answer, in order (a tether.Answer: a lazy list with ``offline``)."""
+        answer: Answer[Object] = self._run(self.query)
         return answer
 
     def first(self) -> Optional[Object]:
@@ -368,16 +368,16 @@ class QueryResult:
         n: int = self._run(self.query, result="count")
         return n
 
-    def ids(self) -> List[str]:
+    def ids(self) -> Answer[str]:
         """The ids of the records that match, in order."""
-        ids: List[str] = self._run(self.query, result="ids")
+        ids: Answer[str] = self._run(self.query, result="ids")
         return ids
 
-    def values(self, *properties: str) -> List[Row]:
+    def values(self, *properties: str) -> Answer[Row]:
         """A dict {name: value} per record, with `properties` (none: the
         Query's, else every attribute) in that order; no Objects made."""
         names = _names("properties", properties, allow_sign=False) if properties else self.query._properties
-        rows: List[Row] = self._run(self.query, result="values",
+        rows: Answer[Row] = self._run(self.query, result="values",
                                     properties=None if names is None else list(names))
         return rows
 

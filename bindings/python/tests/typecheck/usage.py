@@ -100,7 +100,7 @@ def editing(ctx: tether.Context) -> None:
 
 def fetching(ctx: tether.Context) -> None:
     cached, final = ctx.fetch_wait("clients", sort="Client", limit=5)
-    assert_type(cached, Optional[List[tether.Object]])
+    assert_type(cached, Optional[tether.Answer[tether.Object]])
     assert_type(final, tether.Answer[tether.Object])
     assert_type(final.offline, bool)
     _, ids = ctx.fetch_wait("changes", result="ids", sort=["-Change"], limit=100)
@@ -112,7 +112,7 @@ def fetching(ctx: tether.Context) -> None:
                              where="Status == $1 AND Change > $2", args=("pending", 10))
     assert_type(rows, tether.Answer[Dict[str, tether.Value]])
     _, batched = ctx.fetch_wait("changes", batch=500, policy="cache_only", timeout=None)
-    assert_type(batched, Union[List[tether.Object], tether.Results])
+    assert_type(batched, Union[tether.Answer[tether.Object], tether.Results])
     if isinstance(batched, tether.Results):
         with batched:
             assert_type(batched[0], tether.Object)
@@ -150,9 +150,9 @@ def fetching(ctx: tether.Context) -> None:
 
 async def asyncio_use(ctx: tether.Context) -> None:
     objects = await ctx.fetch_async("changes", where="Status == 'pending'")
-    assert_type(objects, List[tether.Object])
+    assert_type(objects, tether.Answer[tether.Object])
     assert_type(await ctx.fetch_async("changes", result="count"), int)
-    assert_type(await ctx.fetch_async("changes", result="ids"), List[str])
+    assert_type(await ctx.fetch_async("changes", result="ids"), tether.Answer[str])
     async for a in ctx.fetch_live("changes", sort="-Change"):
         assert_type(a, tether.LiveAnswer)
         assert_type(a.changes, Optional[tether.Changes])
@@ -280,11 +280,11 @@ def query_use(ctx: tether.Context) -> None:
     assert_type(tether.Query("changes", where="User == $1", args=["alice"], policy="cache_only"), tether.Query)
     r = ctx.query(q, offset=10)
     assert_type(r, tether.QueryResult)
-    assert_type(r.all(), List[tether.Object])
+    assert_type(r.all(), tether.Answer[tether.Object])
     assert_type(r.first(), Optional[tether.Object])
     assert_type(r.count(), int)
-    assert_type(r.ids(), List[str])
-    assert_type(r.values("Change", "User"), List[Dict[str, tether.Value]])
+    assert_type(r.ids(), tether.Answer[str])
+    assert_type(r.values("Change", "User"), tether.Answer[Dict[str, tether.Value]])
     for obj in ctx.query("changes", on_cached=print):
         assert_type(obj, tether.Object)
     task = r.live(lambda answer: print(answer.phase, answer.changes))
@@ -296,11 +296,11 @@ async def async_context_use() -> None:
         assert_type(actx, tether.AsyncContext)
         r = actx.query("changes", where="Status == $1", args=["pending"])
         assert_type(r, tether.AsyncQueryResult)
-        assert_type(await r.all(), List[tether.Object])
+        assert_type(await r.all(), tether.Answer[tether.Object])
         assert_type(await r.first(), Optional[tether.Object])
         assert_type(await r.count(), int)
-        assert_type(await r.ids(), List[str])
-        assert_type(await r.values(), List[Dict[str, tether.Value]])
+        assert_type(await r.ids(), tether.Answer[str])
+        assert_type(await r.values(), tether.Answer[Dict[str, tether.Value]])
         async for obj in r:
             assert_type(obj, tether.Object)
         async for answer in r.live():

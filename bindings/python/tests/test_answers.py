@@ -1,0 +1,156 @@
+"""Answer, a fetch's answer as a lazy list, against the real Kinto: nothing
+is made before a row is read (no Object for an objects answer, none ever for
+ids or values), a row read once is the same thereafter, the list's face
+(len, indexes, slices, iteration, ==, +, offline), and the results handle's
+lifetime (close(), the context's close, garbage collection)."""
+
+import gc
+import threading
+
+import pytest
+
+import tether
+from conftest import quiet_counts
+
+N = 120
+
+
+def rid(i):
+    return "a%03d" % i
+
+
+@pytest.fixture(scope="module")
+def items(kinto, bucket):
+    kinto.create_collection(bucket, "items", {
+        "type": "object", "properties": {"N": {"type": "integer"}, "Name": {"type": "string"}}})
+    kinto.put_records(bucket, "items", [(rid(i), {"N": i, "Name": "n%d" % i}) for i in range(N)])
+    return bucket
+
+
+@pytest.fixture(scope="module")
+def items_total():
+    return N
+
+
+def live(name):
+    return tether.debug_counts()[name]
+
+
+def test_objects_are_made_as_rows_are_read(warm):
+    base = quiet_counts()
+    _, ans = warm.fetch_wait("items", sort="N", policy="cache_only")
+    assert type(ans) is tether.Answer and len(ans) == N and ans.offline is False
+    assert live("object_handles") == base["object_handles"]     # none made by the fetch
+    assert len(warm._objects) == 0
+    seventh = ans[7]
+    assert live("object_handles") == base["object_handles"] + 1  # that row's only
+    assert ans[7] is seventh and ans[-N + 7] is seventh and seventh.peek("N") == 7
+    assert [o.peek("N") for o in ans[10:13]] == [10, 11, 12]
+    assert live("object_handles") == base["object_handles"] + 4
+    assert [o.peek("N") for o in ans] == list(range(N))        # iteration reads the rest
+    assert live("object_handles") == base["object_handles"] + N
+    assert ans[7] is seventh and list(ans)[7] is seventh
+    # A second answer of the same records gives the same Objects.
+    _, again = warm.fetch_wait("items", sort="N", policy="cache_only")
+    assert again == ans and again[3] is ans[3]
+    del seventh, ans, again
+    assert quiet_counts()["object_handles"] == base["object_handles"]
+    assert quiet_counts()["results"] == base["results"]
+
+
+def test_the_list_face(warm):
+    _, ans = warm.fetch_wait("items", sort="-N", policy="cache_only", limit=5)
+    ns = [o.peek("N") for o in ans]
+    assert ns == [N - 1 - k for k in range(5)]
+    objs = list(ans)
+    assert ans == objs and objs == ans and not (ans != objs) and ans != objs[:4]
+    assert ans != tuple(objs) and ans != [] and bool(ans)
+    assert ans[::2] == objs[::2] and ans[::-1] == objs[::-1] and ans[4:1] == []
+    assert ans + [1] == objs + [1] and [1] + ans == [1] + objs
+    assert objs[2] in ans and ans.index(objs[2]) == 2 and ans.count(objs[2]) == 1
+    assert list(reversed(ans)) == objs[::-1]
+    with pytest.raises(IndexError):
+        ans[5]
+    with pytest.raises(TypeError):
+        ans["0"]
+    with pytest.raises(TypeError):
+        hash(ans)
+    assert repr(ans) == repr(objs)
+    _, none = warm.fetch_wait("items", where="N < 0", policy="cache_only")
+    assert none == [] and type(none) is tether.Answer and not none and none.closed
+
+
+@pytest.mark.parametrize("result", ["ids", "values"])
+def test_ids_and_values_make_no_objects(warm, result):
+    base = quiet_counts()
+    options = {"properties": ["N", "Name"]} if result == "values" else {}
+    _, ans = warm.fetch_wait("items", sort="N", policy="cache_only", result=result, **options)
+    assert type(ans) is tether.Answer and len(ans) == N
+    rows = list(ans)
+    if result == "ids":
+        assert rows == [rid(i) for i in range(N)] and ans[5] == rid(5)
+    else:
+        assert rows == [{"N": i, "Name": "n%d" % i} for i in range(N)]
+        assert ans[5] is ans[5] and ans[5] is rows[5]     # a row read once stays that dict
+    assert live("object_handles") == base["object_handles"] and len(warm._objects) == 0
+    del ans
+    assert quiet_counts()["results"] == base["results"]
+
+
+def test_close_keeps_the_rows_read(warm):
+    base = quiet_counts()
+    with warm.fetch_wait("items", sort="N", policy="cache_only")[1] as ans:
+        first = ans[0]
+        assert not ans.closed and live("results") == base["results"] + 1
+    assert ans.closed and live("results") == base["results"]
+    assert ans[0] is first and len(ans) == N
+    with pytest.raises(tether.HandleError):
+        ans[1]
+    with pytest.raises(tether.HandleError):
+        list(ans)
+    assert "closed" in repr(ans)
+    ans.close()   # idempotent
+
+
+def test_context_close_keeps_the_rows_read(kinto_url, items, tmp_path, open_ctx):
+    ctx = open_ctx(kinto_url, items, tmp_path / "c.db")
+    _, ans = ctx.fetch_wait("items", sort="N")
+    _, ids = ctx.fetch_wait("items", sort="N", policy="cache_only", result="ids")
+    first, first_id = ans[0], ids[0]
+    ctx.close()
+    assert ans.closed and ans[0] is first and first.id == rid(0) and ids[0] == first_id
+    with pytest.raises(tether.HandleError):
+        ans[1]
+    with pytest.raises(tether.HandleError):
+        ids[1]
+    del ans, ids, first
+    gc.collect()   # releasing a handle the closed context took is quiet
+
+
+def test_threads_reading_one_answer_get_one_object_per_row(warm):
+    _, ans = warm.fetch_wait("items", sort="N", policy="cache_only")
+    got = [None] * 4
+    start = threading.Barrier(4)
+
+    def read(k):
+        start.wait()
+        got[k] = [ans[i] for i in range(N)] if k % 2 else list(ans)
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(all(a is b for a, b in zip(g, got[0])) for g in got)
+    assert [o.peek("N") for o in got[0]] == list(range(N))
+
+
+def test_task_and_callback_answers_are_lazy(warm, recorder):
+    base = quiet_counts()
+    rec = recorder()
+    task = warm.fetch("items", sort="N", policy="cache_then_server", callback=rec)
+    assert task.result(10) == task.objects and len(task.objects) == N
+    assert live("object_handles") == base["object_handles"]
+    assert isinstance(task.cached, tether.Answer) and task.cached[0] is task.objects[0]
+    del task, rec
+    assert quiet_counts()["results"] == base["results"]
