@@ -112,19 +112,31 @@ def test_close_keeps_the_rows_read(warm):
     ans.close()   # idempotent
 
 
-def test_context_close_keeps_the_rows_read(kinto_url, items, tmp_path, open_ctx):
+def test_an_answer_outlives_its_context(kinto_url, items, tmp_path, open_ctx):
+    """Rows not read when the context closes read afterwards as they would
+    have before: ids and rows as they were, Objects as a closed context's
+    (id and entity, HandleError for the rest), as a live Object becomes."""
     ctx = open_ctx(kinto_url, items, tmp_path / "c.db")
     _, ans = ctx.fetch_wait("items", sort="N")
     _, ids = ctx.fetch_wait("items", sort="N", policy="cache_only", result="ids")
-    first, first_id = ans[0], ids[0]
+    _, rows = ctx.fetch_wait("items", sort="N", policy="cache_only", result="values", properties=["N"])
+    _, gone = ctx.fetch_wait("items", sort="N", policy="cache_only")
+    gone.close()
+    first = ans[0]
+    assert len(ctx._objects) == 1
     ctx.close()
-    assert ans.closed and ans[0] is first and first.id == rid(0) and ids[0] == first_id
+    assert ans.closed and ans[0] is first and first.id == rid(0)
+    assert [o.id for o in ans] == [rid(i) for i in range(N)] and ans[5] is ans[5]
+    assert ans[5].entity is first.entity and repr(ans[5]) == "<tether.Object items/%s>" % rid(5)
     with pytest.raises(tether.HandleError):
-        ans[1]
+        ans[5].peek("N")
     with pytest.raises(tether.HandleError):
-        ids[1]
-    del ans, ids, first
-    gc.collect()   # releasing a handle the closed context took is quiet
+        first.peek("N")
+    assert ids == [rid(i) for i in range(N)] and rows == [{"N": i} for i in range(N)]
+    with pytest.raises(tether.HandleError):
+        gone[0]    # closed by the host before: its rows went with the handle
+    del ans, ids, rows, first, gone
+    gc.collect()   # releasing what the closed context took is quiet
 
 
 def test_threads_reading_one_answer_get_one_object_per_row(warm):

@@ -17,7 +17,7 @@ from ._types import Value
 from .callbacks import _CHUNK, log
 from .errors import E_HANDLE, HandleError
 from .model import Entity
-from .objects import Owner
+from .objects import Owner, _adopted, _ObjectReference
 from .values import _VALUES, _converted, _new_value
 
 _T = TypeVar("_T")
@@ -78,9 +78,11 @@ class Answer(Sequence[_T]):
 
     Ownership: the handle is released when the Answer is garbage-collected
     or at ``close()`` (or the end of a ``with`` block). The rows read before
-    stay readable; reading a row not read yet then raises HandleError, as
-    it does once the context has closed (which releases every handle of the
-    context): read what you need before closing either. ``Answer(items)``
+    stay readable; reading a row not read yet then raises HandleError. An
+    Answer still alive when its context closes reads, just before, what its
+    unread rows need (ids and values rows; an Object's id): its rows read
+    after the close are as they would have been, an Object then one of a
+    closed context (its id, HandleError for the rest). ``Answer(items)``
     makes one of a list's items, handle-less."""
 
     offline: bool = False
@@ -109,6 +111,42 @@ class Answer(Sequence[_T]):
         self._len = self._unread = count
         self._lock = threading.RLock()
         return self
+
+    def _keep(self) -> None:
+        """Called as its context closes, while the handle lives: makes the
+        rows not read yet readable after the close. Ids and values rows are
+        read now; for Objects, each unread row's id is kept, and the Object
+        made for it later is one of a closed context (its id, entity and
+        repr; HandleError for the rest), as a live one becomes at close."""
+        with self._lock:
+            if not self._unread or self.closed:
+                return
+            if self._shape.type != _lib.RESULT_OBJECTS:
+                self._fill(0, self._len)
+                return
+            items = self._slots()
+            unread = [i for i in range(self._len) if items[i] is _UNREAD]
+            self._read(unread[0])   # a live Object: its entity, for the rest
+            handle = self._handle()
+            out = c_char_p()
+            where = ctypes.addressof(out)
+            id_at, error = _lib.raw_results_id_at, _lib.status_error
+            kept: List[Optional[str]] = [None] * self._len
+            for i in unread[1:]:
+                status = id_at(handle, i, where)
+                if status < 0:
+                    raise error(status)
+                b = out.value
+                kept[i] = None if b is None else b.decode("utf-8", "replace")
+            self._kept = kept
+
+    _kept: Optional[List[Optional[str]]] = None   # unread rows' ids, kept at the context's close
+
+    def _closed_object(self, ident: Optional[str]) -> Any:
+        """An Object of the closed context for a row read after its close."""
+        obj = _adopted(self._ctx, _ObjectReference(None), self._entity)   # type: ignore[arg-type]
+        obj.__dict__["id"] = ident
+        return obj
 
     # -- the handle
 
@@ -184,6 +222,9 @@ class Answer(Sequence[_T]):
             return items[start:stop]
 
     def _read_rows(self, start: int, stop: int, single: bool) -> List[Any]:
+        kept = self._kept
+        if kept is not None and self.closed:
+            return [self._closed_object(kept[i]) for i in range(start, stop)]
         handle = self._handle()
         shape, ctx = self._shape, self._ctx
         assert ctx is not None

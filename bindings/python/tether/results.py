@@ -12,6 +12,7 @@ garbage-collected. An empty one is released at once, whatever happens."""
 from __future__ import annotations
 
 import collections.abc
+import itertools
 import operator
 import threading
 import weakref
@@ -29,6 +30,7 @@ from .model import Entity
 from .objects import Object, Owner, _adopted, _ObjectReference
 
 _T = TypeVar("_T")
+_answer_keys = itertools.count()
 
 Row = Dict[str, Value]                                 # a "values" answer's row
 # An "objects" answer with `batch` set: a Results, or an empty Answer when
@@ -238,6 +240,7 @@ class ObjectGraph:
     # Context's (set by Context._setup).
     _objects: weakref.WeakValueDictionary[Optional[int], Object]
     _objects_lock: Any
+    _answers: weakref.WeakValueDictionary[int, Answer[Any]]   # those with a handle, for close()
     _ids_now: bool
     _closed: bool
     _cb_thread: Optional[int]
@@ -247,6 +250,14 @@ class ObjectGraph:
 
     def _entity_for(self, addr: Optional[int]) -> Entity:
         raise NotImplementedError   # Context's
+
+    def _keep_answers(self) -> None:
+        """Before close() kills the handles: each live Answer with rows not
+        read yet reads what they need to stay readable (Answer._keep)."""
+        with self._objects_lock:
+            answers = list(self._answers.values())
+        for answer in answers:
+            answer._keep()
 
     def poll(self, timeout_ms: int = 0) -> int:
         raise NotImplementedError   # Context's
@@ -358,7 +369,13 @@ class ObjectGraph:
                 return Answer()
             # Nothing read now: the Answer reads each row when it is asked for.
             kept = True
-            return Answer._over(self, results, shape, n.value)  # owns the handle, also if this raises
+            answer = Answer._over(self, results, shape, n.value)  # owns the handle, also if this raises
+            with self._objects_lock:
+                self._answers[next(_answer_keys)] = answer   # an Answer is unhashable, as a list
+                closing = self._ids_now
+            if closing:
+                answer._keep()   # close() is under way: read what it needs while the handle lives
+            return answer
         finally:
             if not kept:
                 _release_results(results)
