@@ -4,7 +4,9 @@ ids or values), a row read once is the same thereafter, the list's face
 (len, indexes, slices, iteration, ==, +, offline), and the results handle's
 lifetime (close(), the context's close, garbage collection)."""
 
+import copy
 import gc
+import pickle
 import threading
 
 import pytest
@@ -76,6 +78,12 @@ def test_the_list_face(warm):
     with pytest.raises(TypeError):
         hash(ans)
     assert repr(ans) == repr(objs)
+    copied = copy.copy(ans)
+    assert type(copied) is tether.Answer and copied == ans and copied.closed and not ans.closed
+    _, ids = warm.fetch_wait("items", sort="N", policy="cache_only", result="ids", limit=3)
+    ids.offline = True
+    back = pickle.loads(pickle.dumps(ids))
+    assert back == [rid(0), rid(1), rid(2)] and back.offline is True
     _, none = warm.fetch_wait("items", where="N < 0", policy="cache_only")
     assert none == [] and type(none) is tether.Answer and not none and none.closed
 

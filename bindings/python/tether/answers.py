@@ -9,8 +9,8 @@ import operator
 import sys
 import threading
 from ctypes import byref, c_char_p, c_size_t, c_void_p
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Type, TypeVar, Union,
-                    overload)
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar,
+                    Union, overload)
 
 from . import _lib
 from ._types import Value
@@ -337,6 +337,11 @@ class Answer(Sequence[_T]):
         if not isinstance(other, list):
             return NotImplemented
         return other + self._list()
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # copy and pickle: a handle-less Answer of every row (two Answers
+        # sharing one handle would close each other's).
+        return (Answer, (self._list(),), {"offline": self.offline})
 
     def __repr__(self) -> str:
         try:

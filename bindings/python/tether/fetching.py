@@ -84,7 +84,8 @@ class ContextFetching:
         library, which folds later ones into the waiting answer. See
         fetch_live() for asyncio.
 
-        `result` says what each phase answers:
+        `result` says what each phase answers, as an Answer (a lazy list:
+        each Object, id or dict is made when its row is first read):
           "objects" (default): a list of Objects, in result order;
           "ids": a list of record ids (str); no values are read;
           "count": an int, how many match (after `offset`, at most `limit`);
@@ -281,7 +282,7 @@ class ContextFetching:
                    properties: Optional[Sequence[str]] = None, batch: int = 0,
                    progress: Optional[Progress] = None, live: bool = False) -> Tuple[Any, Any]:
         """Fetches and waits: returns (cached answer or None, final answer),
-        or raises the final error. The final answer is an Answer (a list),
+        or raises the final error. The final answer is an Answer (a lazy list),
         a Count or a Results, whose ``offline`` is True when the server
         could not be reached: it is then the cache's answer, and the context
         is offline (``online`` False); only policy="server_only" raises

@@ -23,7 +23,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
 
 from . import _lib
 from ._types import Value
-from .callbacks import _CHUNK, _release_object, _release_results
+from .callbacks import _CHUNK, _release_object, _release_results, log
 from .errors import E_HANDLE, HandleError, TetherError
 from .answers import Answer, _ResultsReference
 from .model import Entity
@@ -257,7 +257,10 @@ class ObjectGraph:
         with self._objects_lock:
             answers = list(self._answers.values())
         for answer in answers:
-            answer._keep()
+            try:
+                answer._keep()
+            except Exception:   # its unread rows then raise HandleError: no reason not to close
+                log.exception("tether: keeping an answer's rows at close failed")
 
     def poll(self, timeout_ms: int = 0) -> int:
         raise NotImplementedError   # Context's
