@@ -84,6 +84,8 @@ def test_the_list_face(warm):
     ids.offline = True
     back = pickle.loads(pickle.dumps(ids))
     assert back == [rid(0), rid(1), rid(2)] and back.offline is True
+    _, fresh = warm.fetch_wait("items", sort="N", policy="cache_only", result="ids")
+    assert list(reversed(fresh)) == [rid(i) for i in reversed(range(N))]
     _, none = warm.fetch_wait("items", where="N < 0", policy="cache_only")
     assert none == [] and type(none) is tether.Answer and not none and none.closed
 

@@ -314,6 +314,11 @@ class Answer(Sequence[_T]):
         for start in range(0, n, _CHUNK):
             yield from self._fill(start, min(n, start + _CHUNK))
 
+    def __reversed__(self) -> Iterator[_T]:
+        # In chunks from the end, as __iter__ (the default would read row by row).
+        for stop in range(self._len, 0, -_CHUNK):
+            yield from reversed(self._fill(max(0, stop - _CHUNK), stop))
+
     def _list(self) -> List[_T]:
         return self[0:self._len]
 
