@@ -114,18 +114,23 @@ def test_objects_released_when_dropped(kinto_url, items, tmp_path, open_ctx):
     # A fetch answers with the live Objects and takes no further references.
     _, fetched = ctx.fetch_wait("items", policy="cache_only", sort="N")
     assert len(fetched) == N and all(o is p for o, p in zip(fetched, objs))
-    assert_back(base, "results")
     assert snapshot()["object_handles"] == base["object_handles"] + N
+    assert snapshot()["results"] == base["results"] + 1   # the Answer's, until it goes
 
     del objs, again, fetched
-    assert_back(base, "object_handles")
+    assert_back(base, "object_handles", "results")
 
     # Objects of a fetch outlive its results handle, and go when dropped.
     _, fetched = ctx.fetch_wait("items", policy="cache_only", sort="N")
-    assert_back(base, "results")
+    assert snapshot()["object_handles"] == base["object_handles"]   # none made yet
     assert [o.peek("N") for o in fetched] == list(range(N))
     assert snapshot()["object_handles"] == base["object_handles"] + N
-    del fetched
+    first, last = fetched[0], fetched[-1]
+    fetched.close()
+    assert_back(base, "results")
+    assert fetched[0] is first and fetched[-1] is last and len(fetched) == N   # read rows stay
+    assert [o.peek("N") for o in fetched] == list(range(N))
+    del fetched, first, last
     assert_back(base, "object_handles")
 
     # A record whose Object went gets a new one that works.
@@ -181,7 +186,7 @@ def test_results_never_leak(kinto_url, items, tmp_path, open_ctx, monkeypatch, d
     assert all(o.peek("N") == 0 for o in kept)
     failed = [m for m in logged.messages if "exception in a tether fetch callback" in m]
     assert len(failed) == len(calls) // 10
-    assert_back(base, "results", "tasks")
+    assert_back(base, "tasks")   # the answers the Tasks hold keep their results handles
     del kept, tasks, t
     assert_back(base, "results", "tasks", "object_handles")
     assert ctx.pending == 0
@@ -200,12 +205,17 @@ def test_tasks_and_observers_freed_after_final(kinto, items, tmp_path, open_ctx,
     assert snapshot()["tasks"] == base["tasks"] + 1
     assert finished(task, 15) and task.status == 0
     faultproxy.set("pass")
-    assert_back(base, "tasks", "results")
+    assert_back(base, "tasks")
+    # The Task's answer (an Answer, read as rows are asked for) holds its
+    # results handle until it goes or is closed.
+    assert snapshot()["results"] == base["results"] + 1
     # ...and the binding has let go of the callback too, though the Task lives.
     gone = weakref.ref(frec)
     del frec
     gc.collect()
     assert gone() is None and task.done()
+    task.objects.close()
+    assert_back(base, "results")
 
     # An observer: live until its final (cancelled) callback.
     obj = ctx.object("items", rid(55))

@@ -45,7 +45,8 @@ from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INV
 from .values import POLICIES, RESULT_TYPES
 from .model import Attribute, Diagnostic, Entity, LocalStore, Relationship
 from .objects import ContextView, Object, Observer
-from .results import Answer, Changes, Count, LiveAnswer, Results
+from .answers import Answer
+from .results import Changes, Count, LiveAnswer, Results
 from .tasks import LiveFetch, Task
 from .errors import Conflict
 from .saving import SaveReport, SaveTask

@@ -101,9 +101,8 @@ POSTGRES_OPTIONS_VERSION = 1
 LOCAL_STORE_VERSION = 1
 SAVE_OPTIONS_VERSION = 1
 
-# What a save does with a conflict (tether_merge_policy), by the binding's names.
-# The header's names (TETHER_MERGE_PROPERTIES is "properties", as the shell and LuaJIT
-# say it); "merge_properties", the name 0.2 used, stays its synonym.
+# What a save does with a conflict (tether_merge_policy), by the header's names (as the
+# shell and LuaJIT say them); "merge_properties", the name 0.2 used, stays a synonym.
 MERGE_POLICIES: Dict[str, int] = {"report": 0, "server_wins": 1, "client_wins": 2, "properties": 3, "merge_properties": 3}
 # An object's unsaved change (tether_pending).
 PENDING_NAMES: Dict[int, Optional[Pending]] = {0: None, 1: "insert", 2: "update", 3: "delete"}
@@ -192,9 +191,8 @@ class tether_postgres_options(Structure):
     ]
 
 
-# void (*)(tether_task *, int64_t received, int64_t total, void *userdata):
-# total is -1 when the server did not say. Declared before the options struct,
-# which holds one.
+# void (*)(tether_task *, int64_t received, int64_t total, void *userdata): total
+# is -1 when the server did not say. Declared before the options that hold one.
 PROGRESS_CB = CFUNCTYPE(None, c_void_p, c_int64, c_int64, c_void_p)
 
 

@@ -29,7 +29,8 @@ from .callbacks import _call_in_loop
 from .context import Context
 from .model import Diagnostic, Entity, LocalStore
 from .objects import Object
-from .results import Answer, Count, Row
+from .answers import Answer
+from .results import Count, Row
 from .tasks import LiveFetch, Task
 from .values import Argument, Progress
 from .host import Connection
@@ -121,7 +122,7 @@ class AsyncQueryResult:
             _close(answer)
 
     async def all(self) -> Answer[Object]:
-        """Every Object of the answer, in order (a tether.Answer: a list with ``offline``)."""
+        """Every Object of the answer, in order (a tether.Answer: a lazy list with ``offline``)."""
         answer: Answer[Object] = await self._run(self.query)
         return answer
 

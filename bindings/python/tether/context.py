@@ -159,6 +159,7 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         # may need it to wrap objects). Reentrant: a finalizer that runs
         # while a batch of Objects is made under it may wrap one too.
         self._objects_lock = threading.RLock()
+        self._answers = weakref.WeakValueDictionary()   # Answers with a handle, kept readable at close
         # Set by close() before the handles die: Objects made from then on
         # read their id at once (it is otherwise read at first use).
         self._ids_now = False
@@ -191,6 +192,7 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
                         loop.call_soon_threadsafe(loop.remove_reader, self._fd_cache)
                 except (RuntimeError, ValueError):
                     pass
+            self._keep_answers()
             self._keep_ids()
             try:
                 _lib.tether_context_close(self._h)

@@ -29,7 +29,8 @@ from ._types import Policy, Value
 
 from .errors import NetworkError
 from .values import Argument
-from .results import Answer, Count, Row, _marked
+from .answers import Answer
+from .results import Count, Results, Row, _marked
 
 if TYPE_CHECKING:
     from .fetching import ContextFetching as Context, Related
@@ -333,9 +334,8 @@ def _no_method(result: object, name: str, methods: Sequence[str]) -> AttributeEr
 
 
 def _close(answer: object) -> None:
-    close = getattr(answer, "close", None)
-    if close is not None and not isinstance(answer, list):
-        close()   # a batched answer's Results
+    if isinstance(answer, Results):
+        answer.close()   # a batched answer's (an Answer's handle goes with it)
 
 
 def _final(ctx: Context, task: Task, policy: str) -> Any:
@@ -358,7 +358,7 @@ class QueryResult:
     """What Context.query gives: nothing runs until one of its methods (or
     iteration) asks, and each asks the server again (as the policy says).
 
-    ``for obj in r`` / ``r.all()``  the Objects (a list; with a batch,
+    ``for obj in r`` / ``r.all()``  the Objects (a lazy list; with a batch,
                                     iteration makes them that many at a time)
     ``r.first()``                   the first Object, or None
     ``r.count()``                   how many match (the server counts where it can)
@@ -429,7 +429,7 @@ class QueryResult:
             _close(answer)
 
     def all(self) -> Answer[Object]:
-        """Every Object of the answer, in order (a tether.Answer: a list with ``offline``)."""
+        """Every Object of the answer, in order (a tether.Answer: a lazy list with ``offline``)."""
         answer: Answer[Object] = self._run(self.query)
         return answer
 

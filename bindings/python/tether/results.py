@@ -1,23 +1,22 @@
-"""What a fetch answers: Results (a batched answer, read on demand),
-Answer and Count (a query's answers, marked offline), Changes and LiveAnswer (a
-live fetch's), and ObjectGraph, the part of a Context that turns results
-handles into them.
+"""What a fetch answers: Results (a batched answer, read on demand), Count
+(a count, marked offline), Changes and LiveAnswer (a live fetch's), and
+ObjectGraph, the part of a Context that turns results handles into them
+(Answer, a lazy list, is in answers.py).
 
-Ownership: a fetch callback's results handle is the binding's: it is turned
-into Objects, ids, a count or values (each Object taking its own reference)
-and released at once, whatever happens. The one exception is a batched
-objects fetch (batch > 0): its handle goes to a Results, which owns it and
-releases it on close() or when garbage-collected."""
+Ownership: a fetch callback's results handle is the binding's: a count's is
+read and released at once; one with rows goes to an Answer (which reads its
+rows as the host asks), or for a batched objects fetch (batch > 0) to a
+Results; either owns it and releases it on close() or when
+garbage-collected. An empty one is released at once, whatever happens."""
 
 from __future__ import annotations
 
 import collections.abc
-import ctypes
+import itertools
 import operator
-import sys
 import threading
 import weakref
-from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
+from ctypes import byref, c_int, c_size_t, c_void_p
 from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type,
                     TypeVar, Union, overload)
@@ -26,24 +25,17 @@ from . import _lib
 from ._types import Value
 from .callbacks import _CHUNK, _release_object, _release_results, log
 from .errors import E_HANDLE, HandleError, TetherError
+from .answers import Answer, _ResultsReference
 from .model import Entity
 from .objects import Object, Owner, _adopted, _ObjectReference
-from .values import _VALUES, _converted, _new_value
 
 _T = TypeVar("_T")
+_answer_keys = itertools.count()
 
 Row = Dict[str, Value]                                 # a "values" answer's row
-# An "objects" answer with `batch` set: a Results, or a list when there was
-# nothing to read (an empty answer, an error's, a cancel's).
-ObjectsAnswer = Union[List[Object], "Results"]
-
-
-class Answer(List[_T]):
-    """A query's answer as a list (all(), ids(), values()). ``offline``
-    is True when the server could not be reached and this is the cache's
-    answer instead (with any policy but "server_only", which raises)."""
-
-    offline: bool = False
+# An "objects" answer with `batch` set: a Results, or an empty Answer when
+# there was nothing to read (an error's, a cancel's).
+ObjectsAnswer = Union[Answer[Object], "Results"]
 
 
 class Count(int):
@@ -57,9 +49,14 @@ def _marked(answer: Any, offline: bool) -> Any:
     if isinstance(answer, Results):
         answer.offline = offline
         return answer
-    marked: Any = Count(answer) if isinstance(answer, int) else Answer(answer)
-    marked.offline = offline
-    return marked
+    if isinstance(answer, int):
+        count = Count(answer)
+        count.offline = offline
+        return count
+    if not isinstance(answer, Answer):
+        answer = Answer(answer)
+    answer.offline = offline   # in place: the task's answer is the same Answer
+    return answer
 
 
 # ------------------------------------------------------------------ results
@@ -78,44 +75,7 @@ class _Shape:
         self.lazy = lazy
 
     def empty(self) -> Any:
-        return 0 if self.type == _lib.RESULT_COUNT else []
-
-
-class _ResultsReference:
-    """The results handle a Results owns, released at close() or when this
-    goes away. Apart from the Results, as _ObjectReference is: made first, it
-    releases the handle even if the rest of Results.__init__ fails, and its
-    __del__ keeps what it needs through interpreter shutdown."""
-
-    __slots__ = ("handle", "ctx")
-
-    handle: Optional[int]
-
-    def __init__(self, ctx: Owner, handle: Optional[int]) -> None:
-        self.ctx = ctx
-        self.handle = handle
-
-    def release(self, _release: Any = _lib.tether_results_free,
-                _HandleError: Type[HandleError] = HandleError) -> None:
-        handle, self.handle = self.handle, None
-        if not handle or self.ctx._closed:
-            return  # closing the context released it with every other handle
-        try:
-            _release(handle)
-        except _HandleError:
-            pass  # the context closed meanwhile
-
-    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        handle = self.handle
-        try:
-            self.release()
-        except Exception:
-            # As _ObjectReference: at shutdown the module may be torn down.
-            if not _finalizing():
-                try:
-                    log.exception("tether: releasing results handle %#x failed", handle or 0)
-                except Exception:
-                    pass
+        return 0 if self.type == _lib.RESULT_COUNT else Answer()
 
 
 class Results(collections.abc.Sequence[Object]):
@@ -281,6 +241,7 @@ class ObjectGraph:
     # Context's (set by Context._setup).
     _objects: weakref.WeakValueDictionary[Optional[int], Object]
     _objects_lock: Any
+    _answers: weakref.WeakValueDictionary[int, Answer[Any]]   # those with a handle, for close()
     _ids_now: bool
     _closed: bool
     _cb_thread: Optional[int]
@@ -290,6 +251,17 @@ class ObjectGraph:
 
     def _entity_for(self, addr: Optional[int]) -> Entity:
         raise NotImplementedError   # Context's
+
+    def _keep_answers(self) -> None:
+        """Before close() kills the handles: each live Answer with rows not
+        read yet reads what they need to stay readable (Answer._keep)."""
+        with self._objects_lock:
+            answers = list(self._answers.values())
+        for answer in answers:
+            try:
+                answer._keep()
+            except Exception:   # its unread rows then raise HandleError: no reason not to close
+                log.exception("tether: keeping an answer's rows at close failed")
 
     def poll(self, timeout_ms: int = 0) -> int:
         raise NotImplementedError   # Context's
@@ -373,13 +345,15 @@ class ObjectGraph:
         return objs
 
     def _take(self, results: Optional[int], shape: _Shape, status: int) -> Any:
-        """One phase's answer, as `shape` asks: Objects, ids, a count, values
-        (dicts), or a Results (which then owns the handle). Otherwise the
-        handle is released here, also when reading fails."""
+        """One phase's answer, as `shape` asks: a count, an Answer of
+        Objects, ids or values (dicts) read lazily, or a Results; the
+        Answer or Results owns the handle then. Otherwise the handle is
+        released here, also when this fails."""
         if shape.lazy:   # a Results even with no handle (an empty one), as documented
             return Results(self, results)  # owns the handle, also if this raises
         if not results:
             return shape.empty()
+        kept = False
         try:
             if status == 0:
                 # The library tells what it answered: a different type would
@@ -395,41 +369,17 @@ class ObjectGraph:
             _lib.tether_results_count(results, byref(n))
             if shape.type == _lib.RESULT_COUNT:
                 return n.value
-            if shape.type == _lib.RESULT_OBJECTS:
-                return self._objects_of(results, n.value)
-            error = _lib.status_error
-            if shape.type == _lib.RESULT_IDS:
-                out = c_char_p()
-                where = ctypes.addressof(out)
-                id_at = _lib.raw_results_id_at
-                ids: List[Optional[str]] = []
-                add = ids.append
-                for i in range(n.value):
-                    status = id_at(results, i, where)
-                    if status < 0:
-                        raise error(status)
-                    b = out.value
-                    add(None if b is None else b.decode("utf-8", "replace"))
-                return ids
-            rows: List[Dict[str, Value]] = []
-            columns = tuple(zip(shape.names, shape.keys))
-            value_at = _lib.raw_results_value_at
-            try:
-                value = _VALUES.pop()
-            except IndexError:
-                value = _new_value()
-            try:
-                addr, view = value
-                for i in range(n.value):
-                    row: Dict[str, Value] = {}
-                    for name, key in columns:
-                        status = value_at(results, i, key, addr)
-                        if status < 0:
-                            raise error(status)
-                        row[name] = _converted(addr, view)   # clears it
-                    rows.append(row)
-            finally:
-                _VALUES.append(value)
-            return rows
+            if not n.value:
+                return Answer()
+            # Nothing read now: the Answer reads each row when it is asked for.
+            kept = True
+            answer = Answer._over(self, results, shape, n.value)  # owns the handle, also if this raises
+            with self._objects_lock:
+                self._answers[next(_answer_keys)] = answer   # an Answer is unhashable, as a list
+                closing = self._ids_now
+            if closing:
+                answer._keep()   # close() is under way: read what it needs while the handle lives
+            return answer
         finally:
-            _release_results(results)
+            if not kept:
+                _release_results(results)

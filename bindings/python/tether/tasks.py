@@ -234,8 +234,8 @@ class Task(Request[Any]):
     ok: the C code), ``message``, ``error`` (the final error as a
     TetherError, else None: what exception() gives) and ``objects`` (the
     final callback's answer, also on error: what the cache held). An answer is what the fetch's ``result``
-    type gives (all(), ids(), count(), values()): a list of Objects, a list of ids, an int,
-    a list of dicts, or a Results for a batched objects fetch.
+    type gives (all(), ids(), count(), values()): an Answer (a lazy list) of
+    Objects, ids or dicts, an int, or a Results for a batched objects fetch.
 
     A live fetch (``live`` True) also has ``answer``, its latest answer (of
     the "cached" or "live" phase), and ``changes``, that answer's Changes

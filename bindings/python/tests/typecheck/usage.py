@@ -49,7 +49,7 @@ def model_and_objects(ctx: tether.Context) -> None:
     assert_type(c.to_dict(), Dict[str, tether.Value])
     view: tether.ContextView = ctx   # a Context is one: mypy checks the protocol against it
     assert_type(c.context, tether.ContextView)
-    assert_type(c.context.query("changes", where="Change > $1", args=[1]).all(), List[tether.Object])
+    assert_type(c.context.query("changes", where="Change > $1", args=[1]).all(), Sequence[tether.Object])
     assert_type(c.context.query("changes").count(), int)
     assert_type(c.context.object("changes", "1"), tether.Object)
     assert view is not None
@@ -142,7 +142,7 @@ def fetching(ctx: tether.Context) -> None:
     ctx.query("changes").live(on_live).cancel()
     pets = ctx.object("owners", "ann").related_query("pets", sort="Age")
     assert_type(pets.count(), int)
-    assert_type(ctx.object("owners", "ann").related_many("pets"), List[tether.Object])
+    assert_type(ctx.object("owners", "ann").related_many("pets"), Sequence[tether.Object])
 
 
 async def asyncio_use(ctx: tether.Context) -> None:
