@@ -51,6 +51,7 @@ from .tasks import LiveFetch, Task
 from .errors import Conflict
 from .saving import SaveReport, SaveTask
 from .context import Context
+from .postgres import install_postgres
 from .online import OnlineObserver
 from .query import Query, QueryResult
 from .aio import AsyncContext, AsyncQueryResult
@@ -65,7 +66,7 @@ from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase
 __version__ = "0.3.0"
 
 __all__ = [
-    "Context", "AsyncContext", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Relationship", "Diagnostic", "Object", "ContextView", "Observer", "OnlineObserver", "Results",
+    "Context", "AsyncContext", "install_postgres", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Relationship", "Diagnostic", "Object", "ContextView", "Observer", "OnlineObserver", "Results",
     "Answer", "Count", "Task",
     "Changes", "LiveAnswer", "LiveFetch", "SaveTask", "SaveReport", "Conflict",
     "Connection", "Spec", "PageRequest", "Page", "Write", "Written", "Deleted", "Failed", "host",

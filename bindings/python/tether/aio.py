@@ -222,6 +222,19 @@ class AsyncContext:
         return _Opening(make)
 
     @classmethod
+    def open_postgres(cls, conninfo: str, store_path: Union[str, os.PathLike[str]], *,
+                      schema: Optional[str] = None, delivery: Delivery = "poll", staleness_ms: int = 0,
+                      timeout_ms: int = 30000, object_cache_size: Optional[int] = None,
+                      merge: Optional[MergePolicy] = None, local_stores: Iterable[LocalStore] = ()) -> _Opening:
+        """As open(), on a PostgreSQL schema (see Context.open_postgres)."""
+        def make() -> Context:
+            return Context.open_postgres(conninfo, store_path, schema=schema, delivery=delivery,
+                                         staleness_ms=staleness_ms, timeout_ms=timeout_ms,
+                                         object_cache_size=object_cache_size, merge=merge,
+                                         local_stores=local_stores)
+        return _Opening(make)
+
+    @classmethod
     def with_connection(cls, connection: Connection, store_path: Union[str, os.PathLike[str]], *,
                         delivery: Delivery = "poll", staleness_ms: int = 0, timeout_ms: int = 30000,
                         object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,

@@ -28,6 +28,7 @@ from .host import Connection, _HostBridge
 from .model import Diagnostic, Entity, LocalStore, _local_stores
 from .objects import Object
 from .online import OnlineCallback, OnlineObserver
+from .postgres import open_postgres
 from .results import ObjectGraph
 from .saving import ContextSaving
 from .values import DELIVERIES, Argument, Progress, _cstr, _cstr_opt, _pystr
@@ -89,6 +90,26 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         del keep
         self.connection = connection
         self._opened(out.value)
+        return self
+
+    @classmethod
+    def open_postgres(cls, conninfo: str, store_path: Union[str, os.PathLike[str]], *,
+                      schema: Optional[str] = None, delivery: Delivery = "thread", staleness_ms: int = 0,
+                      timeout_ms: int = 30000, object_cache_size: Optional[int] = None,
+                      merge: Optional[MergePolicy] = None, local_stores: Iterable[LocalStore] = ()) -> Context:
+        """A context on a PostgreSQL schema (None: "public"): each table with
+        a one-column primary key an entity, as tether.h's PostgreSQL section
+        says. `conninfo` is libpq's ("host=... dbname=... user=..." or a
+        postgresql:// URI); its password is never stored or logged. The
+        other keywords are Context's. See install_postgres for incremental
+        sync and changes pushed to live fetches."""
+        self = cls.__new__(cls)
+        self._setup(None, None, store_path, delivery)
+        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores)
+        opts.timeout_ms = int(timeout_ms)
+        handle = open_postgres(opts, conninfo, schema)
+        del keep
+        self._opened(handle)
         return self
 
     def _options(self, staleness_ms: int, object_cache_size: Optional[int], merge: Optional[str],
