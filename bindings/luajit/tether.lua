@@ -83,6 +83,12 @@ typedef struct tether_kinto_options {
     const char *password;
 } tether_kinto_options;
 
+typedef struct tether_postgres_options {
+    unsigned int version;
+    const char *conninfo;
+    const char *schema;
+} tether_postgres_options;
+
 typedef enum tether_phase {
     TETHER_PHASE_CACHED = 1,
     TETHER_PHASE_FINAL = 2,
@@ -175,6 +181,10 @@ void tether_value_free(tether_value *value);
 
 int tether_context_options_init(tether_context_options *opts, unsigned int version);
 int tether_kinto_options_init(tether_kinto_options *kinto, unsigned int version);
+int tether_postgres_options_init(tether_postgres_options *pg, unsigned int version);
+int tether_context_open_postgres(const tether_context_options *opts, const tether_postgres_options *pg,
+                                 tether_context **out);
+int tether_postgres_install(const tether_postgres_options *pg, int *tracked);
 int tether_context_open_kinto(const tether_context_options *opts, const tether_kinto_options *kinto,
                               tether_context **out);
 int tether_context_close(tether_context *ctx);
@@ -247,9 +257,11 @@ M.E_NOT_CACHED, M.E_BUSY, M.E_CONFLICT, M.E_NOT_ALLOWED = -13, -14, -15, -16
 M.E_EXPIRED = -17
 local CONTEXT_OPTIONS_VERSION = 5
 local KINTO_OPTIONS_VERSION = 1
+local POSTGRES_OPTIONS_VERSION = 1
 local FETCH_OPTIONS_VERSION = 6
 local SAVE_OPTIONS_VERSION = 1
 M._versions = {TETHER_CONTEXT_OPTIONS_VERSION = CONTEXT_OPTIONS_VERSION, TETHER_KINTO_OPTIONS_VERSION = KINTO_OPTIONS_VERSION,
+               TETHER_POSTGRES_OPTIONS_VERSION = POSTGRES_OPTIONS_VERSION,
                TETHER_FETCH_OPTIONS_VERSION = FETCH_OPTIONS_VERSION, TETHER_SAVE_OPTIONS_VERSION = SAVE_OPTIONS_VERSION}
 
 -- ------------------------------------------------------------ loading
@@ -857,6 +869,56 @@ function M.open(o)
     return setmetatable({_h = ffi.gc(out[0], close_context), url = o.url, bucket = o.bucket,
                          store = o.store, _pending = {}, _callback_errors = {}, closed = false},
                         Context)
+end
+
+-- The options of a PostgreSQL schema; `keep` holds what the struct points into.
+local function postgres_options(o, what)
+    need_string(o.conninfo, what, "conninfo")
+    if o.schema ~= nil then need_string(o.schema, what, "schema") end
+    local pg = ffi.new("tether_postgres_options")
+    check(C.tether_postgres_options_init(pg, POSTGRES_OPTIONS_VERSION), "tether_postgres_options_init")
+    pg.conninfo, pg.schema = o.conninfo, o.schema
+    return pg
+end
+
+-- tether.open_postgres{conninfo=, schema=, store=, timeout_ms=, staleness_ms=,
+-- object_cache_size=, delivery="poll"}: a context on a PostgreSQL schema (nil:
+-- "public"), each table with a one-column primary key an entity (tether.h's
+-- PostgreSQL section). Raises on failure.
+local OPEN_POSTGRES_OPTIONS = {conninfo = true, schema = true, store = true, timeout_ms = true,
+                               staleness_ms = true, object_cache_size = true, delivery = true}
+function M.open_postgres(o)
+    if type(o) ~= "table" then misuse("open_postgres", "tether.open_postgres takes a table of options") end
+    check_options(o, "open_postgres", OPEN_POSTGRES_OPTIONS)
+    need_string(o.store, "open_postgres", "store")
+    if (o.delivery or "poll") ~= "poll" then
+        misuse("open_postgres", "delivery must be \"poll\" (see tether.open)")
+    end
+    local pg = postgres_options(o, "open_postgres")
+    local opts = ffi.new("tether_context_options")
+    check(C.tether_context_options_init(opts, CONTEXT_OPTIONS_VERSION), "tether_context_options_init")
+    opts.store_path = o.store
+    opts.delivery = C.TETHER_DELIVER_POLL
+    opts.timeout_ms = opt_int(o, "timeout_ms", tonumber(opts.timeout_ms))
+    opts.staleness_ms = opt_int(o, "staleness_ms", tonumber(opts.staleness_ms))
+    opts.object_cache_size = opt_int(o, "object_cache_size", tonumber(opts.object_cache_size))
+    local out = ffi.new("tether_context *[1]")
+    check(C.tether_context_open_postgres(opts, pg, out), "tether_context_open_postgres")
+    return setmetatable({_h = ffi.gc(out[0], close_context), schema = o.schema or "public",
+                         store = o.store, _pending = {}, _callback_errors = {}, closed = false},
+                        Context)
+end
+
+-- tether.install_postgres{conninfo=, schema=}: installs the change tracking
+-- (sql/tether-postgres.sql) and tracks the schema's tables; returns how many
+-- it began to track (0 when all were). Raises on failure.
+function M.install_postgres(o)
+    if type(o) ~= "table" then misuse("install_postgres", "tether.install_postgres takes a table of options") end
+    check_options(o, "install_postgres", {conninfo = true, schema = true})
+    local pg = postgres_options(o, "install_postgres")
+    local tracked = ffi.new("int[1]")
+    check(C.tether_postgres_install(pg, tracked), "tether_postgres_install")
+    return tonumber(tracked[0])
 end
 
 -- Raises the first error a callback raised, after the poll (or close) that
