@@ -52,12 +52,17 @@
 static const char USAGE[] =
     "usage: tether [OPTIONS] [COMMAND [ARGS...]]\n"
     "\n"
-    "Opens a Tether context on a Kinto bucket and runs COMMAND, or, with none,\n"
+    "Opens a Tether context on a Kinto bucket (or a PostgreSQL schema) and runs\n"
+    "COMMAND, or, with none,\n"
     "reads commands from stdin, one a line (a prompt on a tty; '#' comments).\n"
     "\n"
     "Options:\n"
     "  --server URL        Kinto root, e.g. http://127.0.0.1:8888/v1 (or $TETHER_SERVER)\n"
     "  --bucket NAME       the bucket whose collections are the entities (or $TETHER_BUCKET)\n"
+    "  --postgres CONNINFO a PostgreSQL database instead of Kinto: libpq's conninfo,\n"
+    "                      e.g. 'host=127.0.0.1 dbname=app user=me' (or $TETHER_POSTGRES)\n"
+    "  --schema NAME       with --postgres: the schema whose tables are the entities\n"
+    "                      (default public)\n"
     "  --store PATH        the SQLite store, created if missing (or $TETHER_STORE)\n"
     "  --user NAME:PASS    basic auth (or $TETHER_USER); anonymous without\n"
     "  --offline           answer from the store only: fetches are cache-only, get\n"
@@ -112,6 +117,7 @@ static const char COMMANDS[] =
 
 static struct {
     const char *server, *bucket, *store;
+    const char *postgres, *schema; /* a libpq conninfo instead of --server/--bucket */
     char *username, *password;
     int json, progress, offline;
     int64_t timeout_ms;
@@ -486,25 +492,40 @@ static void table_free(table *t)
 
 /* ------------------------------------------------------------ context */
 
+/* Whether the options name a server and a store to open a context on. */
+static int have_target(void)
+{
+    return g.store && (g.postgres || (g.server && g.bucket));
+}
+
 static int need_ctx(void)
 {
     if (g.ctx)
         return SHELL_OK;
-    if (!g.server || !g.bucket || !g.store)
-        return usage_error("no context: give --server, --bucket and --store "
-                           "(or $TETHER_SERVER, $TETHER_BUCKET, $TETHER_STORE)");
+    if (!have_target())
+        return usage_error("no context: give --server, --bucket and --store, or --postgres and --store "
+                           "(or $TETHER_SERVER, $TETHER_BUCKET, $TETHER_POSTGRES, $TETHER_STORE)");
     tether_context_options opts;
-    tether_kinto_options kinto;
     tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
-    tether_kinto_options_init(&kinto, TETHER_KINTO_OPTIONS_VERSION);
-    kinto.server_url = g.server;
-    kinto.bucket = g.bucket;
     opts.store_path = g.store;
-    kinto.username = g.username;
-    kinto.password = g.password;
     opts.timeout_ms = g.timeout_ms;
     opts.delivery = TETHER_DELIVER_POLL; /* see the top of this file */
-    int rc = tether_context_open_kinto(&opts, &kinto, &g.ctx);
+    int rc;
+    if (g.postgres) {
+        tether_postgres_options pg;
+        tether_postgres_options_init(&pg, TETHER_POSTGRES_OPTIONS_VERSION);
+        pg.conninfo = g.postgres;
+        pg.schema = g.schema;
+        rc = tether_context_open_postgres(&opts, &pg, &g.ctx);
+    } else {
+        tether_kinto_options kinto;
+        tether_kinto_options_init(&kinto, TETHER_KINTO_OPTIONS_VERSION);
+        kinto.server_url = g.server;
+        kinto.bucket = g.bucket;
+        kinto.username = g.username;
+        kinto.password = g.password;
+        rc = tether_context_open_kinto(&opts, &kinto, &g.ctx);
+    }
     if (rc != TETHER_OK) {
         g.ctx = NULL;
         return api_error(rc);
@@ -1461,9 +1482,9 @@ static int cmd_info(int argc, char **argv)
     if (g.json) {
         buf b = {0};
         buf_str(&b, "{\"server\":");
-        buf_json_cstr(&b, g.server);
+        buf_json_cstr(&b, g.postgres ? "postgres" : g.server); /* a conninfo may hold a password */
         buf_str(&b, ",\"bucket\":");
-        buf_json_cstr(&b, g.bucket);
+        buf_json_cstr(&b, g.postgres ? (g.schema ? g.schema : "public") : g.bucket);
         buf_str(&b, ",\"store\":");
         buf_json_cstr(&b, g.store);
         buf_printf(&b, ",\"online\":%s,\"library\":\"%s\",\"entities\":%zu,\"pending\":%zu,\"diagnostics\":[",
@@ -1483,9 +1504,10 @@ static int cmd_info(int argc, char **argv)
         json_out(&b);
         return SHELL_OK;
     }
-    printf("server     %s\nbucket     %s\nstore      %s\nonline     %s\nlibrary    %s\n"
+    printf("server     %s\n%-10s %s\nstore      %s\nonline     %s\nlibrary    %s\n"
            "entities   %zu\npending    %zu\n",
-           g.server, g.bucket, g.store, g.online ? "yes" : "no (opened from the store)", tether_version(),
+           g.postgres ? "postgres" : g.server, g.postgres ? "schema" : "bucket", g.postgres ? (g.schema ? g.schema : "public") : g.bucket,
+           g.store, g.online ? "yes" : "no (opened from the store)", tether_version(),
            entities, changes);
     for (size_t i = 0; i < diags; i++) {
         const char *e = NULL, *a = NULL, *m = NULL;
@@ -2449,7 +2471,7 @@ static int run_stdin(void)
     if (tty) {
         /* On a terminal the context opens before the first prompt, so that
          * completion knows the entities and fields. */
-        if (g.server && g.bucket && g.store && need_ctx() != SHELL_OK)
+        if (have_target() && need_ctx() != SHELL_OK)
             worst = SHELL_FAILED;
         rl_readline_name = "tether";
         rl_catch_signals = 0;  /* Ctrl-C is the shell's (read_keystroke), not libedit's */
@@ -2533,9 +2555,11 @@ int main(int argc, char **argv)
     g.server = getenv("TETHER_SERVER");
     g.bucket = getenv("TETHER_BUCKET");
     g.store = getenv("TETHER_STORE");
+    g.postgres = getenv("TETHER_POSTGRES");
     /* --json first, wherever it is among the options: their usage errors
      * are documents too. */
-    static const char *const with_value[] = {"--server", "--bucket", "--store", "--user", "--timeout", NULL};
+    static const char *const with_value[] = {"--server", "--bucket", "--store", "--user", "--timeout",
+                                             "--postgres", "--schema", NULL};
     for (int j = 1; j < argc && argv[j][0] == '-' && strcmp(argv[j], "--"); j++) {
         if (!strcmp(argv[j], "--json"))
             g.json = 1;
@@ -2570,6 +2594,10 @@ int main(int argc, char **argv)
             g.server = v;
         } else if ((v = option_value(argc, argv, &i, "--bucket", &missing))) {
             g.bucket = v;
+        } else if ((v = option_value(argc, argv, &i, "--postgres", &missing))) {
+            g.postgres = v;
+        } else if ((v = option_value(argc, argv, &i, "--schema", &missing))) {
+            g.schema = v;
         } else if ((v = option_value(argc, argv, &i, "--store", &missing))) {
             g.store = v;
         } else if ((v = option_value(argc, argv, &i, "--user", &missing))) {
@@ -2588,6 +2616,11 @@ int main(int argc, char **argv)
             fputs(USAGE, stderr);
             return SHELL_USAGE;
         }
+    }
+    if (g.schema && !g.postgres) {
+        usage_error("--schema is for --postgres (a Kinto context's entities come from --bucket)");
+        fputs(USAGE, stderr);
+        return SHELL_USAGE;
     }
     if (user && *user) {
         const char *colon = strchr(user, ':');
