@@ -449,10 +449,24 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * relationship (its inverse named after the referring table, or
  * table_column when one table refers to the same target twice) whose
  * ON DELETE CASCADE is cascade, SET NULL nullify, and RESTRICT, NO ACTION
- * and SET DEFAULT deny. A table the role may SELECT offers fetch; none
- * offers insert, update or delete yet (a save fails TETHER_E_NOT_ALLOWED).
+ * and SET DEFAULT deny. The role's privileges on a table are its
+ * entity's operations: SELECT fetch, INSERT insert, UPDATE update, DELETE
+ * delete (a save the privileges do not allow fails TETHER_E_NOT_ALLOWED).
  *
- * This version reads only. A predicate's comparisons on text, integer and
+ * Saves: each batch of writes is one transaction, each record in a savepoint
+ * of its own. An insert is INSERT ... ON CONFLICT (key) DO NOTHING (a row
+ * there already: a conflict); an update sets the changed columns (a replace,
+ * every column) WHERE the key and the row's xmin are the version the object
+ * last saw; a delete likewise. No row matched: a conflict with the row as it
+ * is now (a delete of a row already gone is done), settled by the merge
+ * policy as over Kinto; a write sent again after a lost answer finds the new
+ * xmin and is never applied twice. Values PostgreSQL refuses (NOT NULL, a
+ * check, a foreign key, a unique index, a value the column's type cannot
+ * hold) fail that record with TETHER_E_INVALID and the message PostgreSQL
+ * gave; its neighbours are saved. A connection lost before the COMMIT's
+ * answer fails the batch with TETHER_E_NETWORK, every change kept.
+ *
+ * A predicate's comparisons on text, integer and
  * boolean attributes run in PostgreSQL, as the cache runs them (text by
  * bytes of UTF-8, in the "C" collation); others run in the cache.
  *

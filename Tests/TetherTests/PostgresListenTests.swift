@@ -159,13 +159,5 @@ final class PostgresListenTests: XCTestCase {
         XCTAssertTrue(eventually(20) { (try? self.listeners()) == 0 }, "the observer gone: no listening")
     }
 
-    /// Runs scripts/NAME ARGUMENT, waited for with waitpid (see PostgresTests.script).
-    func script(_ name: String, _ argument: String) throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        func quoted(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
-        let command = quoted(root.appendingPathComponent("scripts/" + name).path) + " " + quoted(argument)
-            + " </dev/null >/dev/null 2>&1"
-        let status = system(command)
-        guard status == 0 else { throw TetherError(.internal, "scripts/\(name) failed (\(status))") }
-    }
+    func script(_ name: String, _ argument: String) throws { try runScript(name, argument) }
 }

@@ -82,7 +82,7 @@ final class PostgresTests: XCTestCase {
         let things = try XCTUnwrap(model.entity(named: "things"))
         XCTAssertEqual(things.spec.idField, "id")
         XCTAssertEqual(things.spec.versionField, "xmin")
-        XCTAssertEqual(things.spec.operations, [.fetch], "reads only, this version")
+        XCTAssertEqual(things.spec.operations, .all, "the role's privileges: an owner's are all")
         func attribute(_ name: String) throws -> Attribute { try XCTUnwrap(things.attributes.first { $0.name == name }, name) }
         let types: [(String, AttributeType)] = [
             ("title", .text), ("rank", .integer), ("small", .integer), ("price", .real), ("ratio", .real), ("done", .boolean),
@@ -194,15 +194,5 @@ final class PostgresTests: XCTestCase {
         XCTAssertTrue(secret.identity.contains("dbname=kinto"), secret.identity)
     }
 
-    /// Runs scripts/NAME ARGUMENT and waits for it with waitpid (system):
-    /// Foundation's Process.waitUntilExit never returns once the script has
-    /// left a daemon (the restarted postgres) holding a descriptor it watches.
-    func script(_ name: String, _ argument: String) throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        func quoted(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
-        let command = quoted(root.appendingPathComponent("scripts/" + name).path) + " " + quoted(argument)
-            + " </dev/null >/dev/null 2>&1"
-        let status = system(command)
-        guard status == 0 else { throw TetherError(.internal, "scripts/\(name) failed (\(status))") }
-    }
+    func script(_ name: String, _ argument: String) throws { try runScript(name, argument) }
 }

@@ -86,3 +86,24 @@ def test_async_context_opens_on_postgres(schema, tmp_path):
         async with tether.AsyncContext.open_postgres(CONNINFO, tmp_path / "s.db", schema=schema) as actx:
             return list(await actx.query("items", where="title IN {'t1', 't2', 't3'}", sort="-title").ids())
     assert asyncio.run(main()) == ["3", "2", "1"]
+
+
+def test_edits_are_saved_to_the_table_and_conflicts_reported(schema, tmp_path):
+    with tether.Context.open_postgres(CONNINFO, tmp_path / "s.db", schema=schema) as ctx:
+        objs = {o.id: o for o in ctx.query("items", where="title IN {'t1', 't2'}").all()}
+        objs["1"].set("title", "first")
+        made = ctx.insert("items", {"title": "new", "n": 3, "state": "open"}, id="99")
+        report = ctx.save()
+        assert report.saved == 2 and not ctx.has_changes
+        assert psql("SELECT title FROM %s.items WHERE id IN (1, 99) ORDER BY id" % schema).split() == ["first", "new"]
+        assert made.version is not None
+        psql("UPDATE %s.items SET n = 6 WHERE id = 2" % schema)          # another client
+        objs["2"].set("title", "second")
+        report = ctx.save(merge="properties")                                   # theirs n, our title
+        assert psql("SELECT title || ':' || n FROM %s.items WHERE id = 2" % schema) == "second:6"
+        objs["2"].set("n", 2 ** 40)                                            # beyond int4: PostgreSQL refuses it
+        with pytest.raises(tether.InvalidError, match="out of range"):
+            ctx.save()
+        assert ctx.has_changes, "a refused change stays pending"
+        assert psql("SELECT n FROM %s.items WHERE id = 2" % schema) == "6"
+        ctx.rollback()

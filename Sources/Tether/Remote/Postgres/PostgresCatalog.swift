@@ -49,7 +49,9 @@ enum PostgresCatalog {
     static let columnsSQL = """
         SELECT c.relname, a.attname, a.attnum::text, (a.attnotnull OR coalesce(t.typnotnull, false))::text,
                coalesce(b.typname, t.typname), coalesce(b.typtype, t.typtype)::text, coalesce(b.typcategory, t.typcategory)::text,
-               coalesce(b.oid, t.oid)::text, has_table_privilege(c.oid, 'SELECT')::text
+               coalesce(b.oid, t.oid)::text, has_table_privilege(c.oid, 'SELECT')::text,
+               has_table_privilege(c.oid, 'INSERT')::text, has_table_privilege(c.oid, 'UPDATE')::text,
+               has_table_privilege(c.oid, 'DELETE')::text
         FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -81,13 +83,18 @@ enum PostgresCatalog {
         guard try !session.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]).isEmpty else {
             throw TetherError(.notFound, "the PostgreSQL database has no schema \(schema.debugDescription)")
         }
-        var columns: [String: [RawColumn]] = [:], order: [String] = [], readable: [String: Bool] = [:]
+        var columns: [String: [RawColumn]] = [:], order: [String] = [], granted: [String: Operations] = [:]
         for row in try session.query(columnsSQL, [schema]) {
             let table = row[0]!
             if columns[table] == nil { order.append(table) }
             columns[table, default: []].append(RawColumn(name: row[1]!, number: row[2]!, notNull: row[3] == "true", typeName: row[4]!,
                                                           typeType: row[5]!, category: row[6]!, typeOID: row[7]!))
-            readable[table] = row[8] == "true"
+            // The role's privileges on the table are the entity's operations.
+            var operations: Operations = []
+            for (index, operation) in [(8, Operations.fetch), (9, .insert), (10, .update), (11, .delete)] where row[index] == "true" {
+                operations.insert(operation)
+            }
+            granted[table] = operations
         }
         var enums: [String: [String]] = [:]
         for row in try session.query(enumsSQL) { enums[row[0]!, default: []].append(row[1]!) }
@@ -158,7 +165,7 @@ enum PostgresCatalog {
                 fields.append(field)
                 read.append(column)
             }
-            let operations: Operations = readable[table] == true ? [.fetch] : []
+            let operations = granted[table] ?? []
             let spec = Spec(name: table, route: "\(schema).\(table)", idField: key.name, versionField: PostgresTable.version.name,
                             fields: fields, operations: operations)
             return PostgresTable(spec: spec, sqlName: sqlName, id: id, columns: read, idIsText: ["text", "varchar"].contains(key.typeName))

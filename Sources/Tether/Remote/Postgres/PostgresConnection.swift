@@ -18,7 +18,7 @@ public struct PostgresOptions: Sendable {
 /// row's xmin. This step reads only: whole listings, pages by key,
 /// filters PostgreSQL evaluates exactly as `Filter` means them
 /// (PostgresQuery), changes since a version where the tables are tracked
-/// (PostgresChanges), and no writes.
+/// (PostgresChanges), and conditional writes (PostgresWrites).
 public final class PostgresConnection: Connection, ReachabilityReporting, ChangePushing {
     public let identity: String
     public let reachability = Reachability()
@@ -153,8 +153,8 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
             case .success(let outcomes): answered(outcomes)
             case .failure(let error): answered(Array(repeating: .failed(error), count: writes.count))
             }
-        }) { () -> [WriteOutcome] in
-            throw TetherError(.notAllowed, "this PostgreSQL connection reads only: saves come in a later version")
+        }) { [self] () -> [WriteOutcome] in
+            try PostgresWrites.apply(writes, session, table: table)
         }
     }
 }

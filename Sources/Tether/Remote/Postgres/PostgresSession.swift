@@ -57,11 +57,11 @@ final class PostgresSession: @unchecked Sendable {  // used by one thread at a t
     /// sent again once (they are all reads).
     func query(_ sql: String, _ parameters: [String] = []) throws -> [[String?]] {
         do {
-            return try run(sql, parameters)
+            return try run(sql, parameters.map { $0 })
         } catch let error as Dropped {
             close()
             Log.info(.http, "PostgreSQL connection lost (\(error.message)); connecting again")
-            do { return try run(sql, parameters) } catch let again as Dropped {
+            do { return try run(sql, parameters.map { $0 }) } catch let again as Dropped {
                 close()
                 throw TetherError(.network, "the PostgreSQL server dropped the connection: \(again.message)")
             }
@@ -123,9 +123,22 @@ final class PostgresSession: @unchecked Sendable {  // used by one thread at a t
         return TetherError(.server, "the PostgreSQL server refused the connection: \(message)")
     }
 
-    private func run(_ sql: String, _ parameters: [String]) throws -> [[String?]] {
+    /// One statement of a transaction (nil parameters: SQL NULL). Never sent
+    /// again: a dropped connection throws `TetherError(.network)` and the
+    /// transaction is gone with it (the caller cannot know whether a COMMIT
+    /// in flight was applied).
+    func execute(_ sql: String, _ parameters: [String?] = []) throws -> [[String?]] {
+        do {
+            return try run(sql, parameters)
+        } catch let error as Dropped {
+            close()
+            throw TetherError(.network, "the PostgreSQL server dropped the connection: \(error.message)")
+        }
+    }
+
+    private func run(_ sql: String, _ parameters: [String?]) throws -> [[String?]] {
         let conn = try connected()
-        for parameter in parameters where parameter.utf8.contains(0) {
+        for case let parameter? in parameters where parameter.utf8.contains(0) {
             // A C string would end there: another value than the one given.
             throw TetherError(.invalid, "a value for PostgreSQL holds U+0000, which text cannot hold")
         }
@@ -168,14 +181,18 @@ final class PostgresSession: @unchecked Sendable {  // used by one thread at a t
         switch state {
         case "42501": return TetherError(.auth, "PostgreSQL refused access: \(message)")
         case "3F000", "42P01", "42703": return TetherError(.notFound, "PostgreSQL: \(message) (SQLSTATE \(state))")
+        // Integrity (NOT NULL, foreign key, unique, check) and data exceptions
+        // (a value the column's type cannot hold): the values are refused.
+        case let state where state.hasPrefix("23") || state.hasPrefix("22"):
+            return TetherError(.invalid, "PostgreSQL refused the values: \(message) (SQLSTATE \(state))")
         default: return TetherError(.server, "PostgreSQL failed: \(message) (SQLSTATE \(state))")
         }
     }
 }
 
 /// C strings of `strings` for one call, NULL-terminated as libpq wants lists.
-private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
-    let copies = strings.map { strdup($0) }
+private func withCStrings<R>(_ strings: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
+    let copies = strings.map { $0.map { strdup($0) } ?? nil }
     defer { copies.forEach { free($0) } }
     let pointers = copies.map { UnsafePointer($0) } + [nil]
     return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
