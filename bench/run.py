@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import urllib.parse
@@ -73,7 +74,7 @@ LOAD_RUNS = 5 if QUICK else 21
 DLOPEN_GOAL_S = 0.005
 # Row 2c (build/peek): calls a timed loop on a loaded row, and issue 9's goal for one.
 # BENCH_ROWS: a comma-separated list of row groups to run (1 2 3 4 5 6 7 8
-# 9 10 11; "1" is rows 1, 1c and 1d, "5" rows 5 and 5c...); empty: all.
+# 9 10 11 12; "1" is rows 1, 1c and 1d, "5" rows 5 and 5c...); empty: all.
 ROWS = {r.strip() for r in (os.environ.get("BENCH_ROWS") or "").split(",") if r.strip()}
 
 
@@ -685,6 +686,93 @@ def m11_save(table, url, tmp, kclient):
                           result["saved_rss_kb"] / 1024.0, result["peak_rss_kb"] / 1024.0))
 
 
+PG_SCHEMA = "bench_direct"
+LIVE_COMMITS = 5 if QUICK else 20
+
+
+def m12_postgres(table, tether, tmp):
+    """Tether straight on PostgreSQL (no Kinto): RECORDS rows of a table in
+    the bench's own database fetched into a new store (server_only, from
+    Python, objects made) beside psql's COPY and psycopg2's fetchall of the
+    same rows; then the time from another client's commit to a live query's
+    answer (changes pushed by LISTEN/NOTIFY, tracking installed)."""
+    import psycopg2
+    conninfo = os.environ["KINTO_STORAGE_URL"]
+    con = psycopg2.connect(conninfo)
+    con.autocommit = True
+    cur = con.cursor()
+    cur.execute("DROP SCHEMA IF EXISTS %s CASCADE" % PG_SCHEMA)
+    cur.execute("CREATE SCHEMA %s" % PG_SCHEMA)
+    cur.execute('CREATE TABLE %s.items (id text PRIMARY KEY, "Name" text, "Count" int8, "Status" text, "Owner" text)'
+                % PG_SCHEMA)
+    cur.execute("INSERT INTO %s.items SELECT 'r' || g, 'name ' || g, g, "
+                "(ARRAY['open','pending','closed'])[1 + mod(g, 3)], 'owner' || mod(g, 97) "
+                "FROM generate_series(1, %%s) g" % PG_SCHEMA, (RECORDS,))
+    try:
+        mine, copy, fetchall = [], [], []
+        for run in range(RUNS + 1):          # the first is a warm-up
+            ctx = tether.Context.open_postgres(conninfo, os.path.join(tmp, "pg-%d.db" % run), schema=PG_SCHEMA)
+            try:
+                t0 = now()
+                n = len(ctx.query("items", policy="server_only", timeout=FETCH_TIMEOUT).all())
+                t_mine = now() - t0
+            finally:
+                ctx.close()
+            if n != RECORDS:
+                raise RuntimeError("PostgreSQL fetch gave %d of %d rows" % (n, RECORDS))
+            t0 = now()
+            subprocess.run(["psql", "-X", "-q", "-d", conninfo, "-c", "COPY %s.items TO STDOUT" % PG_SCHEMA],
+                           stdout=subprocess.DEVNULL, check=True)
+            t_copy = now() - t0
+            t0 = now()
+            cur.execute("SELECT * FROM %s.items" % PG_SCHEMA)
+            rows = cur.fetchall()
+            t_fetchall = now() - t0
+            del rows
+            if run:
+                mine.append(t_mine), copy.append(t_copy), fetchall.append(t_fetchall)
+        name = "12. PostgreSQL direct: %d rows into a new store (server_only, Python)" % RECORDS
+        table.add(name, ms(median(mine)), "%s (psql COPY)" % ms(median(copy)), ratio(median(mine), median(copy)))
+        table.add("12. the same", ms(median(mine)), "%s (psycopg2 fetchall)" % ms(median(fetchall)),
+                  ratio(median(mine), median(fetchall)))
+
+        tether.install_postgres(conninfo, PG_SCHEMA)
+        answers, cond = [], threading.Condition()
+
+        def on_answer(answer):
+            with cond:
+                answers.append(answer)
+                cond.notify_all()
+
+        ctx = tether.Context.open_postgres(conninfo, os.path.join(tmp, "pg-live.db"), schema=PG_SCHEMA)
+        delays = []
+        try:
+            task = ctx.query("items", where="Status == 'live'", sort="id").live(on_answer)
+            with cond:
+                cond.wait_for(lambda: any(a.phase == "live" for a in answers), timeout=60)
+            for k in range(LIVE_COMMITS):
+                key = "live%d" % k
+                t0 = now()
+                cur.execute("INSERT INTO %s.items (id, \"Status\") VALUES (%%s, 'live')" % PG_SCHEMA, (key,))
+                with cond:
+                    if not cond.wait_for(lambda: any(key in [o.id for o in a.answer] for a in answers[-1:]),
+                                         timeout=30):
+                        raise RuntimeError("a commit did not reach the live query within 30 s")
+                delays.append(now() - t0)
+            task.cancel()
+        finally:
+            ctx.close()
+        table.add("12b. PostgreSQL: commit to a live query's answer (LISTEN/NOTIFY; median of %d)" % LIVE_COMMITS,
+                  ms(median(delays)), "(no peer)", "")
+        table.notes.append("12b: each of %d commits inserts a matching row; the live query lists the table's changes "
+                           "since its last listing (tracking installed); min %s, max %s"
+                           % (LIVE_COMMITS, ms(min(delays)), ms(max(delays))))
+    finally:
+        cur.execute("DROP SCHEMA IF EXISTS %s CASCADE" % PG_SCHEMA)
+        cur.execute("DROP SCHEMA IF EXISTS tether CASCADE")
+        con.close()
+
+
 def big_cache(url, store, *args, limit_kb=None, timeout=600):
     """Runs build/big_cache on `store` and returns its JSON line. With
     limit_kb, stops it (and returns None) once its RSS passes that."""
@@ -991,6 +1079,11 @@ def main():
                     m11_save(table, url, tmp, kclient)
             except Exception as e:  # noqa: BLE001
                 table.error("11. save", e)
+            try:
+                if PG and wanted("12"):
+                    m12_postgres(table, tether, tmp)
+            except Exception as e:  # noqa: BLE001
+                table.error("12. PostgreSQL direct", e)
         for name, fn in (("9. load time", m9_load_time), ("10. stripped size", m10_size)):
             try:
                 if wanted(name.split(".")[0]):

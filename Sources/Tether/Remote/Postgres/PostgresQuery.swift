@@ -9,6 +9,10 @@ struct PostgresQuery {
     let request: PageRequest
     /// Pages by the key (the core's listings: by id), or by offset (any other sort).
     private let byKey: Bool
+    /// A whole listing (no sort, no limit) pages by the key in its own type
+    /// and collation, so that each page is a range of the primary key's
+    /// index; any other by-key listing compares ids as text, bytewise.
+    private let byIndex: Bool
     private let order: [String]
     private var conditions: [String] = []
     private var parameters: [String] = []
@@ -48,6 +52,7 @@ struct PostgresQuery {
         }
         let idOrder = Self.compared(table.id)
         byKey = request.sort.isEmpty || request.sort == [SortKey(field: table.id.name, descending: false)]
+        byIndex = request.sort.isEmpty && request.limit == 0
         order = try request.sort.map { key in
             guard let column = table.column(named: key.field), column.type != .json else {
                 throw TetherError(.invalid, "\(table.spec.name): cannot sort by \(key.field.debugDescription) on the server")
@@ -111,13 +116,15 @@ struct PostgresQuery {
 
     func pageSQL(pageSize: Int) -> (String, [String]) {
         var conditions = self.conditions, parameters = self.parameters
+        let key = "t." + PostgresCatalog.quote(table.id.name)
         if let after {
             parameters.append(after)
-            conditions.append("\(Self.compared(table.id)) > $\(parameters.count)::text")
+            // By index: the parameter takes the key's type (an int8 key reads "42" as 42).
+            conditions.append(byIndex ? "\(key) > $\(parameters.count)" : "\(Self.compared(table.id)) > $\(parameters.count)::text")
         }
         var sql = "SELECT " + Self.select(table)
         if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-        sql += " ORDER BY " + (byKey ? Self.compared(table.id) : order.joined(separator: ", "))
+        sql += " ORDER BY " + (byIndex ? key : byKey ? Self.compared(table.id) : order.joined(separator: ", "))
         sql += " LIMIT \(pageLimit(pageSize))"
         if !byKey { sql += " OFFSET \(delivered)" }
         return (sql, parameters)
