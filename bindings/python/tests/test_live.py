@@ -162,12 +162,12 @@ def test_callback_answers_then_changes(items, kinto_url, tmp_path, open_ctx, rec
 
     # A whole fetch syncs the store; its records are those the live fetch
     # holds, unchanged: no answer.
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     pump(ctx, QUIET)
     assert len(rec.calls) == 2, rec.calls[2:]
 
     items.mix()
-    ctx.fetch_wait("items")          # synced: asks only for what changed
+    ctx.query("items").all()          # synced: asks only for what changed
     assert rec.wait(lambda c: len(c) == 3, ctx=poll), rec.calls
     phase, status, message, answer, changes = rec.calls[2]
     assert (phase, status) == ("live", 0)
@@ -180,7 +180,7 @@ def test_callback_answers_then_changes(items, kinto_url, tmp_path, open_ctx, rec
 
     # A change outside the predicate only, brought in for sure: nothing comes.
     items.patch("r06", {"N": 66})
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     assert ctx.object("items", "r06").peek("N") == 66
     pump(ctx, QUIET)
     assert len(rec.calls) == 3, rec.calls[3:]
@@ -191,7 +191,7 @@ def test_callback_answers_then_changes(items, kinto_url, tmp_path, open_ctx, rec
     assert rec.calls[3][:2] == ("final", tether.E_CANCELLED) and len(rec.calls) == 4
     assert isinstance(task.error, tether.TaskCancelledError)
     items.patch("r01", {"N": -1})
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     pump(ctx, QUIET)
     assert len(rec.calls) == 4, rec.calls[4:]
     assert ctx.pending == 0 and task.callback is None
@@ -234,7 +234,7 @@ def test_fetch_wait_and_fetch_async_refuse_live(items, kinto_url, tmp_path, open
 def test_result_types(items, kinto_url, tmp_path, open_ctx, recorder, delivery, result):
     ctx = open_ctx(kinto_url, items.bucket, tmp_path / "s.db", delivery=delivery)
     poll = ctx if delivery == "poll" else None
-    ctx.fetch_wait("items")                              # synced from here
+    ctx.query("items").all()                              # synced from here
     props = ["id", "N"] if result == "values" else None
     rec = recorder()
     task = ctx.fetch("items", sort="N", where=WHERE, live=True, policy="cache_only",
@@ -242,7 +242,7 @@ def test_result_types(items, kinto_url, tmp_path, open_ctx, recorder, delivery, 
     assert rec.wait(lambda c: live_calls(rec), ctx=poll)
     first = live_calls(rec)[0][3]
     items.mix()
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     if result == "count":
         # Rows came and went, the count did not move: a count answer tells nothing.
         assert first == 5 == len(items.expected())
@@ -260,7 +260,7 @@ def test_result_types(items, kinto_url, tmp_path, open_ctx, recorder, delivery, 
     # One more matching record.
     n = len(live_calls(rec))
     items.put("r30", {"N": 30, "G": "a"})
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     assert rec.wait(lambda c: len(live_calls(rec)) == n + 1, ctx=poll), rec.calls
     _, status, _, last, changes = live_calls(rec)[-1]
     assert status == 0 and isinstance(changes, tether.Changes)

@@ -34,7 +34,7 @@ def local(tmp_path, items):
 
 def opened(open_ctx, kinto_url, bucket, tmp_path, items, **kw):
     ctx = open_ctx(kinto_url, bucket, tmp_path / "server.db", local_stores=[local(tmp_path, items)], **kw)
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     return ctx
 
 
@@ -66,15 +66,16 @@ def test_notes_on_server_records(kinto, kinto_url, bucket, tmp_path, open_ctx, i
     ctx.close()
 
     ctx = opened(open_ctx, kinto_url, bucket, tmp_path, items)
-    cached, final = ctx.fetch_wait("notes")
-    assert cached is None or len(cached) == len(final)
+    cached = []
+    final = ctx.query("notes", on_cached=cached.append).all()
+    assert len(cached) <= 1 and all(len(c) == len(final) for c in cached)
     assert [n.id for n in final] == [note_id]
     note = final[0]
     assert note.Text == "check this"
     assert note.peek("Item.Title") == "annotated"
 
     kinto.delete_record(bucket, items, "i1")   # another writer deletes the target
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     assert note.peek("Item") is None, "the reference is cleared"
     assert note.related("Item") is None
 
@@ -183,7 +184,7 @@ def test_a_server_delete_cascades_on_inside_the_local_store(kinto, kinto_url, bu
         "Seen": {"type": "string", "x-tether-to": "notes", "x-tether-inverse": "seen_by"}}}}
     stores = [tether.LocalStore("private", tmp_path / "p.db", specs)]
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=stores)
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     top = ctx.insert("notes", id="top")
     top.set_related("Item", ctx.object(items, "i2"))
     child = ctx.insert("notes", id="child")
@@ -194,12 +195,12 @@ def test_a_server_delete_cascades_on_inside_the_local_store(kinto, kinto_url, bu
     watcher.set_related("Seen", child)
     ctx.save()
     kinto.delete_record(bucket, items, "i2")
-    ctx.fetch_wait(items, policy="server_only")
-    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["watcher"]
+    ctx.query(items, policy="server_only").all()
+    assert [n.id for n in ctx.query("notes").all()] == ["watcher"]
     assert watcher.peek("Seen") is None
     ctx.close()
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=stores)
-    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["watcher"]
+    assert [n.id for n in ctx.query("notes").all()] == ["watcher"]
 
 
 def test_a_uri_has_one_spelling(kinto_url, bucket, tmp_path, open_ctx, items):
@@ -268,7 +269,7 @@ def two_rules(tmp_path, items):
 
 
 def note_ids(ctx):
-    return sorted(n.id for n in ctx.fetch_wait("notes", policy="cache_only")[1])
+    return sorted(n.id for n in ctx.query("notes", policy="cache_only").all())
 
 
 def notes_on(ctx, items, target):
@@ -285,11 +286,11 @@ def test_a_target_edited_here_and_deleted_there_is_cleaned_up_at_rollback(kinto,
     """Issue 28, case 9: the clean-up a local edit held back runs when the
     edit is rolled back, in that session."""
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=two_rules(tmp_path, items))
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     item = notes_on(ctx, items, "i1")
     item.Title = "edited here"
     kinto.delete_record(bucket, items, "i1")
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     assert note_ids(ctx) == ["n1", "n2"], "held back: a merge policy may make i1 again"
     item.rollback()
     assert note_ids(ctx) == ["n2"], "the cascade note went with i1"
@@ -304,14 +305,14 @@ def test_a_fetch_clean_up_reaches_a_sibling(kinto, kinto_url, bucket, tmp_path, 
     so its next save of the note is no conflict, and even under client_wins
     it does not write back the reference the clean-up cleared."""
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=two_rules(tmp_path, items))
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     notes_on(ctx, items, "i1")
     sibling = ctx.open_sibling("background")
     one, two = sibling.object("notes", "n1"), sibling.object("notes", "n2")
     assert one.peek("Text") == "one" and two.peek("Also") == "tether://server/%s/i1" % items
     two.Text = "edited in the sibling"
     kinto.delete_record(bucket, items, "i1")
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     assert note_ids(sibling) == ["n2"], "the sibling saw the cascade"
     assert two.peek("Also") is None and two.peek("Text") == "edited in the sibling"
     report = sibling.save(merge="client_wins")
@@ -331,14 +332,14 @@ def test_a_note_edited_here_is_not_made_again_on_a_deleted_target(kinto, kinto_u
     deletes, is reported under client_wins, not made again pointing at it;
     an unsaved reference to a target the server deleted is not sent."""
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=two_rules(tmp_path, items))
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     item = notes_on(ctx, items, "i1")
     three = ctx.insert("notes", {"Text": "three"}, id="n3")
     ctx.save()
     ctx.object("notes", "n1").Text = "edited"
     three.set_related("Also", item)
     kinto.delete_record(bucket, items, "i1")
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     with pytest.raises(tether.TetherError) as caught:
         ctx.save(merge="client_wins")
     failures = {obj.id: error for obj, error in caught.value.failures}
@@ -358,7 +359,7 @@ def test_changes_outlive_their_entity_leaving_the_server_model(kinto, kinto_url,
     """Issue 28, case 1 (server side): an open whose server model lacks an
     entity with unsaved changes keeps them, for a model that has it again."""
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     ctx.object(items, "i1").Title = "kept"
     ctx.close()
     kinto.request("DELETE", "/buckets/%s/collections/%s" % (bucket, items))
@@ -386,7 +387,7 @@ def test_changes_outlive_their_field_leaving_the_server_model(kinto, kinto_url, 
     both = {"type": "object", "properties": {"Title": {"type": "string"}, "Note": {"type": "string"}}}
     kinto.create_collection(bucket, items, both)
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     ctx.object(items, "i1").Note = "kept"
     ctx.close()
     kinto.create_collection(bucket, items, ITEMS)
@@ -414,7 +415,7 @@ def test_an_edit_while_a_field_is_absent_keeps_its_unsaved_value(kinto, kinto_ur
     kinto.create_collection(bucket, items, both)
     kinto.patch_record(bucket, items, "i2", {"Note": "theirs"})
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db")
-    ctx.fetch_wait(items, policy="server_only")
+    ctx.query(items, policy="server_only").all()
     ctx.object(items, "i1").Note = "kept"
     ctx.close()
     kinto.create_collection(bucket, items, ITEMS)                     # Note leaves the spec
@@ -462,7 +463,7 @@ def test_a_deny_from_a_record_the_delete_takes_along_refuses_nothing(kinto_url, 
     ctx.save()
     ctx.object("notes", "top").delete()
     assert ctx.save().saved == 4
-    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+    assert [n.id for n in ctx.query("notes").all()] == ["other"]
 
 
 def test_a_cycle_of_cascades_is_deleted_in_one_save(kinto_url, bucket, tmp_path, open_ctx):
@@ -483,7 +484,7 @@ def test_a_cycle_of_cascades_is_deleted_in_one_save(kinto_url, bucket, tmp_path,
     ctx.object("notes", "a").delete()
     report = ctx.save()
     assert (report.saved, report.failures) == (3, [])
-    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+    assert [n.id for n in ctx.query("notes").all()] == ["other"]
 
 
 @pytest.mark.parametrize("other_rule", ["nullify", "deny"])
@@ -502,15 +503,15 @@ def test_a_note_the_delete_takes_along_is_no_conflict_for_its_clean_up(kinto, ki
         "Item": {"type": "string", "x-tether-to": items, "x-tether-inverse": "notes", "x-tether-delete": other_rule},
         "Link": {"type": "string", "x-tether-to": "links", "x-tether-inverse": "notes", "x-tether-delete": "cascade"}}}}
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
-    ctx.fetch_wait(items, policy="server_only")
-    ctx.fetch_wait("links", policy="server_only")
+    ctx.query(items, policy="server_only").all()
+    ctx.query("links", policy="server_only").all()
     ctx.insert("notes", {"Item": "tether://server/%s/i1" % items, "Link": "tether://server/links/l1"}, id="n")
     ctx.insert("notes", id="other")
     ctx.save()
     ctx.object(items, "i1").delete()
     report = ctx.save()
     assert (report.saved, report.failures) == (3, [])
-    assert [n.id for n in ctx.fetch_wait("notes")[1]] == ["other"]
+    assert [n.id for n in ctx.query("notes").all()] == ["other"]
     assert ctx.change_count == 0
 
 
@@ -554,8 +555,8 @@ def test_a_note_cleared_of_a_delete_and_of_its_cascade_is_no_conflict(kinto, kin
         "Item": {"type": "string", "x-tether-to": items, "x-tether-inverse": "notes", "x-tether-delete": "nullify"},
         "Link": {"type": "string", "x-tether-to": "links", "x-tether-inverse": "notes", "x-tether-delete": "nullify"}}}}
     ctx = open_ctx(kinto_url, bucket, tmp_path / "s.db", local_stores=[tether.LocalStore("private", tmp_path / "p.db", specs)])
-    ctx.fetch_wait(items, policy="server_only")
-    ctx.fetch_wait("links", policy="server_only")
+    ctx.query(items, policy="server_only").all()
+    ctx.query("links", policy="server_only").all()
     ctx.insert("notes", {"Item": "tether://server/%s/i1" % items, "Link": "tether://server/links/l1"}, id="n")
     ctx.save()
     ctx.object(items, "i1").delete()
