@@ -26,7 +26,7 @@ def test_cancel_in_flight(vals, tmp_path, open_ctx, recorder, faultproxy, policy
     ctx = open_ctx(faultproxy.url, vals, tmp_path / "s.db")
     slow_records(faultproxy, 1.5)
     rec = recorder()
-    task = ctx.fetch("vals", policy=policy, callback=rec)
+    task = ctx.query("vals", policy=policy).start(rec)
     time.sleep(0.2)                       # the request is in the proxy now
     before = len(rec.calls)
     assert task.cancel() is True
@@ -45,27 +45,27 @@ def test_cancel_in_flight(vals, tmp_path, open_ctx, recorder, faultproxy, policy
 
 def test_cancel_after_done(vals, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, vals, tmp_path / "s.db")
-    task = ctx.fetch("vals")
+    task = ctx.query("vals").start()
     assert finished(task, 10) and task.status == 0
     assert task.cancel() is False
 
 
-def test_fetch_wait_timeout_cancels(vals, tmp_path, open_ctx, faultproxy):
+def test_query_timeout_cancels(vals, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, vals, tmp_path / "s.db")
     slow_records(faultproxy, 3.0)
     with pytest.raises(TimeoutError):
-        ctx.fetch_wait("vals", policy="server_only", timeout=0.3)
+        ctx.query("vals", policy="server_only", timeout=0.3).all()
     assert ctx.pending == 0
 
 
 def test_close_cancels_pending(vals, tmp_path, open_ctx, recorder, faultproxy):
     ctx = open_ctx(faultproxy.url, vals, tmp_path / "s.db")
-    ctx.fetch_wait("vals")
+    ctx.query("vals").all()
     obj = ctx.object("vals", "v01")
     orec, frec = recorder(), recorder()
     ob = obj.observe("V", orec)
     slow_records(faultproxy, 2.0)
-    task = ctx.fetch("vals", policy="server_only", callback=frec)
+    task = ctx.query("vals", policy="server_only").start(frec)
     time.sleep(0.2)
     ctx.close()
     # delivered before close returned
@@ -80,7 +80,7 @@ def test_close_cancels_pending(vals, tmp_path, open_ctx, recorder, faultproxy):
 
 def test_handles_after_close(vals, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, vals, tmp_path / "s.db")
-    _, objs = ctx.fetch_wait("vals")
+    objs = ctx.query("vals").all()
     o = objs[0]
     ctx.close()
     ctx.close()                          # idempotent
@@ -88,7 +88,7 @@ def test_handles_after_close(vals, kinto_url, tmp_path, open_ctx):
     assert o.id.startswith("v")          # Python copies survive
     for call in (lambda: o.peek("V"), lambda: o.get("V"), lambda: o.version,
                  lambda: ctx.online, lambda: ctx.entities, lambda: ctx.entity("vals"),
-                 lambda: ctx.object("vals", "v01"), lambda: ctx.fetch("vals"),
+                 lambda: ctx.object("vals", "v01"), lambda: ctx.query("vals").start(),
                  lambda: o.observe("V", lambda *a: None)):
         with pytest.raises(tether.HandleError):
             call()
@@ -105,7 +105,7 @@ def test_context_manager_and_busy(vals, kinto_url, tmp_path):
                     ctx.close()
                 except tether.TetherError as e:
                     errors.append(e)
-        t = ctx.fetch("vals", policy="cache_only", callback=cb)
+        t = ctx.query("vals", policy="cache_only").start(cb)
         assert finished(t, 10)
         assert not ctx.closed
     assert ctx.closed

@@ -26,7 +26,7 @@ def cards(kinto, bucket):
 def test_a_task_is_a_future_of_its_final_answer(cards, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, cards, tmp_path / "s.db")
     heard = []
-    task = ctx.fetch("cards", sort="Rank", policy="server_only")
+    task = ctx.query("cards", sort="Rank", policy="server_only").start()
     task.add_done_callback(heard.append)
     assert isinstance(task, concurrent.futures.Future)
     final = task.result(30)
@@ -34,10 +34,11 @@ def test_a_task_is_a_future_of_its_final_answer(cards, kinto_url, tmp_path, open
     assert task.done() and not task.running() and not task.cancelled()
     assert task.exception() is None and task.error is None and task.status == 0
     assert heard == [task], "add_done_callback ran once, with the task"
-    counts = [ctx.fetch("cards", result="count", where="Rank < $1", args=[n]) for n in (5, 10, 20)]
+    # start() answers Objects only: the counts are the answers' lengths
+    counts = [ctx.query("cards", where="Rank < $1", args=[n]).start() for n in (5, 10, 20)]
     done, not_done = concurrent.futures.wait(counts, timeout=30)
-    assert not not_done and sorted(t.result() for t in done) == [5, 10, 20]
-    assert sorted(t.result() for t in concurrent.futures.as_completed(counts, timeout=30)) == [5, 10, 20]
+    assert not not_done and sorted(len(t.result()) for t in done) == [5, 10, 20]
+    assert sorted(len(t.result()) for t in concurrent.futures.as_completed(counts, timeout=30)) == [5, 10, 20]
     late = []
     task.add_done_callback(late.append)   # on a finished future: at once
     assert late == [task]
@@ -45,9 +46,9 @@ def test_a_task_is_a_future_of_its_final_answer(cards, kinto_url, tmp_path, open
 
 def test_a_failed_fetch_raises_its_error_from_result(cards, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, cards, tmp_path / "s.db")
-    ctx.fetch_wait("cards")
+    ctx.query("cards").all()
     faultproxy.set("status", status=500, match="/records")
-    task = ctx.fetch("cards", policy="server_only")
+    task = ctx.query("cards", policy="server_only").start()
     with pytest.raises(tether.ServerError) as caught:
         task.result(30)
     assert task.exception() is caught.value is task.error and caught.value.status == tether.E_SERVER
@@ -58,8 +59,8 @@ def test_cancel_ends_the_task_with_task_cancelled_error(cards, tmp_path, open_ct
     ctx = open_ctx(faultproxy.url, cards, tmp_path / "s.db")
     faultproxy.set("delay", delay=2.0, match="/records")
     finals = []
-    task = ctx.fetch("cards", policy="server_only",
-                     callback=lambda phase, error, answer: finals.append(error) if phase == "final" else None)
+    task = ctx.query("cards", policy="server_only").start(
+        lambda phase, error, answer: finals.append(error) if phase == "final" else None)
     assert task.cancel() is True
     error = task.exception(30)
     assert isinstance(error, tether.TaskCancelledError) and error.status == tether.E_CANCELLED
@@ -73,7 +74,7 @@ def test_cancel_ends_the_task_with_task_cancelled_error(cards, tmp_path, open_ct
 def test_result_times_out_without_losing_the_task(cards, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, cards, tmp_path / "s.db")
     faultproxy.set("delay", delay=2.0, match="/records")
-    task = ctx.fetch("cards", policy="server_only")
+    task = ctx.query("cards", policy="server_only").start()
     with pytest.raises(concurrent.futures.TimeoutError):
         task.result(0.01)
     assert not task.done()
@@ -82,8 +83,8 @@ def test_result_times_out_without_losing_the_task(cards, tmp_path, open_ctx, fau
 
 def test_poll_mode_result_polls(cards, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, cards, tmp_path / "s.db", delivery="poll")
-    task = ctx.fetch("cards", result="ids", sort="Rank")
-    assert task.result(30)[:3] == ["c00", "c01", "c02"]
+    task = ctx.query("cards", sort="Rank").start()
+    assert [o.id for o in task.result(30)[:3]] == ["c00", "c01", "c02"]
 
 
 @pytest.mark.parametrize("delivery", ["thread", "poll"])
@@ -91,8 +92,8 @@ def test_a_task_is_awaitable(cards, kinto_url, tmp_path, open_ctx, delivery):
     ctx = open_ctx(kinto_url, cards, tmp_path / "s.db", delivery=delivery)
 
     async def main():
-        count = await ctx.fetch("cards", result="count")
-        objs = await ctx.fetch("cards", sort="-Rank", limit=2)
+        count = len(await ctx.query("cards").start())
+        objs = await ctx.query("cards", sort="-Rank", limit=2).start()
         report = await ctx.start_save()
         return count, [o.id for o in objs], report.saved
 
@@ -104,12 +105,12 @@ def test_awaiting_a_cancelled_fetch_raises_task_cancelled_error(cards, tmp_path,
     faultproxy.set("delay", delay=2.0, match="/records")
 
     async def main():
-        task = ctx.fetch("cards", policy="server_only")
+        task = ctx.query("cards", policy="server_only").start()
         task.cancel()
         with pytest.raises(tether.TaskCancelledError):
             await task
         # Cancelling the awaiting asyncio task cancels the fetch: asyncio's error there.
-        other = ctx.fetch("cards", policy="server_only")
+        other = ctx.query("cards", policy="server_only").start()
         waiter = asyncio.ensure_future(asyncio.wait_for(other, 0.05))
         with pytest.raises(asyncio.TimeoutError):
             await waiter
@@ -134,7 +135,7 @@ def test_waiting_inside_a_callback_is_busy(cards, kinto_url, tmp_path, open_ctx,
             except BaseException as e:     # recorded for the assertion
                 seen.append(e)
 
-    holder["task"] = task = ctx.fetch("cards", policy="cache_only", callback=cb)
+    holder["task"] = task = ctx.query("cards", policy="cache_only").start(cb)
     started.set()
     assert task.result(30) == []
     assert len(seen) == 1 and isinstance(seen[0], tether.BusyError), seen
@@ -142,7 +143,7 @@ def test_waiting_inside_a_callback_is_busy(cards, kinto_url, tmp_path, open_ctx,
 
 def test_observers_and_saves_get_an_exception_or_none(cards, kinto, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, cards, tmp_path / "s.db")
-    ctx.fetch_wait("cards")
+    ctx.query("cards").all()
     card = ctx.object("cards", "c01")
     told = []
     changed = threading.Event()

@@ -101,7 +101,7 @@ def test_object_cache_size_option(kinto_url, items, tmp_path, open_ctx):
 
 def test_objects_released_when_dropped(kinto_url, items, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, items, tmp_path / "s.db")
-    ctx.fetch_wait("items", policy="server_only")       # fills the cache
+    ctx.query("items", policy="server_only").all()       # fills the cache
     base = quiet()
 
     objs = [ctx.object("items", rid(i)) for i in range(N)]
@@ -112,7 +112,7 @@ def test_objects_released_when_dropped(kinto_url, items, tmp_path, open_ctx):
     assert again is objs[0]
     assert snapshot()["object_handles"] == base["object_handles"] + N
     # A fetch answers with the live Objects and takes no further references.
-    _, fetched = ctx.fetch_wait("items", policy="cache_only", sort="N")
+    fetched = ctx.query("items", policy="cache_only", sort="N").all()
     assert len(fetched) == N and all(o is p for o, p in zip(fetched, objs))
     assert snapshot()["object_handles"] == base["object_handles"] + N
     assert snapshot()["results"] == base["results"] + 1   # the Answer's, until it goes
@@ -121,7 +121,7 @@ def test_objects_released_when_dropped(kinto_url, items, tmp_path, open_ctx):
     assert_back(base, "object_handles", "results")
 
     # Objects of a fetch outlive its results handle, and go when dropped.
-    _, fetched = ctx.fetch_wait("items", policy="cache_only", sort="N")
+    fetched = ctx.query("items", policy="cache_only", sort="N").all()
     assert snapshot()["object_handles"] == base["object_handles"]   # none made yet
     assert [o.peek("N") for o in fetched] == list(range(N))
     assert snapshot()["object_handles"] == base["object_handles"] + N
@@ -158,7 +158,7 @@ def test_results_never_leak(kinto_url, items, tmp_path, open_ctx, monkeypatch, d
     monkeypatch.setattr(logging.getLogger("tether"), "propagate", False)
     monkeypatch.setattr(logging.getLogger("tether"), "handlers", [logged])
     ctx = open_ctx(kinto_url, items, tmp_path / "s.db", delivery=delivery)
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     base = quiet()
     kept = []
     calls = []
@@ -173,8 +173,8 @@ def test_results_never_leak(kinto_url, items, tmp_path, open_ctx, monkeypatch, d
     policies = ["cache_only"] * 4 + ["cache_then_server", "cache_else_server"]
     tasks = []
     for i in range(300):
-        tasks.append(ctx.fetch("items", policy=policies[i % len(policies)], sort="N",
-                               limit=1 + i % N, callback=callback))
+        tasks.append(ctx.query("items", policy=policies[i % len(policies)], sort="N",
+                               limit=1 + i % N).start(callback))
         if i % 7 == 0:
             tasks[-1].cancel()             # cancelled, or already done
         if delivery == "poll":
@@ -195,13 +195,13 @@ def test_results_never_leak(kinto_url, items, tmp_path, open_ctx, monkeypatch, d
 def test_tasks_and_observers_freed_after_final(kinto, items, tmp_path, open_ctx, recorder,
                                                faultproxy):
     ctx = open_ctx(faultproxy.url, items, tmp_path / "s.db")
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     base = quiet()
 
     # A fetch held in flight by the proxy: one live task until its final.
     faultproxy.set("delay", delay=1.0, match="/records")
     frec = recorder()
-    task = ctx.fetch("items", policy="server_only", callback=frec)
+    task = ctx.query("items", policy="server_only").start(frec)
     assert snapshot()["tasks"] == base["tasks"] + 1
     assert finished(task, 15) and task.status == 0
     faultproxy.set("pass")
@@ -238,7 +238,7 @@ def test_tasks_and_observers_freed_after_final(kinto, items, tmp_path, open_ctx,
     # Close with a fetch in flight and an observer live: both end, both freed.
     ob2 = obj.observe("N", lambda *a: None)
     faultproxy.set("delay", delay=2.0, match="/records")
-    task2 = ctx.fetch("items", policy="server_only")
+    task2 = ctx.query("items", policy="server_only").start()
     time.sleep(0.2)
     ctx.close()
     assert task2.done() and task2.status == tether.E_CANCELLED and ob2.removed
@@ -256,14 +256,14 @@ def test_open_close_cycles_leave_nothing(kinto_url, items, tmp_path):
             obj = ctx.object("items", rid(i % N))
             ob = obj.observe("N", lambda *a: None)
             # Mostly answered by the cache; every tenth still on the wire at close.
-            task = ctx.fetch("items", policy="cache_then_server" if i % 10 == 0 else "cache_only")
+            task = ctx.query("items", policy="cache_then_server" if i % 10 == 0 else "cache_only").start()
         finally:
             ctx.close()
         assert task.done() and ob.removed
 
     # A first cycle fills the store and lets process-wide set-up happen once.
     with tether.Context(kinto_url, items, store, username="test", password="test") as ctx:
-        ctx.fetch_wait("items")
+        ctx.query("items").all()
     cycle(0)
     base = quiet()
     for i in range(1, 201):
@@ -298,7 +298,7 @@ def test_drops_racing_lookups_and_deliveries(kinto_url, items, tmp_path, open_ct
     them: every Object found works (none is handed out after its handle was
     released), and the handles go back to the baseline."""
     ctx = open_ctx(kinto_url, items, tmp_path / "s.db")
-    ctx.fetch_wait("items")
+    ctx.query("items").all()
     base = quiet()
     errors = []
     stop = threading.Event()
@@ -316,7 +316,7 @@ def test_drops_racing_lookups_and_deliveries(kinto_url, items, tmp_path, open_ct
     def fetch_loop():
         try:
             while not stop.is_set():
-                _, objs = ctx.fetch_wait("items", policy="cache_only", sort="N", limit=8)
+                objs = ctx.query("items", policy="cache_only", sort="N", limit=8).all()
                 assert [o.peek("N") for o in objs] == list(range(8))
         except BaseException as e:
             errors.append(e)
@@ -344,7 +344,7 @@ def test_dropping_objects_racing_close_is_quiet(kinto_url, items, tmp_path, open
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     ctx = open_ctx(kinto_url, items, tmp_path / "s.db")
-    _, held = ctx.fetch_wait("items")
+    held = ctx.query("items").all()
     unexpected = []
 
     def churn(k):
@@ -378,7 +378,7 @@ sys.path.insert(0, sys.argv[1])
 import tether
 url, bucket, store, how = sys.argv[2:6]
 ctx = tether.Context(url, bucket, store, username="test", password="test")
-_, objs = ctx.fetch_wait("items")
+objs = ctx.query("items").all()
 keep = ctx.object("items", "r01")
 
 def told(obj, key, error):

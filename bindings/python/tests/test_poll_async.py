@@ -32,7 +32,7 @@ def test_poll_mode_select(words, kinto_url, tmp_path, open_ctx, recorder):
         threads.append(threading.get_ident())
         rec(*args)
 
-    task = ctx.fetch("words", callback=cb)
+    task = ctx.query("words").start(cb)
     time.sleep(0.5)
     assert rec.calls == []                  # nothing runs outside poll()
     deadline = time.monotonic() + 15
@@ -47,9 +47,10 @@ def test_poll_mode_select(words, kinto_url, tmp_path, open_ctx, recorder):
     # nothing left: the fd is not readable, poll delivers nothing
     assert select.select([fd], [], [], 0)[0] == []
     assert ctx.poll(0) == 0
-    # fetch_wait polls by itself
-    cached, final = ctx.fetch_wait("words")
-    assert len(cached) == N and len(final) == N
+    # a query polls by itself
+    cached = []
+    final = ctx.query("words", on_cached=cached.append).all()
+    assert len(cached) == 1 and len(cached[0]) == N and len(final) == N
 
 
 def test_poll_blocking_timeout(words, kinto_url, tmp_path, open_ctx):
@@ -57,7 +58,7 @@ def test_poll_blocking_timeout(words, kinto_url, tmp_path, open_ctx):
     t0 = time.monotonic()
     assert ctx.poll(200) == 0
     assert 0.1 < time.monotonic() - t0 < 2.0
-    task = ctx.fetch("words", policy="cache_only")
+    task = ctx.query("words", policy="cache_only").start()
     assert ctx.poll(5000) == 1 and task.done()
 
 
@@ -65,9 +66,11 @@ def test_asyncio_poll_mode(words, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, words, tmp_path / "s.db", delivery="poll")
 
     async def main():
-        a = await ctx.fetch_async("words", sort="I")
-        b, c = await asyncio.gather(ctx.fetch_async("words", sort="-I", limit=3),
-                                    ctx.fetch_async("words", policy="cache_only"))
+        actx = tether.AsyncContext(ctx)      # attaches the poll-mode context to the loop
+        a = await actx.query("words", sort="I").all()
+        b, c = await asyncio.gather(actx.query("words", sort="-I", limit=3).all(),
+                                    actx.query("words", policy="cache_only").all())
+        ctx.detach()
         return a, b, c
 
     a, b, c = asyncio.run(main())
@@ -80,7 +83,9 @@ def test_asyncio_poll_mode(words, kinto_url, tmp_path, open_ctx):
 
 def test_asyncio_thread_mode(words, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, words, tmp_path / "s.db")
-    objs = asyncio.run(ctx.fetch_async("words", limit=5, sort="W"))
+    async def main():
+        return await tether.AsyncContext(ctx).query("words", limit=5, sort="W").all()
+    objs = asyncio.run(main())
     assert [o.peek("W") for o in objs] == sorted("word%d" % i for i in range(N))[:5]
 
 
@@ -88,12 +93,13 @@ def test_asyncio_errors_and_cancel(words, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, words, tmp_path / "s.db", delivery="poll")
 
     async def main():
+        actx = tether.AsyncContext(ctx)
         faultproxy.set("status", status=500, match="/records")
         with pytest.raises(tether.ServerError):
-            await ctx.fetch_async("words", policy="server_only")
+            await actx.query("words", policy="server_only").all()
         # cancelling the awaiting asyncio task cancels the fetch
         faultproxy.set("delay", delay=2.0, match="/records")
-        t = asyncio.ensure_future(ctx.fetch_async("words", policy="server_only"))
+        t = asyncio.ensure_future(actx.query("words", policy="server_only").all())
         await asyncio.sleep(0.3)
         t.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -104,7 +110,7 @@ def test_asyncio_errors_and_cancel(words, tmp_path, open_ctx, faultproxy):
             await asyncio.sleep(0.02)
         assert ctx.pending == 0
         # closing the context fails the awaiting fetch with tether.TaskCancelledError
-        t = asyncio.ensure_future(ctx.fetch_async("words", policy="server_only"))
+        t = asyncio.ensure_future(actx.query("words", policy="server_only").all())
         await asyncio.sleep(0.3)
         ctx.close()
         with pytest.raises(tether.TaskCancelledError):
@@ -117,8 +123,8 @@ def test_asyncio_attach_observers(words, kinto, kinto_url, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, words, tmp_path / "s.db", delivery="poll")
 
     async def main():
-        ctx.attach()
-        await ctx.fetch_async("words")
+        actx = tether.AsyncContext(ctx)      # attaches it
+        await actx.query("words").all()
         o = ctx.object("words", "w05")
         got = asyncio.get_running_loop().create_future()
 

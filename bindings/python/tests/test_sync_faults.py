@@ -16,7 +16,6 @@ is 50: 200 records are 4 pages), so tests do not see each other's changes.
 """
 
 import asyncio
-import inspect
 import threading
 import time
 import uuid
@@ -98,7 +97,7 @@ def expected(n, changed=(), deleted=()):
 
 
 def cache_state(ctx, name):
-    _, objs = ctx.fetch_wait(name, policy="cache_only", sort="Rank")
+    objs = ctx.query(name, policy="cache_only", sort="Rank").all()
     return state(objs)
 
 
@@ -110,7 +109,7 @@ def assert_settles(ctx, proxy, name, want):
     """After whatever happened, a plain fetch brings the server's state, and
     the cache then holds exactly it."""
     proxy.set("pass")
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     assert state(objs) == want
     assert cache_state(ctx, name) == want
 
@@ -142,8 +141,9 @@ def test_sync_on_the_wire(kinto, bucket, seed, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, bucket, store)
 
     faultproxy.reset()
-    cached, objs = ctx.fetch_wait(name, sort="Rank")
-    assert cached == [] and state(objs) == expected(n)
+    cached = []
+    objs = ctx.query(name, sort="Rank", on_cached=cached.append).all()
+    assert cached == [[]] and state(objs) == expected(n)
     reqs = listing(faultproxy, name)
     assert_whole_listing(reqs, pages=3)
     assert [e["items"] for e in reqs[:3]] == [50, 50, 20]
@@ -152,12 +152,13 @@ def test_sync_on_the_wire(kinto, bucket, seed, tmp_path, open_ctx, faultproxy):
 
     # Nothing changed: one conditional request, answered 304; same answers.
     faultproxy.reset()
-    cached, ids = ctx.fetch_wait(name, sort="Rank", result="ids")
+    cached = []
+    ids = ctx.query(name, sort="Rank", on_cached=cached.append).ids()
     reqs = listing(faultproxy, name)
     assert len(reqs) == 1, reqs
     assert_conditional(reqs[0], version)
     assert reqs[0]["status"] == 304, reqs[0]
-    assert cached == ids == [rid(i) for i in range(n)]
+    assert cached == [ids] and ids == [rid(i) for i in range(n)]
     assert cache_state(ctx, name) == expected(n)
 
     # A change outside the predicate below and a delete inside it.
@@ -166,16 +167,24 @@ def test_sync_on_the_wire(kinto, bucket, seed, tmp_path, open_ctx, faultproxy):
     gone = objs[7]
     assert gone.id == rid(7)
     faultproxy.reset()
-    cached, final = ctx.fetch_wait(name, where="Rank < $1", args=[10], sort="Rank", batch=4)
-    with cached, final:
-        # The cache's answer, before: its count and order as at the fetch; a
-        # batched answer holds row ids, and the row deleted since says so
-        # (tether.h, batch_size) rather than answering what is gone.
-        assert len(cached) == 10
-        assert [cached[i].id for i in range(10) if i != 7] == [rid(i) for i in range(10) if i != 7]
-        with pytest.raises(tether.NotFoundError):
-            cached[7]
-        assert [o.id for o in final] == [rid(i) for i in range(10) if i != 7]
+    seen = []
+
+    def on_cached(results):
+        # Read here: the query closes a batched cached answer once the final is in.
+        seen.append(len(results))
+        seen.append([results[i].id for i in range(10) if i != 7])
+        try:
+            results[7]
+        except tether.NotFoundError:
+            seen.append("gone")
+
+    final = [o.id for o in ctx.query(name, where="Rank < $1", args=[10], sort="Rank", batch=4,
+                                     on_cached=on_cached)]
+    # The cache's answer, before: its count and order as at the fetch; a
+    # batched answer holds row ids, and the row deleted since says so
+    # (tether.h, batch_size) rather than answering what is gone.
+    assert seen == [10, [rid(i) for i in range(10) if i != 7], "gone"]
+    assert final == [rid(i) for i in range(10) if i != 7]
     reqs = listing(faultproxy, name)
     assert len(reqs) == 1, reqs                      # one page, no Next-Page
     assert_conditional(reqs[0], version)
@@ -191,7 +200,7 @@ def test_sync_on_the_wire(kinto, bucket, seed, tmp_path, open_ctx, faultproxy):
     ctx.close()
     ctx = open_ctx(faultproxy.url, bucket, store)
     faultproxy.reset()
-    _, count = ctx.fetch_wait(name, result="count")
+    count = ctx.query(name).count()
     assert count == n - 1
     reqs = listing(faultproxy, name)
     assert len(reqs) == 1, reqs
@@ -205,13 +214,13 @@ def test_progress_tells_the_last_page_of_every_sync(kinto, bucket, seed, tmp_pat
     of one change is a one-page listing: each must tell received == 1."""
     name = seed(10)
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "s.db")
-    ctx.fetch_wait(name)
+    ctx.query(name).all()
     told = []
     for k in range(30):
         kinto.patch_record(bucket, name, rid(1), {"Name": "v%d" % k})
         progress = []
         faultproxy.reset()
-        _, objs = ctx.fetch_wait(name, sort="Rank", progress=lambda r, t: progress.append(r))
+        objs = ctx.query(name, sort="Rank", progress=lambda r, t: progress.append(r)).all()
         assert objs[1].peek("Name") == "v%d" % k
         assert [(e["status"], e["items"]) for e in listing(faultproxy, name)] == [(200, 1)]
         told.append(progress)
@@ -239,7 +248,7 @@ def test_page_failing_mid_listing(seed, bucket, tmp_path, open_ctx, recorder, fa
     # Every page from the (skip+2)th on fails, retries included.
     faultproxy.set(mode, match="_token=", skip=skip, reset_log=True, **extra)
     rec = recorder()
-    task = ctx.fetch(name, sort="Rank", callback=rec)
+    task = ctx.query(name, sort="Rank").start(rec)
     assert finished(task, 30)
     assert [c[:2] for c in rec.calls] == [("cached", 0), ("final", error.status)], rec.calls
     assert isinstance(task.error, error) and task.exception() is task.error
@@ -251,7 +260,7 @@ def test_page_failing_mid_listing(seed, bucket, tmp_path, open_ctx, recorder, fa
 
     # Not synced: the next fetch lists everything again.
     faultproxy.set("pass", reset_log=True)
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     assert state(objs) == expected(n)
     reqs = without_catch_up(listing(faultproxy, name))
     # (a page the failed fetch asked for ahead may land in this log too)
@@ -280,14 +289,16 @@ def test_lost_history_lists_everything_again(kinto, bucket, seed, tmp_path, open
     n = 120
     name = seed(n)
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "s.db", delivery="poll")
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     version = max(o.version for o in objs)
     kinto.patch_record(bucket, name, rid(3), {"Name": "changed"})
     tomb = kinto.delete_record(bucket, name, rid(4))["data"]
     gone = objs[4]
 
     lose_history(faultproxy, how, version)
-    final = asyncio.run(ctx.fetch_async(name, where="Rank < $1", args=[10], sort="Rank"))
+    async def main():
+        return await tether.AsyncContext(ctx).query(name, where="Rank < $1", args=[10], sort="Rank").all()
+    final = asyncio.run(main())
     assert [(o.id, o.peek("Name")) for o in final] == [
         (rid(i), "changed" if i == 3 else "n%d" % i) for i in range(10) if i != 4]
     reqs = listing(faultproxy, name)
@@ -303,7 +314,7 @@ def test_lost_history_lists_everything_again(kinto, bucket, seed, tmp_path, open
 
     # Synced again, at the new listing's version.
     faultproxy.reset()
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     assert state(objs) == want
     reqs = listing(faultproxy, name)
     assert len(reqs) == 1, reqs
@@ -337,10 +348,10 @@ def test_cancel_right_after_start(kinto, bucket, seed, tmp_path, open_ctx, recor
                                   delivery):
     name = seed(N_CANCEL)
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "s.db", delivery=delivery)
-    ctx.fetch_wait(name)
+    ctx.query(name).all()
     kinto.patch_record(bucket, name, rid(1), {"Name": "changed"})
     rec = recorder()
-    task = ctx.fetch(name, sort="Rank", callback=rec)
+    task = ctx.query(name, sort="Rank").start(rec)
     assert task.cancel() is True
     assert finished(task, 10)
     calls = [c[:2] for c in rec.calls]
@@ -364,7 +375,7 @@ def test_cancel_between_phases(kinto, bucket, seed, tmp_path, open_ctx, recorder
                                delivery):
     name = seed(N_CANCEL)
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "s.db", delivery=delivery)
-    ctx.fetch_wait(name)
+    ctx.query(name).all()
     kinto.patch_record(bucket, name, rid(1), {"Name": "changed"})
     # The sync request is slow: the server phase is surely under way.
     faultproxy.set("delay", delay=1.5, match="/collections/%s/records" % name, reset_log=True)
@@ -375,7 +386,7 @@ def test_cancel_between_phases(kinto, bucket, seed, tmp_path, open_ctx, recorder
         if args[0] == "cached":
             outcome["cancel"] = holder.cancel()
 
-    task = holder.set(ctx.fetch(name, sort="Rank", callback=callback))
+    task = holder.set(ctx.query(name, sort="Rank").start(callback))
     assert finished(task, 10)
     assert outcome == {"cancel": True}
     assert [c[:2] for c in rec.calls] == [("cached", 0), ("final", tether.E_CANCELLED)], rec.calls
@@ -398,7 +409,7 @@ def assert_listing_prefix(ctx, name):
 def assert_relists(ctx, proxy, name, n):
     """Never synced: the next fetch lists everything, unconditionally."""
     proxy.set("pass", reset_log=True)
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     assert state(objs) == expected(n)
     reqs = without_catch_up(listing(proxy, name))
     assert len(first_pages(reqs)) == 1, [e["target"] for e in reqs]
@@ -412,7 +423,7 @@ def test_cancel_during_pagination(bucket, seed, tmp_path, open_ctx, recorder, fa
     slow = 2.0
     faultproxy.set("delay", delay=slow, match="_token=", reset_log=True)
     rec = recorder()
-    task = ctx.fetch(name, sort="Rank", callback=rec)
+    task = ctx.query(name, sort="Rank").start(rec)
     # Page 2 is on the wire (it leaves once page 1's headers are in).
     assert wait_until(lambda: any("_token=" in e["target"] for e in listing(faultproxy, name)),
                       timeout=10), listing(faultproxy, name)
@@ -448,7 +459,7 @@ def test_cancel_from_progress(bucket, seed, tmp_path, open_ctx, faultproxy, deli
     def callback(phase, error, answer):
         events.append((phase, error.status if error else 0))
 
-    task = holder.set(ctx.fetch(name, sort="Rank", callback=callback, progress=progress))
+    task = holder.set(ctx.query(name, sort="Rank", progress=progress).start(callback))
     assert finished(task, 10)
     assert outcome == {"cancel": True}
     at = events.index(("cancelled",))
@@ -461,34 +472,34 @@ def test_cancel_from_progress(bucket, seed, tmp_path, open_ctx, faultproxy, deli
 
 
 def test_cancel_live_fetch(kinto, bucket, seed, tmp_path, open_ctx, recorder, faultproxy):
-    if "live" not in inspect.signature(tether.Context.fetch).parameters:
-        pytest.skip("Context.fetch has no `live` parameter yet: the binding does not expose "
-                    "tether_fetch_options.live, and these tests use only the binding's API")
     n = 20
     name = seed(n)
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "s.db")
-    ctx.fetch_wait(name)
+    ctx.query(name).all()
     rec = recorder()
-    task = ctx.fetch(name, sort="Rank", callback=rec, live=True)
+    task = ctx.query(name, sort="Rank").live(rec)
 
     def live_answers(calls):
-        return [c for c in calls if c[0] not in ("cached", "final")]
+        return [c for c in calls if c[0].phase == "live"]
 
     assert rec.wait(lambda calls: live_answers(calls), timeout=10), rec.calls
     # A change another fetch brings in: the live fetch answers again.
     kinto.patch_record(bucket, name, rid(2), {"Name": "changed"})
     seen = len(live_answers(rec.calls))
-    ctx.fetch_wait(name, policy="server_only")
+    ctx.query(name, policy="server_only").all()
     assert rec.wait(lambda calls: len(live_answers(calls)) > seen, timeout=10), rec.calls
-    assert not finals(rec.calls)
+    assert not task.done()
+    answers = len(rec.calls)
     assert task.cancel() is True
     assert finished(task, 10)
-    assert finals(rec.calls) == [rec.calls[-1]] and rec.calls[-1][:2] == (
-        "final", tether.E_CANCELLED), rec.calls
+    # Its end is the task's: cancelled, and no answer after (live() hands
+    # the callback answers only, not the final).
+    assert isinstance(task.exception(), tether.TaskCancelledError)
+    assert len(rec.calls) == answers, rec.calls[answers:]
     # A change after the cancel tells it nothing.
     kinto.patch_record(bucket, name, rid(3), {"Name": "changed"})
     calls = len(rec.calls)
-    ctx.fetch_wait(name, policy="server_only")
+    ctx.query(name, policy="server_only").all()
     nothing_more(ctx, rec)
     assert len(rec.calls) == calls
     assert_settles(ctx, faultproxy, name,
@@ -517,7 +528,7 @@ def test_open_asks_permissions_once_in_a_big_bucket(kinto, tmp_path, open_ctx, f
         assert "bucket_id=%s" % b in perms[0]["target"] and perms[0]["status"] == 200, perms
         # The one answer was read: the creator may write.
         assert ctx.entity("big").operations == {"fetch", "insert", "update", "delete"}
-        _, objs = ctx.fetch_wait("big")
+        objs = ctx.query("big").all()
         assert len(objs) == n
         assert len(permission_requests()) == 1
     finally:

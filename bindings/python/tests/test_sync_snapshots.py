@@ -37,7 +37,7 @@ def state(objs):
 
 
 def cache_state(ctx, name):
-    _, objs = ctx.fetch_wait(name, policy="cache_only", sort="Rank")
+    objs = ctx.query(name, policy="cache_only", sort="Rank").all()
     return state(objs)
 
 
@@ -72,7 +72,7 @@ def test_record_moved_between_pages_is_in_the_answer(kinto, bucket, seed, tmp_pa
     # listing's pages, sorted by Rank, name it nowhere.
     moved = between_pages(kinto, faultproxy, lambda: kinto.put_record(
         bucket, name, rid(55), {"Name": "moved", "Rank": -1}))
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     moved.join()
     want = server_state(kinto, bucket, name)
     assert want[0] == (rid(55), "moved", -1)
@@ -88,7 +88,7 @@ def test_relisting_never_deletes_what_existed_throughout(kinto, bucket, seed, tm
     name = seed(60)
     store = tmp_path / "s.db"
     ctx = open_ctx(faultproxy.url, bucket, store)
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     ctx.close()
     # A model change: the reopened store lists everything again, and deletes
     # what that listing did not name.
@@ -100,7 +100,7 @@ def test_relisting_never_deletes_what_existed_throughout(kinto, bucket, seed, tm
     observer = obj.observe("Rank", lambda *a: told.append(a))
     moved = between_pages(kinto, faultproxy, lambda: kinto.put_record(
         bucket, name, rid(55), {"Name": "moved", "Rank": -1}))
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     moved.join()
     want = server_state(kinto, bucket, name)
     assert state(objs) == want
@@ -114,14 +114,14 @@ def test_relisting_never_deletes_what_existed_throughout(kinto, bucket, seed, tm
 def test_recreated_collection_leaves_its_old_records(kinto, bucket, seed, tmp_path, open_ctx, faultproxy):
     name = seed(3)
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "s.db")
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     b = objs[1]
     told = []
     observer = b.observe("Name", lambda *a: told.append(a))
     kinto.request("DELETE", "/buckets/%s/collections/%s" % (bucket, name))
     kinto.create_collection(bucket, name, SCHEMA)
     kinto.put_records(bucket, name, [(rid(0), {"Name": "new", "Rank": 0}), (rid(3), {"Name": "n3", "Rank": 3})])
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     want = [(rid(0), "new", 0), (rid(3), "n3", 3)]
     assert state(objs) == want
     assert cache_state(ctx, name) == want
@@ -135,17 +135,17 @@ def test_recreated_collection_leaves_its_old_records(kinto, bucket, seed, tmp_pa
 def test_restored_older_record_is_seen(kinto, bucket, seed, tmp_path, open_ctx, faultproxy, synced_delete):
     name = seed(3)
     ctx = open_ctx(faultproxy.url, bucket, tmp_path / "s.db")
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     old = kinto.get_record(bucket, name, rid(2))
     kinto.patch_record(bucket, name, rid(2), {"Name": "newer"})
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     kinto.delete_record(bucket, name, rid(2))
     if synced_delete:
-        ctx.fetch_wait(name, sort="Rank")
+        ctx.query(name, sort="Rank").all()
     # A backup put back: the older content with its older version.
     kinto.put_record(bucket, name, rid(2), old)
     assert kinto.get_record(bucket, name, rid(2))["last_modified"] == old["last_modified"]
-    _, objs = ctx.fetch_wait(name, sort="Rank")
+    objs = ctx.query(name, sort="Rank").all()
     want = server_state(kinto, bucket, name)
     assert want[2] == (rid(2), "n2", 2)
     assert state(objs) == want
@@ -157,18 +157,18 @@ def test_restored_older_record_is_seen(kinto, bucket, seed, tmp_path, open_ctx, 
 def test_partial_answer_never_overwrites_values(kinto, bucket, seed, tmp_path, open_ctx):
     name = seed(3)
     ctx = open_ctx(kinto.url, bucket, tmp_path / "s.db")
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     # r002 changes on the server: its partial record is of another version.
     kinto.patch_record(bucket, name, rid(2), {"Name": "newer"})
-    _, objs = ctx.fetch_wait(name, policy="server_only", server_query="_fields=id&_sort=id")
+    objs = ctx.query(name, policy="server_only", server_query="_fields=id&_sort=id").all()
     assert [o.id for o in objs] == [rid(0), rid(1), rid(2)]   # the server's answer
     assert ctx.object(name, rid(1)).peek("Name") == "n1"
     assert ctx.object(name, rid(1)).peek("Rank") == 1
     assert ctx.object(name, rid(2)).peek("Name") == "n2"       # left as it was, not nulled
-    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Name == 'n1'")
+    objs = ctx.query(name, policy="cache_only", where="Name == 'n1'").all()
     assert [o.id for o in objs] == [rid(1)]
     # The row left alone is not fresh: the next sync brings it whole.
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     assert cache_state(ctx, name) == server_state(kinto, bucket, name)
     assert ctx.object(name, rid(2)).peek("Name") == "newer"
 
@@ -179,19 +179,19 @@ def test_retyped_column_reads_alike_in_predicates_and_peek(kinto, bucket, seed, 
     name = seed(3)
     store = tmp_path / "s.db"
     ctx = open_ctx(kinto.url, bucket, store)
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     # Rank becomes text on the server, and r001 takes a text Rank, synced
     # under the integer model (a value that does not fit its column).
     kinto.create_collection(bucket, name, {"type": "object", "properties": dict(
         SCHEMA["properties"], Rank={"type": "string"})})
     kinto.put_record(bucket, name, rid(1), {"Name": "n1", "Rank": "7"})
-    ctx.fetch_wait(name, sort="Name")
+    ctx.query(name, sort="Name").all()
     ctx.close()
     ctx = open_ctx(kinto.url, bucket, store)
     assert ctx.object(name, rid(1)).peek("Rank") == "7"
-    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Rank == '7'")
+    objs = ctx.query(name, policy="cache_only", where="Rank == '7'").all()
     assert [o.id for o in objs] == [rid(1)]
-    _, objs = ctx.fetch_wait(name, policy="cache_only", where="Rank == nil", sort="Name")
+    objs = ctx.query(name, policy="cache_only", where="Rank == nil", sort="Name").all()
     assert rid(1) not in [o.id for o in objs]
     assert all(o.peek("Rank") is None for o in objs)
 
@@ -202,9 +202,9 @@ def test_deleted_record_stays_not_found_after_reopen(kinto, bucket, seed, tmp_pa
     name = seed(3)
     store = tmp_path / "s.db"
     ctx = open_ctx(kinto.url, bucket, store)
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     kinto.delete_record(bucket, name, rid(2))
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     with pytest.raises(tether.NotFoundError):
         ctx.object(name, rid(2)).peek("Name")
     ctx.close()
@@ -215,7 +215,7 @@ def test_deleted_record_stays_not_found_after_reopen(kinto, bucket, seed, tmp_pa
     assert ctx.object(name, rid(7)).peek("Name", "unknown") == "unknown"   # never fetched: not cached
     # Made again on the server: a sync brings it back, and the tombstone goes.
     kinto.put_record(bucket, name, rid(2), {"Name": "again", "Rank": 2})
-    ctx.fetch_wait(name, sort="Rank")
+    ctx.query(name, sort="Rank").all()
     assert ctx.object(name, rid(2)).peek("Name") == "again"
     ctx.close()
     ctx = open_ctx(kinto.url, bucket, store)
