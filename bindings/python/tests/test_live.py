@@ -391,8 +391,6 @@ def test_async_context_close_ends_iteration(items, kinto_url, tmp_path, open_ctx
     assert settle_tasks(base["tasks"]) == base["tasks"]
 
 
-@pytest.mark.xfail(reason="issue 25: AsyncQueryResult.live() does not pass the Query's batch "
-                          "(Query._fetch_options leaves it out), so its answers are lists")
 @pytest.mark.parametrize("delivery", DELIVERIES)
 def test_async_batched_results_are_released(items, kinto_url, tmp_path, open_ctx, delivery):
     """With batch > 0 each answer is a Results the iterator owns: closed
