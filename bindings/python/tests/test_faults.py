@@ -56,13 +56,13 @@ def many(kinto, bucket):
 
 def fill(open_ctx, url, bucket, store):
     ctx = open_ctx(url, bucket, store)
-    _, objs = ctx.fetch_wait("files")
+    objs = ctx.query("files").all()
     assert len(objs) == N
     ctx.close()
 
 
 def assert_cache_is(ctx, names):
-    _, objs = ctx.fetch_wait("files", policy="cache_only", sort="Size")
+    objs = ctx.query("files", policy="cache_only", sort="Size").all()
     assert [o.peek("Name") for o in objs] == names
 
 
@@ -86,7 +86,7 @@ def version_check_requests(log):
 def test_reset_mid_body_once_is_retried(files, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
     faultproxy.set("reset", match="/records", count=1, reset_log=True)
-    _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size")
+    objs = ctx.query("files", policy="server_only", sort="Size").all()
     assert [o.peek("Name") for o in objs] == [name(i) for i in range(N)]
     assert [o.peek("Size") for o in objs] == list(range(N))
     st = faultproxy.state()
@@ -103,7 +103,7 @@ def test_reset_every_time_fails_clearly_and_keeps_the_store(kinto, files, tmp_pa
     try:
         faultproxy.set("reset", match="/records", reset_log=True)
         with pytest.raises(tether.NetworkError) as raised:
-            ctx.fetch_wait("files", policy="server_only")
+            ctx.query("files", policy="server_only").all()
         err = raised.value
         assert err.status == tether.E_NETWORK and err.name == "TETHER_E_NETWORK"
         # Says what happened, not only that something did.
@@ -164,7 +164,7 @@ def test_huge_pages(files, tmp_path, open_ctx, faultproxy):
     faultproxy.set("huge", pad=PAD, match="/records", reset_log=True)
     page = PAGE * PAD                           # the first page's pad alone: 21 MB
     with PeakRSS() as rss:
-        _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size", timeout=60)
+        objs = ctx.query("files", policy="server_only", sort="Size", timeout=60).all()
     # Both pages and the catch-up after them (what changed while they were
     # read); no ids-and-versions check: the store held none of these rows.
     st = faultproxy.state()
@@ -193,7 +193,7 @@ def trickle_rate(seconds_per_page):
 def test_trickle_within_the_timeout_succeeds(files, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=8000)
     faultproxy.set("trickle", rate=trickle_rate(1.0), match="/records", reset_log=True)
-    _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size")
+    objs = ctx.query("files", policy="server_only", sort="Size").all()
     assert [o.peek("Name") for o in objs] == [name(i) for i in range(N)]
     st = faultproxy.state()
     # Both pages and the catch-up after them, each asked once (a whole listing
@@ -212,14 +212,14 @@ def test_trickle_past_the_timeout_fails_and_loses_nothing(kinto, files, tmp_path
         # A page takes ~10 s, each attempt gives up after 1 s.
         faultproxy.set("trickle", rate=trickle_rate(10.0), match="/records", reset_log=True)
         with pytest.raises(tether.NetworkError) as raised:
-            ctx.fetch_wait("files", policy="server_only")
+            ctx.query("files", policy="server_only").all()
         err = raised.value
         assert err.status == tether.E_NETWORK
         assert "timed out" in err.message.lower(), err.message
         assert_cache_is(ctx, [name(i) for i in range(N)])
         # Nothing lost: once the server is quick again the change comes in.
         faultproxy.set("pass")
-        _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size")
+        objs = ctx.query("files", policy="server_only", sort="Size").all()
         assert objs[3].peek("Name") == "CHANGED"
         assert [o.peek("Name") for o in objs if o.id != "f03"] == [
             name(i) for i in range(N) if i != 3]
@@ -248,7 +248,7 @@ def test_burst_of_gets_against_a_connection_cap(kinto, many, tmp_path, open_ctx,
     faultproxy.set("pass", rewrite=NO_BATCHES)
     ctx = open_ctx(faultproxy.url, many, tmp_path / "s.db", timeout_ms=10000)
     assert faultproxy.state()["rewritten"] == 1
-    _, objs = ctx.fetch_wait("many")
+    objs = ctx.query("many").all()
     assert len(objs) == MANY
     old = {o.id: o.peek("Name") for o in objs}
     run = uuid.uuid4().hex[:8]
@@ -304,7 +304,7 @@ def test_backoff_header_delays_the_next_request(kinto, files, tmp_path, open_ctx
     try:
         # Both pages' answers carry Backoff: 2.
         faultproxy.set("pass", backoff=2, reset_log=True)
-        _, objs = ctx.fetch_wait("files", policy="server_only", sort="Size")
+        objs = ctx.query("files", policy="server_only", sort="Size").all()
         faultproxy.set("pass")
         assert [x.peek("Name") for x in objs] == [name(i) for i in range(N)]
         # A refresh right after: held back by the second page's Backoff.
@@ -401,7 +401,7 @@ def refresh_all(kinto, bucket, coll, count, store, open_ctx, recorder, faultprox
     of its change and every value arrive. Returns the proxy's state."""
     faultproxy.set("pass")
     ctx = open_ctx(faultproxy.url, bucket, store)
-    _, objs = ctx.fetch_wait(coll)
+    objs = ctx.query(coll).all()
     assert len(objs) == count
     run = uuid.uuid4().hex[:8]
     new = {o.id: "%s-%s-%s" % (coll, run, o.id[:4]) for o in objs}

@@ -36,7 +36,7 @@ def record_requests(proxy):
 def test_peek_get_and_observers(kinto, kinto_url, things, tmp_path, open_ctx, recorder,
                                 faultproxy):
     ctx = open_ctx(faultproxy.url, things, tmp_path / "s.db")
-    ctx.fetch_wait("things")
+    ctx.query("things").all()
     o = ctx.object("things", tid(1))
     assert o.peek("Key") == "v1"
 
@@ -83,7 +83,7 @@ def test_peek_get_and_observers(kinto, kinto_url, things, tmp_path, open_ctx, re
 
 def test_observe_by_code(kinto, kinto_url, things, tmp_path, open_ctx, recorder):
     ctx = open_ctx(kinto_url, things, tmp_path / "s.db")
-    ctx.fetch_wait("things")
+    ctx.query("things").all()
     o = ctx.object("things", tid(2))
     rec = recorder()
     with o.observe(11, rec) as ob:                 # code 11 = Num
@@ -98,7 +98,7 @@ def test_observe_by_code(kinto, kinto_url, things, tmp_path, open_ctx, recorder)
 
 def test_many_gets_coalesce(kinto, things, tmp_path, open_ctx, recorder, faultproxy):
     ctx = open_ctx(faultproxy.url, things, tmp_path / "s.db")
-    _, objs = ctx.fetch_wait("things")
+    objs = ctx.query("things").all()
     assert len(objs) == COUNT
     rec = recorder()
     observers = [o.observe("Num", rec) for o in objs]
@@ -118,7 +118,7 @@ def test_many_gets_coalesce(kinto, things, tmp_path, open_ctx, recorder, faultpr
 def test_staleness_window_skips_refresh(kinto, things, tmp_path, open_ctx, faultproxy,
                                         wait_for):
     ctx = open_ctx(faultproxy.url, things, tmp_path / "s.db", staleness_ms=600000)
-    ctx.fetch_wait("things")
+    ctx.query("things").all()
     faultproxy.reset()
     o = ctx.object("things", tid(3))
     for _ in range(5):
@@ -152,7 +152,7 @@ def test_is_cached_tells_null_from_not_cached(kinto, kinto_url, things, tmp_path
     kinto.create_collection(things, "sparse", SCHEMA)
     kinto.put_record(things, "sparse", "no-num", {"Key": "k"})
     ctx = open_ctx(kinto_url, things, tmp_path / "s.db")
-    ctx.fetch_wait("sparse")
+    ctx.query("sparse").all()
     o = ctx.object("sparse", "no-num")
     assert o.peek("Num", "absent") is None and o.is_cached("Num")
     assert ctx.object("sparse", "elsewhere").peek("Num", "absent") == "absent"
@@ -164,7 +164,7 @@ def test_is_cached_tells_null_from_not_cached(kinto, kinto_url, things, tmp_path
 
 def test_record_deleted_on_server(kinto, kinto_url, things, tmp_path, open_ctx, recorder):
     ctx = open_ctx(kinto_url, things, tmp_path / "s.db")
-    ctx.fetch_wait("things")
+    ctx.query("things").all()
     kinto.put_record(things, "things", "doomed", {"Key": "d", "Num": 0})
     o = ctx.object("things", "doomed")
     rec = recorder()
@@ -183,7 +183,7 @@ def test_record_deleted_on_server(kinto, kinto_url, things, tmp_path, open_ctx, 
 
 def test_key_misuse(kinto_url, things, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, things, tmp_path / "s.db")
-    ctx.fetch_wait("things", limit=1, sort="Num")
+    ctx.query("things", limit=1, sort="Num").all()
     o = ctx.object("things", tid(0))
     with pytest.raises(tether.NotFoundError):
         o.peek("Nope")

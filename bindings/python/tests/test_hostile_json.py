@@ -63,7 +63,7 @@ def coll(kinto, bucket):
 def open_filled(open_ctx, faultproxy, bucket, coll_name, store):
     """A context through the proxy (no rewriting) whose store holds every record."""
     ctx = open_ctx(faultproxy.url, bucket, store)
-    _, objs = ctx.fetch_wait(coll_name, policy="server_only", server_query=LIST_ALL)
+    objs = ctx.query(coll_name, policy="server_only", server_query=LIST_ALL).all()
     assert sorted(o.id for o in objs) == sorted(SEED)
     return ctx
 
@@ -114,11 +114,11 @@ def assert_store_unchanged(kinto, ctx, faultproxy, bucket, coll_name, changed_id
     """After a refused page: the cache holds every record as before (not the
     server's change to `changed_id`); once the answers are clean again the
     change comes in, so nothing was lost or marked as seen."""
-    _, objs = ctx.fetch_wait(coll_name, policy="cache_only")
+    objs = ctx.query(coll_name, policy="cache_only").all()
     assert sorted(o.id for o in objs) == sorted(SEED)
     assert_plain_intact(ctx, coll_name)
     faultproxy.set("pass")
-    _, objs = ctx.fetch_wait(coll_name, policy="server_only", server_query=LIST_ALL)
+    objs = ctx.query(coll_name, policy="server_only", server_query=LIST_ALL).all()
     assert sorted(o.id for o in objs) == sorted(SEED)
     assert ctx.object(coll_name, changed_id).peek("Title") == new_title
     assert_plain_intact(ctx, coll_name, skip={changed_id})
@@ -155,7 +155,7 @@ def test_integers_beyond_64_bits_are_kept_exactly(bucket, coll, tmp_path, open_c
     ctx = open_filled(open_ctx, faultproxy, bucket, name, store)
     rewrite(faultproxy, [('"Rank":%d' % SEED[rid]["Rank"], '"Rank":' + text)
                          for rid, (text, _) in BIG.items()])
-    _, objs = ctx.fetch_wait(name, policy="server_only", server_query=LIST_ALL)
+    objs = ctx.query(name, policy="server_only", server_query=LIST_ALL).all()
     assert sorted(o.id for o in objs) == sorted(SEED)
     assert faultproxy.state()["rewritten"] == len(BIG), "each marker rewritten once"
     check_big(ctx, name)
@@ -181,7 +181,7 @@ def test_key_holding_nul_is_kept_and_the_page_stored(kinto, bucket, coll, tmp_pa
     # The JSON escape \u0000 (six characters) inside the key, and a key made
     # only of it.
     rewrite(faultproxy, [('"Marker":"k"', '"Mar\\u0000ker":"k","\\u0000":1')])
-    _, objs = ctx.fetch_wait(name, policy="server_only", server_query=LIST_ALL)
+    objs = ctx.query(name, policy="server_only", server_query=LIST_ALL).all()
     assert faultproxy.state()["rewritten"] == 1
     assert sorted(o.id for o in objs) == sorted(SEED)
     assert ctx.object(name, "r02").peek("Title") == new_title    # the page was stored
@@ -199,7 +199,7 @@ def test_nul_inside_a_string_value_is_kept(bucket, coll, tmp_path, open_ctx, fau
     store = tmp_path / "s.db"
     ctx = open_filled(open_ctx, faultproxy, bucket, name, store)
     rewrite(faultproxy, [('"Title":"plain"', '"Title":"pl\\u0000ain"')])
-    ctx.fetch_wait(name, policy="server_only", server_query=LIST_ALL)
+    ctx.query(name, policy="server_only", server_query=LIST_ALL).all()
     assert faultproxy.state()["rewritten"] == 1
     o = ctx.object(name, "rtext")
     assert raw_peek(o, "Title") == ("text", 0, b"pl\x00ain")
@@ -220,7 +220,7 @@ def test_number_beyond_a_double_is_kept_as_its_text(bucket, coll, tmp_path, open
     ctx = open_filled(open_ctx, faultproxy, bucket, name, store)
     assert ctx.entity(name).attribute("Score").type == "real"
     rewrite(faultproxy, [('"Score":777.25', '"Score":1e400')])
-    _, objs = ctx.fetch_wait(name, policy="server_only", server_query=LIST_ALL)
+    objs = ctx.query(name, policy="server_only", server_query=LIST_ALL).all()
     assert faultproxy.state()["rewritten"] == 1
     assert sorted(o.id for o in objs) == sorted(SEED)
     o = ctx.object(name, "rscore")
@@ -245,7 +245,7 @@ def test_structure_that_is_not_json_fails_where_and_keeps_the_store(
     # The closing brace of rbig's object, gone.
     rewrite(faultproxy, [('"last_modified":%d}' % lm, '"last_modified":%d' % lm)])
     with pytest.raises(tether.ProtocolError) as raised:
-        ctx.fetch_wait(name, policy="server_only", server_query=LIST_ALL)
+        ctx.query(name, policy="server_only", server_query=LIST_ALL).all()
     err = raised.value
     assert err.status == tether.E_PROTOCOL and err.name == "TETHER_E_PROTOCOL"
     body = listing_as_sent(kinto, faultproxy)
@@ -271,7 +271,7 @@ def test_deep_nesting_is_refused_cleanly(kinto, bucket, coll, tmp_path, open_ctx
     kinto.patch_record(bucket, name, "r04", {"Title": new_title})
     rewrite(faultproxy, [('"Rank":777001', '"Rank":' + "[" * DEPTH + "]" * DEPTH)])
     with pytest.raises(tether.ProtocolError) as raised:
-        ctx.fetch_wait(name, policy="server_only", server_query=LIST_ALL)
+        ctx.query(name, policy="server_only", server_query=LIST_ALL).all()
     err = raised.value
     assert "nested deeper than %d levels" % LIMIT in err.message, err.message
     # The first bracket past the limit: level LIMIT + 1 of the document.
@@ -287,7 +287,7 @@ def test_nesting_within_the_limit_is_kept(bucket, coll, tmp_path, open_ctx, faul
     ctx = open_filled(open_ctx, faultproxy, bucket, name, store)
     deep = "[" * (LIMIT - OUTER) + "]" * (LIMIT - OUTER)    # exactly LIMIT levels in all
     rewrite(faultproxy, [('"Rank":777001', '"Rank":' + deep)])
-    ctx.fetch_wait(name, policy="server_only", server_query=LIST_ALL)
+    ctx.query(name, policy="server_only", server_query=LIST_ALL).all()
     assert faultproxy.state()["rewritten"] == 1
     assert raw_peek(ctx.object(name, "rbig"), "Rank") == ("json", 0, deep.encode())
     assert_plain_intact(ctx, name, skip={"rbig"})
@@ -312,7 +312,7 @@ def test_invalid_utf8_becomes_replacement_characters(bucket, coll, tmp_path, ope
     # A lone surrogate escape, as JSON text.
     surrogate = ('"Title":"big"', '"Title":"b\\ud800ig"')
     rewrite(faultproxy, [surrogate], [pair for pair in bad.values()])
-    _, objs = ctx.fetch_wait(name, policy="server_only", server_query=LIST_ALL)
+    objs = ctx.query(name, policy="server_only", server_query=LIST_ALL).all()
     assert faultproxy.state()["rewritten"] == 3
     assert sorted(o.id for o in objs) == sorted(SEED)
     expected = {
