@@ -388,3 +388,13 @@ def finished(task, timeout=10.0):
 
 def ranks(objs):
     return None if objs is None else [o.peek("Rank") for o in objs]
+
+
+def answers(query_result_of, *args, **options):
+    """(cached, final) of one query: what its on_cached callback got (None
+    when the policy gives no cached phase) and all()'s answer. `query_result_of`
+    is ctx.query (or anything taking query's arguments)."""
+    cached = []
+    final = query_result_of(*args, on_cached=cached.append, **options).all()
+    assert len(cached) <= 1, "on_cached ran %d times" % len(cached)
+    return (cached[0] if cached else None), final

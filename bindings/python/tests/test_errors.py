@@ -8,7 +8,7 @@ import time
 import pytest
 
 import tether
-from conftest import finished
+from conftest import answers, finished
 
 SCHEMA = {"type": "object", "properties": {"Name": {"type": "string"},
                                            "Size": {"type": "integer"}}}
@@ -33,14 +33,14 @@ def dead_url():
 
 def fill(open_ctx, url, bucket, store):
     ctx = open_ctx(url, bucket, store)
-    _, objs = ctx.fetch_wait("files")
+    objs = ctx.query("files").all()
     assert len(objs) == N
     ctx.close()
 
 
 def check_cache_intact(open_ctx, url, bucket, store, **kw):
     ctx = open_ctx(url, bucket, store, **kw)
-    _, objs = ctx.fetch_wait("files", policy="cache_only", sort="Size")
+    objs = ctx.query("files", policy="cache_only", sort="Size").all()
     assert [o.peek("Name") for o in objs] == ["file%d" % i for i in range(N)]
     ctx.close()
 
@@ -58,17 +58,17 @@ def test_offline_open_from_store(files, tmp_path, open_ctx, recorder, faultproxy
     assert [e.name for e in ctx.entities] == ["files"]
     o = ctx.object("files", "f07")
     assert o.peek("Name") == "file7" and o.peek("Size") == 7
-    cached, final = ctx.fetch_wait("files", policy="cache_only")
+    cached, final = answers(ctx.query, "files", policy="cache_only")
     assert cached is None and len(final) == N
     rec = recorder()
-    t = ctx.fetch("files", callback=rec)
+    t = ctx.query("files").start(rec)
     assert finished(t, 15)
     assert [c[0] for c in rec.calls] == ["cached", "final"]
     assert len(rec.calls[0][3]) == N
     assert rec.calls[1][1] == tether.E_NETWORK and rec.calls[1][2]
     assert isinstance(t.error, tether.NetworkError)
     with pytest.raises(tether.NetworkError):
-        ctx.fetch_wait("files", policy="server_only")
+        ctx.query("files", policy="server_only").all()
 
 
 def test_unreachable_without_store(files, tmp_path):
@@ -112,7 +112,7 @@ def test_refused_credentials_injected(files, tmp_path, open_ctx, faultproxy, sta
     ctx = open_ctx(faultproxy.url, files, store)
     faultproxy.set("status", status=status, match="/records")
     with pytest.raises(tether.AuthError):
-        ctx.fetch_wait("files", policy="server_only")
+        ctx.query("files", policy="server_only").all()
     faultproxy.set("pass")
     ctx.close()
     check_cache_intact(open_ctx, faultproxy.url, files, store)
@@ -139,7 +139,7 @@ def test_bad_answers_leave_store_intact(kinto, files, tmp_path, open_ctx, faultp
     kinto.patch_record(files, "files", "f03", {"Name": "CHANGED"})
     faultproxy.set(mode, status=500, match="/records")
     with pytest.raises(errors):
-        ctx.fetch_wait("files", policy="server_only")
+        ctx.query("files", policy="server_only").all()
     assert ctx.object("files", "f03").peek("Name") == "file3"
     faultproxy.set("pass")
     ctx.close()
@@ -153,9 +153,9 @@ def test_server_error_midway_through_pages(kinto, files, tmp_path, open_ctx, fau
     ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
     faultproxy.set("status", status=503, match="_token=")
     with pytest.raises(tether.ServerError):
-        ctx.fetch_wait("files", policy="server_only")
+        ctx.query("files", policy="server_only").all()
     faultproxy.set("pass")
-    _, objs = ctx.fetch_wait("files", policy="server_only")
+    objs = ctx.query("files", policy="server_only").all()
     assert len(objs) == N
 
 
@@ -185,7 +185,7 @@ def test_idempotent_requests_retry_after_the_servers_retry_after(files, tmp_path
     ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
     faultproxy.set("status", status=status, match="/records", count=2, retry_after=1, reset_log=True)
     started = time.monotonic()
-    _, objs = ctx.fetch_wait("files", policy="server_only")
+    objs = ctx.query("files", policy="server_only").all()
     waited = time.monotonic() - started
     assert len(objs) == N
     assert faultproxy.state()["faulted"] == 2
@@ -201,7 +201,7 @@ def test_errors_that_retrying_cannot_mend_are_not_retried(files, tmp_path, open_
     ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
     faultproxy.set("status", status=500, match="/records", reset_log=True)
     with pytest.raises(tether.ServerError):
-        ctx.fetch_wait("files", policy="server_only")
+        ctx.query("files", policy="server_only").all()
     assert faultproxy.state()["faulted"] == 1
 
 
@@ -209,6 +209,6 @@ def test_retries_give_up_and_say_why(files, tmp_path, open_ctx, faultproxy):
     ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=5000)
     faultproxy.set("status", status=503, match="/records", retry_after=0, reset_log=True)
     with pytest.raises(tether.ServerError) as raised:
-        ctx.fetch_wait("files", policy="server_only")
+        ctx.query("files", policy="server_only").all()
     assert "503" in str(raised.value)
     assert faultproxy.state()["faulted"] == 4, "the request and three retries"

@@ -5,7 +5,7 @@ import gc
 import pytest
 
 import tether
-from conftest import finished
+from conftest import answers, finished
 
 N = 120   # more than the server's paginate_by (50 in scripts/kinto-start)
 
@@ -48,7 +48,7 @@ def test_cached_then_final_with_pagination(kinto_url, rows, tmp_path, open_ctx, 
     store = tmp_path / "s.db"
     ctx = open_ctx(kinto_url, rows, store)
     rec = recorder()
-    task = ctx.fetch("rows", callback=rec)
+    task = ctx.query("rows").start(rec)
     assert finished(task, 30)
     phases = [c[0] for c in rec.calls]
     assert phases == ["cached", "final"]
@@ -62,20 +62,20 @@ def test_cached_then_final_with_pagination(kinto_url, rows, tmp_path, open_ctx, 
     assert ctx.pending == 0
 
     # Second fetch: the cached phase already has everything.
-    cached2, final2 = ctx.fetch_wait("rows")
+    cached2, final2 = answers(ctx.query, "rows")
     assert len(cached2) == N and len(final2) == N
     assert set(cached2) == set(final)                    # same Python objects
 
     # Another context on the same store sees the cache without the network.
     ctx.close()
     ctx2 = open_ctx(kinto_url, rows, store)
-    cached3, final3 = ctx2.fetch_wait("rows", policy="cache_only")
+    cached3, final3 = answers(ctx2.query, "rows", policy="cache_only")
     assert cached3 is None and len(final3) == N
 
 
 def test_values_convert(kinto_url, rows, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, rows, tmp_path / "s.db")
-    _, objs = ctx.fetch_wait("rows")
+    objs = ctx.query("rows").all()
     by = {o.id: o for o in objs}
     o = by[rid(10)]
     assert o.entity is ctx.entity("rows")
@@ -97,11 +97,11 @@ def test_values_convert(kinto_url, rows, tmp_path, open_ctx):
 
 def test_sort_and_limit(kinto_url, rows, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, rows, tmp_path / "s.db")
-    _, objs = ctx.fetch_wait("rows", sort="-N", limit=7, policy="server_only")
+    objs = ctx.query("rows", sort="-N", limit=7, policy="server_only").all()
     assert [o.peek("N") for o in objs] == list(range(N - 1, N - 8, -1))
     # once cached, the cached phase honours sort and limit too
-    _, _ = ctx.fetch_wait("rows")
-    cached, final = ctx.fetch_wait("rows", sort=["Even", "-N"], limit=5)
+    _ = ctx.query("rows").all()
+    cached, final = answers(ctx.query, "rows", sort=["Even", "-N"], limit=5)
     expect = [i for i in sorted(range(N), key=lambda i: (i % 2 == 0, -i))][:5]
     assert [o.peek("N") for o in cached] == expect
     assert [o.peek("N") for o in final] == expect
@@ -111,26 +111,26 @@ def test_policies(kinto_url, rows, tmp_path, open_ctx, recorder):
     ctx = open_ctx(kinto_url, rows, tmp_path / "s.db")
     # cache_only on an empty store: one final callback, no objects
     rec = recorder()
-    t = ctx.fetch("rows", policy="cache_only", callback=rec)
+    t = ctx.query("rows", policy="cache_only").start(rec)
     assert finished(t, 10)
     assert rec.calls == [("final", 0, "", [])]
     # server_only: one final callback with everything
     rec = recorder()
-    t = ctx.fetch("rows", policy="server_only", callback=rec)
+    t = ctx.query("rows", policy="server_only").start(rec)
     assert finished(t, 30)
     assert [c[0] for c in rec.calls] == ["final"] and len(rec.calls[0][3]) == N
     # cache_else_server with a filled cache: answered from the cache
-    cached, final = ctx.fetch_wait("rows", policy="cache_else_server")
+    cached, final = answers(ctx.query, "rows", policy="cache_else_server")
     assert cached is None and len(final) == N
     # empty collection
-    cached, final = ctx.fetch_wait("empty")
+    cached, final = answers(ctx.query, "empty")
     assert cached == [] and final == []
 
 
 def test_uniquing(kinto_url, rows, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, rows, tmp_path / "s.db")
-    _, a = ctx.fetch_wait("rows", sort="N", limit=3)
-    _, b = ctx.fetch_wait("rows", sort="N", limit=3, policy="server_only")
+    a = ctx.query("rows", sort="N", limit=3).all()
+    b = ctx.query("rows", sort="N", limit=3, policy="server_only").all()
     assert [x is y for x, y in zip(a, b)] == [True] * 3
     assert ctx.object("rows", rid(0)) is a[0]
     assert ctx.object(ctx.entity("rows"), rid(1)) is a[1]
@@ -144,13 +144,13 @@ def test_uniquing(kinto_url, rows, tmp_path, open_ctx):
 def test_fetch_validation_errors(kinto_url, rows, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, rows, tmp_path / "s.db")
     with pytest.raises(tether.NotFoundError):
-        ctx.fetch("nope", callback=lambda *a: None)
+        ctx.query("nope").start(lambda *a: None)
     with pytest.raises(tether.InvalidError):
-        ctx.fetch("rows", sort="NoSuchField")
+        ctx.query("rows", sort="NoSuchField").start()
     with pytest.raises(ValueError):
-        ctx.fetch("rows", policy="sometimes")
+        ctx.query("rows", policy="sometimes").start()
     with pytest.raises(TypeError):
-        ctx.fetch(42)
+        ctx.query(42).start()
     assert ctx.pending == 0                     # nothing left registered
 
 
@@ -164,7 +164,7 @@ def test_callback_survives_gc_and_exceptions(kinto_url, rows, tmp_path, open_ctx
         seen.append(phase)
         raise RuntimeError("boom in %s" % phase)
 
-    t = ctx.fetch("rows", callback=cb)
+    t = ctx.query("rows").start(cb)
     del cb
     gc.collect()
     with caplog.at_level("ERROR", logger="tether"):

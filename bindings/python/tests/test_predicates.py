@@ -1,4 +1,4 @@
-"""Fetch predicates: ctx.fetch(..., where=..., args=...) against the real Kinto.
+"""Fetch predicates: ctx.query(..., where=..., args=...).start() against the real Kinto.
 
 Every answer is checked exactly, object for object and in order, in both
 phases of a cache-then-server fetch: CACHED from the cache (filled by a first,
@@ -13,7 +13,7 @@ import time
 import pytest
 
 import tether
-from conftest import quiet_counts, ranks
+from conftest import answers, quiet_counts, ranks
 
 N = 130   # items i000..i129, Rank i: more than two pages of the server's 50
 
@@ -65,18 +65,20 @@ def items_total():
     return TOTAL
 
 
-def both_phases(ctx, where, args=(), sort="Rank", limit=0):
+def both_phases(ctx, where, args=(), sort="Rank", limit=None):
+    limit = limit or None   # the cases' 0: no limit
     """(ranks of the CACHED phase, ranks of the FINAL phase)."""
-    cached, final = ctx.fetch_wait("items", where=where, args=args, sort=sort, limit=limit)
+    cached, final = answers(ctx.query, "items", where=where, args=args, sort=sort, limit=limit)
     return ranks(cached), ranks(final)
 
 
-def check(ctx, where, args, expected, sort="Rank", limit=0):
+def check(ctx, where, args, expected, sort="Rank", limit=None):
+    limit = limit or None   # the cases' 0: no limit
     cached, final = both_phases(ctx, where, args, sort, limit)
     assert cached == expected, "CACHED (the cache) for %r %r" % (where, args)
     assert final == expected, "FINAL (the server) for %r %r" % (where, args)
     for policy in ("server_only", "cache_only"):
-        none, only = ctx.fetch_wait("items", where=where, args=args, sort=sort, limit=limit,
+        none, only = answers(ctx.query, "items", where=where, args=args, sort=sort, limit=limit,
                                     policy=policy)
         assert none is None and ranks(only) == expected, "%s for %r %r" % (policy, where, args)
 
@@ -116,7 +118,7 @@ def test_cold_cache_then_cache_only(ctx):
     which the cache then answers alike."""
     cached, final = both_phases(ctx, "Title CONTAINS $1", ("12",), "-Rank", 5)
     assert cached == [] and final == [129, 128, 127, 126, 125]
-    none, only = ctx.fetch_wait("items", where="Title CONTAINS $1", args=("12",), sort="-Rank",
+    none, only = answers(ctx.query, "items", where="Title CONTAINS $1", args=("12",), sort="-Rank",
                                 limit=5, policy="cache_only")
     assert ranks(only) == [129, 128, 127, 126, 125]
 
@@ -168,7 +170,7 @@ NUL_CASES = [
 def test_text_holding_nul(warm, where, args, expected):
     """A text argument may hold NUL (it is passed by length); the cache and
     the server answer alike."""
-    none, only = warm.fetch_wait("items", where=where, args=args, sort="Rank", policy="cache_only")
+    none, only = answers(warm.query, "items", where=where, args=args, sort="Rank", policy="cache_only")
     assert ranks(only) == expected, "cache_only"
     cached, final = both_phases(warm, where, args)
     assert cached == expected, "CACHED"
@@ -184,11 +186,11 @@ def test_text_that_looks_like_a_number_matches_only_text(warm):
     check(warm, "Rank == $1", (5.5,), [])
     check(warm, "Rank < $1 AND Rank > 3", (5.5,), [4, 5])
     with pytest.raises(tether.InvalidError, match="column"):
-        warm.fetch("items", where="Rank == $1", args=("5",))
+        warm.query("items", where="Rank == $1", args=("5",)).start()
     with pytest.raises(tether.InvalidError, match="column"):
-        warm.fetch("items", where="Title == $1", args=(5,))
+        warm.query("items", where="Title == $1", args=(5,)).start()
     with pytest.raises(tether.InvalidError, match="column"):
-        warm.fetch("items", where="Title == 5")
+        warm.query("items", where="Title == 5").start()
 
 
 # ------------------------------------------------------------------ errors
@@ -216,11 +218,11 @@ BAD = [
 def test_bad_predicates_raise_invalid_with_the_column(warm, recorder, where, args, says):
     rec = recorder()
     with pytest.raises(tether.InvalidError) as e:
-        warm.fetch("items", where=where, args=args, callback=rec)
+        warm.query("items", where=where, args=args).start(rec)
     assert e.value.status == tether.E_INVALID and e.value.name == "TETHER_E_INVALID"
     assert "column" in e.value.message and says in e.value.message, e.value.message
     with pytest.raises(tether.InvalidError):
-        warm.fetch_wait("items", where=where, args=args)
+        warm.query("items", where=where, args=args).all()
     time.sleep(0.1)
     assert rec.calls == [] and warm.pending == 0      # no callback, nothing started
 
@@ -229,14 +231,14 @@ def test_too_many_arguments_raise_invalid_naming_the_unused_one(warm):
     """tether.h: an argument given but not used has no column; the message
     names it and the counts."""
     with pytest.raises(tether.InvalidError) as e:
-        warm.fetch("items", where="Rank == $1", args=(1, 2))
+        warm.query("items", where="Rank == $1", args=(1, 2)).start()
     assert "argument $2 is given but not used (2 given, 1 used)" in e.value.message, e.value.message
     assert warm.pending == 0
 
 
-def test_arguments_without_a_predicate_raise_invalid(warm):
-    with pytest.raises(tether.InvalidError):
-        warm.fetch("items", args=(1,))
+def test_arguments_without_a_predicate_raise_when_the_query_is_built(warm):
+    with pytest.raises(ValueError, match="args without a predicate"):
+        warm.query("items", args=(1,))
     assert warm.pending == 0
 
 
@@ -247,28 +249,28 @@ def test_bad_python_arguments_raise_type_error_before_the_call(warm, recorder, b
     rec = recorder()
     before = quiet_counts()["tasks"]  # the warm fixture's task may not be freed yet
     with pytest.raises(TypeError, match=r"\$2"):
-        warm.fetch("items", where="Rank == $1 AND Title == $2", args=(1, bad), callback=rec)
+        warm.query("items", where="Rank == $1 AND Title == $2", args=(1, bad)).start(rec)
     with pytest.raises(TypeError, match=r"\$1"):
-        warm.fetch_wait("items", where="Rank == $1", args=[bad])
+        warm.query("items", where="Rank == $1", args=[bad]).all()
     assert tether.debug_counts()["tasks"] == before and warm.pending == 0 and rec.calls == []
 
 
 def test_args_that_are_not_a_sequence_raise_type_error(warm):
     for bad in ("12", b"12", 5, {"a": 1}, {1, 2}):
         with pytest.raises(TypeError, match="args"):
-            warm.fetch("items", where="Rank == $1", args=bad)
+            warm.query("items", where="Rank == $1", args=bad).start()
     for bad in (5, ["Rank == 1"]):
         with pytest.raises(TypeError):
-            warm.fetch("items", where=bad)
+            warm.query("items", where=bad).start()
     with pytest.raises(ValueError):
-        warm.fetch("items", where="Rank == 1\x00")
+        warm.query("items", where="Rank == 1\x00").start()
     assert warm.pending == 0
 
 
 def test_integers_beyond_64_bits_raise_before_the_call(warm):
     for big in (2 ** 63, -2 ** 63 - 1, 10 ** 30):
         with pytest.raises(OverflowError, match=r"\$1"):
-            warm.fetch("items", where="Rank == $1", args=(big,))
+            warm.query("items", where="Rank == $1", args=(big,)).start()
     assert warm.pending == 0
     check(warm, "Rank == $1 OR Rank == $2", (2 ** 63 - 1, -2 ** 63), [])
     check(warm, "Rank < $1", (-2 ** 63 + 1,), [])
@@ -277,7 +279,7 @@ def test_integers_beyond_64_bits_raise_before_the_call(warm):
 
 def test_unencodable_text_raises_before_the_call(warm):
     with pytest.raises(ValueError, match=r"\$1"):
-        warm.fetch("items", where="Title == $1", args=("\ud800",))
+        warm.query("items", where="Title == $1", args=("\ud800",)).start()
     assert warm.pending == 0
 
 
@@ -294,7 +296,7 @@ def test_arguments_other_than_the_exact_types(warm):
 
     check(warm, "Rank == $1 OR Title == $2", (Rank.SEVEN, Text("item 9")), [7, 9])
     with pytest.raises(tether.InvalidError, match="column"):
-        warm.fetch("items", where="Rank == $1", args=(True,))
+        warm.query("items", where="Rank == $1", args=(True,)).start()
 
 
 # ------------------------------------------------------------------ the cache
@@ -307,24 +309,24 @@ def test_filtered_fetch_keeps_other_records(kinto, bucket, kinto_url, tmp_path, 
                                              "properties": {"N": {"type": "integer"}}})
     kinto.put_records(bucket, "keep", [("k%d" % i, {"N": i}) for i in range(10)])
     ctx = open_ctx(kinto_url, bucket, tmp_path / "keep.db")
-    _, low = ctx.fetch_wait("keep", where="N < $1", args=(5,), sort="N")
-    _, high = ctx.fetch_wait("keep", where="N >= $1", args=(5,), sort="N")
+    low = ctx.query("keep", where="N < $1", args=(5,), sort="N").all()
+    high = ctx.query("keep", where="N >= $1", args=(5,), sort="N").all()
     assert len(low) + len(high) == 10
     kinto.delete_record(bucket, "keep", "k9")
 
-    cached, final = ctx.fetch_wait("keep", where="N < $1", args=(3,), sort="N")
+    cached, final = answers(ctx.query, "keep", where="N < $1", args=(3,), sort="N")
     assert [o.id for o in cached] == ["k0", "k1", "k2"] and [o.id for o in final] == ["k0", "k1", "k2"]
-    _, final = ctx.fetch_wait("keep", where="N == $1 OR N == $2", args=(4, 6), policy="server_only")
+    final = ctx.query("keep", where="N == $1 OR N == $2", args=(4, 6), policy="server_only").all()
     assert sorted(o.id for o in final) == ["k4", "k6"]
-    _, cached_all = ctx.fetch_wait("keep", sort="N", policy="cache_only")
+    cached_all = ctx.query("keep", sort="N", policy="cache_only").all()
     assert [o.id for o in cached_all] == ["k%d" % i for i in range(10)]
     assert ctx.object("keep", "k9").peek("N") == 9
 
     # A complete answer to a predicate k9 would match leaves it out: the
     # store asks for k9 by id, learns it is gone, and drops it.
-    _, final = ctx.fetch_wait("keep", where="N >= $1", args=(5,), sort="N", policy="server_only")
+    final = ctx.query("keep", where="N >= $1", args=(5,), sort="N", policy="server_only").all()
     assert [o.id for o in final] == ["k5", "k6", "k7", "k8"]
-    _, cached_all = ctx.fetch_wait("keep", sort="N", policy="cache_only")
+    cached_all = ctx.query("keep", sort="N", policy="cache_only").all()
     assert [o.id for o in cached_all] == ["k%d" % i for i in range(9)]
     with pytest.raises(tether.NotFoundError):
         ctx.object("keep", "k9").peek("N")
@@ -337,32 +339,34 @@ def test_after_a_whole_listing_every_fetch_syncs(kinto, bucket, kinto_url, tmp_p
                                              "properties": {"N": {"type": "integer"}}})
     kinto.put_records(bucket, "sync", [("s%d" % i, {"N": i}) for i in range(10)])
     ctx = open_ctx(kinto_url, bucket, tmp_path / "sync.db")
-    _, every = ctx.fetch_wait("sync", sort="N")
+    every = ctx.query("sync", sort="N").all()
     assert len(every) == 10
     kinto.delete_record(bucket, "sync", "s9")
     kinto.put_record(bucket, "sync", "s3", {"N": 30})
 
-    cached, final = ctx.fetch_wait("sync", where="N < $1", args=(4,), sort="N")
+    cached, final = answers(ctx.query, "sync", where="N < $1", args=(4,), sort="N")
     assert [o.id for o in cached] == ["s0", "s1", "s2", "s3"]
     assert [o.id for o in final] == ["s0", "s1", "s2"]
-    _, cached_all = ctx.fetch_wait("sync", sort="N", policy="cache_only")
+    cached_all = ctx.query("sync", sort="N", policy="cache_only").all()
     assert [o.id for o in cached_all] == ["s%d" % i for i in range(9) if i != 3] + ["s3"]
 
 
 def test_filtered_fetch_keeps_the_big_cache(warm):
-    _, final = warm.fetch_wait("items", where="Rank == $1", args=(3,), policy="server_only")
+    final = warm.query("items", where="Rank == $1", args=(3,), policy="server_only").all()
     assert ranks(final) == [3]
-    _, every = warm.fetch_wait("items", sort="Rank", policy="cache_only")
+    every = warm.query("items", sort="Rank", policy="cache_only").all()
     assert ranks(every) == list(range(N)) + SPECIAL_RANKS
 
 
-def test_fetch_async_takes_a_predicate(warm):
-    objs = asyncio.run(warm.fetch_async("items", where="Rank IN {$1, $2}", args=(4, 1003),
-                                        sort="-Rank"))
+def test_an_async_query_takes_a_predicate(warm):
+    async def main():
+        return await tether.AsyncContext(warm).query("items", where="Rank IN {$1, $2}", args=(4, 1003),
+                                                     sort="-Rank").all()
+    objs = asyncio.run(main())
     assert ranks(objs) == [1003, 4]
 
 
 def test_poll_mode(kinto_url, items, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, items, tmp_path / "p.db", delivery="poll")
-    cached, final = ctx.fetch_wait("items", where="Title ==[c] $1", args=("item 7",), sort="Rank")
+    cached, final = answers(ctx.query, "items", where="Title ==[c] $1", args=("item 7",), sort="Rank")
     assert cached == [] and ranks(final) == [7, 1005]
