@@ -1,4 +1,4 @@
-"""Fetch options version 3: ctx.fetch(..., offset=..., server_query=...)
+"""Fetch options version 3: ctx.query(..., offset=..., server_query=...)
 against the real Kinto.
 
 `offset` skips results in sort order, before `limit`, on the cache and the
@@ -8,7 +8,9 @@ fetch; FINAL from the server) and with the server-only and cache-only
 policies. `server_query` is sent as given for the server phase: the FINAL
 answer is the server's (in the sort asked, with offset and limit), while the
 predicate still answers from the cache. Bad values raise InvalidError at the
-start, bad Python types TypeError, and then no callback runs.
+start, bad Python types TypeError, and then no callback runs. An offset or
+limit out of range is refused by tether.Query when it is built (ValueError),
+before the library is asked.
 """
 
 import asyncio
@@ -44,16 +46,35 @@ def items_total():
     return N
 
 
+def both(ctx, entity, **kw):
+    """(the cache's first answer or None when the policy gives none, the final
+    answer) of ctx.query(entity, **kw).all(), the first taken by on_cached;
+    limit 0: none."""
+    if kw.get("limit") == 0:
+        kw["limit"] = None
+    cached = []
+    final = ctx.query(entity, on_cached=cached.append, **kw).all()
+    assert len(cached) <= 1
+    return (cached[0] if cached else None), final
+
+
+def run_async(ctx, entity, **kw):
+    """AsyncContext(ctx).query(entity, **kw).all(), awaited."""
+    async def go():
+        return await tether.AsyncContext(ctx).query(entity, **kw).all()
+    return asyncio.run(go())
+
+
 def every_policy(ctx, expected_cached, expected_final, **kw):
     """Both phases of cache-then-server, then server-only (the server's
     answer) and cache-only (the cache's)."""
     what = repr(kw) if len(repr(kw)) < 300 else repr(kw)[:300] + "..."
-    cached, final = ctx.fetch_wait("items", **kw)
+    cached, final = both(ctx, "items", **kw)
     assert ranks(cached) == expected_cached, "CACHED (the cache) for " + what
     assert ranks(final) == expected_final, "FINAL (the server) for " + what
-    none, only = ctx.fetch_wait("items", policy="server_only", **kw)
+    none, only = both(ctx, "items", policy="server_only", **kw)
     assert none is None and ranks(only) == expected_final, "server_only for " + what
-    none, only = ctx.fetch_wait("items", policy="cache_only", **kw)
+    none, only = both(ctx, "items", policy="cache_only", **kw)
     assert none is None and ranks(only) == expected_cached, "cache_only for " + what
 
 
@@ -125,11 +146,11 @@ def test_offset_past_the_end_is_empty(warm, where, args, sort, limit, offset):
 def test_offset_on_a_cold_cache(ctx):
     """CACHED has nothing; FINAL is the server's page; the cache then answers
     alike."""
-    cached, final = ctx.fetch_wait("items", where="Title ENDSWITH $1", args=("7",), sort="-Rank",
+    cached, final = both(ctx, "items", where="Title ENDSWITH $1", args=("7",), sort="-Rank",
                                    limit=3, offset=2)
     assert cached == [] and ranks(final) == [107, 97, 87]
-    _, only = ctx.fetch_wait("items", where="Title ENDSWITH $1", args=("7",), sort="-Rank",
-                             limit=3, offset=2, policy="cache_only")
+    only = ctx.query("items", where="Title ENDSWITH $1", args=("7",), sort="-Rank",
+                             limit=3, offset=2, policy="cache_only").all()
     assert ranks(only) == [107, 97, 87]
 
 
@@ -137,33 +158,34 @@ def test_offset_pages_through_everything(warm):
     """Consecutive pages of 40 cover every record once, in order."""
     got = []
     for offset in range(0, N + 40, 40):
-        cached, final = warm.fetch_wait("items", sort="-Rank", limit=40, offset=offset)
+        cached, final = both(warm, "items", sort="-Rank", limit=40, offset=offset)
         assert ranks(cached) == ranks(final)
         got += ranks(final)
     assert got == list(range(N - 1, -1, -1))
 
 
-def test_offset_in_fetch_async_and_poll_mode(kinto_url, items, tmp_path, open_ctx):
+def test_offset_in_async_query_and_poll_mode(kinto_url, items, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, items, tmp_path / "p.db", delivery="poll")
-    cached, final = ctx.fetch_wait("items", where="Rank < $1", args=(10,), sort="Rank",
+    cached, final = both(ctx, "items", where="Rank < $1", args=(10,), sort="Rank",
                                    limit=4, offset=3)
     assert cached == [] and ranks(final) == [3, 4, 5, 6]
-    objs = asyncio.run(ctx.fetch_async("items", where="Rank < $1", args=(10,), sort="-Rank",
-                                       offset=8))
+    objs = run_async(ctx, "items", where="Rank < $1", args=(10,), sort="-Rank", offset=8)
     assert ranks(objs) == [1, 0]
 
 
 @pytest.mark.parametrize("offset", [-1, -2 ** 31, -2 ** 63, 2 ** 31, 2 ** 63 - 1])
-def test_offset_out_of_range_raises_invalid_before_any_callback(warm, recorder, offset):
+def test_offset_out_of_range_raises_value_error_before_any_callback(warm, recorder, offset):
+    # tether.Query judges the range (0 to 2**31-1, the library's) when built.
     rec = recorder()
     before = live_tasks()
-    with pytest.raises(tether.InvalidError) as e:
-        warm.fetch("items", offset=offset, callback=rec)
-    assert e.value.status == tether.E_INVALID and e.value.message
-    with pytest.raises(tether.InvalidError):
-        warm.fetch_wait("items", where="Rank < $1", args=(5,), offset=offset)
-    with pytest.raises(tether.InvalidError):
-        asyncio.run(warm.fetch_async("items", offset=offset))
+    with pytest.raises(ValueError, match="offset must be between 0 and 2147483647"):
+        warm.query("items", offset=offset).start(callback=rec)
+    with pytest.raises(ValueError, match="offset"):
+        warm.query("items", where="Rank < $1", args=(5,), offset=offset).all()
+    with pytest.raises(ValueError, match="offset"):
+        tether.Query("items").offset(offset)
+    with pytest.raises(ValueError, match="offset"):
+        run_async(warm, "items", offset=offset)
     nothing_started(warm, rec, before)
 
 
@@ -173,23 +195,23 @@ def test_offset_of_another_type_raises_type_error(warm, recorder, bad):
     rec = recorder()
     before = live_tasks()
     with pytest.raises(TypeError, match="offset"):
-        warm.fetch("items", offset=bad, callback=rec)
+        warm.query("items", offset=bad).start(callback=rec)
     with pytest.raises(TypeError, match="offset"):
-        warm.fetch_wait("items", offset=bad)
+        warm.query("items", offset=bad).all()
     nothing_started(warm, rec, before)
 
 
-def test_offset_beyond_64_bits_raises_overflow(warm):
+def test_offset_beyond_64_bits_raises_before_the_call(warm):
     for big in (2 ** 63, 2 ** 64, -2 ** 63 - 1):    # ctypes would wrap 2**64 to 0
-        with pytest.raises(OverflowError, match="offset"):
-            warm.fetch("items", offset=big)
+        with pytest.raises(ValueError, match="offset"):
+            warm.query("items", offset=big).start()
     assert warm.pending == 0
 
 
-def test_limit_beyond_64_bits_raises_overflow(warm):
-    for big in (2 ** 63, 2 ** 64):    # 2**64 would wrap to 0: no limit at all
-        with pytest.raises(OverflowError, match="limit"):
-            warm.fetch("items", limit=big)
+def test_limit_beyond_64_bits_raises_before_the_call(warm):
+    for big in (2 ** 63, 2 ** 64, 0, -1):    # 2**64 would wrap to 0: no limit at all
+        with pytest.raises(ValueError, match="limit"):
+            warm.query("items", limit=big).start()
     assert warm.pending == 0
 
 
@@ -207,10 +229,12 @@ def test_offset_subclasses_of_int(warm):
 def test_server_query_asks_the_server_and_the_predicate_the_cache(warm):
     """As ContextTests.testAServerQueryAsksTheServerAndThePredicateTheCache."""
     every_policy(warm, [2], [3, 2, 1], where="Rank == 2", server_query="in_Rank=1,2,3", sort="-Rank")
-    every_policy(warm, [2], [1, 2, 3], where="Rank == $1", args=(2,), server_query=b"in_Rank=1,2,3",
+    every_policy(warm, [2], [1, 2, 3], where="Rank == $1", args=(2,), server_query="in_Rank=1,2,3",
                  sort="Rank")
+    with pytest.raises(TypeError, match="server_query"):     # a Query takes str only
+        warm.query("items", server_query=b"in_Rank=1,2,3")
     # nothing removed from the cache
-    _, every = warm.fetch_wait("items", sort="Rank", policy="cache_only")
+    every = warm.query("items", sort="Rank", policy="cache_only").all()
     assert ranks(every) == list(range(N))
 
 
@@ -250,31 +274,31 @@ def test_server_query_answers(warm, query, where, args, sort, limit, offset, cac
 
 
 def test_server_query_on_a_cold_cache(ctx):
-    cached, final = ctx.fetch_wait("items", where="Rank == $1", args=(2,), server_query="in_Rank=1,2,3",
+    cached, final = both(ctx, "items", where="Rank == $1", args=(2,), server_query="in_Rank=1,2,3",
                                    sort="-Rank")
     assert cached == [] and ranks(final) == [3, 2, 1]
     # What the server answered is cached now (and only that).
-    _, only = ctx.fetch_wait("items", sort="Rank", policy="cache_only")
+    only = ctx.query("items", sort="Rank", policy="cache_only").all()
     assert ranks(only) == [1, 2, 3]
 
 
 def test_server_query_with_cache_else_server(warm):
     """The cache's answer is the predicate's; the server is asked (with the
     query) only when the cache has nothing."""
-    none, got = warm.fetch_wait("items", where="Rank == $1", args=(2,), server_query="in_Rank=1,2,3",
+    none, got = both(warm, "items", where="Rank == $1", args=(2,), server_query="in_Rank=1,2,3",
                                 sort="Rank", policy="cache_else_server")
     assert none is None and ranks(got) == [2]
-    none, got = warm.fetch_wait("items", where="Rank == $1", args=(5000,),
+    none, got = both(warm, "items", where="Rank == $1", args=(5000,),
                                 server_query="in_Rank=1,2,3", sort="Rank", policy="cache_else_server")
     assert none is None and ranks(got) == [1, 2, 3]
 
 
-def test_server_query_in_fetch_async_and_poll_mode(kinto_url, items, tmp_path, open_ctx):
+def test_server_query_in_async_query_and_poll_mode(kinto_url, items, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, items, tmp_path / "p.db", delivery="poll")
-    objs = asyncio.run(ctx.fetch_async("items", where="Rank == $1", args=(2,), sort="-Rank",
-                                       server_query="in_Rank=4,5,6", offset=1))
+    objs = run_async(ctx, "items", where="Rank == $1", args=(2,), sort="-Rank",
+                     server_query="in_Rank=4,5,6", offset=1)
     assert ranks(objs) == [5, 4]
-    cached, final = ctx.fetch_wait("items", where="Rank == $1", args=(5,), sort="-Rank",
+    cached, final = both(ctx, "items", where="Rank == $1", args=(5,), sort="-Rank",
                                    server_query="in_Rank=4,5,6")
     assert ranks(cached) == [5] and ranks(final) == [6, 5, 4]
 
@@ -302,8 +326,6 @@ BAD_QUERIES = [
     "#",
     "caf\u00e9=1",               # str, not ASCII: sent as UTF-8
     "Title=\u00eetem",
-    b"caf\xe9=1",                # bytes, not ASCII (nor UTF-8)
-    b"Title=\xc3\xaetem",        # bytes, UTF-8 but not ASCII
     "a=\x01",
     "a=\tb",
     "a=b\n",
@@ -320,37 +342,37 @@ def test_bad_server_queries_raise_invalid_before_any_callback(warm, recorder, qu
     rec = recorder()
     before = live_tasks()
     with pytest.raises(tether.InvalidError) as e:
-        warm.fetch("items", server_query=query, callback=rec)
+        warm.query("items", server_query=query).start(callback=rec)
     assert e.value.status == tether.E_INVALID and e.value.message
     for policy in ("cache_only", "server_only", "cache_else_server"):
         with pytest.raises(tether.InvalidError):
-            warm.fetch("items", where="Rank == 2", server_query=query, policy=policy, callback=rec)
+            warm.query("items", where="Rank == 2", server_query=query, policy=policy).start(callback=rec)
     with pytest.raises(tether.InvalidError):
-        warm.fetch_wait("items", server_query=query)
+        warm.query("items", server_query=query).all()
     with pytest.raises(tether.InvalidError):
-        asyncio.run(warm.fetch_async("items", server_query=query))
+        run_async(warm, "items", server_query=query)
     nothing_started(warm, rec, before)
 
 
-@pytest.mark.parametrize("bad", [5, 1.5, True, ["in_Rank=1"], bytearray(b"in_Rank=1"),
-                                 memoryview(b"in_Rank=1"), object()],
+@pytest.mark.parametrize("bad", [5, 1.5, True, ["in_Rank=1"], b"in_Rank=1", b"caf\xe9=1",
+                                 bytearray(b"in_Rank=1"), memoryview(b"in_Rank=1"), object()],
                          ids=lambda b: type(b).__name__)
 def test_server_query_of_another_type_raises_type_error(warm, recorder, bad):
     rec = recorder()
     before = live_tasks()
     with pytest.raises(TypeError, match="server_query"):
-        warm.fetch("items", server_query=bad, callback=rec)
+        warm.query("items", server_query=bad).start(callback=rec)
     with pytest.raises(TypeError, match="server_query"):
-        warm.fetch_wait("items", server_query=bad)
+        warm.query("items", server_query=bad).all()
     nothing_started(warm, rec, before)
 
 
 def test_server_query_holding_nul_raises_value_error(warm):
-    for q in ("in_Rank=1\x002", b"\x00"):
+    for q in ("in_Rank=1\x002", "\x00"):
         with pytest.raises(ValueError, match="server_query"):
-            warm.fetch("items", server_query=q)
+            warm.query("items", server_query=q).start()
     with pytest.raises(ValueError):
-        warm.fetch("items", server_query="\ud800")      # not encodable
+        warm.query("items", server_query="\ud800").start()      # not encodable
     assert warm.pending == 0
 
 
@@ -358,11 +380,11 @@ def test_errors_of_other_options_still_come_first_or_alike(warm):
     """A bad predicate with a good query, and a good predicate with a bad
     offset, are both refused."""
     with pytest.raises(tether.InvalidError, match="column"):
-        warm.fetch("items", where="Rank == 'x'", server_query="in_Rank=1")
-    with pytest.raises(tether.InvalidError):
-        warm.fetch("items", where="Rank == 1", server_query="in_Rank=1", offset=-1)
+        warm.query("items", where="Rank == 'x'", server_query="in_Rank=1").start()
+    with pytest.raises(ValueError, match="offset"):
+        warm.query("items", where="Rank == 1", server_query="in_Rank=1", offset=-1).start()
     with pytest.raises(tether.NotFoundError):
-        warm.fetch("nope", server_query="in_Rank=1")
+        warm.query("nope", server_query="in_Rank=1").start()
     assert warm.pending == 0
 
 
@@ -377,7 +399,7 @@ def test_server_query_keeps_other_records(kinto, bucket, kinto_url, tmp_path, op
                                                             "S": {"type": "string"}}})
     kinto.put_records(bucket, "keep", [("k%d" % i, {"N": i, "S": "v1"}) for i in range(10)])
     ctx = open_ctx(kinto_url, bucket, tmp_path / "keep.db")
-    _, every = ctx.fetch_wait("keep", sort="N")
+    every = ctx.query("keep", sort="N").all()
     assert len(every) == 10
     kinto.delete_record(bucket, "keep", "k9")
     kinto.patch_record(bucket, "keep", "k6", {"S": "v2"})
@@ -385,16 +407,16 @@ def test_server_query_keeps_other_records(kinto, bucket, kinto_url, tmp_path, op
     def ids(objs):
         return [o.id for o in objs]
 
-    cached, final = ctx.fetch_wait("keep", where="N < $1", args=(2,), server_query="gt_N=4",
+    cached, final = both(ctx, "keep", where="N < $1", args=(2,), server_query="gt_N=4",
                                    sort="N")
     assert ids(cached) == ["k0", "k1"] and ids(final) == ["k5", "k6", "k7", "k8"]
-    _, final = ctx.fetch_wait("keep", server_query="in_N=3,9", policy="server_only", sort="N")
+    final = ctx.query("keep", server_query="in_N=3,9", policy="server_only", sort="N").all()
     assert ids(final) == ["k3"]
-    _, final = ctx.fetch_wait("keep", server_query="gt_N=4", policy="server_only", sort="-N",
-                              offset=1, limit=2)
+    final = ctx.query("keep", server_query="gt_N=4", policy="server_only", sort="-N",
+                              offset=1, limit=2).all()
     assert ids(final) == ["k7", "k6"]
 
-    _, cached_all = ctx.fetch_wait("keep", sort="N", policy="cache_only")
+    cached_all = ctx.query("keep", sort="N", policy="cache_only").all()
     assert ids(cached_all) == ["k%d" % i for i in range(10)]
     assert ctx.object("keep", "k9").peek("N") == 9
     assert ctx.object("keep", "k6").peek("S") == "v2"
@@ -402,10 +424,10 @@ def test_server_query_keeps_other_records(kinto, bucket, kinto_url, tmp_path, op
 
 
 def test_offset_listing_keeps_other_records(warm):
-    _, final = warm.fetch_wait("items", sort="Rank", offset=125, policy="server_only")
+    final = warm.query("items", sort="Rank", offset=125, policy="server_only").all()
     assert ranks(final) == [125, 126, 127, 128, 129]
-    _, final = warm.fetch_wait("items", where="Title ENDSWITH $1", args=("3",), sort="Rank",
-                               offset=11, policy="server_only")
+    final = warm.query("items", where="Title ENDSWITH $1", args=("3",), sort="Rank",
+                               offset=11, policy="server_only").all()
     assert ranks(final) == [113, 123]
-    _, every = warm.fetch_wait("items", sort="Rank", policy="cache_only")
+    every = warm.query("items", sort="Rank", policy="cache_only").all()
     assert ranks(every) == list(range(N))
