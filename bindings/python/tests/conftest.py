@@ -398,3 +398,36 @@ def answers(query_result_of, *args, **options):
     final = query_result_of(*args, on_cached=cached.append, **options).all()
     assert len(cached) <= 1, "on_cached ran %d times" % len(cached)
     return (cached[0] if cached else None), final
+
+
+# The library's result types and batched answers, option by option, through
+# the binding's one fetch primitive (Context._fetch, under every public query
+# method): test_result_types tests what the C fetch answers for each
+# tether_result_type and batch_size, which the query API exposes as methods
+# (count(), ids(), values(), iteration) rather than as options.
+
+def fetch_wait(ctx, entity, timeout=30, **options):
+    """(cached, final) of one C fetch with `options` (Context._fetch's);
+    raises the final error."""
+    from tether.results import _marked   # the final answer as a query's: Count, Answer, offline
+    task = ctx._fetch(entity, **options)
+    task._wait_or_cancel(timeout, "fetch of %r" % (entity,))
+    if task.error is not None:
+        if (isinstance(task.error, tether_network_error()) and options.get("policy") != "server_only"
+                and not ctx.online):
+            return task.cached, _marked(task.objects, True)
+        raise task.error
+    return task.cached, _marked(task.objects, False)
+
+
+def tether_network_error():
+    import tether
+    return tether.NetworkError
+
+
+async def fetch_async(ctx, entity, **options):
+    """The final answer of one C fetch, awaited (a poll-mode context is
+    attached to the running loop, as AsyncContext does)."""
+    import tether
+    tether.AsyncContext(ctx)
+    return await ctx._fetch(entity, **options)

@@ -6,6 +6,11 @@ computed here from the same records, not only against another fetch: a
 result type that answered like another, or a count off by its offset, fails.
 Counts are checked with a predicate Kinto filters (the server counts) and
 with one it cannot (CONTAINS[c]: listed and filtered here), cold and synced.
+
+These test the library's result types option by option, so they fetch
+through the binding's one primitive, Context._fetch (conftest's fetch_wait
+and fetch_async wrap it), which every public query method runs on; the
+public methods (count(), ids(), values(), iteration) are test_query's.
 """
 
 import asyncio
@@ -19,7 +24,7 @@ import pytest
 
 import tether
 from tether import _lib
-from conftest import quiet_counts, wait_until, finished
+from conftest import fetch_async, fetch_wait, finished, quiet_counts, wait_until
 
 N = 300            # six pages of 50
 BATCH = 50
@@ -152,13 +157,13 @@ def nothing_started(ctx, rec, tasks_before):
 def test_count_on_a_synced_cache_with_every_policy(warm, pred, limit, offset):
     want = expected_count(pred, limit, offset)
     kw = dict(pred_kw(pred), limit=limit, offset=offset, result="count")
-    cached, final = warm.fetch_wait("items", **kw)
+    cached, final = fetch_wait(warm, "items", **kw)
     assert (cached, final) == (want, want)
     # An int that says whether it is the cache's answer for want of the server.
     assert type(final) is tether.Count and isinstance(final, int) and final.offline is False
-    assert warm.fetch_wait("items", policy="cache_only", **kw) == (None, want)
-    assert warm.fetch_wait("items", policy="server_only", **kw) == (None, want)
-    assert warm.fetch_wait("items", policy="cache_else_server", **kw) == (None, want)
+    assert fetch_wait(warm, "items", policy="cache_only", **kw) == (None, want)
+    assert fetch_wait(warm, "items", policy="server_only", **kw) == (None, want)
+    assert fetch_wait(warm, "items", policy="cache_else_server", **kw) == (None, want)
 
 
 @pytest.mark.parametrize("pred,limit,offset", COUNT_CASES, ids=COUNT_IDS)
@@ -167,17 +172,17 @@ def test_count_from_the_server_on_a_cold_cache(ctx, pred, limit, offset):
     answer is exact; cache-then-server's cached count is the empty cache's."""
     want = expected_count(pred, limit, offset)
     kw = dict(pred_kw(pred), limit=limit, offset=offset, result="count")
-    assert ctx.fetch_wait("items", policy="server_only", **kw) == (None, want)
+    assert fetch_wait(ctx, "items", policy="server_only", **kw) == (None, want)
     # A count the server makes stores nothing; a listing stores what it read
     # (at least offset + limit matching records, or all).
     cached = 0 if pred in SERVER_FILTERS else want
-    assert ctx.fetch_wait("items", policy="cache_only", **kw) == (None, cached)
-    assert ctx.fetch_wait("items", **kw) == (cached, want)
+    assert fetch_wait(ctx, "items", policy="cache_only", **kw) == (None, cached)
+    assert fetch_wait(ctx, "items", **kw) == (cached, want)
 
 
 def test_count_cache_then_server_cold_gives_zero_then_the_count(ctx):
-    assert ctx.fetch_wait("items", result="count", **pred_kw("flag")) == (0, 150)
-    assert ctx.fetch_wait("items", result="count", **pred_kw("contains_c")) == (0, 43)
+    assert fetch_wait(ctx, "items", result="count", **pred_kw("flag")) == (0, 150)
+    assert fetch_wait(ctx, "items", result="count", **pred_kw("contains_c")) == (0, 43)
 
 
 def test_count_asks_the_server_without_records_where_it_can_filter(items, tmp_path, open_ctx,
@@ -187,16 +192,16 @@ def test_count_asks_the_server_without_records_where_it_can_filter(items, tmp_pa
     and filtered here. Either way the count is exact."""
     ctx = open_ctx(faultproxy.url, items, tmp_path / "s.db")
     faultproxy.set("pass", reset_log=True)
-    _, n = ctx.fetch_wait("items", result="count", policy="server_only", offset=10, limit=50,
+    _, n = fetch_wait(ctx, "items", result="count", policy="server_only", offset=10, limit=50,
                           **pred_kw("flag"))
     assert n == 50
     log = [e for e in faultproxy.log() if "/records" in e]
     assert log and all(e.startswith("HEAD ") for e in log), log
     # Nothing was listed, so nothing was cached.
-    assert ctx.fetch_wait("items", policy="cache_only", result="count") == (None, 0)
+    assert fetch_wait(ctx, "items", policy="cache_only", result="count") == (None, 0)
 
     faultproxy.set("pass", reset_log=True)
-    _, n = ctx.fetch_wait("items", result="count", policy="server_only", **pred_kw("contains_c"))
+    _, n = fetch_wait(ctx, "items", result="count", policy="server_only", **pred_kw("contains_c"))
     assert n == 43
     log = [e for e in faultproxy.log() if "/records" in e]
     assert any(e.startswith("GET ") for e in log), log
@@ -204,11 +209,11 @@ def test_count_asks_the_server_without_records_where_it_can_filter(items, tmp_pa
 
 def test_count_through_the_callback_and_fetch_async(warm, recorder):
     rec = recorder()
-    task = warm.fetch("items", result="count", callback=rec, **pred_kw("lt"))
+    task = warm._fetch("items", result="count", callback=rec, **pred_kw("lt"))
     assert finished(task, 30)
     assert [(c[0], c[1], c[3]) for c in rec.calls] == [("cached", 0, 100), ("final", 0, 100)]
     assert task.cached == 100 and task.result() == 100 and task.objects == 100
-    got = asyncio.run(warm.fetch_async("items", result="count", offset=290))
+    got = asyncio.run(fetch_async(warm, "items", result="count", offset=290))
     assert got == 10
 
 
@@ -230,8 +235,8 @@ IDS_CASES = [
 def test_ids_equal_the_objects_ids_in_order(warm, policy, pred, sort, limit, offset):
     kw = dict(pred_kw(pred), sort=sort, limit=limit, offset=offset, policy=policy)
     want = expected_ids(pred, limit=limit, offset=offset, descending=sort.startswith("-"))
-    c_ids, f_ids = warm.fetch_wait("items", result="ids", **kw)
-    c_objs, f_objs = warm.fetch_wait("items", **kw)
+    c_ids, f_ids = fetch_wait(warm, "items", result="ids", **kw)
+    c_objs, f_objs = fetch_wait(warm, "items", **kw)
     assert f_ids == want and f_ids == [o.id for o in f_objs]
     assert all(type(i) is str for i in f_ids)
     if policy == "cache_then_server":
@@ -242,16 +247,16 @@ def test_ids_equal_the_objects_ids_in_order(warm, policy, pred, sort, limit, off
 
 def test_ids_from_the_server_on_a_cold_cache(ctx):
     want = expected_ids("contains_c", limit=5, offset=2, descending=True)
-    assert ctx.fetch_wait("items", result="ids", sort="-N", limit=5, offset=2,
+    assert fetch_wait(ctx, "items", result="ids", sort="-N", limit=5, offset=2,
                           **pred_kw("contains_c")) == ([], want)
-    _, ids = ctx.fetch_wait("items", result="ids", sort="N", policy="server_only")
+    _, ids = fetch_wait(ctx, "items", result="ids", sort="N", policy="server_only")
     assert ids == [rid(i) for i in range(N)]
 
 
 def test_ids_make_no_objects(warm):
     """An ids answer is strings: no Object is wrapped, no handle is held."""
     base = settled("object_handles")
-    _, ids = warm.fetch_wait("items", result="ids", policy="cache_only")
+    _, ids = fetch_wait(warm, "items", result="ids", policy="cache_only")
     assert len(ids) == N
     assert settled("object_handles") == base
     assert not any(isinstance(i, tether.Object) for i in ids)
@@ -275,17 +280,17 @@ def check_values(rows, ns, props):
 def test_values_give_exactly_the_requested_properties_typed(warm, policy):
     kw = dict(pred_kw("lt"), sort="-N", limit=40, offset=3, policy=policy)
     ns = expected_ns("lt", limit=40, offset=3, descending=True)
-    cached, final = warm.fetch_wait("items", result="values", properties=PROPS, **kw)
+    cached, final = fetch_wait(warm, "items", result="values", properties=PROPS, **kw)
     check_values(final, ns, PROPS)
     if policy == "cache_then_server":
         check_values(cached, ns, PROPS)
     # The same values as the objects hold.
-    _, objs = warm.fetch_wait("items", **kw)
+    _, objs = fetch_wait(warm, "items", **kw)
     assert final == [{p: o.peek(p) for p in PROPS} for o in objs]
 
 
 def test_values_types_include_null_json_real_and_boolean(warm):
-    _, rows = warm.fetch_wait("items", result="values", properties=["Tags", "Score", "Flag"],
+    _, rows = fetch_wait(warm, "items", result="values", properties=["Tags", "Score", "Flag"],
                               where="N IN {$1, $2}", args=(5, 6), sort="N")
     assert rows == [{"Tags": ["t2", "x"], "Score": 1.25, "Flag": False},
                     {"Tags": None, "Score": 1.5, "Flag": True}]
@@ -293,11 +298,11 @@ def test_values_types_include_null_json_real_and_boolean(warm):
 
 def test_values_from_the_server_on_a_cold_cache(ctx):
     ns = expected_ns("contains_c", limit=10)
-    cached, final = ctx.fetch_wait("items", result="values", properties=["N", "Name"],
+    cached, final = fetch_wait(ctx, "items", result="values", properties=["N", "Name"],
                                    sort="N", limit=10, **pred_kw("contains_c"))
     assert cached == []
     check_values(final, ns, ["N", "Name"])
-    _, final = ctx.fetch_wait("items", result="values", properties=["Name"], sort="N",
+    _, final = fetch_wait(ctx, "items", result="values", properties=["Name"], sort="N",
                               policy="server_only")
     check_values(final, range(N), ["Name"])
 
@@ -305,7 +310,7 @@ def test_values_from_the_server_on_a_cold_cache(ctx):
 def test_values_without_properties_give_every_attribute(warm):
     names = [a.name for a in warm.entity("items").attributes]
     assert names[:2] == ["id", "last_modified"] and set(PROPS) <= set(names)
-    _, rows = warm.fetch_wait("items", result="values", sort="N", limit=3, policy="cache_only")
+    _, rows = fetch_wait(warm, "items", result="values", sort="N", limit=3, policy="cache_only")
     assert [list(r) for r in rows] == [names] * 3
     for i, row in enumerate(rows):
         assert type(row["last_modified"]) is int and row["last_modified"] > 0
@@ -313,9 +318,9 @@ def test_values_without_properties_give_every_attribute(warm):
 
 
 def test_values_with_one_property_and_a_repeated_one(warm):
-    _, rows = warm.fetch_wait("items", result="values", properties=["N"], sort="N", limit=2)
+    _, rows = fetch_wait(warm, "items", result="values", properties=["N"], sort="N", limit=2)
     assert rows == [{"N": 0}, {"N": 1}]
-    _, rows = warm.fetch_wait("items", result="values", properties=("N", "N"), sort="N", limit=1)
+    _, rows = fetch_wait(warm, "items", result="values", properties=("N", "N"), sort="N", limit=1)
     assert rows == [{"N": 0}]
 
 
@@ -324,10 +329,10 @@ def test_values_of_an_unknown_property_are_invalid(warm, recorder, props):
     rec = recorder()
     before = live("tasks")
     with pytest.raises(tether.InvalidError) as e:
-        warm.fetch("items", result="values", properties=props, callback=rec)
+        warm._fetch("items", result="values", properties=props, callback=rec)
     assert e.value.message
     with pytest.raises(tether.InvalidError):
-        warm.fetch_wait("items", result="values", properties=props, policy="cache_only")
+        fetch_wait(warm, "items", result="values", properties=props, policy="cache_only")
     nothing_started(warm, rec, before)
 
 
@@ -336,9 +341,9 @@ def test_properties_for_another_result_type_are_invalid(warm, recorder, result):
     rec = recorder()
     before = live("tasks")
     with pytest.raises(tether.InvalidError, match="propert"):
-        warm.fetch("items", result=result, properties=["N"], callback=rec)
+        warm._fetch("items", result=result, properties=["N"], callback=rec)
     with pytest.raises(tether.InvalidError):
-        asyncio.run(warm.fetch_async("items", result=result, properties=["N"]))
+        asyncio.run(fetch_async(warm, "items", result=result, properties=["N"]))
     nothing_started(warm, rec, before)
 
 
@@ -348,8 +353,8 @@ def test_properties_for_another_result_type_are_invalid(warm, recorder, result):
 @pytest.mark.parametrize("pred,sort", [("none", "-N"), ("contains_c", "N"), ("lt", "-N")])
 def test_batch_iteration_gives_the_same_ids_as_a_plain_fetch(warm, policy, pred, sort):
     kw = dict(pred_kw(pred), sort=sort, policy=policy)
-    plain_c, plain_f = warm.fetch_wait("items", **kw)
-    cached, final = warm.fetch_wait("items", batch=BATCH, **kw)
+    plain_c, plain_f = fetch_wait(warm, "items", **kw)
+    cached, final = fetch_wait(warm, "items", batch=BATCH, **kw)
     try:
         assert isinstance(final, tether.Results) and not isinstance(final, list)
         want = expected_ids(pred, descending=sort.startswith("-"))
@@ -367,7 +372,7 @@ def test_batch_iteration_gives_the_same_ids_as_a_plain_fetch(warm, policy, pred,
 
 
 def test_batch_on_a_cold_cache(ctx):
-    cached, final = ctx.fetch_wait("items", batch=7, sort="-N", limit=20, offset=3,
+    cached, final = fetch_wait(ctx, "items", batch=7, sort="-N", limit=20, offset=3,
                                    **pred_kw("lt"))
     with cached, final:
         assert len(cached) == 0 and list(cached) == []
@@ -380,7 +385,7 @@ def test_batched_iteration_holds_about_one_batch_of_object_handles(warm):
     within about one batch of the baseline; a plain fetch's Answer, once
     read, holds them all (the control: the count does see handles)."""
     base = settled("object_handles")
-    _, res = warm.fetch_wait("items", batch=BATCH, sort="N", policy="cache_only")
+    _, res = fetch_wait(warm, "items", batch=BATCH, sort="N", policy="cache_only")
     seen, peak = [], 0
     with res:
         assert live("object_handles") == base    # nothing made before a row is read
@@ -392,7 +397,7 @@ def test_batched_iteration_holds_about_one_batch_of_object_handles(warm):
     assert 1 <= peak <= BATCH + 2, peak
     assert settled("object_handles") == base
 
-    _, plain = warm.fetch_wait("items", sort="N", policy="cache_only")
+    _, plain = fetch_wait(warm, "items", sort="N", policy="cache_only")
     assert live("object_handles") == base    # an Answer makes its Objects as they are read
     assert [o.peek("N") for o in plain] == list(range(N))
     assert live("object_handles") - base >= N
@@ -401,7 +406,7 @@ def test_batched_iteration_holds_about_one_batch_of_object_handles(warm):
 
 
 def test_results_is_a_read_only_sequence(warm):
-    _, res = warm.fetch_wait("items", batch=BATCH, sort="N", policy="cache_only")
+    _, res = fetch_wait(warm, "items", batch=BATCH, sort="N", policy="cache_only")
     with res:
         assert len(res) == N and bool(res)
         assert res[0].id == rid(0) and res[-1].id == rid(N - 1) and res[-N].id == rid(0)
@@ -427,7 +432,7 @@ def test_results_is_a_read_only_sequence(warm):
 
 def test_results_close_releases_the_handle(warm):
     base_results = settled("results")
-    cached, final = warm.fetch_wait("items", batch=BATCH, sort="N")
+    cached, final = fetch_wait(warm, "items", batch=BATCH, sort="N")
     assert live("results") == base_results + 2       # both phases, held
     first = final[0]
     cached.close()
@@ -442,7 +447,7 @@ def test_results_close_releases_the_handle(warm):
         list(final)
     assert first.peek("N") == 0                      # what was read outlives it
 
-    with warm.fetch_wait("items", batch=BATCH, policy="cache_only")[1] as res:
+    with fetch_wait(warm, "items", batch=BATCH, policy="cache_only")[1] as res:
         assert live("results") == base_results + 1
         res[0]
     assert live("results") == base_results and res.closed
@@ -451,7 +456,7 @@ def test_results_close_releases_the_handle(warm):
 def test_results_are_released_when_collected(warm):
     base_results = settled("results")
     base_handles = settled("object_handles")
-    cached, final = warm.fetch_wait("items", batch=BATCH)
+    cached, final = fetch_wait(warm, "items", batch=BATCH)
     [o.id for o in final[:60]]
     assert live("results") == base_results + 2
     del cached, final
@@ -464,7 +469,7 @@ def test_results_after_their_context_closed(kinto_url, items, tmp_path, open_ctx
     HandleError without asking the library with the dead handle, and closing
     or dropping it is harmless."""
     ctx = open_ctx(kinto_url, items, tmp_path / "s.db")
-    _, res = ctx.fetch_wait("items", batch=BATCH, sort="N", policy="server_only")
+    _, res = fetch_wait(ctx, "items", batch=BATCH, sort="N", policy="server_only")
     kept = res[0]
     ctx.close()
     assert res.closed
@@ -486,10 +491,10 @@ def test_results_after_their_context_closed(kinto_url, items, tmp_path, open_ctx
 
 def test_batched_fetch_async_and_poll_mode(kinto_url, items, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, items, tmp_path / "p.db", delivery="poll")
-    res = asyncio.run(ctx.fetch_async("items", batch=BATCH, sort="-N", policy="server_only"))
+    res = asyncio.run(fetch_async(ctx, "items", batch=BATCH, sort="-N", policy="server_only"))
     with res:
         assert [o.id for o in res] == [rid(i) for i in range(N - 1, -1, -1)]
-    cached, final = ctx.fetch_wait("items", batch=3, limit=4, sort="N")
+    cached, final = fetch_wait(ctx, "items", batch=3, limit=4, sort="N")
     with cached, final:
         assert [o.id for o in cached] == [o.id for o in final] == [rid(i) for i in range(4)]
 
@@ -498,7 +503,7 @@ def test_cancelled_batched_fetch_answers_an_empty_results(kinto_url, items, tmp_
                                                           recorder):
     ctx = open_ctx(kinto_url, items, tmp_path / "p.db", delivery="poll")
     rec = recorder()
-    task = ctx.fetch("items", batch=BATCH, policy="server_only", callback=rec)
+    task = ctx._fetch("items", batch=BATCH, policy="server_only", callback=rec)
     assert task.cancel() is True                     # before any poll: nothing delivered yet
     assert finished(task, 10)
     [(phase, status, _, res)] = rec.calls
@@ -514,7 +519,7 @@ def test_cancelled_fetch_of_each_result_type(kinto_url, items, tmp_path, open_ct
                                              result, empty):
     ctx = open_ctx(kinto_url, items, tmp_path / "p.db", delivery="poll")
     rec = recorder()
-    task = ctx.fetch("items", result=result, policy="server_only", callback=rec)
+    task = ctx._fetch("items", result=result, policy="server_only", callback=rec)
     assert task.cancel() is True
     assert finished(task, 10)
     assert rec.calls == [("final", tether.E_CANCELLED, rec.calls[0][2], empty)]
@@ -523,8 +528,8 @@ def test_cancelled_fetch_of_each_result_type(kinto_url, items, tmp_path, open_ct
 
 @pytest.mark.parametrize("result", ["ids", "values", "count"])
 def test_batch_with_other_result_types_changes_nothing(warm, result):
-    plain = warm.fetch_wait("items", result=result, sort="N", **pred_kw("lt"))
-    batched = warm.fetch_wait("items", result=result, sort="N", batch=7, **pred_kw("lt"))
+    plain = fetch_wait(warm, "items", result=result, sort="N", **pred_kw("lt"))
+    batched = fetch_wait(warm, "items", result=result, sort="N", batch=7, **pred_kw("lt"))
     assert plain == batched and not isinstance(batched[1], tether.Results)
 
 
@@ -559,7 +564,7 @@ def test_progress_counts_up_and_stops_at_the_final(items, tmp_path, open_ctx, fa
     ctx = open_ctx(faultproxy.url, items, tmp_path / "s.db", delivery=delivery)
     slow_pages(faultproxy)
     ev = Events()
-    task = ctx.fetch("items", policy="server_only", sort="N", callback=ev.callback,
+    task = ctx._fetch("items", policy="server_only", sort="N", callback=ev.callback,
                      progress=ev.progress)
     assert finished(task, 30) and task.status == 0 and len(task.result()) == N
     wait_until(lambda: False, timeout=0.5, poll=ctx if delivery == "poll" else None)
@@ -580,7 +585,7 @@ def test_progress_counts_records_the_server_sent_not_matching_ones(items, tmp_pa
     ctx = open_ctx(faultproxy.url, items, tmp_path / "s.db")
     slow_pages(faultproxy)
     ev = Events()
-    _, n = ctx.fetch_wait("items", result="count", policy="server_only", progress=ev.progress,
+    _, n = fetch_wait(ctx, "items", result="count", policy="server_only", progress=ev.progress,
                           **pred_kw("contains_c"))
     assert n == 43
     received = [p[1] for p in ev.of("progress")]
@@ -591,10 +596,10 @@ def test_no_progress_without_records_from_the_server(ctx):
     """cache_only never asks the server; a count the server makes (HEAD)
     sends no records."""
     ev = Events()
-    _, n = ctx.fetch_wait("items", policy="server_only", result="count", progress=ev.progress,
+    _, n = fetch_wait(ctx, "items", policy="server_only", result="count", progress=ev.progress,
                           **pred_kw("flag"))
     assert n == 150
-    ctx.fetch_wait("items", policy="cache_only", progress=ev.progress)
+    fetch_wait(ctx, "items", policy="cache_only", progress=ev.progress)
     time.sleep(0.2)
     assert ev.of("progress") == []
 
@@ -616,7 +621,7 @@ def test_cancel_from_inside_progress_gives_one_cancelled_final(items, tmp_path, 
             with ev.lock:
                 ev.list.append(("cancel returned", holder["cancelled"]))
 
-    task = ctx.fetch("items", policy="server_only", callback=ev.callback, progress=progress)
+    task = ctx._fetch("items", policy="server_only", callback=ev.callback, progress=progress)
     holder["task"] = task
     started.set()
     assert finished(task, 30)
@@ -642,7 +647,7 @@ def test_an_exception_in_progress_is_logged_and_the_fetch_goes_on(items, tmp_pat
         raise RuntimeError("boom in progress %d" % received)
 
     with caplog.at_level(logging.ERROR, logger="tether"):
-        _, ids = ctx.fetch_wait("items", result="ids", policy="server_only", sort="N",
+        _, ids = fetch_wait(ctx, "items", result="ids", policy="server_only", sort="N",
                                 progress=progress)
     assert ids == [rid(i) for i in range(N)]
     assert len(calls) >= 2                           # it kept being called
@@ -652,7 +657,7 @@ def test_an_exception_in_progress_is_logged_and_the_fetch_goes_on(items, tmp_pat
 def test_progress_in_fetch_async(kinto_url, items, tmp_path, open_ctx):
     ctx = open_ctx(kinto_url, items, tmp_path / "p.db", delivery="poll")
     got = []
-    ids = asyncio.run(ctx.fetch_async("items", result="ids", policy="server_only",
+    ids = asyncio.run(fetch_async(ctx, "items", result="ids", policy="server_only",
                                       progress=lambda r, t: got.append((r, t))))
     assert len(ids) == N and got and got[0][0] >= 50
 
@@ -673,7 +678,7 @@ def test_waiting_inside_progress_is_refused(kinto_url, items, tmp_path, open_ctx
         except tether.BusyError as e:
             errors.append(e)
 
-    holder["task"] = task = ctx.fetch("items", policy="server_only", progress=progress)
+    holder["task"] = task = ctx._fetch("items", policy="server_only", progress=progress)
     ready.set()
     assert finished(task, 30) and task.status == 0
     assert errors
@@ -713,11 +718,11 @@ def test_bad_arguments_are_refused_before_anything_starts(warm, recorder, kw, ex
     rec = recorder()
     before = live("tasks")
     with pytest.raises(exc, match=match):
-        warm.fetch("items", callback=rec, **kw)
+        warm._fetch("items", callback=rec, **kw)
     with pytest.raises(exc, match=match):
-        warm.fetch_wait("items", **kw)
+        fetch_wait(warm, "items", **kw)
     with pytest.raises(exc, match=match):
-        asyncio.run(warm.fetch_async("items", **kw))
+        asyncio.run(fetch_async(warm, "items", **kw))
     nothing_started(warm, rec, before)
 
 
@@ -727,7 +732,7 @@ def test_a_subclass_of_int_is_a_batch(warm):
     class Size(enum.IntEnum):
         SMALL = 10
 
-    _, res = warm.fetch_wait("items", batch=Size.SMALL, policy="cache_only", sort="N", limit=12)
+    _, res = fetch_wait(warm, "items", batch=Size.SMALL, policy="cache_only", sort="N", limit=12)
     with res:
         assert [o.id for o in res] == [rid(i) for i in range(12)]
 

@@ -83,8 +83,12 @@ class ContextFetching:
         if isinstance(limit, bool) or not isinstance(limit, int) or not INT64_MIN <= limit <= INT64_MAX:
             raise TypeError("limit must be an int of 64 bits")
         rtype, props, names = _result_options(result, properties)
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch <= SIZE_MAX:
-            raise ValueError("batch must be an int from 0 to %d" % SIZE_MAX)
+        if isinstance(batch, bool) or not isinstance(batch, int):
+            raise TypeError("batch must be an int, not %s" % type(batch).__name__)
+        if batch < 0:   # size_t would wrap it into a huge batch
+            raise ValueError("batch must not be negative")
+        if batch > SIZE_MAX:
+            raise OverflowError("batch must be at most %d" % SIZE_MAX)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be callable or None, not %s" % type(progress).__name__)
         if rtype == _lib.RESULT_VALUES and names is None:
