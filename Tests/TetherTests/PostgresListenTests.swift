@@ -7,23 +7,11 @@ import XCTest
 /// restarted; the listening connection exists only while a live fetch does,
 /// and a close does not wait for it. The trigger is the test's own, as
 /// sql/tether-postgres.sql installs it: pg_notify('tether_changes', '<schema>.<table>').
-final class PostgresListenTests: XCTestCase {
-    var conninfo = ""
-    var schema = ""
-    var directory = ""
-    var admin: PostgresSession!
+final class PostgresListenTests: PostgresTestCase {
+    override var schemaPrefix: String { "l" }
 
-    override func setUpWithError() throws {
-        guard let conninfo = ProcessInfo.processInfo.environment["TETHER_PG_CONNINFO"] else {
-            throw XCTSkip("TETHER_PG_CONNINFO is not set: run under scripts/with-postgres (scripts/run-tests postgres)")
-        }
-        self.conninfo = conninfo
-        schema = "l_" + UUID().uuidString.prefix(8).lowercased()
-        directory = try makeTemporaryDirectory("pg-listen")
-        admin = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: 5_000)
-        let s = schema
-        for statement in [
-            "CREATE SCHEMA \(s)",
+    override func schemaStatements(_ s: String) -> [String] {
+        [
             "CREATE TABLE \(s).items (id int8 PRIMARY KEY, title text NOT NULL)",
             "CREATE TABLE \(s).other (id int8 PRIMARY KEY)",
             """
@@ -32,15 +20,7 @@ final class PostgresListenTests: XCTestCase {
             """,
             "CREATE TRIGGER items_notify AFTER INSERT OR UPDATE OR DELETE ON \(s).items FOR EACH STATEMENT EXECUTE FUNCTION \(s).notify()",
             "INSERT INTO \(s).items VALUES (1, 'one'), (2, 'two')",
-        ] { _ = try admin.query(statement) }
-    }
-
-    override func tearDownWithError() throws {
-        if let admin {
-            _ = try? admin.query("DROP SCHEMA \(schema) CASCADE")
-            admin.close()
-        }
-        removeDirectory(directory)
+        ]
     }
 
     func open() throws -> Context {

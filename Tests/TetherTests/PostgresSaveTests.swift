@@ -5,33 +5,14 @@ import XCTest
 /// Saves over PostgreSQL (PostgresWrites): conditional on the row's xmin,
 /// one transaction per batch, a savepoint per record; conflicts reported
 /// as over Kinto so merge policies work unchanged.
-final class PostgresSaveTests: XCTestCase {
-    var conninfo = ""
-    var schema = ""
-    var directory = ""
-    var admin: PostgresSession!
+final class PostgresSaveTests: PostgresTestCase {
+    override var schemaPrefix: String { "w" }
 
-    override func setUpWithError() throws {
-        guard let conninfo = ProcessInfo.processInfo.environment["TETHER_PG_CONNINFO"] else {
-            throw XCTSkip("TETHER_PG_CONNINFO is not set: run under scripts/with-postgres (scripts/run-tests postgres)")
-        }
-        self.conninfo = conninfo
-        schema = "w_" + UUID().uuidString.prefix(8).lowercased()
-        directory = try makeTemporaryDirectory("pg-save")
-        admin = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: 5_000)
-        for statement in [
-            "CREATE SCHEMA \(schema)",
+    override func schemaStatements(_ schema: String) -> [String] {
+        [
             "CREATE TABLE \(schema).items (id int8 PRIMARY KEY, title text NOT NULL, n int4 CHECK (n >= 0))",
             "INSERT INTO \(schema).items VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)",
-        ] { _ = try admin.query(statement) }
-    }
-
-    override func tearDownWithError() throws {
-        if let admin {
-            _ = try? admin.query("DROP SCHEMA \(schema) CASCADE")
-            admin.close()
-        }
-        removeDirectory(directory)
+        ]
     }
 
     func open(_ conninfo: String? = nil) throws -> Context {

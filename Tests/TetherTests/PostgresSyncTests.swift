@@ -7,40 +7,17 @@ import XCTest
 /// changes (a second libpq session) reach the next fetch, deletions leave the
 /// cache, a fetch with nothing new lists no row, and without tracking whole
 /// listings still give the exact answer. Each test makes a schema of its own.
-final class PostgresSyncTests: XCTestCase {
-    var conninfo = ""
-    var schema = ""
-    var directory = ""
-    var admin: PostgresSession!
+final class PostgresSyncTests: PostgresTestCase {
+    override var schemaPrefix: String { "s" }
 
-    override func setUpWithError() throws {
-        guard let conninfo = ProcessInfo.processInfo.environment["TETHER_PG_CONNINFO"] else {
-            throw XCTSkip("TETHER_PG_CONNINFO is not set: run under scripts/with-postgres (scripts/run-tests postgres)")
-        }
-        self.conninfo = conninfo
-        schema = "s_" + UUID().uuidString.prefix(8).lowercased()
-        directory = NSTemporaryDirectory() + "tether-pgsync-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        admin = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: 5_000)
-        for statement in [
-            "CREATE SCHEMA \(schema)",
+    override func schemaStatements(_ schema: String) -> [String] {
+        [
             "CREATE TABLE \(schema).items (id int8 PRIMARY KEY, name text NOT NULL, n int4)",
             "CREATE TABLE \(schema).tags (code varchar(8) PRIMARY KEY, label text)",
             "CREATE TABLE \(schema).nokey (a int)",
             "INSERT INTO \(schema).items SELECT i, 'item ' || i, i % 7 FROM generate_series(1, 1500) i",
             "INSERT INTO \(schema).tags VALUES ('a', 'A'), ('b', 'B')",
-        ] { _ = try admin.query(statement) }
-    }
-
-    override func tearDownWithError() throws {
-        if let admin {
-            _ = try? admin.query("DROP SCHEMA \(schema) CASCADE")
-            _ = try? admin.query("DELETE FROM tether.versions WHERE relation LIKE $1", [schema + ".%"])
-            _ = try? admin.query("DELETE FROM tether.tombstones WHERE relation LIKE $1", [schema + ".%"])
-            _ = try? admin.query("DELETE FROM tether.tracked WHERE relation LIKE $1", [schema + ".%"])
-            admin.close()
-        }
-        try? FileManager.default.removeItem(atPath: directory)
+        ]
     }
 
     var options: PostgresOptions {

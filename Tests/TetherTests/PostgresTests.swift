@@ -6,24 +6,11 @@ import XCTest
 /// starts (TETHER_PG_CONNINFO): the catalog as specs, listings, exact
 /// filters, fetches compared with the same query run in SQL, peek/get,
 /// offline, bad options. Each test makes a schema of its own.
-final class PostgresTests: XCTestCase {
-    var conninfo = ""
-    var schema = ""
-    var directory = ""
-    var admin: PostgresSession!
+final class PostgresTests: PostgresTestCase {
+    override var schemaPrefix: String { "t" }
 
-    override func setUpWithError() throws {
-        guard let conninfo = ProcessInfo.processInfo.environment["TETHER_PG_CONNINFO"] else {
-            throw XCTSkip("TETHER_PG_CONNINFO is not set: run under scripts/with-postgres (scripts/run-tests postgres)")
-        }
-        self.conninfo = conninfo
-        schema = "t_" + UUID().uuidString.prefix(8).lowercased()
-        directory = NSTemporaryDirectory() + "tether-pg-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        admin = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: 5_000)
-        let s = schema
-        for statement in [
-            "CREATE SCHEMA \(s)",
+    override func schemaStatements(_ s: String) -> [String] {
+        [
             "CREATE TYPE \(s).mood AS ENUM ('sad', 'ok', 'happy')",
             "CREATE DOMAIN \(s).short AS varchar(10) NOT NULL",
             "CREATE TABLE \(s).owners (id int8 PRIMARY KEY, name text NOT NULL)",
@@ -53,15 +40,7 @@ final class PostgresTests: XCTestCase {
             FROM generate_series(0, 39) i
             """,
             "INSERT INTO \(s).many SELECT i, i % 10 FROM generate_series(1, 2500) i",
-        ] { _ = try admin.query(statement) }
-    }
-
-    override func tearDownWithError() throws {
-        if let admin {
-            _ = try? admin.query("DROP SCHEMA \(schema) CASCADE")
-            admin.close()
-        }
-        try? FileManager.default.removeItem(atPath: directory)
+        ]
     }
 
     func connection(schema: String? = nil) throws -> PostgresConnection {
