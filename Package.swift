@@ -10,11 +10,13 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
+        // swift_tryRetain, for uniquing without weak references.
+        .systemLibrary(name: "CSwiftRuntime", path: "Sources/CSwiftRuntime"),
         // The public header, seen by the boundary layer only.
         .systemLibrary(name: "CTetherABI", path: "Sources/CTetherABI"),
         .target(
             name: "Tether",
-            dependencies: ["CSQLite", "CCurl"],
+            dependencies: ["CSQLite", "CCurl", "CSwiftRuntime"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .target(

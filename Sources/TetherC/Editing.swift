@@ -125,7 +125,7 @@ public func tether_context_changes(_ ctx: OpaquePointer?, _ out: UnsafeMutablePo
 public func tether_object_related(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?,
                                   _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
-        let (source, owner, _) = try object(obj)
+        let (source, owner) = try object(obj)
         guard let out else { throw misuse("out is NULL") }
         out.pointee = nil  // as the header says: NULL whatever the status
         let target = try source.related(try text(key, "key"))

@@ -32,7 +32,7 @@ public func tether_fetch_start(_ ctx: OpaquePointer?, _ opts: UnsafePointer<teth
         let raw = try read(opts)
         var request = FetchRequest(entity: raw.related_owner != nil && raw.entity == nil ? "" : try text(raw.entity, "entity"))
         if raw.related_owner != nil || raw.related_name != nil {
-            let (owner, ownerContext, _) = try object(raw.related_owner)
+            let (owner, ownerContext) = try object(raw.related_owner)
             guard ownerContext == token else { throw TetherError(.invalid, "related_owner belongs to another context") }
             request.related = (owner, try text(raw.related_name, "related_name"))
         }

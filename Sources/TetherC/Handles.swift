@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import Tether
 
 /// The kinds of opaque handle the C ABI hands out.
@@ -28,7 +29,7 @@ final class Handles: @unchecked Sendable {
         /// The context's token; the context's own entry has 0.
         let owner: UInt
         /// C strings this handle lends out, freed with it.
-        let strings: [UnsafeMutablePointer<CChar>]
+        var strings: [UnsafeMutablePointer<CChar>]
         var references = 1
     }
 
@@ -87,19 +88,30 @@ final class Handles: @unchecked Sendable {
         }
     }
 
-    /// Registers many objects under one lock, as `register` does each, with
-    /// its id (`strings[0]`) made from `id`.
-    func registerObjects<Objects: Sequence>(_ objects: Objects, owner: UInt, id: (Objects.Element) -> String) throws
-        -> [OpaquePointer] where Objects.Element: AnyObject {
+    /// Registers many objects under one lock, as `register` does each.
+    func registerObjects(_ objects: [ManagedObject], owner: UInt) throws -> [OpaquePointer] {
         try writing {
             guard slotLocked(owner) != nil else { throw TetherError(.closed, "the context is closed") }
-            return objects.map { registerLocked($0, kind: .object, owner: owner, strings: [id($0)]).handle }
+            return objects.map { registerLocked($0, kind: .object, owner: owner, strings: []).handle }
+        }
+    }
+
+    /// The first C string a handle of `kind` lends, made by `make` from its
+    /// object on first use (most handles are never asked) and freed with it.
+    func lentString(_ pointer: OpaquePointer?, _ kind: HandleKind, make: (AnyObject) -> String) throws
+        -> UnsafeMutablePointer<CChar> {
+        try writing {
+            let index = try indexLocked(pointer, kind)
+            if let made = slots[index].entry!.strings.first { return made }
+            let made = strdup(make(slots[index].entry!.object))!
+            slots[index].entry!.strings = [made]
+            return made
         }
     }
 
     private func registerLocked(_ object: AnyObject, kind: HandleKind, owner: UInt, strings: [String])
         -> (handle: OpaquePointer, strings: [UnsafeMutablePointer<CChar>]) {
-        if let token = tokenByObject[ObjectIdentifier(object)], let index = slotLocked(token) {
+        if let token = tokenLocked(object, kind), let index = slotLocked(token) {
             slots[index].entry!.references += 1
             return (Self.pointer(token), slots[index].entry!.strings)
         }
@@ -116,14 +128,27 @@ final class Handles: @unchecked Sendable {
         slots[index].entry = Entry(kind: kind, object: object, owner: owner, strings: copies)
         slots[index].kind = kind
         slots[index].object = Unmanaged.passUnretained(object)
-        tokenByObject[ObjectIdentifier(object)] = token
+        setTokenLocked(object, kind, token)
         countByKind[kind, default: 0] += 1
         return (Self.pointer(token), copies)
     }
 
-    /// The handle already given to `object`, if any (no new reference).
+    /// The handle already given to `object` (not an object's), if any (no new reference).
     func existing(_ object: AnyObject) -> OpaquePointer? {
         reading { tokenByObject[ObjectIdentifier(object)].map(Self.pointer) }
+    }
+
+    /// An object handle's token is kept in the object (a kind is always
+    /// registered with one type: `.object` with ManagedObject), the rest by identity.
+    private func tokenLocked(_ object: AnyObject, _ kind: HandleKind) -> UInt? {
+        guard kind == .object else { return tokenByObject[ObjectIdentifier(object)] }
+        let token = unsafeDowncast(object, to: ManagedObject.self).handleToken.load(ordering: .relaxed)
+        return token == 0 ? nil : token
+    }
+
+    private func setTokenLocked(_ object: AnyObject, _ kind: HandleKind, _ token: UInt?) {
+        guard kind == .object else { tokenByObject[ObjectIdentifier(object)] = token; return }
+        unsafeDowncast(object, to: ManagedObject.self).handleToken.store(token ?? 0, ordering: .relaxed)
     }
 
     /// The object behind a handle of `kind`.
@@ -250,7 +275,7 @@ final class Handles: @unchecked Sendable {
             slots[index].generation += 1
             freeSlots.append(index)
         }  // else the slot is retired: its tokens are never given again
-        tokenByObject[ObjectIdentifier(entry.object)] = nil
+        setTokenLocked(entry.object, entry.kind, nil)
         countByKind[entry.kind, default: 1] -= 1
         entry.strings.forEach { free($0) }
         return entry.object

@@ -4,12 +4,13 @@ import Glibc
 import Tether
 
 func objectHandle(_ object: ManagedObject, owner: UInt) throws -> OpaquePointer {
-    try Handles.shared.register(object, kind: .object, owner: owner, strings: [object.id]).handle
+    // Its id's C string is made when first asked for (tether_object_id), not per handle.
+    try Handles.shared.register(object, kind: .object, owner: owner).handle
 }
 
-func object(_ pointer: OpaquePointer?) throws -> (object: ManagedObject, owner: UInt, id: UnsafeMutablePointer<CChar>) {
+func object(_ pointer: OpaquePointer?) throws -> (object: ManagedObject, owner: UInt) {
     let resolved = try Handles.shared.resolveWithOwner(pointer, .object, as: ManagedObject.self)
-    return (resolved.object, resolved.owner, resolved.strings[0])
+    return (resolved.object, resolved.owner)
 }
 
 @_cdecl("tether_context_object")
@@ -39,14 +40,14 @@ public func tether_object_free(_ obj: OpaquePointer?) -> Int32 {
 @_cdecl("tether_object_entity")
 public func tether_object_entity(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
-        let (target, owner, _) = try object(obj)
+        let (target, owner) = try object(obj)
         try output(out, try entityHandle(target.entity, owner: owner))
     }
 }
 
 @_cdecl("tether_object_id")
 public func tether_object_id(_ obj: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    call { try output(out, UnsafePointer(try object(obj).id)) }
+    call { try output(out, UnsafePointer(try Handles.shared.lentString(obj, .object) { unsafeDowncast($0, to: ManagedObject.self).id })) }
 }
 
 @_cdecl("tether_object_version")

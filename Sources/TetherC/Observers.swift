@@ -7,7 +7,7 @@ import Tether
 public func tether_object_observe(_ obj: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ callback: tether_observer_cb?,
                                   _ userdata: UnsafeMutableRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     call {
-        let (object, owner, _) = try object(obj)
+        let (object, owner) = try object(obj)
         let key = try text(key, "key")
         guard let callback else { throw misuse("callback is NULL") }
         let observer = try object.makeObserver(key: key)

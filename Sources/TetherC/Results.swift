@@ -33,7 +33,7 @@ final class ResultsBox: Sendable {
     /// caller (not loans); all or none.
     func objects(_ range: Range<Int>) throws -> [OpaquePointer] {
         let objects = try results.objects(in: range)
-        return try Handles.shared.registerObjects(objects, owner: owner) { $0.id }
+        return try Handles.shared.registerObjects(objects, owner: owner)
     }
 
     func id(at index: Int) throws -> UnsafePointer<CChar> {

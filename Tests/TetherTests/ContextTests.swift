@@ -1,3 +1,4 @@
+import Synchronization
 import XCTest
 @testable import Tether
 
@@ -42,12 +43,41 @@ final class ContextTests: XCTestCase {
     }
 
     private func open(_ mode: DeliveryMode = .thread, url: String? = nil, bucket: String? = nil,
-                      store: String = "store.sqlite") throws -> Context {
+                      store: String = "store.sqlite", cacheSize: Int = 1024) throws -> Context {
         var kinto = KintoOptions(serverURL: url ?? server, bucket: bucket ?? self.bucket)
         kinto.timeoutMilliseconds = 2_000
         var options = ContextOptions(storePath: directory + "/" + store)
         options.delivery = mode
+        options.objectCacheSize = cacheSize
         return try Context.open(options, connection: KintoConnection(kinto))
+    }
+
+    /// Uniquing holds objects unretained and each removes its entry as it is
+    /// freed: threads making, reading and dropping the objects of a few
+    /// records at once, with no cache keeping them, each see one object per
+    /// record while any holds it, its values, and nothing left behind.
+    func testOneObjectPerRecordWhileObjectsComeAndGo() throws {
+        let context = try open(cacheSize: 0)
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let before = Live.objects.load(ordering: .relaxed)
+        let held = (0..<4).map { try! context.object(entity: "items", id: "i\($0)") }
+        let failures = Atomic<Int>(0)
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            for round in 0..<5_000 {
+                let rank = (round + thread) % 8
+                let first = try? context.object(entity: "items", id: "i\(rank)")
+                let second = try? context.object(entity: "items", id: "i\(rank)")
+                let title = try? first?.peek("Title")
+                if first == nil || first !== second || (rank < 4 && first !== held[rank]) || title != .text("item \(rank)") {
+                    failures.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        XCTAssertEqual(failures.load(ordering: .relaxed), 0)
+        // At most: objects of the fetch above may still be going on another thread.
+        XCTAssertLessThanOrEqual(Live.objects.load(ordering: .relaxed), before + 4, "only the held objects stay")
+        XCTAssertTrue(try context.object(entity: "items", id: "i2") === held[2])
     }
 
     func testModelChangesOnTheServerMigrateTheStore() throws {

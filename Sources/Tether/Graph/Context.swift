@@ -51,6 +51,9 @@ public final class Context: Sendable {
     let worker: WorkQueue
     let delivery: Delivery
     let graph: Lock<Graph>
+    /// One object per record among those in memory (its own lock: an
+    /// object's deinit takes it, and objects are released under `graph`'s).
+    let uniquing: Uniquing
     /// Records the server sent that could not be taken (see `leaveOut`).
     let leftOut = Lock(LeftOutRecords())
     private let closed = Atomic<Bool>(false)
@@ -59,11 +62,6 @@ public final class Context: Sendable {
 
     struct Graph {
         var closed = false
-        /// Uniquing: each entity's objects in memory, by id. Entries of
-        /// objects gone are swept when the table has doubled since the last sweep.
-        var objects: [[ExactString: WeakObject]]
-        var entries = 0
-        var sweepAt = Graph.minimumSweep
         /// The recently used objects the context keeps alive: a ring.
         var recent: [ManagedObject?]
         var recentNext = 0
@@ -81,10 +79,7 @@ public final class Context: Sendable {
         /// Listings started by the server's change notices (PushedChanges.swift).
         var pushed = PushedRefreshes()
 
-        static let minimumSweep = 1024
-
         init(entities: Int, cacheSize: Int) {
-            objects = Array(repeating: [:], count: entities)
             recent = Array(repeating: nil, count: cacheSize)
         }
 
@@ -93,23 +88,6 @@ public final class Context: Sendable {
             recent[recentNext] = object
             recentNext = (recentNext + 1) % recent.count
         }
-
-        mutating func sweepIfDue() {
-            guard entries >= sweepAt else { return }
-            entries = 0
-            for index in objects.indices {
-                // In place: a filtered copy would allocate and rehash the
-                // whole table, and grow it again as objects come back.
-                let gone = objects[index].compactMap { $0.value.object == nil ? $0.key : nil }
-                for key in gone { objects[index][key] = nil }
-                entries += objects[index].count
-            }
-            sweepAt = max(Graph.minimumSweep, entries * 2)
-        }
-    }
-
-    struct WeakObject {
-        weak var object: ManagedObject?
     }
 
     init(model: Model, isOnline: Bool, options: ContextOptions, stores: [Store], connection: any Connection,
@@ -126,6 +104,7 @@ public final class Context: Sendable {
         self.delivery = delivery
         worker = WorkQueue()
         graph = Lock(Graph(entities: model.entities.count, cacheSize: options.objectCacheSize))
+        uniquing = Uniquing(entities: model.entities.count)
         Live.contexts.add(1, ordering: .relaxed)
     }
 
@@ -279,54 +258,26 @@ public final class Context: Sendable {
         return uniqueObject(entity, id)
     }
 
-    /// `uniqueObjects` of one id, without its arrays (a host's first read).
+    /// `uniqueObjects` of one id (a host's first read).
     func uniqueObject(_ entity: Entity, _ id: String) -> ManagedObject {
-        graph.withLock { graph in
-            let key = ExactString(id)
-            if let existing = graph.objects[entity.index][key]?.object {
-                graph.remember(existing)
-                return existing
-            }
-            let object = ManagedObject(context: self, entity: entity, id: id)
-            graph.objects[entity.index][key] = WeakObject(object: object)
-            graph.entries += 1
-            graph.remember(object)
-            graph.sweepIfDue()
-            return object
-        }
+        uniqueObjects(entity, CollectionOfOne(id))[0]
     }
 
-    /// The objects for these ids, made where none is in memory.
-    func uniqueObjects(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
-        var objects: [ManagedObject] = []
-        objects.reserveCapacity(ids.count)
-        // A slice at a time: a page of thousands would otherwise hold the
-        // graph, and every host thread's first read, for its whole length.
-        for start in stride(from: 0, to: ids.count, by: Self.uniquingSlice) {
-            graph.withLock { graph in
-                for id in ids[start..<min(ids.count, start + Self.uniquingSlice)] {
-                    if let existing = graph.objects[entity.index][ExactString(id)]?.object {
-                        graph.remember(existing)
-                        objects.append(existing)
-                        continue
-                    }
-                    let object = ManagedObject(context: self, entity: entity, id: id)
-                    graph.objects[entity.index][ExactString(id)] = WeakObject(object: object)
-                    graph.entries += 1
-                    graph.remember(object)
-                    objects.append(object)
-                }
-                graph.sweepIfDue()
-            }
+    /// The objects for these ids, made where none is in memory; each is
+    /// remembered among the recently used.
+    func uniqueObjects(_ entity: Entity, _ ids: some Collection<String>) -> [ManagedObject] {
+        let objects = uniquing.objects(entity, ids) { ManagedObject(context: self, entity: entity, id: $0) }
+        // Outside the uniquing lock: remembering releases the object it
+        // displaces, whose deinit takes that lock.
+        if !objects.isEmpty && options.objectCacheSize > 0 {
+            graph.withLock { graph in for object in objects { graph.remember(object) } }
         }
         return objects
     }
 
-    private static let uniquingSlice = 512
-
     /// The objects in memory among these ids (none is made).
     func objectsInMemory(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
-        graph.withLock { graph in ids.compactMap { graph.objects[entity.index][ExactString($0)]?.object } }
+        uniquing.inMemory(entity, ids)
     }
 
     func read(_ object: ManagedObject, _ index: Int, refresh: Bool) throws -> Value {

@@ -9,7 +9,10 @@ public final class ManagedObject: Sendable {
     /// Strong: an object a host still holds after close reports "closed"
     /// rather than touching freed memory. Close breaks the cycle.
     let context: Context
-    let state = Lock(State())
+    let state = InlineLock(State())
+    /// The C boundary's handle token for this object (0: none), touched only
+    /// under its registry's lock: found without hashing the object.
+    public let handleToken = Atomic<UInt>(0)
 
     struct State {
         var record: Record?
@@ -66,7 +69,11 @@ public final class ManagedObject: Sendable {
         Live.objects.add(1, ordering: .relaxed)
     }
 
-    deinit { Live.objects.subtract(1, ordering: .relaxed) }
+    deinit {
+        // The context's uniquing holds this object unretained: its entry goes first.
+        context.uniquing.remove(Unmanaged.passUnretained(self), entity: entity.index, id: id)
+        Live.objects.subtract(1, ordering: .relaxed)
+    }
 
     /// The cached value; never touches the network.
     /// `key` is an attribute's name, or a key path through to-one

@@ -113,8 +113,7 @@ extension Store {
             for start in stride(from: 0, to: rowids.count, by: Self.rowidsPerStatement) {
                 let chunk = rowids[start..<min(rowids.count, start + Self.rowidsPerStatement)]
                 let size = chunk.count == Self.rowidsPerStatement ? chunk.count : 1
-                let statement = try database.statement(select + " WHERE rowid IN ("
-                    + Array(repeating: "?", count: size).joined(separator: ", ") + ")")
+                let statement = try database.statement(select + (size == 1 ? " WHERE rowid IN (?)" : Self.rowidList))
                 if size == chunk.count {
                     try statement.each(chunk.map { .integer($0) }, body)
                 } else {
@@ -125,6 +124,8 @@ extension Store {
     }
 
     private static let rowidsPerStatement = 100
+    /// Its WHERE, made once (not per chunk).
+    private static let rowidList = " WHERE rowid IN (" + Array(repeating: "?", count: rowidsPerStatement).joined(separator: ", ") + ")"
 
     /// How many rows `query` would give.
     func count(_ entity: Entity, where predicate: Predicate?, limit: Int64 = 0, offset: Int64 = 0) throws -> Int64 {

@@ -138,8 +138,10 @@ extension Store {
         }
         var values: [Value] = []
         values.reserveCapacity(entity.attributes.count)
-        for (index, attribute) in entity.attributes.enumerated() {
-            switch (attribute.type, row[index]) {
+        // By index: iterating the attributes copied each one (its strings
+        // and arrays retained and released) per row.
+        for index in entity.attributes.indices {
+            switch (entity.attributes[index].type, row[index]) {
             case (.text, .text(let s)): values.append(.text(s))
             case (.integer, .integer(let i)): values.append(.integer(i))
             case (.real, .real(let d)): values.append(.real(d))
@@ -147,7 +149,8 @@ extension Store {
             case (.boolean, .integer(let i)): values.append(.boolean(i != 0))
             case (.json, .text(let s)): values.append(.json(s))
             default:
-                let misfit = extra.first { $0.key.hasSameBytes(as: attribute.name) }?.value
+                let name = entity.attributes[index].name
+                let misfit = extra.first { $0.key.hasSameBytes(as: name) }?.value
                 values.append(misfit.map { .json($0.serialized(sortKeys: true)) } ?? .null)
             }
         }

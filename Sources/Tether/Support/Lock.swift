@@ -30,6 +30,35 @@ final class Lock<State>: @unchecked Sendable {
     }
 }
 
+/// `Lock` in one allocation: the mutex lives in the buffer's tail, not in a
+/// block of its own. For objects made by the million (one per record read):
+/// each `Lock` cost two allocations and two frees.
+struct InlineLock<State>: @unchecked Sendable {
+    // @unchecked: a C mutex forces it (and ManagedBuffer is not Sendable);
+    // the state is touched only with the mutex held.
+    private final class Buffer: ManagedBuffer<State, pthread_mutex_t> {
+        deinit {
+            // The header (the state) is destroyed by ManagedBuffer; the mutex is ours.
+            _ = withUnsafeMutablePointerToElements { pthread_mutex_destroy($0) }
+        }
+    }
+
+    private let buffer: Buffer
+
+    init(_ state: State) {
+        buffer = unsafeDowncast(Buffer.create(minimumCapacity: 1) { _ in state }, to: Buffer.self)
+        buffer.withUnsafeMutablePointerToElements { _ = pthread_mutex_init($0, nil) }
+    }
+
+    func withLock<R>(_ body: (inout State) throws -> R) rethrows -> R {
+        try buffer.withUnsafeMutablePointers { state, mutex in
+            pthread_mutex_lock(mutex)
+            defer { pthread_mutex_unlock(mutex) }
+            return try body(&state.pointee)
+        }
+    }
+}
+
 /// State behind a pthread mutex with a condition variable, for the few places
 /// where a thread must wait for a change (Synchronization's Mutex has no
 /// condition). Every access goes through `withLock`, which broadcasts on the

@@ -1,0 +1,73 @@
+import CSwiftRuntime
+
+/// Uniquing: one object per record per context among those in memory, kept
+/// without weak references. A weak reference gave every object a side table
+/// (an allocation, and each retain and release of the object on the slow
+/// path) and the table a sweep of dead entries. Here the table holds each
+/// object unretained and an object removes its own entry as it goes
+/// (`ManagedObject.deinit`). A lookup takes an entry's object only if it is
+/// not already being freed (`swift_tryRetain`), under the table's lock,
+/// which that removal takes too: an entry is never read once its object's
+/// memory is gone.
+///
+/// Nothing may release an object while holding this lock (its deinit would
+/// wait on it): the table's own entries are unretained, and what a lookup
+/// returns is released by its caller after.
+final class Uniquing: @unchecked Sendable {
+    // @unchecked: Unmanaged entries; they are read only with `table`'s lock
+    // held, and each is removed (under it) before its object's memory goes.
+    private let table: Lock<[[ExactString: Unmanaged<ManagedObject>]]>
+
+    init(entities: Int) {
+        table = Lock(Array(repeating: [:], count: entities))
+    }
+
+    /// The objects for these ids, made by `make` where none is in memory.
+    func objects(_ entity: Entity, _ ids: some Collection<String>, make: (String) -> ManagedObject) -> [ManagedObject] {
+        var objects: [ManagedObject] = []
+        objects.reserveCapacity(ids.count)
+        // A slice at a time: a page of thousands would otherwise hold the
+        // table, and every host thread's first read, for its whole length.
+        var rest = ids[...]
+        while !rest.isEmpty {
+            let slice = rest.prefix(Self.slice)
+            rest = rest.dropFirst(slice.count)
+            table.withLock { table in
+                for id in slice {
+                    let key = ExactString(id)
+                    if let entry = table[entity.index][key], let existing = Self.live(entry) {
+                        objects.append(existing)
+                        continue
+                    }
+                    // None, or one being freed (its deinit removes its entry only if it is still its own).
+                    let object = make(id)
+                    table[entity.index][key] = Unmanaged.passUnretained(object)
+                    objects.append(object)
+                }
+            }
+        }
+        return objects
+    }
+
+    private static let slice = 512
+
+    /// The objects in memory among these ids (none is made).
+    func inMemory(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
+        table.withLock { table in ids.compactMap { table[entity.index][ExactString($0)].flatMap(Self.live) } }
+    }
+
+    /// From `object`'s deinit: its entry goes, unless another object for its
+    /// record has taken the entry since it began to be freed.
+    func remove(_ object: Unmanaged<ManagedObject>, entity: Int, id: String) {
+        table.withLock { table in
+            let key = ExactString(id)
+            if table[entity][key]?.toOpaque() == object.toOpaque() { table[entity][key] = nil }
+        }
+    }
+
+    /// The entry's object, retained, unless it is being freed.
+    private static func live(_ entry: Unmanaged<ManagedObject>) -> ManagedObject? {
+        guard swift_tryRetain(entry.toOpaque()) != nil else { return nil }
+        return entry.takeRetainedValue()
+    }
+}
