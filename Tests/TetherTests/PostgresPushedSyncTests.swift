@@ -7,22 +7,15 @@ import XCTest
 /// tables both record changes for incremental sync and send the NOTIFY a live
 /// fetch listens for, so another session's commits reach a live fetch with
 /// no fetch by the test and no trigger of the test's own.
-final class PostgresPushedSyncTests: XCTestCase {
+final class PostgresPushedSyncTests: PostgresTestCase {
+    override var schemaPrefix: String { "p" }
+
+    override func schemaStatements(_ schema: String) -> [String] {
+        ["CREATE TABLE \(schema).items (id int8 PRIMARY KEY, title text NOT NULL)",
+         "INSERT INTO \(schema).items VALUES (1, 'one'), (2, 'two')"]
+    }
+
     func testInstalledTrackingPushesCommitsToALiveFetch() throws {
-        guard let conninfo = ProcessInfo.processInfo.environment["TETHER_PG_CONNINFO"] else {
-            throw XCTSkip("TETHER_PG_CONNINFO is not set: run under scripts/with-postgres (scripts/run-tests postgres)")
-        }
-        let schema = "p_" + UUID().uuidString.prefix(8).lowercased()
-        let directory = try makeTemporaryDirectory("pg-pushed")
-        let admin = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: 5_000)
-        defer {
-            _ = try? admin.query("DROP SCHEMA \(schema) CASCADE")
-            admin.close()
-            removeDirectory(directory)
-        }
-        _ = try admin.query("CREATE SCHEMA \(schema)")
-        _ = try admin.query("CREATE TABLE \(schema).items (id int8 PRIMARY KEY, title text NOT NULL)")
-        _ = try admin.query("INSERT INTO \(schema).items VALUES (1, 'one'), (2, 'two')")
         var options = PostgresOptions(conninfo: conninfo, schema: schema)
         options.timeoutMilliseconds = 5_000
         XCTAssertEqual(try PostgresConnection.install(options), 1, "one table tracked")

@@ -838,6 +838,31 @@ local function opt_int(t, k, default)
     return v
 end
 
+-- The options every context takes (store, delivery, timeouts, cache), from
+-- the table given to tether.open or tether.open_postgres (`what`).
+local function context_options(o, what)
+    need_string(o.store, what, "store")
+    if (o.delivery or "poll") ~= "poll" then
+        misuse(what, "delivery must be \"poll\": LuaJIT cannot run callbacks on the library's "
+               .. "threads (see bindings/luajit/README.md)")
+    end
+    local opts = ffi.new("tether_context_options")
+    check(C.tether_context_options_init(opts, CONTEXT_OPTIONS_VERSION), "tether_context_options_init")
+    opts.store_path = o.store
+    opts.delivery = C.TETHER_DELIVER_POLL
+    opts.timeout_ms = opt_int(o, "timeout_ms", tonumber(opts.timeout_ms))
+    opts.staleness_ms = opt_int(o, "staleness_ms", tonumber(opts.staleness_ms))
+    opts.object_cache_size = opt_int(o, "object_cache_size", tonumber(opts.object_cache_size))
+    return opts
+end
+
+-- A new context's table, owning the handle in `out` (closed when collected).
+local function wrap_context(out, fields)
+    fields._h = ffi.gc(out[0], close_context)
+    fields._pending, fields._callback_errors, fields.closed = {}, {}, false
+    return setmetatable(fields, Context)
+end
+
 -- tether.open{url=, bucket=, store=, username=, password=, timeout_ms=,
 -- staleness_ms=, object_cache_size=, delivery="poll"}. Raises on failure.
 local OPEN_OPTIONS = {url = true, bucket = true, store = true, username = true, password = true,
@@ -847,31 +872,19 @@ function M.open(o)
     check_options(o, "open", OPEN_OPTIONS)
     need_string(o.url, "open", "url")
     need_string(o.bucket, "open", "bucket")
-    need_string(o.store, "open", "store")
-    local delivery = o.delivery or "poll"
-    if delivery ~= "poll" then
-        misuse("open", "delivery must be \"poll\": LuaJIT cannot run callbacks on the library's "
-               .. "threads (see bindings/luajit/README.md)")
-    end
-    local opts = ffi.new("tether_context_options")
-    check(C.tether_context_options_init(opts, CONTEXT_OPTIONS_VERSION), "tether_context_options_init")
+    local opts = context_options(o, "open")
     local kinto = ffi.new("tether_kinto_options")
     check(C.tether_kinto_options_init(kinto, KINTO_OPTIONS_VERSION), "tether_kinto_options_init")
-    kinto.server_url, kinto.bucket, opts.store_path = o.url, o.bucket, o.store
+    kinto.server_url, kinto.bucket = o.url, o.bucket
     if o.username ~= nil then need_string(o.username, "open", "username"); kinto.username = o.username end
     if o.password ~= nil then need_string(o.password, "open", "password"); kinto.password = o.password end
-    opts.delivery = C.TETHER_DELIVER_POLL
-    opts.timeout_ms = opt_int(o, "timeout_ms", tonumber(opts.timeout_ms))
-    opts.staleness_ms = opt_int(o, "staleness_ms", tonumber(opts.staleness_ms))
-    opts.object_cache_size = opt_int(o, "object_cache_size", tonumber(opts.object_cache_size))
     local out = ffi.new("tether_context *[1]")
     check(C.tether_context_open_kinto(opts, kinto, out), "tether_context_open_kinto")
-    return setmetatable({_h = ffi.gc(out[0], close_context), url = o.url, bucket = o.bucket,
-                         store = o.store, _pending = {}, _callback_errors = {}, closed = false},
-                        Context)
+    return wrap_context(out, {url = o.url, bucket = o.bucket, store = o.store})
 end
 
--- The options of a PostgreSQL schema; `keep` holds what the struct points into.
+-- The options of a PostgreSQL schema (the struct points into `o`'s strings,
+-- which the caller's table keeps alive for the call).
 local function postgres_options(o, what)
     need_string(o.conninfo, what, "conninfo")
     if o.schema ~= nil then need_string(o.schema, what, "schema") end
@@ -890,23 +903,11 @@ local OPEN_POSTGRES_OPTIONS = {conninfo = true, schema = true, store = true, tim
 function M.open_postgres(o)
     if type(o) ~= "table" then misuse("open_postgres", "tether.open_postgres takes a table of options") end
     check_options(o, "open_postgres", OPEN_POSTGRES_OPTIONS)
-    need_string(o.store, "open_postgres", "store")
-    if (o.delivery or "poll") ~= "poll" then
-        misuse("open_postgres", "delivery must be \"poll\" (see tether.open)")
-    end
     local pg = postgres_options(o, "open_postgres")
-    local opts = ffi.new("tether_context_options")
-    check(C.tether_context_options_init(opts, CONTEXT_OPTIONS_VERSION), "tether_context_options_init")
-    opts.store_path = o.store
-    opts.delivery = C.TETHER_DELIVER_POLL
-    opts.timeout_ms = opt_int(o, "timeout_ms", tonumber(opts.timeout_ms))
-    opts.staleness_ms = opt_int(o, "staleness_ms", tonumber(opts.staleness_ms))
-    opts.object_cache_size = opt_int(o, "object_cache_size", tonumber(opts.object_cache_size))
+    local opts = context_options(o, "open_postgres")
     local out = ffi.new("tether_context *[1]")
     check(C.tether_context_open_postgres(opts, pg, out), "tether_context_open_postgres")
-    return setmetatable({_h = ffi.gc(out[0], close_context), schema = o.schema or "public",
-                         store = o.store, _pending = {}, _callback_errors = {}, closed = false},
-                        Context)
+    return wrap_context(out, {schema = o.schema or "public", store = o.store})
 end
 
 -- tether.install_postgres{conninfo=, schema=}: installs the change tracking

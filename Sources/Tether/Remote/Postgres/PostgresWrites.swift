@@ -1,5 +1,3 @@
-import Foundation
-
 /// Saves over PostgreSQL: a batch of writes in one transaction, a savepoint
 /// per record so that one record's refused values (NOT NULL, a check, a
 /// foreign key, a unique index, a value its column's type cannot hold) fail
