@@ -1,6 +1,6 @@
 /*
  * benchutil.h — what the C bench programs (first_peek, peek, big_cache)
- * share: a clock, a sort order, dying with a message, running a fetch to its
+ * share: record ids (as common.py makes them), a clock, a sort order, dying with a message, running a fetch to its
  * FINAL callback, the ids of an answer or of a whole collection synced
  * from the server, attribute codes, and the library's
  * running count of prepared SQL statements.
@@ -32,6 +32,28 @@ static inline double now_ns(void) {
 }
 
 /* qsort order of doubles, ascending. */
+/* Record i's id, as common.record_id makes it: "r%05lld", or with
+ * BENCH_IDS=uuid a UUID-shaped id (splitmix64 of 2i and 2i+1, version 4). */
+static inline uint64_t bench_splitmix64(uint64_t x) {
+    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline void bench_record_id(long long i, char out[40]) {
+    const char *shape = getenv("BENCH_IDS");
+    if (!shape || !*shape || !strcmp(shape, "short")) {
+        snprintf(out, 40, "r%05lld", i);
+        return;
+    }
+    uint64_t hi = (bench_splitmix64(2 * (uint64_t)i) & ~(uint64_t)0xF000) | 0x4000;
+    uint64_t lo = (bench_splitmix64(2 * (uint64_t)i + 1) & 0x3FFFFFFFFFFFFFFFull) | 0x8000000000000000ull;
+    snprintf(out, 40, "%08llx-%04llx-%04llx-%04llx-%012llx", (unsigned long long)(hi >> 32),
+             (unsigned long long)((hi >> 16) & 0xFFFF), (unsigned long long)(hi & 0xFFFF),
+             (unsigned long long)(lo >> 48), (unsigned long long)(lo & 0xFFFFFFFFFFFFull));
+}
+
 static inline int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

@@ -10,7 +10,7 @@
  * the table and saves the model), then multiplies its rows to N in SQLite
  * with one INSERT ... SELECT: row n = i + k*B (B rows fetched, i the source
  * row's rank by id) copies source row i, bookkeeping columns included, with
- * id "r%05d" and Name "item-%05d" of n (the seeding's scheme), Created
+ * id of n as the seeding makes it (bench_record_id: BENCH_IDS) and Name "item-%05d" of n, Created
  * continuing the seeded series and Count, Size shifted by k. Pushing N
  * records through Kinto would take far longer than the measurement.
  *
@@ -121,6 +121,14 @@ static void exec(sqlite3 *db, const char *sql) {
 
 /* ------------------------------------------------------------ make */
 
+/* bench_id(n): record n's id, so copies are shaped as the seeded ids. */
+static void sql_bench_id(sqlite3_context *call, int argc, sqlite3_value **argv) {
+    (void)argc;
+    char id[40];
+    bench_record_id(sqlite3_value_int64(argv[0]), id);
+    sqlite3_result_text(call, id, -1, SQLITE_TRANSIENT);
+}
+
 static int cmd_make(long long target) {
     if (access(store, F_OK) == 0) die(store, "exists; make wants a new store");
     tether_context *ctx = open_context();
@@ -140,6 +148,9 @@ static int cmd_make(long long target) {
     if (base <= 0 || target <= base) die("make", "N must exceed the records fetched");
     double t0 = now_s();
     sqlite3 *db = open_db(SQLITE_OPEN_READWRITE);
+    if (sqlite3_create_function(db, "bench_id", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_bench_id, NULL,
+                                NULL) != SQLITE_OK)
+        die("bench_id", sqlite3_errmsg(db));
     char sql[8192];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '%s'", n.table);
     if (scalar(db, sql) != 1) die(n.table, "no such table in the store");
@@ -156,7 +167,7 @@ static int cmd_make(long long target) {
         snprintf(col, sizeof col, "\"%s\"", (const char *)sqlite3_column_text(info, 0));
         /* n = src.i + k*B; values derived from the source row and n. */
         if (!strcmp(col, n.id))
-            snprintf(expr, sizeof expr, "printf('r%%05d', src.i + k * %lld)", base);
+            snprintf(expr, sizeof expr, "bench_id(src.i + k * %lld)", base);
         else if (!strcmp(col, n.name))
             snprintf(expr, sizeof expr, "printf('item-%%05d', src.i + k * %lld)", base);
         else if (!strcmp(col, n.count))

@@ -996,8 +996,9 @@ def main():
     else:
         common.seed(url, RECORDS)
         how = "through /batch"
-    print("seeded %s/%s with %d records %s in %.1f s; medians of %d runs after a warm-up" % (
-        BUCKET, COLLECTION, RECORDS, how, now() - t0, RUNS))
+    print("seeded %s/%s with %d records %s in %.1f s, ids %s (BENCH_IDS); medians of %d runs after a warm-up" % (
+        BUCKET, COLLECTION, RECORDS, how, now() - t0,
+        "like " + common.record_id(0) if common.ID_SHAPE == "uuid" else "r00000...", RUNS))
     print()
 
     tmp = tempfile.mkdtemp(prefix="tether-bench-")

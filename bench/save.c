@@ -7,7 +7,7 @@
  *   save URL BUCKET COLLECTION STORE USER PASSWORD FIRST COUNT
  *
  * Fills STORE with a server-only fetch of the collection (untimed), edits
- * records FIRST .. FIRST+COUNT-1 (ids "r%05d"), then saves. Prints one JSON
+ * records FIRST .. FIRST+COUNT-1 (ids as common.record_id makes them), then saves. Prints one JSON
  * line: nanoseconds per edit, the save's milliseconds (start to its one
  * final callback), the changes saved, the RSS after the sync and after the
  * save, and the process's peak RSS (the sync's, mostly).
@@ -57,8 +57,8 @@ int main(int argc, char **argv) {
 
     double start = now_ns();
     for (long i = first; i < first + count; i++) {
-        char id[32];
-        snprintf(id, sizeof id, "r%05ld", i);
+        char id[40];
+        bench_record_id(i, id);
         tether_object *obj;
         if (tether_context_object(ctx, collection, id, &obj) != TETHER_OK) die_tether("object");
         tether_value value;
