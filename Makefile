@@ -118,10 +118,15 @@ fuzz: deps
 
 # The kill test's journaled rounds, KILL_ROUNDS of them (make test runs 8):
 # a child killed in a burst of changes, at a save's start, mid-save or after
-# it, the server compared with its journal at the end.
+# it, the server compared with its journal at the end. KILL_SERVER=postgres
+# runs them over a PostgreSQL schema instead of Kinto.
 kill-stress: build
 	$(MAKE) -C bindings/c build/tests/test_kill
-	TETHER_KILL_ROUNDS=$${KILL_ROUNDS:-200} TETHER_KILL_SCENARIOS=0 scripts/with-kinto bindings/c/build/tests/test_kill
+	if [ "$${KILL_SERVER:-kinto}" = postgres ]; then \
+	    TETHER_KILL_SERVER=postgres TETHER_KILL_ROUNDS=$${KILL_ROUNDS:-200} TETHER_KILL_SCENARIOS=0 scripts/with-postgres bindings/c/build/tests/test_kill; \
+	else \
+	    TETHER_KILL_ROUNDS=$${KILL_ROUNDS:-200} TETHER_KILL_SCENARIOS=0 scripts/with-kinto bindings/c/build/tests/test_kill; \
+	fi
 
 # bench: Kinto on PostgreSQL (scripts/pg-start) holding 100,000 records seeded by SQL.
 bench: build $(BUILD_DIR)/first_peek $(BUILD_DIR)/peek $(BUILD_DIR)/big_cache $(BUILD_DIR)/save $(BUILD_DIR)/fetch

@@ -18,10 +18,14 @@
  * nobody changed; and every child that was not killed saved with TETHER_OK
  * (a retry meeting its own earlier write is no conflict).
  * TETHER_KILL_ROUNDS sets its rounds (a few by default; make fuzz runs more),
- * TETHER_KILL_SCENARIOS the number of the first kind (3 by default). */
+ * TETHER_KILL_SCENARIOS the number of the first kind (3 by default).
+ *
+ * The server is Kinto, or with TETHER_KILL_SERVER=postgres a PostgreSQL
+ * schema of its own (the `postgres` suite of scripts/run-tests): the same
+ * changes, kills and checks; kill_server.c is what differs. */
 #define _POSIX_C_SOURCE 200809L
 
-#include "testutil.h"
+#include "kill_server.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -36,7 +40,6 @@
 #define DELETES 50    /* s100 .. s149 */
 #define CHANGES (INSERTS + UPDATES + DELETES)
 
-static char bucket[128];
 static char store[512];
 static char collection[32];
 
@@ -76,11 +79,7 @@ static int save_and_wait(tether_context *ctx, int seconds)
 
 static tether_context *open_quietly(void)
 {
-    tether_context_options o;
-    tether_kinto_options k;
-    tether_context *ctx = NULL;
-    tu_options(&o, &k, tu_url(), bucket, store, TETHER_DELIVER_THREAD, 20000);
-    return tether_context_open_kinto(&o, &k, &ctx) == TETHER_OK ? ctx : NULL;
+    return ks_open(store);
 }
 
 static int fetch_all(tether_context *ctx)
@@ -176,46 +175,28 @@ static long run_round(int round, int kill_ms, int *finished)
 
 static void check_server(void)
 {
-    char path[512], *body = NULL;
-    int i, seen[INSERTS], count = 0;
+    char *body = NULL;
+    static int ns[INSERTS * 2];
+    int i, seen[INSERTS], count;
     long status;
     tu_section("the server holds every change exactly once");
     memset(seen, 0, sizeof seen);
-    /* Page by page in N order (the server's pages are short). */
-    for (int last = -1, page = 1; page > 0;) {
-        snprintf(path, sizeof path, "/buckets/%s/collections/%s/records?Tag=%%22kill%%22&_sort=N&gt_N=%d",
-                 bucket, collection, last);
-        body = NULL;
-        status = tu_http("GET", path, NULL, &body);
-        CHECK_INT(status, 200);
-        page = 0;
-        if (status == 200 && body) {
-            /* Each record of the listing: {"N":..,"Tag":"kill","id":..}; count the Ns. */
-            const char *p = body;
-            while ((p = strstr(p, "\"N\":")) != NULL) {
-                int n = atoi(p + 4);
-                p += 4;
-                count++;
-                page++;
-                last = n > last ? n : last;
-                if (n >= 0 && n < INSERTS)
-                    seen[n]++;
-            }
-        }
-        free(body);
-    }
+    count = ks_tagged_ns(collection, "kill", ns, INSERTS * 2);
     CHECK_INT(count, INSERTS);
+    for (i = 0; i < count && i < INSERTS * 2; i++)
+        if (ns[i] >= 0 && ns[i] < INSERTS)
+            seen[ns[i]]++;
     for (i = 0; i < INSERTS; i++)
         if (seen[i] != 1) {
             CHECK_INT(seen[i], 1);
             break;
         }
+    CHECK(ks_read_all(collection));
     for (i = 0; i < SEEDED; i++) {
         long want = i < UPDATES ? 200 : i < UPDATES + DELETES ? 404 : 200;
-        char expect[64];
-        snprintf(path, sizeof path, "/buckets/%s/collections/%s/records/s%03d", bucket, collection, i);
-        body = NULL;
-        status = tu_http("GET", path, NULL, &body);
+        char expect[64], id[16];
+        snprintf(id, sizeof id, "s%03d", i);
+        status = ks_record(collection, id, &body);
         CHECK_INT(status, want);
         if (status == 200 && body) {
             snprintf(expect, sizeof expect, "\"N\":%d,", i < UPDATES ? i + 1000 : i);
@@ -231,8 +212,7 @@ static void check_server(void)
 static void scenario(int number, int rounds)
 {
     const char *ids[SEEDED];
-    static char names[SEEDED][16], data[SEEDED][48];
-    const char *datas[SEEDED];
+    static char names[SEEDED][16];
     int i, finished = 0, kills = 0;
     long last = CHANGES;
     tether_context *ctx;
@@ -248,13 +228,9 @@ static void scenario(int number, int rounds)
     }
     for (i = 0; i < SEEDED; i++) {
         snprintf(names[i], sizeof names[i], "s%03d", i);
-        snprintf(data[i], sizeof data[i], "{\"N\": %d, \"Tag\": \"seed\"}", i);
         ids[i] = names[i];
-        datas[i] = data[i];
     }
-    if (!CHECK(tu_put_collection(bucket, collection, "{\"type\": \"object\", \"properties\": {"
-                                 "\"N\": {\"type\": \"integer\"}, \"Tag\": {\"type\": \"string\"}}}") &&
-               tu_put_records(bucket, collection, ids, datas, SEEDED)))
+    if (!CHECK(ks_make(collection, ids, SEEDED)))
         return;
     tu_section(section);
     for (i = 0; i < rounds && !finished; i++) {
@@ -494,38 +470,6 @@ static void journal_child(int ready, unsigned seed, int at, int op)
     _exit(0);
 }
 
-/* The server's ids of the journaled collection (paged by id), into ids. */
-static int server_ids(char (*ids)[48], int capacity)
-{
-    char path[512], last[48] = "";
-    int count = 0, page = 1;
-    while (page > 0) {
-        char *body = NULL;
-        const char *p;
-        snprintf(path, sizeof path, "/buckets/%s/collections/%s/records?_sort=id&_fields=id%s%s", bucket,
-                 jcollection, last[0] ? "&gt_id=" : "", last);
-        if (tu_http("GET", path, NULL, &body) != 200 || !body) {
-            free(body);
-            return -1;
-        }
-        page = 0;
-        for (p = body; (p = strstr(p, "\"id\":\"")) != NULL;) {
-            const char *end;
-            p += 6;
-            end = strchr(p, '"');
-            if (!end || end - p >= 48)
-                break;
-            if (count < capacity)
-                snprintf(ids[count], 48, "%.*s", (int)(end - p), p);
-            snprintf(last, sizeof last, "%.*s", (int)(end - p), p);
-            count++;
-            page++;
-        }
-        free(body);
-    }
-    return count;
-}
-
 /* Whether the server's record `body` (NULL: none) is the state r says (prev: the one before its last change). */
 static int jmatches(const jrec *r, const char *body, int prev)
 {
@@ -556,7 +500,7 @@ static void check_journal(void)
     static char ids[J_MAX][48];
     int stage, count, unknown = 0, wrong = 0, maybe_insert = 0;
     jreplay(&stage);
-    count = server_ids(ids, J_MAX);
+    count = ks_ids(jcollection, ids, J_MAX);
     tu_section("the server holds what the journal says succeeded, each once, nothing else");
     if (!CHECK(count >= 0 && count <= J_MAX))
         return;
@@ -581,12 +525,11 @@ static void check_journal(void)
                 printf("  on the server, and no journaled change made it: %s\n", ids[i]);
         }
     CHECK(unknown <= maybe_insert);
+    CHECK(ks_read_all(jcollection));
     for (int i = 0; i < jcount; i++) {
         const jrec *r = &jrecs[i];
-        char path[640], *body = NULL;
-        long status;
-        snprintf(path, sizeof path, "/buckets/%.127s/collections/%.31s/records/%.47s", bucket, jcollection, r->id);
-        status = tu_http("GET", path, NULL, &body);
+        char *body = NULL;
+        long status = ks_record(jcollection, r->id, &body);
         if (status != 200 && status != 404) {
             CHECK_INT(status, 200);
         } else if (!jmatches(r, status == 200 ? body : NULL, 0) && !(r->maybe && jmatches(r, status == 200 ? body : NULL, 1))) {
@@ -603,8 +546,8 @@ static void check_journal(void)
 
 static void journaled(int rounds)
 {
-    static char names[J_SEEDED][16], data[J_SEEDED][48];
-    const char *ids[J_SEEDED], *datas[J_SEEDED];
+    static char names[J_SEEDED][16];
+    const char *ids[J_SEEDED];
     int i, kills[AT_COUNT] = {0}, finished_count = 0;
     tether_context *ctx;
     size_t left = 0;
@@ -613,21 +556,18 @@ static void journaled(int rounds)
     tu_store_path(jpath, sizeof jpath, "journal-log");
     for (i = 0; i < J_SEEDED; i++) {
         snprintf(names[i], sizeof names[i], "j%03d", i);
-        snprintf(data[i], sizeof data[i], "{\"N\": %d, \"Tag\": \"seed\"}", i);
         ids[i] = names[i];
-        datas[i] = data[i];
     }
-    if (!CHECK(tu_put_collection(bucket, jcollection, "{\"type\": \"object\", \"properties\": {"
-                                 "\"N\": {\"type\": \"integer\"}, \"Tag\": {\"type\": \"string\"}}}") &&
-               tu_put_records(bucket, jcollection, ids, datas, J_SEEDED)))
+    if (!CHECK(ks_make(jcollection, ids, J_SEEDED)))
         return;
     tu_section("journaled: kills during a burst of mixed changes, at the save's start, mid-save, after it");
     for (i = 0; i < rounds; i++) {
         int pipefd[2], status = 0;
         unsigned seed = (unsigned)rand();
         int at = i % AT_COUNT, op = rand() % J_OPS;
-        /* Mid-save: batches on the wire (a save of this size takes a few hundred ms here). */
-        int kill_ms = at == AT_MID_SAVE ? 5 + rand() % 300 : rand() % 4;
+        /* Mid-save: batches on the wire (a save of this size takes a few
+         * hundred ms here over Kinto, a few tens over PostgreSQL). */
+        int kill_ms = at == AT_MID_SAVE ? (ks_is_postgres() ? rand() % 30 : 5 + rand() % 300) : rand() % 4;
         pid_t pid;
         char byte;
         if (!CHECK(pipe(pipefd) == 0))
@@ -685,24 +625,16 @@ int main(int argc, char **argv)
 #endif
     if (getenv("TETHER_KILL_SCENARIOS")) /* the unjournaled ones; 0: the journaled only */
         scenarios = atoi(getenv("TETHER_KILL_SCENARIOS"));
-    tu_unique(bucket, sizeof bucket, "c-kill");
     srand(seed);
-    printf("random seed %u\n", seed);
-    if (!CHECK(tu_put_bucket(bucket)))
+    if (!ks_init())
         return tu_finish();
+    printf("random seed %u, over %s\n", seed, ks_name());
     for (i = 0; i < scenarios; i++)
         scenario(i, TU_SANITIZED ? 4 : 8);
     {
         const char *env = getenv("TETHER_KILL_ROUNDS");
         journaled(env && atoi(env) > 0 ? atoi(env) : TU_SANITIZED ? 4 : 8);
     }
-    {
-        /* Its thousands of records (and their permissions, which Kinto's
-         * memory backend scans for every /permissions request a context's
-         * open makes) would slow every program after this one. */
-        char path[160];
-        snprintf(path, sizeof path, "/buckets/%s", bucket);
-        CHECK_INT(tu_http("DELETE", path, NULL, NULL), 200);
-    }
+    ks_finish();
     return tu_finish();
 }
