@@ -495,7 +495,11 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * live fetches and observers answer as after any fetch (with observers only,
  * their objects are refreshed by id instead). The delay from the commit is
  * about 20 ms of gathering (a burst of commits costs one listing; notices
- * while a listing runs cause one more after it) plus the listing. When that
+ * while a listing runs cause one more after it) plus the listing: with
+ * tracking, a listing of what changed, except the first after the store
+ * holds only filtered answers of the table (a live fetch whose predicate
+ * PostgreSQL evaluated), which lists the table whole, once, and takes as
+ * long as a first sync of it. When that
  * connection is lost (the server restarted) it connects again after 0.1 s,
  * doubling up to 5 s; once back, every watched table is listed once, for the
  * notices missed meanwhile (so too right after the first LISTEN). The
