@@ -152,9 +152,11 @@ final class PostgresRestartTests: PostgresTestCase {
         }
         XCTAssertEqual(try admin.query("SELECT count(*)::text FROM \(schema).items WHERE id LIKE 'new%'").first?.first, "0",
                        "the inserts are not visible before the commit")
-        holder.close()
+        // The holder stays open until the server stops: closing it would end
+        // its transaction and let the save commit first.
         admin.close()
         try runScript("pg-stop", pgDir())
+        holder.close()
         let cut = outcome.withLock(when: { $0 != nil }, until: MonotonicTime.now().adding(milliseconds: 20_000)) { value, _ in value }
         let failed = try XCTUnwrap(cut, "the save answered")
         XCTAssertEqual((failed.error ?? failed.failures.first?.error)?.kind, .network, "\(failed.failures.prefix(2))")

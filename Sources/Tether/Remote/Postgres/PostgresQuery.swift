@@ -9,9 +9,10 @@ struct PostgresQuery {
     let request: PageRequest
     /// Pages by the key (the core's listings: by id), or by offset (any other sort).
     private let byKey: Bool
-    /// A whole listing (no sort, no limit) pages by the key in its own type
-    /// and collation, so that each page is a range of the primary key's
-    /// index; any other by-key listing compares ids as text, bytewise.
+    /// A listing by key without a limit pages by the key in its own type and
+    /// collation, so that each page is a range of the primary key's index
+    /// (the core sorts such an answer itself, or reads it from the store);
+    /// a limit's cut compares ids as text, bytewise, as the cache does.
     private let byIndex: Bool
     private let order: [String]
     private var conditions: [String] = []
@@ -52,7 +53,8 @@ struct PostgresQuery {
         }
         let idOrder = Self.compared(table.id)
         byKey = request.sort.isEmpty || request.sort == [SortKey(field: table.id.name, descending: false)]
-        byIndex = request.sort.isEmpty && request.limit == 0
+        // The core asks every listing by id (FetchPlan.serverSort): by id, no limit.
+        byIndex = byKey && request.limit == 0
         order = try request.sort.map { key in
             guard let column = table.column(named: key.field), column.type != .json else {
                 throw TetherError(.invalid, "\(table.spec.name): cannot sort by \(key.field.debugDescription) on the server")
