@@ -432,7 +432,9 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * with a primary key of one text, varchar, char, uuid or integer column
  * (the entity's name is the table's, its route "schema.table"); a table
  * without one is left out (logged, category "sync"). A record's id is its
- * key as text (42 -> "42"), the server's version of it is the row's xmin
+ * key as text (42 -> "42"; a predicate on the key compares text, so an
+ * int8 key `change` is asked as change == '1001', and "10" sorts before "9"),
+ * the server's version of it is the row's xmin
  * (the transaction that last wrote it), as the field "xmin", which no
  * column can be named.
  *
@@ -525,8 +527,10 @@ TETHER_API int tether_postgres_options_init(tether_postgres_options *pg, unsigne
  * The store is keyed by the conninfo's host, hostaddr, port, dbname and
  * user, and the schema. Connecting waits at most opts->timeout_ms (rounded
  * up to whole seconds, at least 2). A server that cannot be reached at all
- * (no answer to the connection) opens offline from a store of the same
- * database and schema, else gives TETHER_E_NETWORK; a conninfo libpq cannot
+ * (no answer to the connection), or that is starting up or shutting down
+ * (SQLSTATE 57P03, a restart in progress), opens offline from a store of the
+ * same database and schema, else gives TETHER_E_NETWORK, as a fetch or save
+ * meeting it does; a conninfo libpq cannot
  * parse, or a schema that is empty or over 63 bytes, TETHER_E_INVALID; an
  * unknown schema or database TETHER_E_NOT_FOUND; a refused role or password
  * TETHER_E_AUTH; libpq.so.5 missing TETHER_E_ERROR, saying so. `opts` and

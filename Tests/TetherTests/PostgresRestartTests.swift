@@ -103,6 +103,21 @@ final class PostgresRestartTests: PostgresTestCase {
         try assertExact(try names(context), file: file, line: line)
     }
 
+    /// A connection refused while the server starts up or shuts down (SQLSTATE
+    /// 57P03, libpq's "the database system is ...") is a restart in progress:
+    /// unreachable for now (NETWORK, so a context opens offline), not a server
+    /// error. A fetch that connects in that window met it (helper pgkill's runs).
+    func testAServerStartingUpOrShuttingDownIsUnreachable() {
+        for state in ["shutting down", "starting up", "in recovery mode"] {
+            let error = PostgresSession.connectFailure(
+                "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  the database system is \(state)")
+            XCTAssertEqual(error.kind, .network, state)
+            XCTAssertTrue(error.isUnreachable, state)
+        }
+        XCTAssertEqual(PostgresSession.connectFailure("connection to server failed: FATAL:  password authentication failed").kind,
+                       .auth, "an answer that refuses stays what it is")
+    }
+
     func testAWholeListingCutByARestartFailsAndTheNextIsExact() throws {
         let stopper = StopAfterPage(directory: try pgDir())
         let context = try open(stopper)

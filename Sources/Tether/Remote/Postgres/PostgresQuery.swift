@@ -112,8 +112,13 @@ struct PostgresQuery {
     }
 
     static func select(_ table: PostgresTable) -> String {
+        columns(table) + " FROM \(table.sqlName) t"
+    }
+
+    /// What a listing reads of a row of `t`, in `content`'s order (a write's RETURNING too).
+    static func columns(_ table: PostgresTable) -> String {
         ([table.id.expression, PostgresTable.version.expression + "::text"] + table.columns.map(\.expression))
-            .joined(separator: ", ") + " FROM \(table.sqlName) t"
+            .joined(separator: ", ")
     }
 
     func pageSQL(pageSize: Int) -> (String, [String]) {

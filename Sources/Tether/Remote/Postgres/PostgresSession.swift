@@ -106,12 +106,17 @@ final class PostgresSession: @unchecked Sendable {  // used by one thread at a t
     }
 
     /// A failed connect: the server answered (it refused the role, the
-    /// password, the database) or could not be reached at all, which alone
-    /// lets a context open offline.
+    /// password, the database) or could not be reached at all or is
+    /// restarting, which alone lets a context open offline.
     static func connectFailure(_ message: String) -> TetherError {
         let answered = message.contains("FATAL") || message.contains("ERROR")
         guard answered else {
             return TetherError(.network, "cannot reach the PostgreSQL server: \(message)", unreachable: true)
+        }
+        // 57P03: the server is starting up, shutting down or recovering: a
+        // restart in progress, unavailable for now as an unreachable one is.
+        if message.contains("the database system is") {
+            return TetherError(.network, "the PostgreSQL server is not accepting connections now: \(message)", unreachable: true)
         }
         if message.contains("database") && message.contains("does not exist") {
             return TetherError(.notFound, "the PostgreSQL server has no such database: \(message)")

@@ -43,21 +43,33 @@ enum PostgresWrites {
         if let version = write.ifVersion, write.kind != .create {
             condition += " AND \(PostgresTable.version.expression) = \(placeholder(String(version)))::int8"
         }
+        // The row as a listing reads it, from the write itself: no second round trip.
+        let returning = " RETURNING " + PostgresQuery.columns(table)
+        func written(_ rows: [[String?]]) throws -> WriteOutcome {
+            guard let record = PostgresQuery.content(table, rows).records.first else {
+                throw TetherError(.protocol, "PostgreSQL wrote \(table.spec.name) \(write.id) but did not return it readably")
+            }
+            return .written(record)
+        }
         switch write.kind {
         case .create:
             let assigned = try assignments(write, table, replace: false)
             let names = [PostgresCatalog.quote(table.id.name)] + assigned.map { PostgresCatalog.quote($0.column.name) }
             let values = ["$1"] + assigned.map { placeholder($0.value) }
             let sql = "INSERT INTO \(table.sqlName) AS t (\(names.joined(separator: ", "))) VALUES (\(values.joined(separator: ", ")))"
-                + " ON CONFLICT (\(PostgresCatalog.quote(table.id.name))) DO NOTHING RETURNING 1"
-            guard try !session.execute(sql, parameters).isEmpty else { return .conflict(current: try current(write.id, table, session)) }
+                + " ON CONFLICT (\(PostgresCatalog.quote(table.id.name))) DO NOTHING" + returning
+            let rows = try session.execute(sql, parameters)
+            guard !rows.isEmpty else { return .conflict(current: try current(write.id, table, session)) }
+            return try written(rows)
         case .patch, .replace:
             let assigned = try assignments(write, table, replace: write.kind == .replace)
             // Nothing to set still writes the row: its version moves, as Kinto's does.
             let sets = assigned.isEmpty ? ["\(PostgresCatalog.quote(table.id.name)) = t.\(PostgresCatalog.quote(table.id.name))"]
                 : assigned.map { "\(PostgresCatalog.quote($0.column.name)) = \(placeholder($0.value))" }
-            let sql = "UPDATE \(table.sqlName) AS t SET \(sets.joined(separator: ", ")) WHERE \(condition) RETURNING 1"
-            guard try !session.execute(sql, parameters).isEmpty else { return .conflict(current: try current(write.id, table, session)) }
+            let sql = "UPDATE \(table.sqlName) AS t SET \(sets.joined(separator: ", ")) WHERE \(condition)" + returning
+            let rows = try session.execute(sql, parameters)
+            guard !rows.isEmpty else { return .conflict(current: try current(write.id, table, session)) }
+            return try written(rows)
         case .delete:
             let sql = "DELETE FROM \(table.sqlName) AS t WHERE \(condition) RETURNING 1"
             guard try !session.execute(sql, parameters).isEmpty else {
@@ -66,10 +78,6 @@ enum PostgresWrites {
             }
             return .deleted
         }
-        guard let record = try current(write.id, table, session) else {
-            throw TetherError(.protocol, "PostgreSQL wrote \(table.spec.name) \(write.id) but does not list it")
-        }
-        return .written(record)
     }
 
     /// The row of `id` as a listing gives it (this transaction's view), or nil.
