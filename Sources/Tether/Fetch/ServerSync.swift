@@ -75,6 +75,8 @@ extension FetchTask {
             page.limit = stopsAtLimit && server.isExact ? needed : 0
         }
         let readsToTheEnd = plan.readsToTheEnd || !stopsAtLimit
+        // A whole listing's answer is the store's, a query's is sorted here (`listingEnded`).
+        page.readsEveryPage = readsToTheEnd && page.rawQuery == nil
         let remote = connection.page(page) { [self] result in
             var result = result
             var index = 0

@@ -32,6 +32,7 @@ struct VersionCheck: Sendable {
         request.sort = [SortKey(field: entity.spec.idField, descending: false)]
         request.fields = [entity.spec.idField, entity.spec.versionField]
         request.cursor = cursor
+        request.readsEveryPage = true  // into a dictionary: any order of the key will do
         let remote = connection.page(request) { [self] result in
             worker.async { [self] in
                 guard isCurrent() else { return }

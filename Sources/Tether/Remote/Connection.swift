@@ -144,6 +144,11 @@ public struct PageRequest: Sendable {
     /// `partial`, or send whole records. nil: whole records.
     public var fields: [String]?
     public var cursor: PageCursor?
+    /// The caller reads every page and orders what it keeps itself, so any
+    /// order of the key that pages consistently will do (PostgreSQL pages by
+    /// the key's index then). false: pages in `sort` order exactly, as a
+    /// caller that stops once it has enough needs.
+    public var readsEveryPage = false
 
     public init(spec: Spec) { self.spec = spec }
 }

@@ -9,10 +9,10 @@ struct PostgresQuery {
     let request: PageRequest
     /// Pages by the key (the core's listings: by id), or by offset (any other sort).
     private let byKey: Bool
-    /// A listing by key without a limit pages by the key in its own type and
-    /// collation, so that each page is a range of the primary key's index
-    /// (the core sorts such an answer itself, or reads it from the store);
-    /// a limit's cut compares ids as text, bytewise, as the cache does.
+    /// A listing by key whose caller reads every page (and orders the answer
+    /// itself) pages by the key in its own type and collation, so that each
+    /// page is a range of the primary key's index; one the caller may stop
+    /// early (a limit it cuts) compares ids as text, bytewise, as the cache does.
     private let byIndex: Bool
     private let order: [String]
     private var conditions: [String] = []
@@ -53,8 +53,8 @@ struct PostgresQuery {
         }
         let idOrder = Self.compared(table.id)
         byKey = request.sort.isEmpty || request.sort == [SortKey(field: table.id.name, descending: false)]
-        // The core asks every listing by id (FetchPlan.serverSort): by id, no limit.
-        byIndex = byKey && request.limit == 0
+        // The core asks every listing by id, and says when it reads them all.
+        byIndex = byKey && request.limit == 0 && request.readsEveryPage
         order = try request.sort.map { key in
             guard let column = table.column(named: key.field), column.type != .json else {
                 throw TetherError(.invalid, "\(table.spec.name): cannot sort by \(key.field.debugDescription) on the server")
