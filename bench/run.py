@@ -57,7 +57,9 @@ CALLS = 100000          # row 2b: peeks of one object, and trivial ctypes calls
 REFRESH_GETS = 500
 REFRESH_RUNS = 1 if QUICK else 3
 MANY_GETS = 10000       # row 4c, fetched by the peer in MANY_GETS_LISTINGS in_id listings
-MANY_GETS_LISTINGS = 2
+# The peer's URL must fit in one argument of curl's (Linux: 128 KB): 5000 short ids do,
+# 5000 UUIDs (37 bytes each with the comma) do not, so those go in listings of 2000.
+MANY_GETS_LISTINGS = 2 if common.ID_SHAPE == "short" else 5
 MANY_GETS_LIMIT = 120   # s for every refresh of row 4c to land (the row is bounded by this)
 RANGES = 4              # row 1c: concurrent curl processes, one _since/_before range each
 MEM_RUNS = 1 if QUICK else 3

@@ -6,7 +6,8 @@ import XCTest
 /// client's change: server_wins and client_wins settle a conflict as over
 /// Kinto; a foreign key and a unique index refuse their record only
 /// (TETHER_E_INVALID with PostgreSQL's words), the neighbours saved and the
-/// refused change kept; NOT NULL is `required`, refused at the edit.
+/// refused change kept; NOT NULL is `required`, refused at the edit, and
+/// one added after the catalog was read is refused by the server.
 final class PostgresRefusalTests: PostgresTestCase {
     override var schemaPrefix: String { "v" }
 
@@ -93,6 +94,19 @@ final class PostgresRefusalTests: PostgresTestCase {
         XCTAssertThrowsError(try fine.set("title", .null)) { XCTAssertEqual(($0 as? TetherError)?.kind, .type) }
         XCTAssertFalse(fine.hasChanges)
         XCTAssertEqual(try row("c"), "fine:3")
+
+        // A NOT NULL the model does not know of (added after the context read
+        // the catalog): only the server can refuse it, and it fails its record only.
+        _ = try admin.query("ALTER TABLE \(schema).items ALTER n SET NOT NULL")
+        try fine.set("n", .null)
+        let refused = try SaveContract.save(context)
+        let notNull = refused.failures.first { $0.object.id == "c" }?.error
+        XCTAssertEqual(notNull?.kind, .invalid)
+        XCTAssertTrue(notNull?.message.contains("null value") ?? false, "PostgreSQL's words: \(String(describing: notNull))")
+        XCTAssertEqual(try row("c"), "fine:3")
+        XCTAssertTrue(fine.hasChanges)
+        try fine.rollback()
+        _ = try admin.query("ALTER TABLE \(schema).items ALTER n DROP NOT NULL")
 
         // Once the owner exists, the kept insert saves.
         _ = try admin.query("INSERT INTO \(schema).owners VALUES ('nobody')")
