@@ -24,9 +24,7 @@ final class PostgresListenTests: PostgresTestCase {
     }
 
     func open() throws -> Context {
-        var options = PostgresOptions(conninfo: conninfo, schema: schema)
-        options.timeoutMilliseconds = 5_000
-        return try Context.open(ContextOptions(storePath: directory + "/store.sqlite"), connection: PostgresConnection(options))
+        try openContext()
     }
 
     /// A live fetch of all items by id; its callbacks are kept.

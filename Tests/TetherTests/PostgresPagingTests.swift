@@ -26,9 +26,7 @@ final class PostgresPagingTests: PostgresTestCase {
     }
 
     func testALimitCutOverAnIntegerKeyIsTheIdsBytewiseFirst() throws {
-        var options = PostgresOptions(conninfo: conninfo, schema: schema)
-        options.timeoutMilliseconds = 5_000
-        let context = try Context.open(ContextOptions(storePath: directory + "/store.sqlite"), connection: PostgresConnection(options))
+        let context = try openContext()
         defer { try? context.close() }
         // A real comparison is checked here, not by PostgreSQL: pages are read
         // until five match. In the index's order the first page holds 1..1000,

@@ -16,11 +16,9 @@ final class PostgresPushedSyncTests: PostgresTestCase {
     }
 
     func testInstalledTrackingPushesCommitsToALiveFetch() throws {
-        var options = PostgresOptions(conninfo: conninfo, schema: schema)
-        options.timeoutMilliseconds = 5_000
         XCTAssertEqual(try PostgresConnection.install(options), 1, "one table tracked")
 
-        let context = try Context.open(ContextOptions(storePath: directory + "/store.sqlite"), connection: PostgresConnection(options))
+        let context = try openContext()
         defer { try? context.close() }
         let live = try PostgresListenTests.Live(context)
         XCTAssertTrue(eventually(20) { live.last == ["1:one", "2:two"] }, "\(live.last)")

@@ -23,10 +23,7 @@ final class PostgresRefusalTests: PostgresTestCase {
     }
 
     func open() throws -> Context {
-        var options = PostgresOptions(conninfo: conninfo, schema: schema)
-        options.timeoutMilliseconds = 5_000
-        let context = try Context.open(ContextOptions(storePath: directory + "/store-\(UUID().uuidString).sqlite"),
-                                       connection: PostgresConnection(options))
+        let context = try openContext(store: "store-\(UUID().uuidString).sqlite")
         for entity in ["owners", "items"] { XCTAssertNil(try fetch(context, FetchRequest(entity: entity)).last?.error) }
         return context
     }

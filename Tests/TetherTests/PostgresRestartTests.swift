@@ -18,12 +18,6 @@ final class PostgresRestartTests: PostgresTestCase {
         ]
     }
 
-    var options: PostgresOptions {
-        var options = PostgresOptions(conninfo: conninfo, schema: schema)
-        options.timeoutMilliseconds = 5_000
-        return options
-    }
-
     /// Stops the server when the connection's `pageToStopAfter`-th page
     /// (counted from when it is set) has arrived, on the connection's own
     /// thread, so the next page is asked of a stopped server.
@@ -145,8 +139,7 @@ final class PostgresRestartTests: PostgresTestCase {
     /// inserts made; then the server stops. Nothing of it may be committed
     /// or lost: after the restart the next save applies each change once.
     func testASaveCutMidTransactionLosesNothingAndAppliesNothingTwice() throws {
-        let context = try Context.open(ContextOptions(storePath: directory + "/save.sqlite"),
-                                       connection: try PostgresConnection(options))
+        let context = try openContext(store: "save.sqlite")
         defer { try? context.close() }
         try assertExact(try names(context))
         for i in 0..<300 { _ = try context.insert(entity: "items", id: "new\(i)", values: [("name", .text("new \(i)"))]) }

@@ -81,8 +81,6 @@ final class PostgresSaveTests: PostgresTestCase {
     }
 
     func testAWriteSentAgainAfterALostAnswerIsNotAppliedTwice() throws {
-        var options = PostgresOptions(conninfo: conninfo, schema: schema)
-        options.timeoutMilliseconds = 5_000
         let connection = try PostgresConnection(options)
         defer { connection.shutdown() }
         let specs: [Spec] = wait { connection.specs($0) }

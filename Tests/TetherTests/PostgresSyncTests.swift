@@ -20,12 +20,6 @@ final class PostgresSyncTests: PostgresTestCase {
         ]
     }
 
-    var options: PostgresOptions {
-        var options = PostgresOptions(conninfo: conninfo, schema: schema)
-        options.timeoutMilliseconds = 5_000
-        return options
-    }
-
     func open() throws -> (Context, PostgresConnection) {
         let connection = try PostgresConnection(options)
         return (try Context.open(ContextOptions(storePath: directory + "/store.sqlite"), connection: connection), connection)

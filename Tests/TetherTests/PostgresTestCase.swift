@@ -25,6 +25,18 @@ class PostgresTestCase: XCTestCase {
     var directory = ""
     var admin: PostgresSession!
 
+    /// The test's schema on the cluster, with a 5 s timeout.
+    var options: PostgresOptions {
+        var options = PostgresOptions(conninfo: conninfo, schema: schema)
+        options.timeoutMilliseconds = 5_000
+        return options
+    }
+
+    /// A context over the test's schema, on a store of that name in the test's folder.
+    func openContext(store: String = "store.sqlite") throws -> Context {
+        try Context.open(ContextOptions(storePath: directory + "/" + store), connection: PostgresConnection(options))
+    }
+
     /// The schema name's prefix (a letter) and what to run once it exists.
     var schemaPrefix: String { "t" }
     func schemaStatements(_ schema: String) -> [String] { [] }

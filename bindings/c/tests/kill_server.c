@@ -15,50 +15,6 @@ int ks_is_postgres(void) { return postgres; }
 
 /* ------------------------------------------------------------ PostgreSQL */
 
-/* Runs `sql` with psql (unaligned, tuples only); its output in *out
- * (free()), NULL for none wanted. 1 if psql succeeded. */
-static int psql(const char *sql, char **out)
-{
-    char command[1024], *text = NULL;
-    size_t length = 0, cap = 0, n;
-    char chunk[4096];
-    FILE *pipe;
-    int ok;
-    /* The SQL goes as a file, not a command line: it holds quotes of its own. */
-    char path[512];
-    FILE *file;
-    tu_store_path(path, sizeof path, "kill-sql");
-    file = fopen(path, "w");
-    if (!file)
-        return 0;
-    fprintf(file, "SET client_min_messages = warning;\n%s\n", sql);
-    fclose(file);
-    snprintf(command, sizeof command, "psql -X -q -A -t -v ON_ERROR_STOP=1 -d '%s' -f '%s'", conninfo, path);
-    pipe = popen(command, "r");
-    if (!pipe)
-        return 0;
-    while ((n = fread(chunk, 1, sizeof chunk, pipe)) > 0) {
-        if (length + n + 1 > cap) {
-            cap = (length + n + 1) * 2;
-            text = realloc(text, cap);
-            if (!text)
-                abort();
-        }
-        memcpy(text + length, chunk, n);
-        length += n;
-    }
-    ok = pclose(pipe) == 0;
-    remove(path);
-    if (text)
-        text[length] = '\0';
-    if (out && ok) {
-        *out = text ? text : strdup("");
-        return 1;
-    }
-    free(text);
-    return ok;
-}
-
 /* `value` as a SQL literal ('' doubled) into buf. */
 static const char *literal(const char *value, char *buf, size_t size)
 {
@@ -98,7 +54,7 @@ int ks_init(void)
     {
         char sql[256];
         snprintf(sql, sizeof sql, "CREATE SCHEMA \"%s\";", space);
-        return CHECK(psql(sql, NULL));
+        return CHECK(tu_psql(conninfo, sql, NULL));
     }
 }
 
@@ -148,7 +104,7 @@ int ks_make(const char *collection, const char *const *ids, int count)
         used += (size_t)snprintf(sql + used, size - used, "%s(%s, %d, 'seed')", i ? ", " : "",
                                  literal(ids[i], id, sizeof id), i);
     snprintf(sql + used, size - used, ";");
-    ok = psql(sql, NULL);
+    ok = tu_psql(conninfo, sql, NULL);
     free(sql);
     return ok;
 }
@@ -167,7 +123,7 @@ int ks_read_all(const char *collection)
     snprintf(copy_of, sizeof copy_of, "%s", collection);
     snprintf(sql, sizeof sql, "SELECT id || E'\\t' || json_strip_nulls(row_to_json(t)) FROM \"%s\".\"%s\" t;", space,
              collection);
-    return psql(sql, &copy_text);
+    return tu_psql(conninfo, sql, &copy_text);
 }
 
 long ks_record(const char *collection, const char *id, char **body)
@@ -228,7 +184,7 @@ int ks_ids(const char *collection, char (*ids)[48], int capacity)
     }
     char sql[256], *out = NULL, *line, *save = NULL;
     snprintf(sql, sizeof sql, "SELECT id FROM \"%s\".\"%s\" ORDER BY id;", space, collection);
-    if (!psql(sql, &out))
+    if (!tu_psql(conninfo, sql, &out))
         return -1;
     for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (count < capacity)
@@ -270,7 +226,7 @@ int ks_tagged_ns(const char *collection, const char *tag, int *ns, int capacity)
     char sql[512], quoted[112], *out = NULL, *line, *save = NULL;
     snprintf(sql, sizeof sql, "SELECT coalesce(\"N\", -1) FROM \"%s\".\"%s\" WHERE \"Tag\" = %s ORDER BY \"N\";",
              space, collection, literal(tag, quoted, sizeof quoted));
-    if (!psql(sql, &out))
+    if (!tu_psql(conninfo, sql, &out))
         return -1;
     for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (count < capacity)
@@ -296,5 +252,5 @@ void ks_finish(void)
     }
     char sql[128];
     snprintf(sql, sizeof sql, "DROP SCHEMA \"%s\" CASCADE;", space);
-    CHECK(psql(sql, NULL));
+    CHECK(tu_psql(conninfo, sql, NULL));
 }

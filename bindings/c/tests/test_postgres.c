@@ -23,15 +23,7 @@ static char schema[64];
 /* Runs SQL through psql against TETHER_PG_CONNINFO; 1 if it succeeded. */
 static int psql(const char *sql)
 {
-    char command[1024];
-    FILE *pipe;
-    snprintf(command, sizeof command, "psql -X -q -v ON_ERROR_STOP=1 -d '%s' -f - >/dev/null", conninfo);
-    pipe = popen(command, "w");
-    if (!pipe)
-        return 0;
-    fputs("SET client_min_messages = warning;\n", pipe);
-    fputs(sql, pipe);
-    return pclose(pipe) == 0;
+    return tu_psql(conninfo, sql, NULL);
 }
 
 static int script(const char *name)

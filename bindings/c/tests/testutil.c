@@ -1240,3 +1240,47 @@ void tu_fetch_all(tether_context *ctx, const char *entity)
     CHECK_CODE(f.final_status, TETHER_OK);
     tu_fetch_destroy(&f);
 }
+
+/* ------------------------------------------------------------ psql */
+
+int tu_psql(const char *conninfo, const char *sql, char **out)
+{
+    char command[1024], *text = NULL;
+    size_t length = 0, cap = 0, n;
+    char chunk[4096];
+    FILE *pipe;
+    int ok;
+    /* The SQL goes as a file, not a command line: it holds quotes of its own. */
+    char path[512];
+    FILE *file;
+    tu_store_path(path, sizeof path, "psql-sql");
+    file = fopen(path, "w");
+    if (!file)
+        return 0;
+    fprintf(file, "SET client_min_messages = warning;\n%s\n", sql);
+    fclose(file);
+    snprintf(command, sizeof command, "psql -X -q -A -t -v ON_ERROR_STOP=1 -d '%s' -f '%s'", conninfo, path);
+    pipe = popen(command, "r");
+    if (!pipe)
+        return 0;
+    while ((n = fread(chunk, 1, sizeof chunk, pipe)) > 0) {
+        if (length + n + 1 > cap) {
+            cap = (length + n + 1) * 2;
+            text = realloc(text, cap);
+            if (!text)
+                abort();
+        }
+        memcpy(text + length, chunk, n);
+        length += n;
+    }
+    ok = pclose(pipe) == 0;
+    remove(path);
+    if (text)
+        text[length] = '\0';
+    if (out && ok) {
+        *out = text ? text : strdup("");
+        return 1;
+    }
+    free(text);
+    return ok;
+}

@@ -185,6 +185,11 @@ int tu_peek_int(tether_object *obj, const char *key, int64_t *out);
 /* The "n" of each object, comma-separated, into buf ("?" for one without);
  * returns buf. */
 const char *tu_ns(tether_object **objs, size_t count, char *buf, size_t size);
+/* Runs `sql` with psql on `conninfo` (unaligned, tuples only, warnings
+ * off; the SQL goes as a file, so it may hold any quotes). Its output in
+ * *out (free() it), or NULL for none wanted. 1 if psql succeeded. */
+int tu_psql(const char *conninfo, const char *sql, char **out);
+
 /* Record id of an object, or "(?)". */
 const char *tu_id(tether_object *obj);
 
