@@ -828,7 +828,10 @@ TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
  * the record is not cached (nor known absent). A deletion the store saw (of
  * a record it held) survives a reopen: the store keeps a tombstone for the
  * newest 10000 deleted records of each entity (an older one reads
- * TETHER_E_NOT_CACHED again); a later answer that has the record drops it.
+ * TETHER_E_NOT_CACHED again); a later answer that has the record drops it,
+ * unless the record's version is no newer than the one deleted (an answer
+ * the server gave before the deletion, a get's refresh or a page taken
+ * after this context's own save deleted the record): that one is not taken.
  * On success *out holds the value; free it with tether_value_free.
  * `out` is written only on success. `key` may be a key path through to-one
  * relationships ("Client.Owner"). */

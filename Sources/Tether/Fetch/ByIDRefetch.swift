@@ -21,8 +21,12 @@ struct ByIDRefetch: Sendable {
         fetch(connection.idBatches(ids), cursor: nil, seen: [], cursors: CursorTrail())
     }
 
-    private func fetch(_ batches: [[String]], cursor: PageCursor?, seen: Set<ExactString>, cursors: CursorTrail) {
+    /// `serial`: the store's next write when the batch's first page was asked for.
+    private func fetch(_ batches: [[String]], cursor: PageCursor?, seen: Set<ExactString>, cursors: CursorTrail,
+                       since serial: Int64? = nil) {
         guard let batch = batches.first else { return done(.success(())) }
+        // Rows written from now on (a save's answer) are newer than what this batch says is gone.
+        let serial = serial ?? ((try? store.nextWrite()) ?? .max)
         let remote = connection.records(entity.spec, ids: batch, cursor: cursor) { [self] result in
             worker.async { [self] in
                 guard isCurrent() else { return }
@@ -34,11 +38,10 @@ struct ByIDRefetch: Sendable {
                     if let next = page.next {
                         var cursors = cursors
                         try cursors.advance(to: next, of: entity.name)
-                        return fetch(batches, cursor: next, seen: seen, cursors: cursors)
+                        return fetch(batches, cursor: next, seen: seen, cursors: cursors, since: serial)
                     }
-                    let gone = batch.filter { !seen.contains(ExactString($0)) }
-                    try store.delete(ids: gone, of: entity)
-                    context.markDeleted(gone, of: entity)
+                    let unseen = batch.filter { !seen.contains(ExactString($0)) }
+                    context.markDeleted(try store.delete(ids: unseen, of: entity, unlessWrittenSince: serial), of: entity)
                     fetch(Array(batches.dropFirst()), cursor: nil, seen: [], cursors: CursorTrail())
                 } catch {
                     done(.failure(TetherError.wrap(error)))

@@ -96,21 +96,24 @@ extension Context {
             let entity = model.entities[index]
             let byID = Dictionary(objects.map { (ExactString($0.id), $0) }, uniquingKeysWith: { first, _ in first })
             for ids in connection.idBatches(byID.keys.map(\.string)) {
-                refresh(ids.compactMap { byID[ExactString($0)] }, of: entity, cursor: nil, seen: [], cursors: CursorTrail())
+                // Rows written from now on (a save's answer) are newer than what this refresh says is gone.
+                let serial = (try? store(for: entity).nextWrite()) ?? .max
+                refresh(ids.compactMap { byID[ExactString($0)] }, of: entity, cursor: nil, seen: [], cursors: CursorTrail(), since: serial)
             }
         }
     }
 
     /// Asks for one page of these objects' records; on the worker.
+    /// `serial`: the store's next write when the first page was asked for.
     private func refresh(_ objects: [ManagedObject], of entity: Entity, cursor: PageCursor?, seen: Set<ExactString>,
-                         cursors: CursorTrail) {
+                         cursors: CursorTrail, since serial: Int64) {
         _ = connection.records(entity.spec, ids: objects.map(\.id), cursor: cursor) { [self] result in
-            worker.async { [self] in refreshed(objects, of: entity, result, seen: seen, cursors: cursors) }
+            worker.async { [self] in refreshed(objects, of: entity, result, seen: seen, cursors: cursors, since: serial) }
         }
     }
 
     private func refreshed(_ objects: [ManagedObject], of entity: Entity, _ result: Result<Page, TetherError>,
-                           seen: Set<ExactString>, cursors: CursorTrail) {
+                           seen: Set<ExactString>, cursors: CursorTrail, since serial: Int64) {
         var seen = seen
         var cursors = cursors
         do {
@@ -118,10 +121,10 @@ extension Context {
             seen.formUnion(try absorb(page.decode(), of: entity).map { ExactString($0.id) })
             if let next = page.next {
                 try cursors.advance(to: next, of: entity.name)
-                return refresh(objects, of: entity, cursor: next, seen: seen, cursors: cursors)
+                return refresh(objects, of: entity, cursor: next, seen: seen, cursors: cursors, since: serial)
             }
-            let gone = objects.map(\.id).filter { !seen.contains(ExactString($0)) }
-            try store(for: entity).delete(ids: gone, of: entity)
+            let unseen = objects.map(\.id).filter { !seen.contains(ExactString($0)) }
+            let gone = try store(for: entity).delete(ids: unseen, of: entity, unlessWrittenSince: serial)
             markDeleted(gone, of: entity)
             Log.debug(.sync, "refreshed \(objects.count) \(entity.name) objects: \(seen.count) found, \(gone.count) gone")
         } catch {

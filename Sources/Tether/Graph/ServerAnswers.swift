@@ -11,10 +11,11 @@ extension Context {
     func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
                 acceptingOlder: Bool = false, makingObjects: Bool = true) throws -> [ManagedObject] {
         if content.partial { return try absorbPartial(content, of: entity, matching: predicate) }
-        let records = takeable(content, of: entity)
-        defer { tellRowsChanged(entity, records.map(\.id)) }
         let now = wallClockMilliseconds()
-        try store(for: entity).write(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+        // Those the store took: a record sent before its deletion here is not brought back.
+        let records = try store(for: entity).write(takeable(content, of: entity), deleting: content.deletedIDs, of: entity,
+                                                   fetchedAt: now, acceptingOlder: acceptingOlder)
+        defer { tellRowsChanged(entity, records.map(\.id)) }
         markDeleted(content.deletedIDs, of: entity)
         guard makingObjects else {
             _ = mergeHeld(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)

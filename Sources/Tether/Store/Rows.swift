@@ -2,11 +2,13 @@
 extension Store {
     /// Writes what the server sent in one transaction: inserts or replaces
     /// `records` (not by older versions unless `acceptingOlder`), deletes the
-    /// rows of `deletedIDs`.
+    /// rows of `deletedIDs`. Returns the records taken: all but those older
+    /// than their deletion (`staleAfterDeletion`).
+    @discardableResult
     func write(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
-               acceptingOlder: Bool = false) throws {
-        guard !records.isEmpty || !deletedIDs.isEmpty else { return }
-        try withDatabase { database in
+               acceptingOlder: Bool = false) throws -> [Record] {
+        guard !records.isEmpty || !deletedIDs.isEmpty else { return records }
+        return try withDatabase { database in
             try database.transaction {
                 try writeRows(records, deleting: deletedIDs, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder, database)
             }
@@ -14,8 +16,10 @@ extension Store {
     }
 
     /// `write`'s work, inside a transaction the caller holds.
+    @discardableResult
     func writeRows(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
-                   acceptingOlder: Bool = false, _ database: Database) throws {
+                   acceptingOlder: Bool = false, _ database: Database) throws -> [Record] {
+        let records = acceptingOlder ? records : try withoutStaleAfterDeletion(records, of: entity, database)
         let sql = sql(entity)
         // Counted in the file, so contexts sharing it agree.
         let serial = try Self.lastWrite(database) + 1
@@ -39,6 +43,7 @@ extension Store {
         try forgetTombstones(records.map(\.id), of: entity, database)
         try deleteRows(deletedIDs, of: entity, database)
         try Self.setMeta("write", String(serial), database)
+        return records
     }
 
     func load(_ entity: Entity, id: String) throws -> StoredRecord? {
@@ -110,6 +115,26 @@ extension Store {
         guard !ids.isEmpty else { return }
         try withDatabase { database in
             try database.transaction { try deleteRows(ids, of: entity, database) }
+        }
+    }
+
+    /// Deletes the rows of `ids`, which an answer asked for before write
+    /// `serial` (`nextWrite` then) says the server lacks, except those
+    /// written since: a save's answer or a newer page knows better than an
+    /// answer read before it. Returns the ids now known gone: those deleted
+    /// and those the store did not hold.
+    func delete(ids: [String], of entity: Entity, unlessWrittenSince serial: Int64) throws -> [String] {
+        guard !ids.isEmpty else { return [] }
+        return try withDatabase { database in
+            try database.transaction {
+                let written = try database.statement(sql(entity).writeOf, pinned: true)
+                let gone = try ids.filter { id in
+                    guard case .integer(let write)? = try written.first([.text(id)], { $0[0] }) else { return true }
+                    return write < serial
+                }
+                try deleteRows(gone, of: entity, database)
+                return gone
+            }
         }
     }
 

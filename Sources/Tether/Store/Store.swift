@@ -30,6 +30,8 @@ final class Store: Sendable {
         let upsert: String
         let deleteByID: String
         let idsWrittenBefore: String
+        /// A row's write serial, by id.
+        let writeOf: String
         let tombstone: String
 
         init(_ entity: Entity) {
@@ -58,8 +60,11 @@ final class Store: Sendable {
                 + assignments.joined(separator: ", ")
             deleteByID = "DELETE FROM \(table) WHERE \(idColumn) = ?"
             idsWrittenBefore = "SELECT \(idColumn) FROM \(table) WHERE \(written) < ?"
-            // Only for a row held: an id the store never had is no deletion it saw.
-            tombstone = "INSERT OR REPLACE INTO tether_deleted (entity, id) SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM \(table) WHERE \(idColumn) = ?2)"
+            writeOf = "SELECT \(written) FROM \(table) WHERE \(idColumn) = ?"
+            // Only for a row held: an id the store never had is no deletion it
+            // saw. Its version is kept: an answer read before the deletion
+            // holds that version or an older one, and must not bring it back.
+            tombstone = "INSERT OR REPLACE INTO tether_deleted (entity, id, version) SELECT ?1, ?2, \(version) FROM \(table) WHERE \(idColumn) = ?2"
         }
     }
 
@@ -169,7 +174,12 @@ final class Store: Sendable {
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
         // Tombstones: rows the server deleted, so a reopened store still
         // tells "gone" from "not fetched". The rowid orders them for the bound.
-        try database.execute("CREATE TABLE IF NOT EXISTS tether_deleted (entity INTEGER NOT NULL, id TEXT NOT NULL, PRIMARY KEY (entity, id))")
+        try database.execute("CREATE TABLE IF NOT EXISTS tether_deleted (entity INTEGER NOT NULL, id TEXT NOT NULL, version INTEGER, PRIMARY KEY (entity, id))")
+        // 0.2's tombstones had no version: theirs stays null (no answer is judged older).
+        let tombstoneColumns = try database.statement("SELECT name FROM pragma_table_info('tether_deleted')").rows()
+        if !tombstoneColumns.contains(where: { $0.first == .text("version") }) {
+            try database.execute("ALTER TABLE tether_deleted ADD COLUMN version INTEGER")
+        }
         try database.execute(Self.outboxSchema)
         try migrateOutbox(database)
         try definePredicateFunctions(database)
