@@ -829,9 +829,14 @@ TETHER_API int tether_object_version(tether_object *obj, int64_t *out);
  * a record it held) survives a reopen: the store keeps a tombstone for the
  * newest 10000 deleted records of each entity (an older one reads
  * TETHER_E_NOT_CACHED again); a later answer that has the record drops it,
- * unless the record's version is no newer than the one deleted (an answer
- * the server gave before the deletion, a get's refresh or a page taken
- * after this context's own save deleted the record): that one is not taken.
+ * unless the answer was read before the deletion (a get's refresh or a page
+ * taken after this context's own save deleted the record): one holding the
+ * record at a version the deletion follows (the deleted row's, or the
+ * server's for the deletion, Kinto's tombstone) or an older one; and, for
+ * a save's delete of a record already gone (the server does not say its
+ * deletion's version), any answer asked for before the save's answer was
+ * taken. Likewise an answer saying a record is gone (a refresh's, a sync's)
+ * removes no row written since it was asked for (a save's answer).
  * On success *out holds the value; free it with tether_value_free.
  * `out` is written only on success. `key` may be a key path through to-one
  * relationships ("Client.Owner"). */

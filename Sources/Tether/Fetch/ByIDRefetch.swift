@@ -33,7 +33,7 @@ struct ByIDRefetch: Sendable {
                 do {
                     let page = try result.get()
                     var seen = seen
-                    seen.formUnion(try context.absorb(page.decode(), of: entity, acceptingOlder: acceptingOlder)
+                    seen.formUnion(try context.absorb(page.decode(), of: entity, acceptingOlder: acceptingOlder, askedAt: serial)
                         .map { ExactString($0.id) })
                     if let next = page.next {
                         var cursors = cursors

@@ -77,6 +77,8 @@ extension FetchTask {
         let readsToTheEnd = plan.readsToTheEnd || !stopsAtLimit
         // A whole listing's answer is the store's, a query's is sorted here (`listingEnded`).
         page.readsEveryPage = readsToTheEnd && page.rawQuery == nil
+        // Rows written from now on (a save's answer) are newer than the deletions this page names.
+        let askedAt = try? store.nextWrite()
         let remote = connection.page(page) { [self] result in
             var result = result
             var index = 0
@@ -98,13 +100,14 @@ extension FetchTask {
                 return next
             }
             if let eager = eager ?? nil { requestPage(eager, plan) }
-            worker.async { [self, result, index] in receive(result, plan, page: index) }
+            worker.async { [self, result, index] in receive(result, plan, page: index, askedAt: askedAt) }
         }
         sent(remote)
     }
 
-    /// `index`: the page's place in the listing (0: the first).
-    func receive(_ result: Result<Page, TetherError>, _ plan: ServerPlan, page index: Int) {
+    /// `index`: the page's place in the listing (0: the first); `askedAt`:
+    /// the store's next write when it was asked for.
+    func receive(_ result: Result<Page, TetherError>, _ plan: ServerPlan, page index: Int, askedAt: Int64?) {
         guard withListing({ $0.plan == plan }) == true else { return }  // ended, or a page of a plan given up
         do {
             // (Only a sync can lose its history: a listing answered so again would start over forever.)
@@ -135,7 +138,7 @@ extension FetchTask {
             // Objects are made only for an answer that holds them; else only
             // those in memory take the records (the rest are rows, read when asked).
             let objects = try context.absorb(content, of: entity, matching: request.serverQuery == nil ? predicate : nil,
-                                             acceptingOlder: acceptingOlder, makingObjects: keepsPageObjects(plan))
+                                             acceptingOlder: acceptingOlder, makingObjects: keepsPageObjects(plan), askedAt: askedAt)
             let received = withListing { listing -> Int64 in
                 if listing.firstPage { listing.version = page.version }
                 listing.firstPage = false

@@ -14,13 +14,15 @@ extension FetchTask {
         var request = PageRequest(spec: entity.spec)
         request.since = since
         request.cursor = cursor
+        let askedAt = try? store.nextWrite()
         let remote = connection.page(request) { [self] result in
             worker.async { [self] in
                 guard isRunning else { return }
                 do {
                     let page = try result.get()
                     let content = try page.decode()
-                    caughtUp(content.deletedIDs, try context.absorb(content, of: entity))
+                    let taken = try context.absorbAnswer(content, of: entity, askedAt: askedAt)
+                    caughtUp(taken.deletedIDs, taken.objects)
                     let version = version ?? page.version ?? since
                     if let next = page.next {
                         var cursors = cursors

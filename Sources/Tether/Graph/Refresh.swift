@@ -118,7 +118,7 @@ extension Context {
         var cursors = cursors
         do {
             let page = try result.get()
-            seen.formUnion(try absorb(page.decode(), of: entity).map { ExactString($0.id) })
+            seen.formUnion(try absorb(page.decode(), of: entity, askedAt: serial).map { ExactString($0.id) })
             if let next = page.next {
                 try cursors.advance(to: next, of: entity.name)
                 return refresh(objects, of: entity, cursor: next, seen: seen, cursors: cursors, since: serial)

@@ -47,13 +47,14 @@ extension SaveTask {
         var request = PageRequest(spec: inverse.source.spec)
         request.filters = [filter]
         request.cursor = cursor
+        let askedAt = try? context.store(for: inverse.source).nextWrite()
         let remote = context.connection.page(request) { [self] result in
             context.worker.async { [self] in
                 var refused = refused
                 var next: PageCursor?
                 do {
                     let page = try result.get()
-                    _ = try context.absorb(try page.decode(), of: inverse.source)
+                    _ = try context.absorb(try page.decode(), of: inverse.source, askedAt: askedAt)
                     next = page.next
                 } catch {
                     let error = TetherError.wrap(error)

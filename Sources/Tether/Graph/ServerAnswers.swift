@@ -8,30 +8,35 @@ extension Context {
     /// Older versions than those held are not taken, unless `acceptingOlder`.
     /// Without `makingObjects` only the objects in memory take their records
     /// (the others stay rows, read when asked for) and none is returned.
+    /// `askedAt`: the store's next write when the page was asked for; a
+    /// deletion it names leaves a row written since (`Store.unwritten`).
     func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
-                acceptingOlder: Bool = false, makingObjects: Bool = true) throws -> [ManagedObject] {
-        if content.partial { return try absorbPartial(content, of: entity, matching: predicate) }
+                acceptingOlder: Bool = false, makingObjects: Bool = true, askedAt: Int64? = nil) throws -> [ManagedObject] {
+        try absorbAnswer(content, of: entity, matching: predicate, acceptingOlder: acceptingOlder, makingObjects: makingObjects,
+                         askedAt: askedAt).objects
+    }
+
+    /// `absorb`, also saying which of the page's deletions were taken.
+    func absorbAnswer(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil, acceptingOlder: Bool = false,
+                      makingObjects: Bool = true, askedAt: Int64? = nil) throws -> (objects: [ManagedObject], deletedIDs: [String]) {
+        if content.partial { return (try absorbPartial(content, of: entity, matching: predicate), []) }
         let now = wallClockMilliseconds()
-        // Those the store took: a record sent before its deletion here is not brought back.
-        let records = try store(for: entity).write(takeable(content, of: entity), deleting: content.deletedIDs, of: entity,
-                                                   fetchedAt: now, acceptingOlder: acceptingOlder)
+        // What the store took: not a record sent before its deletion here,
+        // nor a deletion of a row written since the page was asked for.
+        let written = try store(for: entity).write(takeable(content, of: entity), deleting: content.deletedIDs, of: entity,
+                                                   fetchedAt: now, acceptingOlder: acceptingOlder, askedAt: askedAt)
+        let records = written.records
         defer { tellRowsChanged(entity, records.map(\.id)) }
-        markDeleted(content.deletedIDs, of: entity)
-        guard makingObjects else {
-            _ = mergeHeld(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
-            for sibling in coordinator.others(than: self) {
-                sibling.takeFetched(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
-            }
-            return []
-        }
-        let objects = merge(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+        markDeleted(written.deletedIDs, of: entity)
         // The store is shared: a sibling's objects must not keep what it now
         // replaced (its own fetch would find nothing new to give them).
+        let objects = makingObjects ? merge(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder) : []
+        if !makingObjects { _ = mergeHeld(records, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder) }
         for sibling in coordinator.others(than: self) {
-            sibling.takeFetched(records, deleting: content.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
+            sibling.takeFetched(records, deleting: written.deletedIDs, of: entity, fetchedAt: now, acceptingOlder: acceptingOlder)
         }
-        guard let predicate else { return objects }
-        return zip(objects, records).filter { predicate.matches($0.1.values) }.map(\.0)
+        guard let predicate else { return (objects, written.deletedIDs) }
+        return (zip(objects, records).filter { predicate.matches($0.1.values) }.map(\.0), written.deletedIDs)
     }
 
     /// A page of partial records: one whose version is the stored row's is

@@ -21,8 +21,8 @@ extension Context {
             case .written(let fields):
                 try confirm(object, sent, server: Record(entity: entity, fields: fields))
                 return .saved
-            case .deleted:
-                try confirm(object, sent, server: nil)
+            case .deleted(let version):
+                try confirm(object, sent, server: nil, deletedAt: version)
                 return .saved
             case .failed(let error):
                 return .failed(SaveFailure(object: object, error: error, conflict: nil))
@@ -74,11 +74,11 @@ extension Context {
     /// Stores the server's answer (nil: gone) with what remains pending,
     /// its sent writes answered, and takes both into the object's state.
     private func takeAnswer(_ server: Record?, remaining: PendingChange?, of object: ManagedObject,
-                            into state: inout ManagedObject.State, at now: Int64) throws {
+                            into state: inout ManagedObject.State, at now: Int64, deletedAt: Int64? = nil) throws {
         var remaining = remaining
         remaining?.sentWrites = []  // answered: settled
         try store(for: object.entity).storeAnswer(name, object.entity, id: object.id, server: server, fetchedAt: now,
-                                                  remaining: remaining)
+                                                  remaining: remaining, deletedAt: deletedAt)
         state.record = server
         state.loaded = true
         state.fetchedAt = now
@@ -88,7 +88,8 @@ extension Context {
 
     /// The server's answer taken: the record stored (nil: gone), the
     /// change dropped, or kept and rebased if edited since it was sent.
-    func confirm(_ object: ManagedObject, _ sent: PendingChange, server record: Record?) throws {
+    /// `deletedAt`: for a delete, the version it was made against.
+    func confirm(_ object: ManagedObject, _ sent: PendingChange, server record: Record?, deletedAt: Int64? = nil) throws {
         let entity = object.entity
         let now = wallClockMilliseconds()
         let observers = try object.state.withLock { state -> [KeyObserver] in
@@ -104,7 +105,7 @@ extension Context {
                 }
                 remaining = pending
             }
-            try takeAnswer(record, remaining: remaining, of: object, into: &state, at: now)
+            try takeAnswer(record, remaining: remaining, of: object, into: &state, at: now, deletedAt: deletedAt)
             state.conflict = nil
             return state.observers(changedSince: before)
         }

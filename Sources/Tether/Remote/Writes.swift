@@ -33,8 +33,12 @@ public struct RecordWrite: Sendable {
 public enum WriteOutcome: Sendable {
     /// Applied: the record as the server now has it.
     case written(RecordFields)
-    /// Applied, or the record was already gone.
-    case deleted
+    /// Applied, or the record was already gone. `version`, where the
+    /// server says, is one the deletion follows: the record at that
+    /// version or an older one is from before it, and a record made again
+    /// has a newer one (Kinto: the tombstone's). Nil: not said (a record
+    /// already gone).
+    case deleted(version: Int64?)
     /// Not applied: the server's record is another version, or exists (for a
     /// create); `current` is the server's record, nil if it has none.
     case conflict(current: RecordFields?)
@@ -68,7 +72,7 @@ extension RecordWrite {
     /// The outcome of a write that was not applied, with the record held.
     func outcome(of verdict: Verdict, current: RecordFields?) -> WriteOutcome {
         switch verdict {
-        case .nothingToDo(gone: true): return .deleted
+        case .nothingToDo(gone: true): return .deleted(version: nil)
         case .nothingToDo(gone: false): return .conflict(current: nil)
         default: return .conflict(current: current)
         }

@@ -240,13 +240,13 @@ extension Store {
     /// record stored (nil: the row deleted), and the change dropped
     /// (`remaining` nil) or left as `remaining`.
     func storeAnswer(_ owner: String, _ entity: Entity, id: String, server record: Record?, fetchedAt: Int64,
-                remaining: PendingChange?) throws {
+                remaining: PendingChange?, deletedAt: Int64? = nil) throws {
         try withDatabase { database in
             try database.transaction {
                 if let record {
                     try writeRows([record], of: entity, fetchedAt: fetchedAt, acceptingOlder: true, database)
                 } else {
-                    try writeRows([], deleting: [id], of: entity, fetchedAt: fetchedAt, database)
+                    try writeRows([], deleting: [id], of: entity, fetchedAt: fetchedAt, deletedAt: deletedAt, ownDeletion: true, database)
                 }
                 if let remaining {
                     // Answered: the writes sent for it are settled.

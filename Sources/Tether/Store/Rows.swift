@@ -1,25 +1,38 @@
 /// Writing what the server sent, and reading rows back by id.
 extension Store {
+    /// What a write took: the records (all but those older than what the
+    /// store learned since they were read, `withoutStale`) and the ids deleted.
+    struct Written {
+        var records: [Record]
+        var deletedIDs: [String]
+    }
+
     /// Writes what the server sent in one transaction: inserts or replaces
     /// `records` (not by older versions unless `acceptingOlder`), deletes the
-    /// rows of `deletedIDs`. Returns the records taken: all but those older
-    /// than their deletion (`staleAfterDeletion`).
+    /// rows of `deletedIDs` (with `askedAt`, the store's next write when the
+    /// answer was asked for, not those written since: see `unwritten`).
     @discardableResult
     func write(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
-               acceptingOlder: Bool = false) throws -> [Record] {
-        guard !records.isEmpty || !deletedIDs.isEmpty else { return records }
+               acceptingOlder: Bool = false, askedAt: Int64? = nil) throws -> Written {
+        guard !records.isEmpty || !deletedIDs.isEmpty else { return Written(records: records, deletedIDs: deletedIDs) }
         return try withDatabase { database in
             try database.transaction {
-                try writeRows(records, deleting: deletedIDs, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder, database)
+                try writeRows(records, deleting: deletedIDs, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder,
+                              askedAt: askedAt, database)
             }
         }
     }
 
-    /// `write`'s work, inside a transaction the caller holds.
+    /// `write`'s work, inside a transaction the caller holds. `deletedAt`:
+    /// a version the server's deletion of `deletedIDs` follows, where known
+    /// (see `WriteOutcome.deleted`); `ownDeletion`: our own save's.
     @discardableResult
     func writeRows(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
-                   acceptingOlder: Bool = false, _ database: Database) throws -> [Record] {
-        let records = acceptingOlder ? records : try withoutStaleAfterDeletion(records, of: entity, database)
+                   acceptingOlder: Bool = false, askedAt: Int64? = nil, deletedAt: Int64? = nil, ownDeletion: Bool = false,
+                   _ database: Database) throws -> Written {
+        let records = try withoutStale(records, of: entity, acceptingOlder: acceptingOlder, askedAt: askedAt, database)
+        // Judged before this write's own rows are: a page naming an id both ways deletes it.
+        let deletedIDs = try askedAt.map { try unwritten(deletedIDs, of: entity, since: $0, database) } ?? deletedIDs
         let sql = sql(entity)
         // Counted in the file, so contexts sharing it agree.
         let serial = try Self.lastWrite(database) + 1
@@ -41,9 +54,9 @@ extension Store {
             try insert.run(parameters)
         }
         try forgetTombstones(records.map(\.id), of: entity, database)
-        try deleteRows(deletedIDs, of: entity, database)
+        try deleteRows(deletedIDs, of: entity, at: deletedAt, vague: ownDeletion && deletedAt == nil, database)
         try Self.setMeta("write", String(serial), database)
-        return records
+        return Written(records: records, deletedIDs: deletedIDs)
     }
 
     func load(_ entity: Entity, id: String) throws -> StoredRecord? {
@@ -119,22 +132,30 @@ extension Store {
     }
 
     /// Deletes the rows of `ids`, which an answer asked for before write
-    /// `serial` (`nextWrite` then) says the server lacks, except those
-    /// written since: a save's answer or a newer page knows better than an
-    /// answer read before it. Returns the ids now known gone: those deleted
-    /// and those the store did not hold.
+    /// `serial` says the server lacks, but those written since (see
+    /// `unwritten`). Returns the ids now known gone.
     func delete(ids: [String], of entity: Entity, unlessWrittenSince serial: Int64) throws -> [String] {
         guard !ids.isEmpty else { return [] }
         return try withDatabase { database in
             try database.transaction {
-                let written = try database.statement(sql(entity).writeOf, pinned: true)
-                let gone = try ids.filter { id in
-                    guard case .integer(let write)? = try written.first([.text(id)], { $0[0] }) else { return true }
-                    return write < serial
-                }
+                let gone = try unwritten(ids, of: entity, since: serial, database)
                 try deleteRows(gone, of: entity, database)
                 return gone
             }
+        }
+    }
+
+    /// Of `ids`, which an answer asked for before write `serial` (the
+    /// store's `nextWrite` then) says the server lacks, those it may
+    /// delete: rows not written since, and ids the store does not hold. A
+    /// row written since (a save's answer, a newer page) knows better than
+    /// an answer read before it.
+    func unwritten(_ ids: [String], of entity: Entity, since serial: Int64, _ database: Database) throws -> [String] {
+        guard !ids.isEmpty else { return ids }
+        let written = try database.statement(sql(entity).writeOf, pinned: true)
+        return try ids.filter { id in
+            guard case .integer(let write)? = try written.first([.text(id)], { $0[0] }) else { return true }
+            return write < serial
         }
     }
 

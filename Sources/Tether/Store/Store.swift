@@ -32,6 +32,8 @@ final class Store: Sendable {
         let idsWrittenBefore: String
         /// A row's write serial, by id.
         let writeOf: String
+        /// A row's version and write serial, by id.
+        let versionAndWriteOf: String
         let tombstone: String
 
         init(_ entity: Entity) {
@@ -61,10 +63,12 @@ final class Store: Sendable {
             deleteByID = "DELETE FROM \(table) WHERE \(idColumn) = ?"
             idsWrittenBefore = "SELECT \(idColumn) FROM \(table) WHERE \(written) < ?"
             writeOf = "SELECT \(written) FROM \(table) WHERE \(idColumn) = ?"
+            versionAndWriteOf = "SELECT \(version), \(written) FROM \(table) WHERE \(idColumn) = ?"
             // Only for a row held: an id the store never had is no deletion it
             // saw. Its version is kept: an answer read before the deletion
             // holds that version or an older one, and must not bring it back.
-            tombstone = "INSERT OR REPLACE INTO tether_deleted (entity, id, version) SELECT ?1, ?2, \(version) FROM \(table) WHERE \(idColumn) = ?2"
+            tombstone = "INSERT OR REPLACE INTO tether_deleted (entity, id, version, write, vague) SELECT ?1, ?2, "
+                + "max(coalesce(\(version), ?4), coalesce(?4, \(version))), ?3, ?5 FROM \(table) WHERE \(idColumn) = ?2"
         }
     }
 
@@ -174,11 +178,17 @@ final class Store: Sendable {
         try database.execute("CREATE TABLE IF NOT EXISTS tether_sync (entity INTEGER PRIMARY KEY NOT NULL, version INTEGER NOT NULL)")
         // Tombstones: rows the server deleted, so a reopened store still
         // tells "gone" from "not fetched". The rowid orders them for the bound.
-        try database.execute("CREATE TABLE IF NOT EXISTS tether_deleted (entity INTEGER NOT NULL, id TEXT NOT NULL, version INTEGER, PRIMARY KEY (entity, id))")
-        // 0.2's tombstones had no version: theirs stays null (no answer is judged older).
+        // A tombstone keeps the version its deletion follows, the write
+        // serial of the deletion, and whether that version is vague (see
+        // `withoutStale`).
+        try database.execute("""
+            CREATE TABLE IF NOT EXISTS tether_deleted (entity INTEGER NOT NULL, id TEXT NOT NULL, version INTEGER, write INTEGER,
+                                                       vague INTEGER, PRIMARY KEY (entity, id))
+            """)
+        // 0.2's tombstones had none of these: theirs stay null (no answer is judged older).
         let tombstoneColumns = try database.statement("SELECT name FROM pragma_table_info('tether_deleted')").rows()
-        if !tombstoneColumns.contains(where: { $0.first == .text("version") }) {
-            try database.execute("ALTER TABLE tether_deleted ADD COLUMN version INTEGER")
+        for column in ["version", "write", "vague"] where !tombstoneColumns.contains(where: { $0.first == .text(column) }) {
+            try database.execute("ALTER TABLE tether_deleted ADD COLUMN \(column) INTEGER")
         }
         try database.execute(Self.outboxSchema)
         try migrateOutbox(database)

@@ -1,17 +1,22 @@
 /// Rows the server deleted, remembered so a reopened store tells "gone"
 /// from "not fetched".
 extension Store {
-    /// Deletes these rows, leaving a tombstone for each the table held.
-    func deleteRows(_ ids: [String], of entity: Entity, _ database: Database) throws {
+    /// Deletes these rows, leaving a tombstone for each the table held,
+    /// with the row's version (or `version`, one the deletion follows, if
+    /// newer) and this write's serial. `vague`: our own save's deletion,
+    /// whose version the server did not say (see `withoutStale`).
+    func deleteRows(_ ids: [String], of entity: Entity, at version: Int64? = nil, vague: Bool = false, _ database: Database) throws {
         guard !ids.isEmpty else { return }
         let sql = sql(entity)
         let entityCode = SQLValue.integer(Int64(entity.code))
+        let serial = try Self.lastWrite(database) + 1
         let bury = try database.statement(sql.tombstone, pinned: true)
         let delete = try database.statement(sql.deleteByID, pinned: true)
         for id in ids {
-            try bury.run([entityCode, .text(id)])
+            try bury.run([entityCode, .text(id), .integer(serial), version.map(SQLValue.integer) ?? .null, .integer(vague ? 1 : 0)])
             try delete.run([.text(id)])
         }
+        try Self.setMeta("write", String(serial), database)
         // The newest `tombstonesPerEntity` are kept: past them an old
         // deletion reads as never fetched (NOT_CACHED), as before any.
         try database.statement("""
@@ -30,26 +35,47 @@ extension Store {
         for id in ids { try forget.run([entityCode, .text(id)]) }
     }
 
-    /// `records` less those the server sent before deleting them: a
-    /// tombstone's version (the row's when it was deleted) at or past the
-    /// record's. Such an answer (a refresh or page read before our own
-    /// save's delete, taken after it) would bring a deleted record back; a
-    /// record made again has a newer version and is taken.
-    func withoutStaleAfterDeletion(_ records: [Record], of entity: Entity, _ database: Database) throws -> [Record] {
-        guard !records.isEmpty else { return records }
+    /// `records` less those older than what the store learned after they
+    /// were read, which would undo it: a record no newer than its deletion
+    /// here (a tombstone keeps the deleted row's version, or the server's
+    /// for the deletion where it said), such as a refresh or page read
+    /// before our own save deleted it. A record made again has a newer
+    /// version and is taken. Where the server did not say the version of
+    /// our own deletion (the record was already gone), an answer asked for
+    /// before it was taken (`askedAt`: the store's next write then) is
+    /// not taken either. `acceptingOlder` (the server lost its history:
+    /// its older versions are the truth) holds only for what was not
+    /// written since `askedAt`: a row or a deletion written since is newer
+    /// knowledge than the answer.
+    func withoutStale(_ records: [Record], of entity: Entity, acceptingOlder: Bool, askedAt: Int64?,
+                      _ database: Database) throws -> [Record] {
+        guard !records.isEmpty, !acceptingOlder || askedAt != nil else { return records }
         let entityCode = SQLValue.integer(Int64(entity.code))
-        guard try database.statement("SELECT 1 FROM tether_deleted WHERE entity = ? AND version IS NOT NULL LIMIT 1", pinned: true)
-            .first([entityCode], { _ in true }) != nil else { return records }
-        let buried = try database.statement("SELECT version FROM tether_deleted WHERE entity = ? AND id = ?", pinned: true)
+        let anyTombstone = try database.statement("SELECT 1 FROM tether_deleted WHERE entity = ? AND write IS NOT NULL LIMIT 1",
+                                                  pinned: true).first([entityCode], { _ in true }) != nil
+        guard anyTombstone || acceptingOlder else { return records }
+        let buried = try database.statement("SELECT version, write, vague FROM tether_deleted WHERE entity = ? AND id = ?", pinned: true)
+        let held = try database.statement(sql(entity).versionAndWriteOf, pinned: true)
+        func integer(_ value: SQLValue) -> Int64? { if case .integer(let n) = value { return n } else { return nil } }
         let versionIndex = entity.versionIndex
         return try records.filter { record in
-            guard case .integer(let sent) = record.values[versionIndex],
-                  let deleted = try buried.first([entityCode, .text(record.id)], { row -> Int64? in
-                      if case .integer(let version) = row[0] { return version } else { return nil }
-                  }) ?? nil else { return true }
-            if sent > deleted { return true }
-            Log.debug(.sync, "\(entity.name)/\(record.id): version \(sent), sent before its deletion (at \(deleted)): not taken")
-            return false
+            guard case .integer(let sent) = record.values[versionIndex] else { return true }
+            if anyTombstone, let (deleted, write, vague) = try buried.first([entityCode, .text(record.id)], {
+                (integer($0[0]), integer($0[1]), integer($0[2]) == 1)
+            }) {
+                let older = deleted.map { sent <= $0 } ?? false
+                let askedBefore = askedAt.map { asked in write.map { $0 >= asked } ?? false } ?? false
+                if acceptingOlder ? askedBefore : older || (vague && askedBefore) {
+                    Log.debug(.sync, "\(entity.name)/\(record.id): version \(sent), read before its deletion here: not taken")
+                    return false
+                }
+            }
+            if acceptingOlder, let askedAt, let (version, write) = try held.first([.text(record.id)], { (integer($0[0]), integer($0[1])) }),
+               let version, let write, sent < version, write >= askedAt {
+                Log.debug(.sync, "\(entity.name)/\(record.id): version \(sent), older than \(version) written since it was asked: not taken")
+                return false
+            }
+            return true
         }
     }
 

@@ -374,7 +374,7 @@ public final class HostRequest: Cancellable, Sendable {
         let converted: WriteOutcome
         switch outcome {
         case .written(let json): converted = .written(try Self.record(json))
-        case .deleted: converted = .deleted
+        case .deleted: converted = .deleted(version: nil)
         case .conflict(let json): converted = .conflict(current: try json.map(Self.record))
         case .failed(let error): converted = .failed(error)
         }

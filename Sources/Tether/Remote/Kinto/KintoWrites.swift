@@ -110,7 +110,11 @@ extension KintoConnection {
         let what = "\(write.spec.name)/\(write.id)"
         switch response.status {
         case 200..<300:
-            if write.kind == .delete { return .deleted }
+            if write.kind == .delete {
+                // The tombstone's version, which any version of the record it deleted precedes.
+                let tombstone = (try? JSON.parse(response.body))?["data"]?[write.spec.versionField]?.integerValue
+                return .deleted(version: tombstone)
+            }
             guard let data = try body(of: response, what: what)["data"]?.objectValue else {
                 return .failed(TetherError(.protocol, "the server's answer for \(what) has no record"))
             }
@@ -120,7 +124,7 @@ extension KintoConnection {
             let existing = (try? JSON.parse(response.body))?["details"]?["existing"]?.objectValue
             return .conflict(current: existing)
         case 404 where write.kind == .delete:
-            return .deleted
+            return .deleted(version: nil)
         case 404 where write.kind != .create:
             return .conflict(current: nil)
         case 400:

@@ -91,7 +91,7 @@ final class LocalConnection: Connection {
                     let now = wallClockMilliseconds()
                     if write.kind == .delete {
                         try store.writeRows([], deleting: [write.id], of: entity, fetchedAt: now, database)
-                        return .deleted
+                        return .deleted(version: nil)  // a local store's writes take older versions anyway
                     }
                     let base = current.map { $0.fields(of: entity).filter { !$0.key.hasSameBytes(as: entity.spec.idField)
                         && !$0.key.hasSameBytes(as: entity.spec.versionField) } } ?? []

@@ -154,12 +154,13 @@ public final class MemoryServer: Sendable {
                 let current = state.tables[spec.name]?.records[write.id]
                 let verdict = write.verdict(holding: current?.version, exists: current != nil)
                 guard verdict == .apply else {
+                    if verdict == .nothingToDo(gone: true) { return .deleted(version: state.tables[spec.name]?.tombstones[write.id]) }
                     return write.outcome(of: verdict, current: current.map { Self.render(spec, write.id, $0) })
                 }
                 state.clock += 1
                 if write.kind == .delete {
                     state.tables[spec.name]?.remove(write.id, version: state.clock)
-                    return .deleted
+                    return .deleted(version: state.clock)
                 }
                 let fields = write.applied(to: current?.fields ?? [])
                 state.tables[spec.name, default: Table()].set(write.id, fields, version: state.clock)

@@ -71,12 +71,13 @@ enum PostgresWrites {
             guard !rows.isEmpty else { return .conflict(current: try current(write.id, table, session)) }
             return try written(rows)
         case .delete:
-            let sql = "DELETE FROM \(table.sqlName) AS t WHERE \(condition) RETURNING 1"
-            guard try !session.execute(sql, parameters).isEmpty else {
-                guard let current = try current(write.id, table, session) else { return .deleted }  // gone already
+            // The row's last version: a re-made row's is newer.
+            let sql = "DELETE FROM \(table.sqlName) AS t WHERE \(condition) RETURNING \(PostgresTable.version.expression)"
+            guard let deleted = try session.execute(sql, parameters).first else {
+                guard let current = try current(write.id, table, session) else { return .deleted(version: nil) }  // gone already
                 return .conflict(current: current)
             }
-            return .deleted
+            return .deleted(version: deleted.first.flatMap { $0.flatMap { Int64($0) } })
         }
     }
 
