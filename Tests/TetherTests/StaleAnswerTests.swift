@@ -8,8 +8,9 @@ final class HoldingConnection: WrappingConnection {
     /// Answers held, and how many were ever held.
     private let held = ConditionLock<(waiting: [@Sendable () -> Void], count: Int)>(([], 0))
     let holding = Lock(false)
-    /// Whether answers by id (a get's refresh) are held too.
+    /// Whether answers by id (a get's refresh) are held too, and listings'.
     let holdingByID = Lock(true)
+    let holdingPages = Lock(true)
     /// Whether a delete's answer keeps from saying the deletion's version, as Kinto's 404 for a record already gone.
     let vagueDeletes = Lock(false)
     init(_ inner: any Connection) { self.inner = inner }
@@ -42,9 +43,7 @@ final class HoldingConnection: WrappingConnection {
     }
 
     func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
-        inner.page(request) { [self] result in
-            if let c = try? result.get().decode() { print("PAGE since=\(String(describing: request.since)) records=\(c.records.count) deleted=\(c.deletedIDs) holding=\(holding.withLock { $0 })") }
-            hold { done(result) } }
+        inner.page(request) { [self] result in holdingPages.withLock { $0 } ? hold { done(result) } : done(result) }
     }
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         let vague = vagueDeletes.withLock { $0 }
@@ -263,7 +262,35 @@ extension StaleAnswerContract {
     }
 }
 
+extension StaleAnswerContract {
+    /// A refresh read a newer version than ours before another client
+    /// deleted the record; a sync learned the deletion; the refresh, taken
+    /// after, must not bring it back (the deletion's own version, which the
+    /// server gives, is newer than any the record had).
+    static func staleRefreshAfterOthersDeletion(_ backend: Backend) throws {
+        var holding: HoldingConnection!
+        let context = try backend.open { holding = HoldingConnection($0); return holding }
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let doomed = try context.object(entity: "items", id: "i8")
+        try backend.setTitle("i8", "newer")
+        holding.holdingPages.withLock { $0 = false }
+        holding.holding.withLock { $0 = true }
+        _ = try doomed.get("Title")  // a refresh, answered "newer" and held
+        XCTAssertTrue(holding.waitForHeld(1), "the refresh was answered")
+        try backend.deleteItem("i8")
+        _ = try fetch(context, FetchRequest(entity: "items"))  // the sync learns the deletion
+        XCTAssertThrowsError(try doomed.peek("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        holding.release()
+        XCTAssertTrue(eventually { !doomed.state.withLock { $0.refreshInFlight } }, "the held refresh was taken")
+        XCTAssertThrowsError(try doomed.peek("Title"), "deleted, not brought back by an answer read before") {
+            XCTAssertEqual(($0 as? TetherError)?.kind, .notFound)
+        }
+    }
+}
+
 extension KintoStaleAnswerTests {
+    func testStaleRefreshAfterOthersDeletion() throws { try StaleAnswerContract.staleRefreshAfterOthersDeletion(backend) }
     func testStaleSyncDeletionAfterOwnInsert() throws { try StaleAnswerContract.staleSyncDeletionAfterOwnInsert(backend) }
 }
 
@@ -275,6 +302,7 @@ extension PostgresStaleAnswerTests {
 }
 
 extension MemoryStaleAnswerTests {
+    func testStaleRefreshAfterOthersDeletion() throws { try StaleAnswerContract.staleRefreshAfterOthersDeletion(backend) }
     func testStaleSyncDeletionAfterOwnInsert() throws { try StaleAnswerContract.staleSyncDeletionAfterOwnInsert(backend) }
     func testStaleAbsenceAfterOwnInsert() throws { try StaleAnswerContract.staleAbsenceAfterOwnInsert(backend) }
 }

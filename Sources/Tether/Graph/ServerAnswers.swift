@@ -23,8 +23,9 @@ extension Context {
         let now = wallClockMilliseconds()
         // What the store took: not a record sent before its deletion here,
         // nor a deletion of a row written since the page was asked for.
-        let written = try store(for: entity).write(takeable(content, of: entity), deleting: content.deletedIDs, of: entity,
-                                                   fetchedAt: now, acceptingOlder: acceptingOlder, askedAt: askedAt)
+        let written = try store(for: entity).write(takeable(content, of: entity), deleting: content.deletedIDs,
+                                                   deletedVersions: content.deletedVersions, of: entity, fetchedAt: now,
+                                                   acceptingOlder: acceptingOlder, askedAt: askedAt)
         let records = written.records
         defer { tellRowsChanged(entity, records.map(\.id)) }
         markDeleted(written.deletedIDs, of: entity)

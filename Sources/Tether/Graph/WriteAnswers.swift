@@ -88,7 +88,7 @@ extension Context {
 
     /// The server's answer taken: the record stored (nil: gone), the
     /// change dropped, or kept and rebased if edited since it was sent.
-    /// `deletedAt`: for a delete, the version it was made against.
+    /// `deletedAt`: for a delete, the version the server says it took (see `WriteOutcome.deleted`).
     func confirm(_ object: ManagedObject, _ sent: PendingChange, server record: Record?, deletedAt: Int64? = nil) throws {
         let entity = object.entity
         let now = wallClockMilliseconds()

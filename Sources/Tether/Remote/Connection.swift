@@ -179,6 +179,11 @@ public struct PageContent: Sendable {
     public var records: [RecordFields]
     /// Records deleted on the server (in a listing with `since`).
     public var deletedIDs: [String]
+    /// Where the server says it, the version each deletion took, in the
+    /// order of `deletedIDs` (Kinto: the tombstone's): the deleted record's
+    /// versions precede it, and a record made again has a newer one. Empty
+    /// or nil: not said (the row's last version is taken).
+    public var deletedVersions: [Int64?] = []
     /// Items of the page the connection could not read as a record or a
     /// deletion: left out, the rest of the page taken (the core tells).
     public var unreadable: [UnreadableItem] = []

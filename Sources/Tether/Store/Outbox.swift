@@ -246,7 +246,7 @@ extension Store {
                 if let record {
                     try writeRows([record], of: entity, fetchedAt: fetchedAt, acceptingOlder: true, database)
                 } else {
-                    try writeRows([], deleting: [id], of: entity, fetchedAt: fetchedAt, deletedAt: deletedAt, ownDeletion: true, database)
+                    try writeRows([], deleting: [id], deletedVersions: [deletedAt], of: entity, fetchedAt: fetchedAt, ownDeletion: true, database)
                 }
                 if let remaining {
                     // Answered: the writes sent for it are settled.

@@ -12,24 +12,27 @@ extension Store {
     /// rows of `deletedIDs` (with `askedAt`, the store's next write when the
     /// answer was asked for, not those written since: see `unwritten`).
     @discardableResult
-    func write(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
-               acceptingOlder: Bool = false, askedAt: Int64? = nil) throws -> Written {
+    func write(_ records: [Record], deleting deletedIDs: [String] = [], deletedVersions: [Int64?] = [], of entity: Entity,
+               fetchedAt: Int64, acceptingOlder: Bool = false, askedAt: Int64? = nil) throws -> Written {
         guard !records.isEmpty || !deletedIDs.isEmpty else { return Written(records: records, deletedIDs: deletedIDs) }
         return try withDatabase { database in
             try database.transaction {
-                try writeRows(records, deleting: deletedIDs, of: entity, fetchedAt: fetchedAt, acceptingOlder: acceptingOlder,
-                              askedAt: askedAt, database)
+                try writeRows(records, deleting: deletedIDs, deletedVersions: deletedVersions, of: entity, fetchedAt: fetchedAt,
+                              acceptingOlder: acceptingOlder, askedAt: askedAt, database)
             }
         }
     }
 
-    /// `write`'s work, inside a transaction the caller holds. `deletedAt`:
-    /// a version the server's deletion of `deletedIDs` follows, where known
-    /// (see `WriteOutcome.deleted`); `ownDeletion`: our own save's.
+    /// `write`'s work, inside a transaction the caller holds.
+    /// `deletedVersions`: in the order of `deletedIDs`, the version each
+    /// deletion took where the server says it (see `PageContent` and
+    /// `WriteOutcome.deleted`); `ownDeletion`: our own save's.
     @discardableResult
-    func writeRows(_ records: [Record], deleting deletedIDs: [String] = [], of entity: Entity, fetchedAt: Int64,
-                   acceptingOlder: Bool = false, askedAt: Int64? = nil, deletedAt: Int64? = nil, ownDeletion: Bool = false,
+    func writeRows(_ records: [Record], deleting deletedIDs: [String] = [], deletedVersions: [Int64?] = [], of entity: Entity,
+                   fetchedAt: Int64, acceptingOlder: Bool = false, askedAt: Int64? = nil, ownDeletion: Bool = false,
                    _ database: Database) throws -> Written {
+        var versions: [ExactString: Int64] = [:]
+        for (id, version) in zip(deletedIDs, deletedVersions) { if let version { versions[ExactString(id)] = version } }
         let records = try withoutStale(records, of: entity, acceptingOlder: acceptingOlder, askedAt: askedAt, database)
         // Judged before this write's own rows are: a page naming an id both ways deletes it.
         let deletedIDs = try askedAt.map { try unwritten(deletedIDs, of: entity, since: $0, database) } ?? deletedIDs
@@ -54,7 +57,7 @@ extension Store {
             try insert.run(parameters)
         }
         try forgetTombstones(records.map(\.id), of: entity, database)
-        try deleteRows(deletedIDs, of: entity, at: deletedAt, vague: ownDeletion && deletedAt == nil, database)
+        try deleteRows(deletedIDs, of: entity, versions: versions, vague: ownDeletion && versions.isEmpty, database)
         try Self.setMeta("write", String(serial), database)
         return Written(records: records, deletedIDs: deletedIDs)
     }

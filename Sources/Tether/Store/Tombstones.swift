@@ -2,10 +2,11 @@
 /// from "not fetched".
 extension Store {
     /// Deletes these rows, leaving a tombstone for each the table held,
-    /// with the row's version (or `version`, one the deletion follows, if
-    /// newer) and this write's serial. `vague`: our own save's deletion,
-    /// whose version the server did not say (see `withoutStale`).
-    func deleteRows(_ ids: [String], of entity: Entity, at version: Int64? = nil, vague: Bool = false, _ database: Database) throws {
+    /// with the row's version (or the deletion's in `versions`, if newer)
+    /// and this write's serial. `vague`: our own save's deletion, whose
+    /// version the server did not say (see `withoutStale`).
+    func deleteRows(_ ids: [String], of entity: Entity, versions: [ExactString: Int64] = [:], vague: Bool = false,
+                    _ database: Database) throws {
         guard !ids.isEmpty else { return }
         let sql = sql(entity)
         let entityCode = SQLValue.integer(Int64(entity.code))
@@ -13,6 +14,7 @@ extension Store {
         let bury = try database.statement(sql.tombstone, pinned: true)
         let delete = try database.statement(sql.deleteByID, pinned: true)
         for id in ids {
+            let version = versions.isEmpty ? nil : versions[ExactString(id)]
             try bury.run([entityCode, .text(id), .integer(serial), version.map(SQLValue.integer) ?? .null, .integer(vague ? 1 : 0)])
             try delete.run([.text(id)])
         }

@@ -121,6 +121,7 @@ public final class KintoConnection: Connection, ReachabilityReporting {
                     continue
                 }
                 content.deletedIDs.append(id)
+                content.deletedVersions.append(record[versionField]?.integerValue)
             } else {
                 content.records.append(fields)
             }

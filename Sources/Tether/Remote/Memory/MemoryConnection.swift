@@ -110,18 +110,18 @@ public final class MemoryServer: Sendable {
 
     /// The whole listing in order, as the records stand now (with `since`,
     /// the changes after it), the deletions since, and the table's version.
-    fileprivate func listing(_ request: PageRequest) throws -> (rows: [RecordFields], deleted: [String], version: Int64) {
+    fileprivate func listing(_ request: PageRequest) throws -> (rows: [RecordFields], deleted: [(id: String, version: Int64)], version: Int64) {
         try answer { state in
             let spec = try spec(request.spec.name, in: state)
             let table = state.tables[spec.name] ?? Table()
-            var deleted: [String] = []
+            var deleted: [(id: String, version: Int64)] = []
             var records = table.records
             if let since = request.since {
                 guard since >= table.historyStart, since <= table.version else {
                     throw TetherError(.expired, "the memory server has no history of \(spec.name) since \(since)")
                 }
                 records = records.filter { $0.value.version > since }
-                deleted = table.tombstones.filter { $0.value > since }.keys.sorted()
+                deleted = table.tombstones.filter { $0.value > since }.map { (id: $0.key, version: $0.value) }.sorted { $0.id < $1.id }
             }
             var rows = records.map { id, row in Self.render(spec, id, row) }
                 .filter { record in request.filters.allSatisfy { Self.holds($0, in: record) } }
@@ -224,7 +224,9 @@ public final class MemoryConnection: Connection, ReachabilityReporting {
             let end = min(rows.count, offset + server.pageSize)
             let slice = offset < end ? Array(rows[offset..<end]) : []
             // Deletions come with the first page.
-            let content = PageContent(records: slice, deletedIDs: offset == 0 ? deleted : [])
+            var page = PageContent(records: slice, deletedIDs: offset == 0 ? deleted.map(\.id) : [])
+            if offset == 0 { page.deletedVersions = deleted.map(\.version) }
+            let content = page
             return Page(next: end < rows.count ? PageCursor(String(end)) : nil, version: version,
                         total: Int64(rows.count)) { content }
         }
