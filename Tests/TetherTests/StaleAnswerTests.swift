@@ -11,6 +11,7 @@ final class HoldingConnection: WrappingConnection {
     /// Whether answers by id (a get's refresh) are held too, and listings'.
     let holdingByID = Lock(true)
     let holdingPages = Lock(true)
+
     /// Whether a delete's answer keeps from saying the deletion's version, as Kinto's 404 for a record already gone.
     let vagueDeletes = Lock(false)
     init(_ inner: any Connection) { self.inner = inner }

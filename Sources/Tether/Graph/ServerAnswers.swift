@@ -9,7 +9,7 @@ extension Context {
     /// Without `makingObjects` only the objects in memory take their records
     /// (the others stay rows, read when asked for) and none is returned.
     /// `askedAt`: the store's next write when the page was asked for; a
-    /// deletion it names leaves a row written since (`Store.unwritten`).
+    /// deletion it names leaves a row made again or written since (`Store.deletable`).
     func absorb(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil,
                 acceptingOlder: Bool = false, makingObjects: Bool = true, askedAt: Int64? = nil) throws -> [ManagedObject] {
         try absorbAnswer(content, of: entity, matching: predicate, acceptingOlder: acceptingOlder, makingObjects: makingObjects,

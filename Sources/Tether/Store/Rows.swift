@@ -10,7 +10,7 @@ extension Store {
     /// Writes what the server sent in one transaction: inserts or replaces
     /// `records` (not by older versions unless `acceptingOlder`), deletes the
     /// rows of `deletedIDs` (with `askedAt`, the store's next write when the
-    /// answer was asked for, not those written since: see `unwritten`).
+    /// answer was asked for: see `deletable`).
     @discardableResult
     func write(_ records: [Record], deleting deletedIDs: [String] = [], deletedVersions: [Int64?] = [], of entity: Entity,
                fetchedAt: Int64, acceptingOlder: Bool = false, askedAt: Int64? = nil) throws -> Written {
@@ -34,8 +34,9 @@ extension Store {
         var versions: [ExactString: Int64] = [:]
         for (id, version) in zip(deletedIDs, deletedVersions) { if let version { versions[ExactString(id)] = version } }
         let records = try withoutStale(records, of: entity, acceptingOlder: acceptingOlder, askedAt: askedAt, database)
-        // Judged before this write's own rows are: a page naming an id both ways deletes it.
-        let deletedIDs = try askedAt.map { try unwritten(deletedIDs, of: entity, since: $0, database) } ?? deletedIDs
+        // Judged before this write's own rows are: a page naming an id both
+        // ways deletes it. Our own save's deletion is the server's answer to it.
+        let deletedIDs = ownDeletion ? deletedIDs : try deletable(deletedIDs, of: entity, versions: versions, askedAt: askedAt, database)
         let sql = sql(entity)
         // Counted in the file, so contexts sharing it agree.
         let serial = try Self.lastWrite(database) + 1
@@ -136,29 +137,37 @@ extension Store {
 
     /// Deletes the rows of `ids`, which an answer asked for before write
     /// `serial` says the server lacks, but those written since (see
-    /// `unwritten`). Returns the ids now known gone.
+    /// `deletable`). Returns the ids now known gone.
     func delete(ids: [String], of entity: Entity, unlessWrittenSince serial: Int64) throws -> [String] {
         guard !ids.isEmpty else { return [] }
         return try withDatabase { database in
             try database.transaction {
-                let gone = try unwritten(ids, of: entity, since: serial, database)
+                let gone = try deletable(ids, of: entity, versions: [:], askedAt: serial, database)
                 try deleteRows(gone, of: entity, database)
                 return gone
             }
         }
     }
 
-    /// Of `ids`, which an answer asked for before write `serial` (the
-    /// store's `nextWrite` then) says the server lacks, those it may
-    /// delete: rows not written since, and ids the store does not hold. A
-    /// row written since (a save's answer, a newer page) knows better than
-    /// an answer read before it.
-    func unwritten(_ ids: [String], of entity: Entity, since serial: Int64, _ database: Database) throws -> [String] {
-        guard !ids.isEmpty else { return ids }
-        let written = try database.statement(sql(entity).writeOf, pinned: true)
+    /// Of `ids`, which an answer says the server deleted, those it may
+    /// delete here: ids the store does not hold, and rows older than the
+    /// deletion. Where the server says the deletion's version (`versions`),
+    /// a row at it or newer is a record made again since (by our own save):
+    /// kept. Where it does not, a row written since the answer was asked
+    /// for (`askedAt`: the store's `nextWrite` then; a save's answer, a
+    /// newer page) is taken to know better, and kept.
+    func deletable(_ ids: [String], of entity: Entity, versions: [ExactString: Int64], askedAt: Int64?,
+                   _ database: Database) throws -> [String] {
+        guard !ids.isEmpty, askedAt != nil || !versions.isEmpty else { return ids }
+        let held = try database.statement(sql(entity).versionAndWriteOf, pinned: true)
         return try ids.filter { id in
-            guard case .integer(let write)? = try written.first([.text(id)], { $0[0] }) else { return true }
-            return write < serial
+            guard let (version, write) = try held.first([.text(id)], { row -> (Int64?, Int64?) in
+                func integer(_ value: SQLValue) -> Int64? { if case .integer(let n) = value { return n } else { return nil } }
+                return (integer(row[0]), integer(row[1]))
+            }) else { return true }
+            if let deletedAt = versions.isEmpty ? nil : versions[ExactString(id)], let version { return version < deletedAt }
+            if let askedAt, let write { return write < askedAt }
+            return true
         }
     }
 
