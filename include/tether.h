@@ -436,7 +436,9 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * int8 key `change` is asked as change == '1001', and "10" sorts before "9"),
  * the server's version of it is the row's xmin
  * (the transaction that last wrote it), as the field "xmin", which no
- * column can be named.
+ * column can be named. xmin is 32 bits and wraps around (a busy server's
+ * within weeks); the version is the 64-bit transaction id it stands for,
+ * which only grows (the same number until the first wrap).
  *
  * Columns: int2/int4/int8 -> integer; float4/float8/numeric -> real (as
  * JSON reads the number: a numeric beyond a double is kept as its digits,

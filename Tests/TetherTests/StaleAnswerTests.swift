@@ -64,14 +64,28 @@ final class HoldingConnection: WrappingConnection {
     }
 }
 
+/// A context on `backend` through a connection that holds answers (none
+/// yet), its items fetched whole.
+func openSynced(_ backend: Backend) throws -> (Context, HoldingConnection) {
+    var holding: HoldingConnection!
+    let context = try backend.open { holding = HoldingConnection($0); return holding }
+    _ = try fetch(context, FetchRequest(entity: "items"))
+    return (context, holding)
+}
+
+/// The ids of the items the store holds.
+func cachedIDs(_ context: Context) throws -> Set<String> {
+    var cached = FetchRequest(entity: "items")
+    cached.policy = .cacheOnly
+    return Set(try fetch(context, cached).last?.objects.map(\.id) ?? [])
+}
+
 /// Answers older than what the context has learned since (a read the
 /// server answered before our save deleted the record, taken after the
 /// save's answer) must not bring the deleted record back.
 enum StaleAnswerContract {
     static func staleRefreshAfterOwnDelete(_ backend: Backend) throws {
-        var holding: HoldingConnection!
-        var context = try backend.open { holding = HoldingConnection($0); return holding }
-        _ = try fetch(context, FetchRequest(entity: "items"))
+        var (context, holding) = try openSynced(backend)
         let doomed = try context.object(entity: "items", id: "i3")
         holding.holding.withLock { $0 = true }
         _ = try doomed.get("Title")  // a refresh, answered "i3 is there" and held
@@ -87,13 +101,11 @@ enum StaleAnswerContract {
             XCTAssertEqual(($0 as? TetherError)?.kind, .notFound)
         }
         XCTAssertTrue(context.isKnownGone(doomed.entity, id: "i3"))
-        var cached = FetchRequest(entity: "items")
-        cached.policy = .cacheOnly
-        XCTAssertFalse(try fetch(context, cached).last?.objects.contains { $0.id == "i3" } ?? true, "nor into the store")
+        XCTAssertFalse(try cachedIDs(context).contains("i3"), "nor into the store")
         try context.close()
         context = try backend.open()
         defer { try? context.close() }
-        XCTAssertEqual(try fetch(context, cached).last?.objects.count, itemCount - 1, "after a reopen too")
+        XCTAssertEqual(try cachedIDs(context).count, itemCount - 1, "after a reopen too")
         // Made again by someone else: a newer version, taken.
         try backend.putItem("i3", #"{"Title": "again", "Rank": 3}"#)
         let again = try context.object(entity: "items", id: "i3")
@@ -125,9 +137,7 @@ enum StaleAnswerContract {
         XCTAssertThrowsError(try doomed.peek("Title")) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
         XCTAssertFalse(results.withLock { $0.last?.objects.contains { $0.id == "i4" } ?? true },
                        "the listing's answer has no record our save deleted")
-        var cached = FetchRequest(entity: "items")
-        cached.policy = .cacheOnly
-        XCTAssertFalse(try fetch(context, cached).last?.objects.contains { $0.id == "i4" } ?? true)
+        XCTAssertFalse(try cachedIDs(context).contains("i4"))
     }
 }
 
@@ -198,10 +208,8 @@ extension StaleAnswerContract {
     /// A refresh answered "not on the server" before our save made the
     /// record, taken after it: the record we saved stays.
     static func staleAbsenceAfterOwnInsert(_ backend: Backend) throws {
-        var holding: HoldingConnection!
-        let context = try backend.open { holding = HoldingConnection($0); return holding }
+        let (context, holding) = try openSynced(backend)
         defer { try? context.close() }
-        _ = try fetch(context, FetchRequest(entity: "items"))
         let asked = try context.object(entity: "items", id: "fresh")
         holding.holding.withLock { $0 = true }
         _ = try? asked.get("Title")  // a refresh, answered "no such record" and held
@@ -217,9 +225,7 @@ extension StaleAnswerContract {
         holding.release()
         XCTAssertTrue(eventually { !made.state.withLock { $0.refreshInFlight } }, "the held refresh was taken")
         XCTAssertEqual(try made.peek("Title"), .text("made here"), "saved by us, not made absent by an older answer")
-        var cached = FetchRequest(entity: "items")
-        cached.policy = .cacheOnly
-        XCTAssertTrue(try fetch(context, cached).last?.objects.contains { $0.id == "fresh" } ?? false, "and in the store")
+        XCTAssertTrue(try cachedIDs(context).contains("fresh"), "and in the store")
     }
 }
 
@@ -227,10 +233,8 @@ extension StaleAnswerContract {
     /// A sync's page naming a deletion (another client's), read before our
     /// save made the record again, taken after it: our record stays.
     static func staleSyncDeletionAfterOwnInsert(_ backend: Backend) throws {
-        var holding: HoldingConnection!
-        let context = try backend.open { holding = HoldingConnection($0); return holding }
-        defer { try? context.close() }
-        _ = try fetch(context, FetchRequest(entity: "items"))  // synced whole
+        let (context, holding) = try openSynced(backend)
+        defer { try? context.close() }  // synced whole
         try backend.deleteItem("i7")
         holding.holdingByID.withLock { $0 = false }
         holding.holding.withLock { $0 = true }
@@ -257,9 +261,7 @@ extension StaleAnswerContract {
         XCTAssertFalse(seenGone.withLock { $0 }, "made again by our save, never deleted by an older page")
         XCTAssertEqual(try made.peek("Title"), .text("ours"))
         XCTAssertTrue(results.withLock { $0.last?.objects.contains { $0.id == "i7" } ?? false }, "and in the answer")
-        var cached = FetchRequest(entity: "items")
-        cached.policy = .cacheOnly
-        XCTAssertTrue(try fetch(context, cached).last?.objects.contains { $0.id == "i7" } ?? false, "and in the store")
+        XCTAssertTrue(try cachedIDs(context).contains("i7"), "and in the store")
     }
 }
 
@@ -269,10 +271,8 @@ extension StaleAnswerContract {
     /// after, must not bring it back (the deletion's own version, which the
     /// server gives, is newer than any the record had).
     static func staleRefreshAfterOthersDeletion(_ backend: Backend) throws {
-        var holding: HoldingConnection!
-        let context = try backend.open { holding = HoldingConnection($0); return holding }
+        let (context, holding) = try openSynced(backend)
         defer { try? context.close() }
-        _ = try fetch(context, FetchRequest(entity: "items"))
         let doomed = try context.object(entity: "items", id: "i8")
         try backend.setTitle("i8", "newer")
         holding.holdingPages.withLock { $0 = false }
@@ -359,10 +359,8 @@ final class StaleAnswerFuzzTests: XCTestCase {
         defer { removeDirectory(directory) }
         let backend = MemoryBackend(directory: directory)
         var random = LiveConvergence.Seeded(state: seed)
-        var holding: HoldingConnection!
-        let context = try backend.open { holding = HoldingConnection($0); return holding }
+        let (context, holding) = try openSynced(backend)
         defer { try? context.close() }
-        _ = try fetch(context, FetchRequest(entity: "items"))
         holding.holding.withLock { $0 = true }
         holding.vagueDeletes.withLock { $0 = seed % 2 == 0 }  // half the walks: deletions of unsaid version
         let ids = (0..<10).map { "i\($0)" } + (0..<4).map { "n\($0)" }

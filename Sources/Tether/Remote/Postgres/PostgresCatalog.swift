@@ -19,8 +19,16 @@ struct PostgresTable: Sendable {
     }
 
     /// The version of a row: the transaction that last wrote it (xmin), which
-    /// changes with each update. No user column can be named xmin.
-    static let version = PostgresColumn(name: "xmin", type: .integer, expression: "(t.xmin::text)::int8", decoding: .integer)
+    /// changes with each update. No user column can be named xmin. xmin is
+    /// 32 bits and wraps around (a busy server's within weeks), so it is
+    /// widened to the 64-bit id that only grows: of the ids ending in those
+    /// 32 bits, the one nearest the next id to be given (the snapshot's
+    /// xmax, past this transaction's own). Before the first wrap the two
+    /// are the same number.
+    static let version = PostgresColumn(name: "xmin", type: .integer, expression: """
+        ((t.xmin::text)::int8 + 4294967296 * ((greatest(pg_snapshot_xmax(pg_current_snapshot())::text::int8, \
+        coalesce(pg_current_xact_id_if_assigned()::text::int8 + 1, 0)) - (t.xmin::text)::int8 + 2147483648) / 4294967296))
+        """, decoding: .integer)
 }
 
 /// How a column reaches a record: `expression` reads it as text (the
