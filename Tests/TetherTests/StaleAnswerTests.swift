@@ -296,6 +296,10 @@ extension KintoStaleAnswerTests {
 }
 
 extension PostgresStaleAnswerTests {
+    func testStaleRefreshAfterOthersDeletion() throws {
+        XCTAssertEqual(try PostgresConnection.install(options), 1, "items tracked: a sync names deletions")
+        try StaleAnswerContract.staleRefreshAfterOthersDeletion(Items(self))
+    }
     func testStaleSyncDeletionAfterOwnInsert() throws {
         XCTAssertEqual(try PostgresConnection.install(options), 1, "items tracked: a fetch syncs what changed")
         try StaleAnswerContract.staleSyncDeletionAfterOwnInsert(Items(self))

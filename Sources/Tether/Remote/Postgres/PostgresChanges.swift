@@ -114,14 +114,17 @@ final class PostgresChanges: Sendable {
             """, [tracking.relation, String(cursor), String(after)])
         let rows = changes.filter { $0[1] != nil }
         rowsListed.withLock { $0 += rows.count }
-        var deleted: [String] = []
+        // With the deleting transaction: a version (see `PostgresTable.version`) the deletion follows.
+        var deleted: [(key: String, xid: Int64?)] = []
         if request.cursor == nil {
-            deleted = try session.query("SELECT key FROM tether.tombstones WHERE relation = $1 AND xid >= $2::text::xid8 ORDER BY key",
-                                        [tracking.relation, String(cursor)]).compactMap { $0[0] }
+            deleted = try session.query("""
+                SELECT key, xid::text FROM tether.tombstones WHERE relation = $1 AND xid >= $2::text::xid8 ORDER BY key
+                """, [tracking.relation, String(cursor)]).compactMap { row in row[0].map { ($0, row[1].flatMap { Int64($0) }) } }
         }
         let next = changes.count == pageSize ? changes.last?[0].map(PageCursor.init) : nil
         var content = PostgresQuery.content(table, rows.map { Array($0.dropFirst()) })
-        content.deletedIDs = deleted
+        content.deletedIDs = deleted.map(\.key)
+        content.deletedVersions = deleted.map(\.xid)
         return Page(next: next, version: version) { [content] in content }
     }
 
