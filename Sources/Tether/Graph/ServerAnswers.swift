@@ -19,7 +19,7 @@ extension Context {
     /// `absorb`, also saying which of the page's deletions were taken.
     func absorbAnswer(_ content: PageContent, of entity: Entity, matching predicate: Predicate? = nil, acceptingOlder: Bool = false,
                       makingObjects: Bool = true, askedAt: Int64? = nil) throws -> (objects: [ManagedObject], deletedIDs: [String]) {
-        if content.partial { return (try absorbPartial(content, of: entity, matching: predicate), []) }
+        if content.partial { return try absorbPartial(content, of: entity, matching: predicate, askedAt: askedAt) }
         let now = wallClockMilliseconds()
         // What the store took: not a record sent before its deletion here,
         // nor a deletion of a row written since the page was asked for.
@@ -44,8 +44,10 @@ extension Context {
     /// completed with the row's values for the fields it lacks and taken;
     /// any other leaves its row alone (not made fresh: the next sync or get
     /// brings it whole), as writing the fields it lacks as null would be
-    /// wrong. Returns the page's objects in page order, as `absorb`.
-    private func absorbPartial(_ content: PageContent, of entity: Entity, matching predicate: Predicate?) throws -> [ManagedObject] {
+    /// wrong. Returns the page's objects in page order, and the deletions
+    /// taken, as `absorbAnswer`.
+    private func absorbPartial(_ content: PageContent, of entity: Entity, matching predicate: Predicate?,
+                               askedAt: Int64?) throws -> (objects: [ManagedObject], deletedIDs: [String]) {
         let idName = entity.attributes[entity.idIndex].name
         let versionName = entity.attributes[entity.versionIndex].name
         func field(_ fields: RecordFields, _ name: String) -> JSON? { fields.first { $0.key.hasSameBytes(as: name) }?.value }
@@ -61,10 +63,10 @@ extension Context {
                   case .integer(let held) = row.values[entity.versionIndex], sent == held else { return nil }
             return fields + row.fields(of: entity).filter { kept in !fields.contains { $0.key.hasSameBytes(as: kept.key) } }
         }
-        let taken = try absorb(whole, of: entity, matching: predicate)
+        let taken = try absorbAnswer(whole, of: entity, matching: predicate, askedAt: askedAt)
         guard predicate == nil else { return taken }
         // The answer is still the server's: every record it named, in its order.
-        return uniqueObjects(entity, ids)
+        return (uniqueObjects(entity, ids), taken.deletedIDs)
     }
 
     /// A sibling's fetch stored these records and deletions: the objects

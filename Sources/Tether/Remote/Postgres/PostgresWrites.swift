@@ -43,9 +43,11 @@ enum PostgresWrites {
         if let version = write.ifVersion, write.kind != .create {
             condition += " AND \(PostgresTable.version.expression) = \(placeholder(String(version)))::int8"
         }
-        // The row as a listing reads it, from the write itself: no second round trip.
-        let returning = " RETURNING " + PostgresQuery.columns(table)
-        func written(_ rows: [[String?]]) throws -> WriteOutcome {
+        // The row as a listing reads it, from the write itself: no second
+        // round trip. No row: the condition or the key refused the write.
+        func written(by sql: String) throws -> WriteOutcome {
+            let rows = try session.execute(sql + " RETURNING " + PostgresQuery.columns(table), parameters)
+            guard !rows.isEmpty else { return .conflict(current: try current(write.id, table, session)) }
             guard let record = PostgresQuery.content(table, rows).records.first else {
                 throw TetherError(.protocol, "PostgreSQL wrote \(table.spec.name) \(write.id) but did not return it readably")
             }
@@ -56,20 +58,14 @@ enum PostgresWrites {
             let assigned = try assignments(write, table, replace: false)
             let names = [PostgresCatalog.quote(table.id.name)] + assigned.map { PostgresCatalog.quote($0.column.name) }
             let values = ["$1"] + assigned.map { placeholder($0.value) }
-            let sql = "INSERT INTO \(table.sqlName) AS t (\(names.joined(separator: ", "))) VALUES (\(values.joined(separator: ", ")))"
-                + " ON CONFLICT (\(PostgresCatalog.quote(table.id.name))) DO NOTHING" + returning
-            let rows = try session.execute(sql, parameters)
-            guard !rows.isEmpty else { return .conflict(current: try current(write.id, table, session)) }
-            return try written(rows)
+            return try written(by: "INSERT INTO \(table.sqlName) AS t (\(names.joined(separator: ", "))) VALUES (\(values.joined(separator: ", ")))"
+                + " ON CONFLICT (\(PostgresCatalog.quote(table.id.name))) DO NOTHING")
         case .patch, .replace:
             let assigned = try assignments(write, table, replace: write.kind == .replace)
             // Nothing to set still writes the row: its version moves, as Kinto's does.
             let sets = assigned.isEmpty ? ["\(PostgresCatalog.quote(table.id.name)) = t.\(PostgresCatalog.quote(table.id.name))"]
                 : assigned.map { "\(PostgresCatalog.quote($0.column.name)) = \(placeholder($0.value))" }
-            let sql = "UPDATE \(table.sqlName) AS t SET \(sets.joined(separator: ", ")) WHERE \(condition)" + returning
-            let rows = try session.execute(sql, parameters)
-            guard !rows.isEmpty else { return .conflict(current: try current(write.id, table, session)) }
-            return try written(rows)
+            return try written(by: "UPDATE \(table.sqlName) AS t SET \(sets.joined(separator: ", ")) WHERE \(condition)")
         case .delete:
             // The row's last version: a re-made row's is newer.
             let sql = "DELETE FROM \(table.sqlName) AS t WHERE \(condition) RETURNING \(PostgresTable.version.expression)"
