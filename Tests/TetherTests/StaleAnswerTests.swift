@@ -290,12 +290,51 @@ extension StaleAnswerContract {
     }
 }
 
+extension StaleAnswerContract {
+    /// Another client updated the record, then deleted it; a refresh read
+    /// the update (held); our delete, made on the version we knew, finds
+    /// it gone and is done (client_wins). The refresh, taken after, holds
+    /// a version newer than our row's yet older than the deletion, whose
+    /// version the server says (the memory server) or not (Kinto's 404,
+    /// and `vague`): either way it is not taken.
+    static func staleRefreshAfterOwnDeleteOverOthersUpdate(_ backend: Backend, vague: Bool) throws {
+        let id = vague ? "i5" : "i6"
+        let (context, holding) = try openSynced(backend)
+        defer { try? context.close() }
+        let doomed = try context.object(entity: "items", id: id)
+        try backend.setTitle(id, "other")
+        holding.vagueDeletes.withLock { $0 = vague }
+        holding.holdingPages.withLock { $0 = false }
+        holding.holding.withLock { $0 = true }
+        _ = try doomed.get("Title")  // a refresh, answered "other" (newer than ours) and held
+        XCTAssertTrue(holding.waitForHeld(1), "the refresh was answered")
+        try backend.deleteItem(id)
+        try doomed.delete()
+        let result = try SaveContract.save(context, .clientWins)
+        XCTAssertNil(result.error)
+        XCTAssertNil(try backend.record(id), "deleted on the server")
+        holding.release()
+        XCTAssertTrue(eventually { !doomed.state.withLock { $0.refreshInFlight } }, "the held refresh was taken")
+        XCTAssertThrowsError(try doomed.peek("Title"), "deleted by our save, not brought back by the other client's older version") {
+            XCTAssertEqual(($0 as? TetherError)?.kind, .notFound)
+        }
+        XCTAssertFalse(try cachedIDs(context).contains(id))
+    }
+}
+
 extension KintoStaleAnswerTests {
+    func testStaleRefreshAfterOwnDeleteOverOthersUpdate() throws {
+        try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(backend, vague: false)
+        try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(backend, vague: true)
+    }
     func testStaleRefreshAfterOthersDeletion() throws { try StaleAnswerContract.staleRefreshAfterOthersDeletion(backend) }
     func testStaleSyncDeletionAfterOwnInsert() throws { try StaleAnswerContract.staleSyncDeletionAfterOwnInsert(backend) }
 }
 
 extension PostgresStaleAnswerTests {
+    func testStaleRefreshAfterOwnDeleteOverOthersUpdate() throws {
+        try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(Items(self), vague: false)
+    }
     func testStaleRefreshAfterOthersDeletion() throws {
         XCTAssertEqual(try PostgresConnection.install(options), 1, "items tracked: a sync names deletions")
         try StaleAnswerContract.staleRefreshAfterOthersDeletion(Items(self))
@@ -307,6 +346,10 @@ extension PostgresStaleAnswerTests {
 }
 
 extension MemoryStaleAnswerTests {
+    func testStaleRefreshAfterOwnDeleteOverOthersUpdate() throws {
+        try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(backend, vague: false)
+        try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(backend, vague: true)
+    }
     func testStaleRefreshAfterOthersDeletion() throws { try StaleAnswerContract.staleRefreshAfterOthersDeletion(backend) }
     func testStaleSyncDeletionAfterOwnInsert() throws { try StaleAnswerContract.staleSyncDeletionAfterOwnInsert(backend) }
     func testStaleAbsenceAfterOwnInsert() throws { try StaleAnswerContract.staleAbsenceAfterOwnInsert(backend) }
