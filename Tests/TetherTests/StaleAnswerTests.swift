@@ -322,7 +322,45 @@ extension StaleAnswerContract {
     }
 }
 
+extension StaleAnswerContract {
+    /// A listing read before another client's update, taken after a newer
+    /// listing stored that update: the store keeps the newer row, and the
+    /// older listing's answer and objects must show it too, not the values
+    /// it read (its objects were not in memory, so none held a version to
+    /// compare with).
+    static func olderListingAfterNewer(_ backend: Backend) throws {
+        var holding: HoldingConnection!
+        // No cache of recent objects: what no one holds is not in memory.
+        let context = try backend.open(cacheSize: 0) { holding = HoldingConnection($0); return holding }
+        defer { try? context.close() }
+        // Filtered listings only: each is a listing (not changes since a sync).
+        var request = FetchRequest(entity: "items")
+        request.policy = .serverOnly
+        request.predicate = "Rank < 10"
+        XCTAssertEqual(try fetch(context, request).last?.objects.count, 10)
+        holding.holding.withLock { $0 = true }
+        let older = ConditionLock<[FetchResult]>([])
+        try context.makeFetch(request).start { result in older.withLock { $0.append(result) } }
+        XCTAssertTrue(holding.waitForHeld(1), "the older listing was answered")
+        try backend.setTitle("i2", "newer")
+        holding.holding.withLock { $0 = false }
+        do {  // its objects go with it
+            let newer = try fetch(context, request).last
+            XCTAssertNil(newer?.error)
+            XCTAssertEqual(try newer?.objects.first { $0.id == "i2" }?.peek("Title"), .text("newer"))
+        }
+        XCTAssertTrue(eventually { context.objectsInMemory(context.model.entity(named: "items")!, ["i2"]).isEmpty }, "i2 is not in memory")
+        holding.release()
+        XCTAssertTrue(eventually { older.withLock { $0.last?.phase == .final } }, "the older listing ended")
+        let answer = older.withLock { $0.last }
+        XCTAssertEqual(try answer?.objects.first { $0.id == "i2" }?.peek("Title"), .text("newer"),
+                       "the older listing's answer shows what the store holds, not the values it read")
+        XCTAssertEqual(try context.object(entity: "items", id: "i2").peek("Title"), .text("newer"))
+    }
+}
+
 extension KintoStaleAnswerTests {
+    func testOlderListingAfterNewer() throws { try StaleAnswerContract.olderListingAfterNewer(backend) }
     func testStaleRefreshAfterOwnDeleteOverOthersUpdate() throws {
         try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(backend, vague: false)
         try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(backend, vague: true)
@@ -332,6 +370,7 @@ extension KintoStaleAnswerTests {
 }
 
 extension PostgresStaleAnswerTests {
+    func testOlderListingAfterNewer() throws { try StaleAnswerContract.olderListingAfterNewer(Items(self)) }
     func testStaleRefreshAfterOwnDeleteOverOthersUpdate() throws {
         try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(Items(self), vague: false)
     }
@@ -346,6 +385,7 @@ extension PostgresStaleAnswerTests {
 }
 
 extension MemoryStaleAnswerTests {
+    func testOlderListingAfterNewer() throws { try StaleAnswerContract.olderListingAfterNewer(backend) }
     func testStaleRefreshAfterOwnDeleteOverOthersUpdate() throws {
         try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(backend, vague: false)
         try StaleAnswerContract.staleRefreshAfterOwnDeleteOverOthersUpdate(backend, vague: true)

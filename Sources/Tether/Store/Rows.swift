@@ -33,7 +33,7 @@ extension Store {
                    _ database: Database) throws -> Written {
         var versions: [ExactString: Int64] = [:]
         for (id, version) in zip(deletedIDs, deletedVersions) { if let version { versions[ExactString(id)] = version } }
-        let records = try withoutStale(records, of: entity, acceptingOlder: acceptingOlder, askedAt: askedAt, database)
+        var records = try withoutStale(records, of: entity, acceptingOlder: acceptingOlder, askedAt: askedAt, database)
         // Judged before this write's own rows are: a page naming an id both
         // ways deletes it. Our own save's deletion is the server's answer to it.
         let deletedIDs = ownDeletion ? deletedIDs : try deletable(deletedIDs, of: entity, versions: versions, askedAt: askedAt, database)
@@ -45,7 +45,9 @@ extension Store {
         let types = entity.attributes.map(\.type)
         var parameters: [SQLValue] = []
         parameters.reserveCapacity(types.count + 4)
-        for record in records {
+        let versionIndex = entity.versionIndex
+        var kept: [Int] = []
+        for (position, record) in records.enumerated() {
             parameters.removeAll(keepingCapacity: true)
             for index in 0..<min(record.values.count, types.count) {
                 let value = record.values[index]
@@ -55,7 +57,12 @@ extension Store {
             parameters.append(.integer(fetchedAt))
             parameters.append(.integer(serial))
             parameters.append(.integer(acceptingOlder ? 1 : 0))
-            try insert.run(parameters)
+            let held = try insert.first(parameters) { $0[0] }
+            if !acceptingOlder, let held, held != .null, held != parameters[versionIndex] { kept.append(position) }
+        }
+        // Rows the store kept, being newer: what is taken from this answer is the row.
+        for position in kept {
+            if let row = try load(entity, id: records[position].id, database)?.record { records[position] = row }
         }
         try forgetTombstones(records.map(\.id), of: entity, database)
         try deleteRows(deletedIDs, of: entity, versions: versions, vague: ownDeletion && versions.isEmpty, database)

@@ -58,8 +58,9 @@ final class Store: Sendable {
                 + [Identifier.quoted(Store.extraColumn), Identifier.quoted(Store.fetchedColumn)])
                 .map { "\($0) = CASE WHEN \(newer) THEN excluded.\($0) ELSE \(table).\($0) END" }
                 + ["\(written) = excluded.\(written)"]
+            // The version the row holds after: another than the one sent means it was kept.
             upsert = "INSERT INTO \(table) (\(columns)) VALUES (\(placeholders)) ON CONFLICT (\(idColumn)) DO UPDATE SET "
-                + assignments.joined(separator: ", ")
+                + assignments.joined(separator: ", ") + " RETURNING \(version)"
             deleteByID = "DELETE FROM \(table) WHERE \(idColumn) = ?"
             idsWrittenBefore = "SELECT \(idColumn) FROM \(table) WHERE \(written) < ?"
             writeOf = "SELECT \(written) FROM \(table) WHERE \(idColumn) = ?"
