@@ -7,6 +7,9 @@ enum SQLValue: Equatable, Sendable {
 }
 
 extension SQLValue {
+    /// The integer, nil for any other value.
+    var integerValue: Int64? { if case .integer(let n) = self { return n } else { return nil } }
+
     /// The value as its column holds it: booleans 0 or 1, JSON its text.
     init(_ value: Value) {
         switch value {

@@ -156,6 +156,12 @@ extension Store {
         }
     }
 
+    /// Looks up a row's version and write serial by id (nil: no row).
+    func heldVersionAndWrite(of entity: Entity, _ database: Database) throws -> (String) throws -> (version: Int64?, write: Int64?)? {
+        let statement = try database.statement(sql(entity).versionAndWriteOf, pinned: true)
+        return { id in try statement.first([.text(id)]) { ($0[0].integerValue, $0[1].integerValue) } }
+    }
+
     /// Of `ids`, which an answer says the server deleted, those it may
     /// delete here: ids the store does not hold, and rows older than the
     /// deletion. Where the server says the deletion's version (`versions`),
@@ -166,12 +172,9 @@ extension Store {
     func deletable(_ ids: [String], of entity: Entity, versions: [ExactString: Int64], askedAt: Int64?,
                    _ database: Database) throws -> [String] {
         guard !ids.isEmpty, askedAt != nil || !versions.isEmpty else { return ids }
-        let held = try database.statement(sql(entity).versionAndWriteOf, pinned: true)
+        let held = try heldVersionAndWrite(of: entity, database)
         return try ids.filter { id in
-            guard let (version, write) = try held.first([.text(id)], { row -> (Int64?, Int64?) in
-                func integer(_ value: SQLValue) -> Int64? { if case .integer(let n) = value { return n } else { return nil } }
-                return (integer(row[0]), integer(row[1]))
-            }) else { return true }
+            guard let (version, write) = try held(id) else { return true }
             if let deletedAt = versions.isEmpty ? nil : versions[ExactString(id)], let version { return version < deletedAt }
             if let askedAt, let write { return write < askedAt }
             return true

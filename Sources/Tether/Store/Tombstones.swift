@@ -57,13 +57,12 @@ extension Store {
                                                   pinned: true).first([entityCode], { _ in true }) != nil
         guard anyTombstone || acceptingOlder else { return records }
         let buried = try database.statement("SELECT version, write, vague FROM tether_deleted WHERE entity = ? AND id = ?", pinned: true)
-        let held = try database.statement(sql(entity).versionAndWriteOf, pinned: true)
-        func integer(_ value: SQLValue) -> Int64? { if case .integer(let n) = value { return n } else { return nil } }
+        let held = try heldVersionAndWrite(of: entity, database)
         let versionIndex = entity.versionIndex
         return try records.filter { record in
             guard case .integer(let sent) = record.values[versionIndex] else { return true }
             if anyTombstone, let (deleted, write, vague) = try buried.first([entityCode, .text(record.id)], {
-                (integer($0[0]), integer($0[1]), integer($0[2]) == 1)
+                ($0[0].integerValue, $0[1].integerValue, $0[2].integerValue == 1)
             }) {
                 let older = deleted.map { sent <= $0 } ?? false
                 let askedBefore = askedAt.map { asked in write.map { $0 >= asked } ?? false } ?? false
@@ -72,7 +71,7 @@ extension Store {
                     return false
                 }
             }
-            if acceptingOlder, let askedAt, let (version, write) = try held.first([.text(record.id)], { (integer($0[0]), integer($0[1])) }),
+            if acceptingOlder, let askedAt, let (version, write) = try held(record.id),
                let version, let write, sent < version, write >= askedAt {
                 Log.debug(.sync, "\(entity.name)/\(record.id): version \(sent), older than \(version) written since it was asked: not taken")
                 return false
