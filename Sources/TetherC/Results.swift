@@ -109,13 +109,14 @@ public func tether_results_value_at(_ results: OpaquePointer?, _ index: Int, _ k
                                     _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
     call {
         let fetched = try resultsBox(results).results
-        let key = try text(key, "key")
+        let key = try keyBytes(key)
         guard fetched.type == .values else {
             throw misuse("only a TETHER_RESULT_VALUES answer has values: read an object's with tether_object_peek")
         }
         let row = try rowIndex(index, try resultsBox(results))
-        guard let column = fetched.column(named: key) else {
-            throw TetherError(.notFound, "the fetch did not ask for \(key.debugDescription)")
+        guard let column = fetched.column(bytes: key) else {
+            guard let name = String(validating: key, as: UTF8.self) else { throw TetherError(.invalid, "key is not valid UTF-8") }
+            throw TetherError(.notFound, "the fetch did not ask for \(name.debugDescription)")
         }
         try fill(out, try fetched.value(at: row, column: column))
     }

@@ -46,13 +46,22 @@ public final class FetchedResults: Sendable {
         case rowids(RowIDList)
     }
 
+    /// A row of a batch read by rowid: its object or its values.
+    /// A struct, not a tuple: letting a batch go then frees each row with
+    /// code made for it, not the runtime's generic walk of a tuple.
+    private struct HeldRow {
+        let id: String
+        let object: ManagedObject?
+        let values: [Value]?
+    }
+
     /// The batch held: from row `start`, its objects or values rows.
     private struct Window {
         var start = 0
         var objects: [ManagedObject] = []
         var values: [[Value]?] = []
         /// By rowid: each row's object or values, nil for a row gone since the fetch.
-        var rows: [(id: String, object: ManagedObject?, values: [Value]?)?] = []
+        var rows: [HeldRow?] = []
     }
 
     private init(type: ResultType, count: Int, rows: Rows, context: Context?, entity: Entity?, properties: [Int] = [],
@@ -201,8 +210,8 @@ public final class FetchedResults: Sendable {
             } else {
                 let range = batch(around: index)
                 let batchIDs = ids.slice(range)
-                let rows = try storedRows(batchIDs)
-                let values = batchIDs.map { id in rows[ExactString(id)].map { stored in properties.map { stored.values[$0] } } }
+                let rows = try visibleValues(batchIDs)
+                let values = batchIDs.map { rows[ExactString($0)] }
                 window.withLock { $0 = Window(start: range.lowerBound, values: values) }
                 row = values[index - range.lowerBound]
             }
@@ -217,6 +226,13 @@ public final class FetchedResults: Sendable {
     public func column(named name: String) -> Int? {
         guard let entity, let index = entity.attributeIndex(named: name) else { return nil }
         return properties.firstIndex(of: index)
+    }
+
+    /// `column(named:)` for a name's UTF-8 bytes (a C string's), found in
+    /// place where the entity allows (no String made per row read).
+    public func column(bytes name: UnsafeBufferPointer<UInt8>) -> Int? {
+        if let entity, let index = entity.attributeIndex(bytes: name) { return properties.firstIndex(of: index) }
+        return String(validating: name, as: UTF8.self).flatMap(column(named:))
     }
 
     /// Every object, made now: for small answers and tests.
@@ -236,12 +252,12 @@ public final class FetchedResults: Sendable {
 
     /// Row `index` of a rowid answer: from the held batch, else its batch
     /// read now (the previous one let go). `.notFound` for a row gone.
-    private func row(_ index: Int, _ rowids: RowIDList) throws -> (id: String, object: ManagedObject?, values: [Value]?) {
-        let held = window.withLock { window -> (id: String, object: ManagedObject?, values: [Value]?)?? in
+    private func row(_ index: Int, _ rowids: RowIDList) throws -> HeldRow {
+        let held = window.withLock { window -> HeldRow?? in
             guard index >= window.start, index < window.start + window.rows.count else { return .none }
             return .some(window.rows[index - window.start])
         }
-        let row: (id: String, object: ManagedObject?, values: [Value]?)?
+        let row: HeldRow?
         if let held {
             row = held
         } else {
@@ -257,34 +273,45 @@ public final class FetchedResults: Sendable {
     /// The rows at `rowids` as this answer gives them: objects (their rows
     /// taken into memory in one uniquing pass) or values as the host sees
     /// them (unsaved changes included); nil for a row gone.
-    private func readRows(_ rowids: [Int64]) throws -> [(id: String, object: ManagedObject?, values: [Value]?)?] {
+    private func readRows(_ rowids: [Int64]) throws -> [HeldRow?] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
-        let stored = try context.store(for: entity).rows(entity, rowids: rowids)
-        if type == .objects {
-            let present = rowids.compactMap { stored[$0] }
-            var objects = context.adopt(present, of: entity).makeIterator()
-            return rowids.map { rowid in
-                stored[rowid] == nil ? nil : objects.next().map { (id: $0.id, object: $0, values: nil) }
-            }
+        let store = try context.store(for: entity)
+        guard type == .objects else {
+            return visibleValues(try store.values(entity, rowids: rowids, attributes: properties), at: rowids, context, entity)
         }
-        var visible: [ExactString: [Value]?] = [:]
-        for row in context.pendingRows(entity) { visible[ExactString(row.object.id)] = row.visible }
+        let stored = try store.rows(entity, rowids: rowids)
+        let present = rowids.compactMap { stored[$0] }
+        var objects = context.adopt(present, of: entity).makeIterator()
         return rowids.map { rowid in
-            guard let record = stored[rowid]?.record else { return nil }
-            // As the host sees it: an unsaved edit, or gone if deleted.
-            let values: [Value]? = visible.isEmpty ? record.values : (visible[ExactString(record.id)] ?? record.values)
-            return values.map { values in (id: record.id, object: nil, values: properties.map { values[$0] }) }
+            stored[rowid] == nil ? nil : objects.next().map { HeldRow(id: $0.id, object: $0, values: nil) }
         }
     }
 
-    private func storedRows(_ ids: [String]) throws -> [ExactString: Record] {
+    /// Values rows read by rowid, as the host sees them.
+    private func visibleValues(_ stored: [Int64: (id: String, values: [Value])], at rowids: [Int64],
+                               _ context: Context, _ entity: Entity)
+        -> [HeldRow?] {
+        var visible: [ExactString: [Value]?] = [:]
+        for row in context.pendingRows(entity) { visible[ExactString(row.object.id)] = row.visible }
+        return rowids.map { rowid in
+            guard let row = stored[rowid] else { return nil }
+            // As the host sees it: an unsaved edit, or gone if deleted.
+            guard !visible.isEmpty, let pending = visible[ExactString(row.id)] else {
+                return HeldRow(id: row.id, object: nil, values: row.values)
+            }
+            return pending.map { values in HeldRow(id: row.id, object: nil, values: properties.map { values[$0] }) }
+        }
+    }
+
+    /// The values rows of these ids as the host sees them: stored, or an
+    /// unsaved insert or edit; absent if not stored, or deleted here.
+    private func visibleValues(_ ids: [String]) throws -> [ExactString: [Value]] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
-        var rows = try context.store(for: entity).rows(entity, ids: ids).mapValues(\.record)
+        var rows = try context.store(for: entity).values(entity, ids: ids, attributes: properties)
         for row in context.pendingRows(entity) where ids.contains(row.object.id) {
-            // As the host sees it: an unsaved insert or edit, or gone if deleted.
-            rows[ExactString(row.object.id)] = row.visible.map { Record(id: row.object.id, values: $0, extra: []) }
+            rows[ExactString(row.object.id)] = row.visible.map { values in properties.map { values[$0] } }
         }
         return rows
     }

@@ -34,15 +34,8 @@ final class Uniquing: @unchecked Sendable {
             rest = rest.dropFirst(slice.count)
             table.withLock { table in
                 for id in slice {
-                    let key = ExactString(id)
-                    if let entry = table[entity.index][key], let existing = Self.live(entry) {
-                        objects.append(existing)
-                        continue
-                    }
-                    // None, or one being freed (its deinit removes its entry only if it is still its own).
-                    let object = make(id)
-                    table[entity.index][key] = Unmanaged.passUnretained(object)
-                    objects.append(object)
+                    // In place: one hash of the id finds the entry or makes it.
+                    objects.append(Self.liveOrMade(&table[entity.index][ExactString(id)]) { make(id) })
                 }
             }
         }
@@ -59,10 +52,21 @@ final class Uniquing: @unchecked Sendable {
     /// From `object`'s deinit: its entry goes, unless another object for its
     /// record has taken the entry since it began to be freed.
     func remove(_ object: Unmanaged<ManagedObject>, entity: Int, id: String) {
-        table.withLock { table in
-            let key = ExactString(id)
-            if table[entity][key]?.toOpaque() == object.toOpaque() { table[entity][key] = nil }
-        }
+        table.withLock { table in Self.clear(&table[entity][ExactString(id)], ifItHolds: object) }
+    }
+
+    /// The entry's object if it is live; else (none, or one being freed,
+    /// whose deinit removes its entry only if it is still its own) a new
+    /// one, made by `make`, now in the entry.
+    private static func liveOrMade(_ entry: inout Unmanaged<ManagedObject>?, _ make: () -> ManagedObject) -> ManagedObject {
+        if let entry, let existing = live(entry) { return existing }
+        let object = make()
+        entry = Unmanaged.passUnretained(object)
+        return object
+    }
+
+    private static func clear(_ entry: inout Unmanaged<ManagedObject>?, ifItHolds object: Unmanaged<ManagedObject>) {
+        if entry?.toOpaque() == object.toOpaque() { entry = nil }
     }
 
     /// The entry's object, retained, unless it is being freed.

@@ -90,10 +90,44 @@ extension Store {
         var found: [Int64: StoredRecord] = [:]
         found.reserveCapacity(rowids.count)
         let rowidColumn = entity.attributes.count + 3
-        try eachRow(rowids, select: sql(entity).selectWithRowid) { row in
+        try eachRow(rowids, select: sql(entity).selectWithRowid, rowidColumn: rowidColumn) { row in
             if case .integer(let rowid) = row[rowidColumn] { found[rowid] = Self.decode(row, entity) }
         }
         return found
+    }
+
+    /// Attributes `indexes` of the rows at these rowids, with each row's id,
+    /// by rowid (rows deleted since are absent): a values answer's batch,
+    /// reading those columns only.
+    func values(_ entity: Entity, rowids: [Int64], attributes indexes: [Int]) throws
+        -> [Int64: (id: String, values: [Value])] {
+        var found: [Int64: (id: String, values: [Value])] = [:]
+        found.reserveCapacity(rowids.count)
+        try eachRow(rowids, select: Self.selectValues(entity, indexes, after: "rowid")) { row in
+            if case .integer(let rowid) = row[0] { found[rowid] = Self.projected(row, from: 1, entity, indexes) }
+        }
+        return found
+    }
+
+    /// `SELECT [first,] id, extra, the columns of attributes indexes FROM the table`.
+    static func selectValues(_ entity: Entity, _ indexes: [Int], after first: String? = nil) -> String {
+        let columns = [Identifier.column(code: entity.attributes[entity.idIndex].code), Identifier.quoted(extraColumn)]
+            + indexes.map { Identifier.column(code: entity.attributes[$0].code) }
+        return "SELECT \(((first.map { [$0] } ?? []) + columns).joined(separator: ", ")) FROM \(table(entity))"
+    }
+
+    /// A row of `selectValues` whose id is column `start`: its id and values.
+    static func projected(_ row: Statement.Row, from start: Int, _ entity: Entity, _ indexes: [Int])
+        -> (id: String, values: [Value]) {
+        var extra: [(key: String, value: JSON)]?
+        let values = indexes.indices.map { column in
+            value(row[start + 2 + column], of: entity, indexes[column]) {
+                if extra == nil { extra = extraFields(row[start + 1]) }
+                return extra!
+            }
+        }
+        guard case .text(let id) = row[start] else { return ("", values) }
+        return (id, values)
     }
 
     /// The ids at these rowids, by rowid (rows deleted since are absent).
@@ -107,8 +141,23 @@ extension Store {
     }
 
     /// `select` (a SELECT without WHERE) of the rows at these rowids, on the
-    /// reading connection; lists of one fixed size, so two statements serve.
-    private func eachRow(_ rowids: [Int64], select: String, _ body: (Statement.Row) throws -> Void) throws {
+    /// reading connection (the rowid in column `rowidColumn`); lists of one
+    /// fixed size, so two statements serve.
+    /// Rows come in no particular order. Rowids close together (a batch of a
+    /// fetch in about the store's order) are read as one range, stepping past
+    /// the rows between: one walk of the table's b-tree, not a search per row.
+    private func eachRow(_ rowids: [Int64], select: String, rowidColumn: Int = 0, _ body: (Statement.Row) throws -> Void) throws {
+        if rowids.count > 1, let low = rowids.min(), let high = rowids.max(), high - low < Int64(rowids.count) * 2 {
+            let wanted = rowids.sorted()
+            return try withReader { database in
+                var next = 0
+                try database.statement(select + " WHERE rowid BETWEEN ? AND ?").each([.integer(low), .integer(high)]) { row in
+                    guard case .integer(let rowid) = row[rowidColumn] else { return }
+                    while next < wanted.count && wanted[next] < rowid { next += 1 }
+                    if next < wanted.count && wanted[next] == rowid { try body(row) }
+                }
+            }
+        }
         try withReader { database in
             for start in stride(from: 0, to: rowids.count, by: Self.rowidsPerStatement) {
                 let chunk = rowids[start..<min(rowids.count, start + Self.rowidsPerStatement)]

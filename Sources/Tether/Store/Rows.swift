@@ -100,6 +100,17 @@ extension Store {
         return found
     }
 
+    /// Attributes `indexes` of the rows of these ids, by id (those not
+    /// stored are absent), reading those columns only.
+    func values(_ entity: Entity, ids: [String], attributes indexes: [Int]) throws -> [ExactString: [Value]] {
+        var found: [ExactString: [Value]] = [:]
+        try eachRow(entity, ids: ids, select: Self.selectValues(entity, indexes), reading: true) { row in
+            let (id, values) = Self.projected(row, from: 0, entity, indexes)
+            found[ExactString(id)] = values
+        }
+        return found
+    }
+
     /// The versions of these ids, by id; those not stored or without one are absent.
     func versions(_ entity: Entity, ids: [String]) throws -> [ExactString: Int64] {
         let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
@@ -200,32 +211,43 @@ extension Store {
     /// Typed columns hold values of the attribute's type; a value that did not
     /// fit its column is in the extra JSON under the attribute's name.
     static func decode(_ row: Statement.Row, _ entity: Entity) -> StoredRecord {
-        var extra: [(key: String, value: JSON)] = []
-        if case .text(let text) = row[entity.attributes.count], let parsed = try? JSON.parse(text).objectValue {
-            extra = parsed
-        }
+        let extra = extraFields(row[entity.attributes.count])
         var values: [Value] = []
         values.reserveCapacity(entity.attributes.count)
         // By index: iterating the attributes copied each one (its strings
         // and arrays retained and released) per row.
         for index in entity.attributes.indices {
-            switch (entity.attributes[index].type, row[index]) {
-            case (.text, .text(let s)): values.append(.text(s))
-            case (.integer, .integer(let i)): values.append(.integer(i))
-            case (.real, .real(let d)): values.append(.real(d))
-            case (.real, .integer(let i)): values.append(.real(Double(i)))
-            case (.boolean, .integer(let i)): values.append(.boolean(i != 0))
-            case (.json, .text(let s)): values.append(.json(s))
-            default:
-                let name = entity.attributes[index].name
-                let misfit = extra.first { $0.key.hasSameBytes(as: name) }?.value
-                values.append(misfit.map { .json($0.serialized(sortKeys: true)) } ?? .null)
-            }
+            values.append(value(row[index], of: entity, index) { extra })
         }
         var fetchedAt: Int64 = 0
         if case .integer(let time) = row[entity.attributes.count + 1] { fetchedAt = time }
         let id: String
         if case .text(let s) = row[entity.idIndex] { id = s } else { id = "" }
         return StoredRecord(record: Record(id: id, values: values, extra: extra), fetchedAt: fetchedAt)
+    }
+
+    /// Attribute `index`'s value from its column. A column that does not
+    /// hold the attribute's type reads the field `extra` kept (the server
+    /// sent another type), as JSON; `extra` is asked for only then.
+    static func value(_ column: SQLValue, of entity: Entity, _ index: Int,
+                      extra: () -> [(key: String, value: JSON)]) -> Value {
+        switch (entity.attributes[index].type, column) {
+        case (.text, .text(let s)): return .text(s)
+        case (.integer, .integer(let i)): return .integer(i)
+        case (.real, .real(let d)): return .real(d)
+        case (.real, .integer(let i)): return .real(Double(i))
+        case (.boolean, .integer(let i)): return .boolean(i != 0)
+        case (.json, .text(let s)): return .json(s)
+        default:
+            let name = entity.attributes[index].name
+            let misfit = extra().first { $0.key.hasSameBytes(as: name) }?.value
+            return misfit.map { .json($0.serialized(sortKeys: true)) } ?? .null
+        }
+    }
+
+    /// The extra fields of a row's extra column (see `decode`).
+    static func extraFields(_ column: SQLValue) -> [(key: String, value: JSON)] {
+        guard case .text(let text) = column, let parsed = try? JSON.parse(text).objectValue else { return [] }
+        return parsed
     }
 }

@@ -616,6 +616,10 @@ static void check_values(tether_results *res, tether_results *objs, const int *e
     if (n > 0) {
         XSTATUS(tether_results_value_at(res, 0, "score", &v), TETHER_E_NOT_FOUND);
         XSTATUS(tether_results_value_at(res, 0, "last_modified", &v), TETHER_E_NOT_FOUND);
+        /* The key is read as bytes in place: a bad one is still told as such. */
+        XSTATUS(tether_results_value_at(res, 0, NULL, &v), TETHER_E_MISUSE);
+        XSTATUS(tether_results_value_at(res, 0, "\xff\xfe", &v), TETHER_E_INVALID);
+        XSTATUS(tether_results_value_at(res, 0, "", &v), TETHER_E_NOT_FOUND);
     }
     XSTATUS(tether_results_value_at(res, n, "n", &v), TETHER_E_NOT_FOUND);
     XSTATUS(tether_results_id_at(res, n, &got), TETHER_E_NOT_FOUND);
