@@ -133,7 +133,7 @@ public final class FetchedResults: Sendable {
             guard let context, let entity else { return [] }
             let all = rowids.slice(0..<rowids.count)
             guard let found = try? context.store(for: entity).ids(entity, rowids: all) else { return [] }
-            return all.compactMap { found[$0].map(ExactString.init) }
+            return found.compactMap { $0.map(ExactString.init) }
         }
     }
 
@@ -278,24 +278,22 @@ public final class FetchedResults: Sendable {
         try context.checkOpen()
         let store = try context.store(for: entity)
         guard type == .objects else {
-            return visibleValues(try store.values(entity, rowids: rowids, attributes: properties), at: rowids, context, entity)
+            return visibleValues(try store.values(entity, rowids: rowids, attributes: properties), context, entity)
         }
         let stored = try store.rows(entity, rowids: rowids)
-        let present = rowids.compactMap { stored[$0] }
-        var objects = context.adopt(present, of: entity).makeIterator()
-        return rowids.map { rowid in
-            stored[rowid] == nil ? nil : objects.next().map { HeldRow(id: $0.id, object: $0, values: nil) }
+        var objects = context.adopt(stored.compactMap { $0 }, of: entity).makeIterator()
+        return stored.map { row in
+            row == nil ? nil : objects.next().map { HeldRow(id: $0.id, object: $0, values: nil) }
         }
     }
 
     /// Values rows read by rowid, as the host sees them.
-    private func visibleValues(_ stored: [Int64: (id: String, values: [Value])], at rowids: [Int64],
-                               _ context: Context, _ entity: Entity)
+    private func visibleValues(_ stored: [(id: String, values: [Value])?], _ context: Context, _ entity: Entity)
         -> [HeldRow?] {
         var visible: [ExactString: [Value]?] = [:]
         for row in context.pendingRows(entity) { visible[ExactString(row.object.id)] = row.visible }
-        return rowids.map { rowid in
-            guard let row = stored[rowid] else { return nil }
+        return stored.map { row in
+            guard let row else { return nil }
             // As the host sees it: an unsaved edit, or gone if deleted.
             guard !visible.isEmpty, let pending = visible[ExactString(row.id)] else {
                 return HeldRow(id: row.id, object: nil, values: row.values)

@@ -84,27 +84,23 @@ extension Store {
         }
     }
 
-    /// The rows at these rowids, by rowid; rows deleted since are absent (a
-    /// record deleted and stored again has a new rowid: absent too).
-    func rows(_ entity: Entity, rowids: [Int64]) throws -> [Int64: StoredRecord] {
-        var found: [Int64: StoredRecord] = [:]
-        found.reserveCapacity(rowids.count)
-        let rowidColumn = entity.attributes.count + 3
-        try eachRow(rowids, select: sql(entity).selectWithRowid, rowidColumn: rowidColumn) { row in
-            if case .integer(let rowid) = row[rowidColumn] { found[rowid] = Self.decode(row, entity) }
+    /// The rows at these rowids (distinct), in their order; nil for a row
+    /// deleted since (a record deleted and stored again has a new rowid: nil too).
+    func rows(_ entity: Entity, rowids: [Int64]) throws -> [StoredRecord?] {
+        var found = [StoredRecord?](repeating: nil, count: rowids.count)
+        try eachRow(rowids, select: sql(entity).selectWithRowid, rowidColumn: entity.attributes.count + 3) { position, row in
+            found[position] = Self.decode(row, entity)
         }
         return found
     }
 
     /// Attributes `indexes` of the rows at these rowids, with each row's id,
-    /// by rowid (rows deleted since are absent): a values answer's batch,
-    /// reading those columns only.
-    func values(_ entity: Entity, rowids: [Int64], attributes indexes: [Int]) throws
-        -> [Int64: (id: String, values: [Value])] {
-        var found: [Int64: (id: String, values: [Value])] = [:]
-        found.reserveCapacity(rowids.count)
-        try eachRow(rowids, select: Self.selectValues(entity, indexes, after: "rowid")) { row in
-            if case .integer(let rowid) = row[0] { found[rowid] = Self.projected(row, from: 1, entity, indexes) }
+    /// in their order (nil: deleted since): a values answer's batch, reading
+    /// those columns only.
+    func values(_ entity: Entity, rowids: [Int64], attributes indexes: [Int]) throws -> [(id: String, values: [Value])?] {
+        var found = [(id: String, values: [Value])?](repeating: nil, count: rowids.count)
+        try eachRow(rowids, select: Self.selectValues(entity, indexes, after: "rowid")) { position, row in
+            found[position] = Self.projected(row, from: 1, entity, indexes)
         }
         return found
     }
@@ -130,46 +126,65 @@ extension Store {
         return (id, values)
     }
 
-    /// The ids at these rowids, by rowid (rows deleted since are absent).
-    func ids(_ entity: Entity, rowids: [Int64]) throws -> [Int64: String] {
+    /// The ids at these rowids (distinct), in their order (nil: deleted since).
+    func ids(_ entity: Entity, rowids: [Int64]) throws -> [String?] {
         let idColumn = Identifier.column(code: entity.attributes[entity.idIndex].code)
-        var found: [Int64: String] = [:]
-        try eachRow(rowids, select: "SELECT rowid, \(idColumn) FROM \(Self.table(entity))") { row in
-            if case .integer(let rowid) = row[0], case .text(let id) = row[1] { found[rowid] = id }
+        var found = [String?](repeating: nil, count: rowids.count)
+        try eachRow(rowids, select: "SELECT rowid, \(idColumn) FROM \(Self.table(entity))") { position, row in
+            if case .text(let id) = row[1] { found[position] = id }
         }
         return found
     }
 
     /// `select` (a SELECT without WHERE) of the rows at these rowids, on the
-    /// reading connection (the rowid in column `rowidColumn`); lists of one
-    /// fixed size, so two statements serve.
-    /// Rows come in no particular order. Rowids close together (a batch of a
-    /// fetch in about the store's order) are read as one range, stepping past
-    /// the rows between: one walk of the table's b-tree, not a search per row.
-    private func eachRow(_ rowids: [Int64], select: String, rowidColumn: Int = 0, _ body: (Statement.Row) throws -> Void) throws {
-        if rowids.count > 1, let low = rowids.min(), let high = rowids.max(), high - low < Int64(rowids.count) * 2 {
-            let wanted = rowids.sorted()
-            return try withReader { database in
+    /// reading connection (the rowid in column `rowidColumn`): `body` gets
+    /// each row found with its position in `rowids`, in no particular order.
+    /// Rowids close together (a batch of a fetch in about the store's order)
+    /// are read as one range, stepping past the rows between: one walk of
+    /// the table's b-tree, not a search per row. Others are read by lists of
+    /// one fixed size, so two statements serve.
+    private func eachRow(_ rowids: [Int64], select: String, rowidColumn: Int = 0,
+                         _ body: (_ position: Int, Statement.Row) throws -> Void) throws {
+        try withReader { database in
+            if rowids.count > 1, rowids.count < 1 << 30, let low = rowids.min(), let high = rowids.max(),
+               high - low < Int64(rowids.count) * 2 {
+                // The positions in rowid order, walked beside the rows as they come.
+                let order = Self.positionsByRowid(rowids, low: low)
                 var next = 0
                 try database.statement(select + " WHERE rowid BETWEEN ? AND ?").each([.integer(low), .integer(high)]) { row in
                     guard case .integer(let rowid) = row[rowidColumn] else { return }
-                    while next < wanted.count && wanted[next] < rowid { next += 1 }
-                    if next < wanted.count && wanted[next] == rowid { try body(row) }
+                    while next < order.count && rowids[order[next]] < rowid { next += 1 }
+                    while next < order.count && rowids[order[next]] == rowid {
+                        try body(order[next], row)
+                        next += 1
+                    }
                 }
+                return
             }
-        }
-        try withReader { database in
             for start in stride(from: 0, to: rowids.count, by: Self.rowidsPerStatement) {
                 let chunk = rowids[start..<min(rowids.count, start + Self.rowidsPerStatement)]
+                let positions = Dictionary(zip(chunk, chunk.indices), uniquingKeysWith: { first, _ in first })
                 let size = chunk.count == Self.rowidsPerStatement ? chunk.count : 1
                 let statement = try database.statement(select + (size == 1 ? " WHERE rowid IN (?)" : Self.rowidList))
+                let each: (Statement.Row) throws -> Void = { row in
+                    if case .integer(let rowid) = row[rowidColumn], let position = positions[rowid] { try body(position, row) }
+                }
                 if size == chunk.count {
-                    try statement.each(chunk.map { .integer($0) }, body)
+                    try statement.each(chunk.map { .integer($0) }, each)
                 } else {
-                    for rowid in chunk { try statement.each([.integer(rowid)], body) }
+                    for rowid in chunk { try statement.each([.integer(rowid)], each) }
                 }
             }
         }
+    }
+
+    /// The indexes of `rowids` (at least `low`, spanning less than 2^31) in
+    /// the order of their rowids: offset and index packed in one integer
+    /// each, so the sort compares integers, not through a closure.
+    private static func positionsByRowid(_ rowids: [Int64], low: Int64) -> [Int] {
+        var packed = rowids.indices.map { (rowids[$0] - low) << 32 | Int64($0) }
+        packed.sort()
+        return packed.map { Int($0 & 0xFFFF_FFFF) }
     }
 
     private static let rowidsPerStatement = 100
