@@ -276,7 +276,7 @@ public final class FetchedResults: Sendable {
     private func readRows(_ rowids: [Int64]) throws -> [HeldRow?] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
-        let store = try context.store(for: entity)
+        let store = context.store(for: entity)
         guard type == .objects else {
             return visibleValues(try store.values(entity, rowids: rowids, attributes: properties), context, entity)
         }

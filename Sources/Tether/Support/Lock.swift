@@ -30,9 +30,11 @@ final class Lock<State>: @unchecked Sendable {
     }
 }
 
+#if TETHER_PTHREAD_OBJECT_LOCKS
 /// `Lock` in one allocation: the mutex lives in the buffer's tail, not in a
-/// block of its own. For objects made by the million (one per record read):
-/// each `Lock` cost two allocations and two frees.
+/// block of its own. Builds for ThreadSanitizer (`scripts/run-tests`'s tsan
+/// lanes define TETHER_PTHREAD_OBJECT_LOCKS) lock each object with it, so
+/// the sanitizer sees every object's locking; other builds use `Mutex`.
 struct InlineLock<State>: @unchecked Sendable {
     // @unchecked: a C mutex forces it (and ManagedBuffer is not Sendable);
     // the state is touched only with the mutex held.
@@ -58,6 +60,15 @@ struct InlineLock<State>: @unchecked Sendable {
         }
     }
 }
+
+#else
+/// An object's lock: the standard library's Mutex, stored in the object
+/// itself. Objects are made by the million (one per record read): a pthread
+/// mutex would cost each one an allocation of its own, its init and destroy,
+/// and a free. The calls to it are the same as to `InlineLock` above, which
+/// sanitizer builds use instead.
+typealias InlineLock<State> = Mutex<State>
+#endif
 
 /// State behind a pthread mutex with a condition variable, for the few places
 /// where a thread must wait for a change (Synchronization's Mutex has no
