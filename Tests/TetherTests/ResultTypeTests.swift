@@ -186,6 +186,60 @@ enum ResultTypeContract {
         try context.rollback()
     }
 
+    /// A batched answer holds rowids: a record stored after one was deleted
+    /// must not take the deleted one's row. SQLite alone gives a deleted last
+    /// row's rowid to the next row stored, and the answer then read the new
+    /// record at the deleted one's index.
+    static func rowidsAreNeverGivenTwice(_ backend: Backend) throws {
+        let context = try backend.open(cacheSize: 0)
+        defer { try? context.close() }
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        let entity = try XCTUnwrap(context.model.entity(named: "items"))
+        let store = context.store(for: entity)
+        let inStoreOrder = try store.rowidList(entity, where: nil, sort: nil)
+        let lastRowid = inStoreOrder.slice(inStoreOrder.count - 1..<inStoreOrder.count)
+        let last = try XCTUnwrap(try store.ids(entity, rowids: lastRowid).first ?? nil)
+        var values = request(.values, .cacheOnly)
+        values.properties = ["Title"]
+        let unbatched = try XCTUnwrap(fetch(context, values).last?.results)
+        let index = try XCTUnwrap((0..<unbatched.count).first { try unbatched.id(at: $0) == last })
+        values.batchSize = 5
+        let batched = try XCTUnwrap(fetch(context, values).last?.results)
+        var objects = values
+        objects.resultType = .objects
+        objects.properties = []
+        let batchedObjects = try XCTUnwrap(fetch(context, objects).last?.results)
+
+        try backend.deleteItem(last)
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        try backend.putItem("new-after-delete", #"{"Title": "new", "Rank": 7}"#)
+        _ = try fetch(context, FetchRequest(entity: "items"))
+        XCTAssertNotNil(try context.object(entity: "items", id: "new-after-delete").peek("Title"))
+        for results in [batched, batchedObjects] {
+            XCTAssertThrowsError(try results.id(at: index), "\(last) was deleted") {
+                XCTAssertEqual(($0 as? TetherError)?.kind, .notFound)
+            }
+        }
+        XCTAssertThrowsError(try batched.value(at: index, column: 0)) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+        XCTAssertThrowsError(try batchedObjects.object(at: index)) { XCTAssertEqual(($0 as? TetherError)?.kind, .notFound) }
+
+        // Reopened, the store still gives no rowid twice.
+        try context.close()
+        let reopened = try backend.open(cacheSize: 0)
+        defer { try? reopened.close() }
+        let deletedRowid = lastRowid[0]
+        try backend.deleteItem("new-after-delete")
+        _ = try fetch(reopened, FetchRequest(entity: "items"))
+        try backend.putItem("newer", #"{"Title": "newer", "Rank": 8}"#)
+        _ = try fetch(reopened, FetchRequest(entity: "items"))
+        let reopenedEntity = try XCTUnwrap(reopened.model.entity(named: "items"))
+        let reopenedStore = reopened.store(for: reopenedEntity)
+        let rowids = try reopenedStore.rowidList(reopenedEntity, where: nil, sort: nil)
+        let all = rowids.slice(0..<rowids.count)
+        let newer = try XCTUnwrap(zip(all, try reopenedStore.ids(reopenedEntity, rowids: all)).first { $0.1 == "newer" }?.0)
+        XCTAssertGreaterThan(newer, deletedRowid + 1, "past the rowids of both deleted records")
+    }
+
     /// A batched answer from the cache while the store changes, as tether.h
     /// says (batch_size): count and order stay the fetch's, a record changed
     /// since reads as changed, one deleted since is `.notFound` at its row,
@@ -313,6 +367,7 @@ final class KintoResultTypeTests: KintoTestCase {
     func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
     func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
     func testBatchesReadRowsAsObjectsDo() throws { try ResultTypeContract.batchesReadRowsAsObjectsDo(backend) }
+    func testRowidsAreNeverGivenTwice() throws { try ResultTypeContract.rowidsAreNeverGivenTwice(backend) }
     func testBatchedAnswerSeesTheStoreAsDocumented() throws {
         try ResultTypeContract.batchedAnswerSeesTheStoreAsDocumented(backend)
     }
@@ -325,6 +380,7 @@ final class MemoryResultTypeTests: MemoryTestCase {
     func testIdsAndValuesMatchTheObjects() throws { try ResultTypeContract.idsAndValuesMatchTheObjects(backend) }
     func testBatchesKeepMemoryFlat() throws { try ResultTypeContract.batchesKeepMemoryFlat(backend) }
     func testBatchesReadRowsAsObjectsDo() throws { try ResultTypeContract.batchesReadRowsAsObjectsDo(backend) }
+    func testRowidsAreNeverGivenTwice() throws { try ResultTypeContract.rowidsAreNeverGivenTwice(backend) }
     func testBatchedAnswerSeesTheStoreAsDocumented() throws {
         try ResultTypeContract.batchedAnswerSeesTheStoreAsDocumented(backend)
     }

@@ -41,6 +41,7 @@ extension Store {
         // Counted in the file, so contexts sharing it agree.
         let serial = try Self.lastWrite(database) + 1
         let insert = try database.statement(sql.upsert, pinned: true)
+        var rowid = try nextRowid(entity, database)
         // The types once, not an Attribute (and its strings) copied per value.
         let types = entity.attributes.map(\.type)
         var parameters: [SQLValue] = []
@@ -57,6 +58,8 @@ extension Store {
             parameters.append(.integer(fetchedAt))
             parameters.append(.integer(serial))
             parameters.append(.integer(acceptingOlder ? 1 : 0))
+            parameters.append(.integer(rowid))
+            rowid += 1
             let held = try insert.first(parameters) { $0[0] }
             if !acceptingOlder, let held, held != .null, held != parameters[versionIndex] { kept.append(position) }
         }

@@ -35,6 +35,7 @@ final class Store: Sendable {
         /// A row's version and write serial, by id.
         let versionAndWriteOf: String
         let tombstone: String
+        let maxRowid: String
 
         init(_ entity: Entity) {
             self.entity = entity
@@ -59,8 +60,11 @@ final class Store: Sendable {
                 .map { "\($0) = CASE WHEN \(newer) THEN excluded.\($0) ELSE \(table).\($0) END" }
                 + ["\(written) = excluded.\(written)"]
             // The version the row holds after: another than the one sent means it was kept.
-            upsert = "INSERT INTO \(table) (\(columns)) VALUES (\(placeholders)) ON CONFLICT (\(idColumn)) DO UPDATE SET "
-                + assignments.joined(separator: ", ") + " RETURNING \(version)"
+            // A new row's rowid is given (`Store.nextRowid`), never one a
+            // deleted row had; an updated row keeps its own.
+            upsert = "INSERT INTO \(table) (\(columns), rowid) VALUES (\(placeholders), ?\(count + 2)) "
+                + "ON CONFLICT (\(idColumn)) DO UPDATE SET " + assignments.joined(separator: ", ") + " RETURNING \(version)"
+            maxRowid = "SELECT max(rowid) FROM \(table)"
             deleteByID = "DELETE FROM \(table) WHERE \(idColumn) = ?"
             idsWrittenBefore = "SELECT \(idColumn) FROM \(table) WHERE \(written) < ?"
             writeOf = "SELECT \(written) FROM \(table) WHERE \(idColumn) = ?"

@@ -11,6 +11,7 @@ extension Store {
         let sql = sql(entity)
         let entityCode = SQLValue.integer(Int64(entity.code))
         let serial = try Self.lastWrite(database) + 1
+        try markRowids(entity, database)
         let bury = try database.statement(sql.tombstone, pinned: true)
         let delete = try database.statement(sql.deleteByID, pinned: true)
         for id in ids {
@@ -91,4 +92,21 @@ extension Store {
                 .first([.integer(Int64(entity.code)), .text(id)]) { _ in true } ?? false
         }
     }
+
+    /// The rowid a row stored next gets: past every rowid the table has
+    /// had. SQLite alone would give a deleted last row's rowid again, and a
+    /// batched answer (which holds rowids) would then read another record at
+    /// the deleted one's row. Deletions leave their mark first (`markRowids`).
+    func nextRowid(_ entity: Entity, _ database: Database) throws -> Int64 {
+        let highest = try database.statement(sql(entity).maxRowid, pinned: true).first { $0[0].integerValue } ?? nil
+        let marked = try Self.meta(Self.rowidMark(entity), database).flatMap { Int64($0) }
+        return max(highest ?? 0, marked ?? 0) + 1
+    }
+
+    /// Keeps the highest rowid the table has had, before rows go.
+    private func markRowids(_ entity: Entity, _ database: Database) throws {
+        try Self.setMeta(Self.rowidMark(entity), String(try nextRowid(entity, database) - 1), database)
+    }
+
+    private static func rowidMark(_ entity: Entity) -> String { "rowids \(entity.code)" }
 }
