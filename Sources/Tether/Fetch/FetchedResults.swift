@@ -290,15 +290,13 @@ public final class FetchedResults: Sendable {
     /// Values rows read by rowid, as the host sees them.
     private func visibleValues(_ stored: [(id: String, values: [Value])?], _ context: Context, _ entity: Entity)
         -> [HeldRow?] {
-        var visible: [ExactString: [Value]?] = [:]
-        for row in context.pendingRows(entity) { visible[ExactString(row.object.id)] = row.visible }
+        let pending = pendingValues(context, entity)
         return stored.map { row in
             guard let row else { return nil }
-            // As the host sees it: an unsaved edit, or gone if deleted.
-            guard !visible.isEmpty, let pending = visible[ExactString(row.id)] else {
+            guard !pending.isEmpty, let change = pending[ExactString(row.id)] else {
                 return HeldRow(id: row.id, object: nil, values: row.values)
             }
-            return pending.map { values in HeldRow(id: row.id, object: nil, values: properties.map { values[$0] }) }
+            return change.map { HeldRow(id: row.id, object: nil, values: $0) }
         }
     }
 
@@ -308,10 +306,23 @@ public final class FetchedResults: Sendable {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
         var rows = try context.store(for: entity).values(entity, ids: ids, attributes: properties)
-        for row in context.pendingRows(entity) where ids.contains(row.object.id) {
-            rows[ExactString(row.object.id)] = row.visible.map { values in properties.map { values[$0] } }
+        let pending = pendingValues(context, entity)
+        guard !pending.isEmpty else { return rows }
+        for id in ids.map(ExactString.init) {
+            if let change = pending[id] { rows[id] = change }  // nil: deleted here, absent
         }
         return rows
+    }
+
+    /// The unsaved changes as this answer's values rows, by id: an insert's
+    /// or edit's values, nil for a delete.
+    private func pendingValues(_ context: Context, _ entity: Entity) -> [ExactString: [Value]?] {
+        var pending: [ExactString: [Value]?] = [:]
+        for row in context.pendingRows(entity) {
+            let values: [Value]? = row.visible.map { values in properties.map { values[$0] } }
+            pending[ExactString(row.object.id)] = .some(values)  // a delete's nil is kept, not a removal
+        }
+        return pending
     }
 
     /// The objects of `ids`; with `reading`, their rows are read from the
