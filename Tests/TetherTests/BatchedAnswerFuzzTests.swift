@@ -4,7 +4,7 @@ import XCTest
 /// A seeded walk over batched answers from the cache (tether.h,
 /// batch_size), against what the documented semantics say each row reads.
 /// Awkward on purpose: ids in no order related to their rowids, predicates
-/// that leave rows between a batch's rowids, sorts either way, batch sizes
+/// that leave rows between a batch's rowids (a few, or most), sorts either way, batch sizes
 /// from 1 up, fields of another type than the spec's, and the store changed
 /// after the fetch (records changed, deleted, deleted and stored again,
 /// stored new). Each row, read in a random order of batches, must be the
@@ -25,14 +25,16 @@ final class BatchedAnswerFuzzTests: XCTestCase {
         let context = try backend.open(cacheSize: 0)
         defer { try? context.close() }
         // Ids whose order has nothing to do with the order they are stored in.
-        let pool = (0..<240).map { _ in "k" + String(UInt32.random(in: 0...UInt32.max, using: &random), radix: 36) }
+        let pool = (0..<720).map { _ in "k" + String(UInt32.random(in: 0...UInt32.max, using: &random), radix: 36) }
         func put(_ id: String) throws {
             let rank = Bool.random(using: &random) && random.next() % 9 == 0
                 ? #""\#(Int.random(in: 0...99, using: &random))""#  // text where the spec says integer
                 : String(Int.random(in: -50...150, using: &random))
             try backend.putItem(id, #"{"Title": "t\#(Int.random(in: 0...999, using: &random))", "Rank": \#(rank)}"#)
         }
-        for id in pool.shuffled(using: &random).prefix(160) { try put(id) }
+        // Enough rows that a sparse predicate leaves a batch of 200 a hundred
+        // rowids apart from each other (read by lists, not ranges).
+        for id in pool.shuffled(using: &random).prefix(480) { try put(id) }
         _ = try fetch(context, FetchRequest(entity: "items"))
 
         for round in 0..<6 {
@@ -41,7 +43,7 @@ final class BatchedAnswerFuzzTests: XCTestCase {
             request.resultType = Bool.random(using: &random) ? .values : .objects
             if request.resultType == .values { request.properties = ["Title", "Rank"] }
             request.sort = ["Rank", "-Rank", "Title", "-Title,Rank", "id"].randomElement(using: &random)!
-            switch Int.random(in: 0...3, using: &random) {
+            switch Int.random(in: 0...4, using: &random) {
             case 0: break
             case 1:
                 let low = Int64.random(in: -50...100, using: &random)
@@ -50,6 +52,9 @@ final class BatchedAnswerFuzzTests: XCTestCase {
             case 2:
                 let keep = Int.random(in: 2...5, using: &random)
                 request.predicate = "Rank IN {" + (-50...150).filter { $0 % keep != 0 }.map(String.init).joined(separator: ", ") + "}"
+            case 3:
+                let keep = Int.random(in: 3...6, using: &random)
+                request.predicate = "Rank IN {" + (-50...150).filter { $0 % keep == 0 }.map(String.init).joined(separator: ", ") + "}"
             default:
                 request.predicate = "Title CONTAINS $1"
                 request.arguments = [.text(String(Int.random(in: 0...9, using: &random)))]

@@ -46,13 +46,12 @@ public final class FetchedResults: Sendable {
         case rowids(RowIDList)
     }
 
-    /// A row of a batch read by rowid: its object or its values.
-    /// A struct, not a tuple: letting a batch go then frees each row with
-    /// code made for it, not the runtime's generic walk of a tuple.
+    /// A row of a batch of objects read by rowid. A struct, not a tuple:
+    /// letting a batch go then frees each row with code made for it, not
+    /// the runtime's generic walk of a tuple.
     private struct HeldRow {
         let id: String
-        let object: ManagedObject?
-        let values: [Value]?
+        let object: ManagedObject
     }
 
     /// The batch held: from row `start`, its objects or values rows.
@@ -60,8 +59,10 @@ public final class FetchedResults: Sendable {
         var start = 0
         var objects: [ManagedObject] = []
         var values: [[Value]?] = []
-        /// By rowid: each row's object or values, nil for a row gone since the fetch.
+        /// Objects by rowid: each row's, nil for a row gone since the fetch.
         var rows: [HeldRow?] = []
+        /// Values by rowid.
+        var block = ValuesBlock()
     }
 
     private init(type: ResultType, count: Int, rows: Rows, context: Context?, entity: Entity?, properties: [Int] = [],
@@ -144,7 +145,9 @@ public final class FetchedResults: Sendable {
         case .objects(let objects): return objects[index].id
         case .ids(let ids), .batchedValues(let ids): return ids[index]
         case .values(let ids, _): return ids[index]
-        case .rowids(let rowids): return try row(index, rowids).id
+        case .rowids(let rowids):
+            guard type == .values else { return try row(index, rowids).id }
+            return try valuesRow(index, rowids) { block, row in block.ids[row]! }
         }
     }
 
@@ -158,8 +161,8 @@ public final class FetchedResults: Sendable {
         case .values(let ids, _): return try made([ids[index]])[0]
         case .batchedValues(let ids): return try made([ids[index]])[0]
         case .rowids(let rowids):
-            let row = try row(index, rowids)
-            return try row.object ?? made([row.id])[0]
+            guard type == .values else { return try row(index, rowids).object }
+            return try made([valuesRow(index, rowids) { block, row in block.ids[row]! }])[0]
         case .ids(let ids):
             guard batchSize > 0 else { return try made([ids[index]])[0] }
             if let held = window.withLock({ window in
@@ -194,10 +197,7 @@ public final class FetchedResults: Sendable {
         switch rows {
         case .values(_, let values): return values[index][column]
         case .rowids(let rowids):
-            guard let values = try row(index, rowids).values else {
-                throw TetherError(.notFound, "row \(index) was deleted since the fetch")
-            }
-            return values[column]
+            return try valuesRow(index, rowids) { block, row in block.value(row, column) }
         case .batchedValues(let ids):
             // Outer nil: not in the held batch; inner nil: the row is gone.
             let held = window.withLock { window -> [Value]?? in
@@ -250,7 +250,7 @@ public final class FetchedResults: Sendable {
         return start..<min(count, start + batchSize)
     }
 
-    /// Row `index` of a rowid answer: from the held batch, else its batch
+    /// Row `index` of a rowid answer of objects: from the held batch, else its batch
     /// read now (the previous one let go). `.notFound` for a row gone.
     private func row(_ index: Int, _ rowids: RowIDList) throws -> HeldRow {
         let held = window.withLock { window -> HeldRow?? in
@@ -270,34 +270,52 @@ public final class FetchedResults: Sendable {
         return row
     }
 
-    /// The rows at `rowids` as this answer gives them: objects (their rows
-    /// taken into memory in one uniquing pass) or values as the host sees
-    /// them (unsaved changes included); nil for a row gone.
+    /// Row `index` of a rowid answer of values, given to `read` with its
+    /// batch: the held one, else its batch read now (the previous one let
+    /// go). `.notFound` for a row gone.
+    private func valuesRow<T>(_ index: Int, _ rowids: RowIDList, _ read: (ValuesBlock, Int) -> T) throws -> T {
+        // Outer nil: not in the held batch; inner nil: the row is gone.
+        let held = window.withLock { window -> T?? in
+            let row = index - window.start
+            guard row >= 0, row < window.block.count else { return .none }
+            return .some(window.block.ids[row] == nil ? nil : read(window.block, row))
+        }
+        if let held {
+            guard let held else { throw TetherError(.notFound, "row \(index) was deleted since the fetch") }
+            return held
+        }
+        let range = batch(around: index)
+        guard let context, let entity else { throw TetherError(.internal, "results without a context") }
+        try context.checkOpen()
+        let block = visibleValues(try context.store(for: entity).values(entity, rowids: rowids.slice(range), attributes: properties),
+                                  context, entity)
+        window.withLock { $0 = Window(start: range.lowerBound, block: block) }
+        let row = index - range.lowerBound
+        guard block.ids[row] != nil else { throw TetherError(.notFound, "row \(index) was deleted since the fetch") }
+        return read(block, row)
+    }
+
+    /// The objects at `rowids`, their rows taken into memory in one
+    /// uniquing pass; nil for a row gone.
     private func readRows(_ rowids: [Int64]) throws -> [HeldRow?] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
         try context.checkOpen()
-        let store = context.store(for: entity)
-        guard type == .objects else {
-            return visibleValues(try store.values(entity, rowids: rowids, attributes: properties), context, entity)
-        }
-        let stored = try store.rows(entity, rowids: rowids)
+        let stored = try context.store(for: entity).rows(entity, rowids: rowids)
         var objects = context.adopt(stored.compactMap { $0 }, of: entity).makeIterator()
         return stored.map { row in
-            row == nil ? nil : objects.next().map { HeldRow(id: $0.id, object: $0, values: nil) }
+            row == nil ? nil : objects.next().map { HeldRow(id: $0.id, object: $0) }
         }
     }
 
-    /// Values rows read by rowid, as the host sees them.
-    private func visibleValues(_ stored: [(id: String, values: [Value])?], _ context: Context, _ entity: Entity)
-        -> [HeldRow?] {
+    /// Values rows read by rowid, as the host sees them (unsaved changes included).
+    private func visibleValues(_ stored: ValuesBlock, _ context: Context, _ entity: Entity) -> ValuesBlock {
         let pending = pendingValues(context, entity)
-        return stored.map { row in
-            guard let row else { return nil }
-            guard !pending.isEmpty, let change = pending[ExactString(row.id)] else {
-                return HeldRow(id: row.id, object: nil, values: row.values)
-            }
-            return change.map { HeldRow(id: row.id, object: nil, values: $0) }
+        guard !pending.isEmpty else { return stored }
+        var block = stored
+        for row in 0..<block.count {
+            if let id = block.ids[row], let change = pending[ExactString(id)] { block.replace(row, with: change) }
         }
+        return block
     }
 
     /// The values rows of these ids as the host sees them: stored, or an

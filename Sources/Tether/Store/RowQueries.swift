@@ -76,9 +76,7 @@ extension Store {
         // cache warmed, not two (committed rows only, as the batches see).
         return try withReader { database in
             var list = RowIDList()
-            try database.statement(sql).each(parameters) { row in
-                if case .integer(let rowid) = row[0] { list.append(rowid) }
-            }
+            try database.statement(sql).eachInteger(parameters) { list.append($0) }
             list.compact()
             return list
         }
@@ -95,14 +93,15 @@ extension Store {
     }
 
     /// Attributes `indexes` of the rows at these rowids, with each row's id,
-    /// in their order (nil: deleted since): a values answer's batch, reading
-    /// those columns only.
-    func values(_ entity: Entity, rowids: [Int64], attributes indexes: [Int]) throws -> [(id: String, values: [Value])?] {
-        var found = [(id: String, values: [Value])?](repeating: nil, count: rowids.count)
+    /// in their order (no id: deleted since): a values answer's batch,
+    /// reading those columns only, into one block.
+    func values(_ entity: Entity, rowids: [Int64], attributes indexes: [Int]) throws -> ValuesBlock {
+        var block = ValuesBlock(rows: rowids.count, width: indexes.count)
         try eachRow(rowids, select: Self.selectValues(entity, indexes, after: "rowid")) { position, row in
-            found[position] = Self.projected(row, from: 1, entity, indexes)
+            let id = Self.project(row, from: 1, entity, indexes) { block.values[position * indexes.count + $0] = $1 }
+            block.ids[position] = id
         }
-        return found
+        return block
     }
 
     /// `SELECT [first,] id, extra, the columns of attributes indexes FROM the table`.
@@ -112,18 +111,19 @@ extension Store {
         return "SELECT \(((first.map { [$0] } ?? []) + columns).joined(separator: ", ")) FROM \(table(entity))"
     }
 
-    /// A row of `selectValues` whose id is column `start`: its id and values.
-    static func projected(_ row: Statement.Row, from start: Int, _ entity: Entity, _ indexes: [Int])
-        -> (id: String, values: [Value]) {
+    /// A row of `selectValues` whose id is column `start`: each value given
+    /// to `put` with its column, then its id returned.
+    static func project(_ row: Statement.Row, from start: Int, _ entity: Entity, _ indexes: [Int],
+                        _ put: (_ column: Int, Value) -> Void) -> String {
         var extra: [(key: String, value: JSON)]?
-        let values = indexes.indices.map { column in
-            value(row[start + 2 + column], of: entity, indexes[column]) {
+        for column in indexes.indices {
+            put(column, value(row[start + 2 + column], of: entity, indexes[column]) {
                 if extra == nil { extra = extraFields(row[start + 1]) }
                 return extra!
-            }
+            })
         }
-        guard case .text(let id) = row[start] else { return ("", values) }
-        return (id, values)
+        guard case .text(let id) = row[start] else { return "" }
+        return id
     }
 
     /// The ids at these rowids (distinct), in their order (nil: deleted since).
@@ -139,57 +139,86 @@ extension Store {
     /// `select` (a SELECT without WHERE) of the rows at these rowids, on the
     /// reading connection (the rowid in column `rowidColumn`): `body` gets
     /// each row found with its position in `rowids`, in no particular order.
-    /// Rowids close together (a batch of a fetch in about the store's order)
-    /// are read as one range, stepping past the rows between: one walk of
-    /// the table's b-tree, not a search per row. Others are read by lists of
-    /// one fixed size, so two statements serve.
+    /// The rowids are walked in order. Each run of them close together (a
+    /// stretch of a fetch in about the store's order) is read as one range,
+    /// stepping past the few rows between: one walk of the table's b-tree,
+    /// not a search per row. The rest are read by lists of one fixed size,
+    /// so two statements serve.
     private func eachRow(_ rowids: [Int64], select: String, rowidColumn: Int = 0,
                          _ body: (_ position: Int, Statement.Row) throws -> Void) throws {
         try withReader { database in
-            if rowids.count > 1, rowids.count < 1 << 30, let low = rowids.min(), let high = rowids.max(),
-               high - low < Int64(rowids.count) * 2 {
-                // The positions in rowid order, walked beside the rows as they come.
-                let order = Self.positionsByRowid(rowids, low: low)
-                var next = 0
-                try database.statement(select + " WHERE rowid BETWEEN ? AND ?").each([.integer(low), .integer(high)]) { row in
+            let order = Self.positionsByRowid(rowids)
+            var scattered: [Int] = []
+            var start = 0
+            while start < order.count {
+                var end = start + 1
+                while end < order.count && rowids[order[end]] - rowids[order[end - 1]] <= Self.rangeGap { end += 1 }
+                if end - start < Self.rangeRun {
+                    scattered += order[start..<end]
+                } else {
+                    // The positions in rowid order, walked beside the rows as they come.
+                    var next = start
+                    let range: [SQLValue] = [.integer(rowids[order[start]]), .integer(rowids[order[end - 1]])]
+                    try database.statement(select + " WHERE rowid BETWEEN ? AND ? ORDER BY rowid").each(range) { row in
+                        guard case .integer(let rowid) = row[rowidColumn] else { return }
+                        while next < end && rowids[order[next]] < rowid { next += 1 }
+                        while next < end && rowids[order[next]] == rowid {
+                            try body(order[next], row)
+                            next += 1
+                        }
+                    }
+                }
+                start = end
+            }
+            for first in stride(from: 0, to: scattered.count, by: Self.rowidsPerStatement) {
+                let chunk = scattered[first..<min(scattered.count, first + Self.rowidsPerStatement)]
+                // Sorted, as the rows come (ORDER BY rowid costs SQLite no sort
+                // here): the positions are walked beside them, twins together.
+                var next = chunk.startIndex
+                let each: (Statement.Row) throws -> Void = { row in
                     guard case .integer(let rowid) = row[rowidColumn] else { return }
-                    while next < order.count && rowids[order[next]] < rowid { next += 1 }
-                    while next < order.count && rowids[order[next]] == rowid {
-                        try body(order[next], row)
+                    while next < chunk.endIndex && rowids[chunk[next]] < rowid { next += 1 }
+                    while next < chunk.endIndex && rowids[chunk[next]] == rowid {
+                        try body(chunk[next], row)
                         next += 1
                     }
                 }
-                return
-            }
-            for start in stride(from: 0, to: rowids.count, by: Self.rowidsPerStatement) {
-                let chunk = rowids[start..<min(rowids.count, start + Self.rowidsPerStatement)]
-                let positions = Dictionary(zip(chunk, chunk.indices), uniquingKeysWith: { first, _ in first })
-                let size = chunk.count == Self.rowidsPerStatement ? chunk.count : 1
-                let statement = try database.statement(select + (size == 1 ? " WHERE rowid IN (?)" : Self.rowidList))
-                let each: (Statement.Row) throws -> Void = { row in
-                    if case .integer(let rowid) = row[rowidColumn], let position = positions[rowid] { try body(position, row) }
-                }
-                if size == chunk.count {
-                    try statement.each(chunk.map { .integer($0) }, each)
+                if chunk.count == Self.rowidsPerStatement {
+                    try database.statement(select + Self.rowidList).each(chunk.map { .integer(rowids[$0]) }, each)
                 } else {
-                    for rowid in chunk { try statement.each([.integer(rowid)], each) }
+                    let statement = try database.statement(select + " WHERE rowid = ?")
+                    var index = chunk.startIndex
+                    while index < chunk.endIndex {
+                        let rowid = rowids[chunk[index]]
+                        try statement.each([.integer(rowid)], each)
+                        while index < chunk.endIndex && rowids[chunk[index]] == rowid { index += 1 }  // and its twins
+                    }
                 }
             }
         }
     }
 
-    /// The indexes of `rowids` (at least `low`, spanning less than 2^31) in
-    /// the order of their rowids: offset and index packed in one integer
-    /// each, so the sort compares integers, not through a closure.
-    private static func positionsByRowid(_ rowids: [Int64], low: Int64) -> [Int] {
+    /// The indexes of `rowids` in the order of their rowids. Where they span
+    /// less than 2^31, offset and index are packed in one integer each, so
+    /// the sort compares integers, not through a closure.
+    private static func positionsByRowid(_ rowids: [Int64]) -> [Int] {
+        guard let low = rowids.min(), let high = rowids.max() else { return [] }
+        guard high - low < 1 << 31, rowids.count < 1 << 32 else {
+            return rowids.indices.sorted { (rowids[$0], $0) < (rowids[$1], $1) }
+        }
         var packed = rowids.indices.map { (rowids[$0] - low) << 32 | Int64($0) }
         packed.sort()
         return packed.map { Int($0 & 0xFFFF_FFFF) }
     }
 
+    /// Rowids at most this far apart share a range: it steps past at most
+    /// one row between, about what a search for one row costs.
+    private static let rangeGap: Int64 = 2
+    /// The fewest rows a range is read for; fewer go in the lists.
+    private static let rangeRun = 8
     private static let rowidsPerStatement = 100
     /// Its WHERE, made once (not per chunk).
-    private static let rowidList = " WHERE rowid IN (" + Array(repeating: "?", count: rowidsPerStatement).joined(separator: ", ") + ")"
+    private static let rowidList = " WHERE rowid IN (" + Array(repeating: "?", count: rowidsPerStatement).joined(separator: ", ") + ") ORDER BY rowid"
 
     /// How many rows `query` would give.
     func count(_ entity: Entity, where predicate: Predicate?, limit: Int64 = 0, offset: Int64 = 0) throws -> Int64 {
@@ -223,5 +252,30 @@ extension Store {
             parameters += [.integer(limit > 0 ? limit : -1), .integer(offset)]
         }
         return (sql, parameters)
+    }
+}
+
+/// A batch of values rows in one block, not an array per row: row `i`'s
+/// values are `values[i * width ..< (i + 1) * width]`; its id nil if the row
+/// is gone.
+struct ValuesBlock: Sendable {
+    let width: Int
+    var ids: [String?]
+    var values: [Value]
+
+    init(rows: Int = 0, width: Int = 0) {
+        self.width = width
+        ids = [String?](repeating: nil, count: rows)
+        values = [Value](repeating: .null, count: rows * width)
+    }
+
+    var count: Int { ids.count }
+
+    func value(_ row: Int, _ column: Int) -> Value { values[row * width + column] }
+
+    /// Row `row` given `values` (one per column), or gone (nil).
+    mutating func replace(_ row: Int, with values: [Value]?) {
+        guard let values else { ids[row] = nil; return }
+        self.values.replaceSubrange(row * width..<(row + 1) * width, with: values)
     }
 }

@@ -108,7 +108,8 @@ extension Store {
     func values(_ entity: Entity, ids: [String], attributes indexes: [Int]) throws -> [ExactString: [Value]] {
         var found: [ExactString: [Value]] = [:]
         try eachRow(entity, ids: ids, select: Self.selectValues(entity, indexes), reading: true) { row in
-            let (id, values) = Self.projected(row, from: 0, entity, indexes)
+            var values = [Value](repeating: .null, count: indexes.count)
+            let id = Self.project(row, from: 0, entity, indexes) { values[$0] = $1 }
             found[ExactString(id)] = values
         }
         return found
@@ -225,7 +226,7 @@ extension Store {
         var fetchedAt: Int64 = 0
         if case .integer(let time) = row[entity.attributes.count + 1] { fetchedAt = time }
         let id: String
-        if case .text(let s) = row[entity.idIndex] { id = s } else { id = "" }
+        if case .text(let s) = values[entity.idIndex] { id = s } else { id = "" }  // a text attribute: its column as read
         return StoredRecord(record: Record(id: id, values: values, extra: extra), fetchedAt: fetchedAt)
     }
 

@@ -308,15 +308,29 @@ final class Statement {
         }
     }
 
+    /// Each row's first column where it is an integer (rowids), without building rows.
+    func eachInteger(_ values: [SQLValue] = [], _ body: (Int64) throws -> Void) throws {
+        try timed {
+            defer { finish() }
+            try bind(values)
+            while try step() {
+                if sqlite3_column_type(statement, 0) == SQLITE_INTEGER { try body(sqlite3_column_int64(statement, 0)) }
+            }
+        }
+    }
+
     fileprivate func column(_ index: Int) -> SQLValue {
-        let i = Int32(index)
-        switch sqlite3_column_type(statement, i) {
-        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, i))
-        case SQLITE_FLOAT: return .real(sqlite3_column_double(statement, i))
+        // The column's value once, then its parts: each sqlite3_column_* call
+        // finds the column again. The value is unprotected, which is safe
+        // here: this connection is NOMUTEX and held by one thread at a time.
+        guard let value = sqlite3_column_value(statement, Int32(index)) else { return .null }
+        switch sqlite3_value_type(value) {
+        case SQLITE_INTEGER: return .integer(sqlite3_value_int64(value))
+        case SQLITE_FLOAT: return .real(sqlite3_value_double(value))
         case SQLITE_NULL: return .null
         default:
-            let bytes = UnsafeRawBufferPointer(start: sqlite3_column_text(statement, i),
-                                               count: Int(sqlite3_column_bytes(statement, i)))
+            let text = sqlite3_value_text(value)  // before its length: the length of this form
+            let bytes = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_value_bytes(value)))
             return .text(String(decoding: bytes, as: UTF8.self))
         }
     }
