@@ -3,7 +3,7 @@ import Synchronization
 import Tether
 
 /// The kinds of opaque handle the C ABI hands out.
-enum HandleKind {
+enum HandleKind: Int, CaseIterable {
     case context, entity, object, task, observer, results, report, request, specdef
 }
 
@@ -57,7 +57,8 @@ final class Handles: @unchecked Sendable {
     private var slots: [Slot] = []
     private var freeSlots: [Int] = []
     private var tokenByObject: [ObjectIdentifier: UInt] = [:]
-    private var countByKind: [HandleKind: Int] = [:]
+    /// By kind's raw value: an array, not a dictionary hashing the kind twice per object handle.
+    private var countByKind = [Int](repeating: 0, count: HandleKind.allCases.count)
 
     private init() {}
 
@@ -129,7 +130,7 @@ final class Handles: @unchecked Sendable {
         slots[index].kind = kind
         slots[index].object = Unmanaged.passUnretained(object)
         setTokenLocked(object, kind, token)
-        countByKind[kind, default: 0] += 1
+        countByKind[kind.rawValue] += 1
         return (Self.pointer(token), copies)
     }
 
@@ -264,7 +265,7 @@ final class Handles: @unchecked Sendable {
         }
     }
 
-    func count(_ kind: HandleKind) -> Int { reading { countByKind[kind, default: 0] } }
+    func count(_ kind: HandleKind) -> Int { reading { countByKind[kind.rawValue] } }
 
     private func removeLocked(_ token: UInt) -> AnyObject? {
         guard let index = slotLocked(token), let entry = slots[index].entry else { return nil }
@@ -276,7 +277,7 @@ final class Handles: @unchecked Sendable {
             freeSlots.append(index)
         }  // else the slot is retired: its tokens are never given again
         setTokenLocked(entry.object, entry.kind, nil)
-        countByKind[entry.kind, default: 1] -= 1
+        countByKind[entry.kind.rawValue] -= 1
         entry.strings.forEach { free($0) }
         return entry.object
     }

@@ -108,12 +108,13 @@ public func tether_results_id_at(_ results: OpaquePointer?, _ index: Int,
 public func tether_results_value_at(_ results: OpaquePointer?, _ index: Int, _ key: UnsafePointer<CChar>?,
                                     _ out: UnsafeMutablePointer<tether_value>?) -> Int32 {
     call {
-        let fetched = try resultsBox(results).results
+        let box = try resultsBox(results)
+        let fetched = box.results
         let key = try keyBytes(key)
         guard fetched.type == .values else {
             throw misuse("only a TETHER_RESULT_VALUES answer has values: read an object's with tether_object_peek")
         }
-        let row = try rowIndex(index, try resultsBox(results))
+        let row = try rowIndex(index, box)
         guard let column = fetched.column(bytes: key) else {
             guard let name = String(validating: key, as: UTF8.self) else { throw TetherError(.invalid, "key is not valid UTF-8") }
             throw TetherError(.notFound, "the fetch did not ask for \(name.debugDescription)")

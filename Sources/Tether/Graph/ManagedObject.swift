@@ -6,6 +6,8 @@ import Synchronization
 public final class ManagedObject: Sendable {
     public let entity: Entity
     public let id: String
+    /// Its uniquing entry's hash (see `HashedID`).
+    let idHash: Int
     /// Strong: an object a host still holds after close reports "closed"
     /// rather than touching freed memory. Close breaks the cycle.
     let context: Context
@@ -62,16 +64,17 @@ public final class ManagedObject: Sendable {
         }
     }
 
-    init(context: Context, entity: Entity, id: String) {
+    init(context: Context, entity: Entity, id: HashedID) {
         self.context = context
         self.entity = entity
-        self.id = id
+        self.id = id.id
+        idHash = id.idHash
         Live.objects.add(1, ordering: .relaxed)
     }
 
     deinit {
         // The context's uniquing holds this object unretained: its entry goes first.
-        context.uniquing.remove(Unmanaged.passUnretained(self), entity: entity.index, id: id)
+        context.uniquing.remove(Unmanaged.passUnretained(self), entity: entity.index, id: HashedID(id: id, hash: idHash))
         Live.objects.subtract(1, ordering: .relaxed)
     }
 

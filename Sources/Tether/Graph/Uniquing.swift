@@ -16,14 +16,14 @@ import CSwiftRuntime
 final class Uniquing: @unchecked Sendable {
     // @unchecked: Unmanaged entries; they are read only with `table`'s lock
     // held, and each is removed (under it) before its object's memory goes.
-    private let table: Lock<[[ExactString: Unmanaged<ManagedObject>]]>
+    private let table: Lock<[[HashedID: Unmanaged<ManagedObject>]]>
 
     init(entities: Int) {
         table = Lock(Array(repeating: [:], count: entities))
     }
 
     /// The objects for these ids, made by `make` where none is in memory.
-    func objects(_ entity: Entity, _ ids: some Collection<String>, make: (String) -> ManagedObject) -> [ManagedObject] {
+    func objects(_ entity: Entity, _ ids: some Collection<String>, make: (HashedID) -> ManagedObject) -> [ManagedObject] {
         var objects: [ManagedObject] = []
         objects.reserveCapacity(ids.count)
         // A slice at a time: a page of thousands would otherwise hold the
@@ -35,7 +35,8 @@ final class Uniquing: @unchecked Sendable {
             table.withLock { table in
                 for id in slice {
                     // In place: one hash of the id finds the entry or makes it.
-                    objects.append(Self.liveOrMade(&table[entity.index][ExactString(id)]) { make(id) })
+                    let key = HashedID(id)
+                    objects.append(Self.liveOrMade(&table[entity.index][key]) { make(key) })
                 }
             }
         }
@@ -46,13 +47,13 @@ final class Uniquing: @unchecked Sendable {
 
     /// The objects in memory among these ids (none is made).
     func inMemory(_ entity: Entity, _ ids: [String]) -> [ManagedObject] {
-        table.withLock { table in ids.compactMap { table[entity.index][ExactString($0)].flatMap(Self.live) } }
+        table.withLock { table in ids.compactMap { table[entity.index][HashedID($0)].flatMap(Self.live) } }
     }
 
     /// From `object`'s deinit: its entry goes, unless another object for its
     /// record has taken the entry since it began to be freed.
-    func remove(_ object: Unmanaged<ManagedObject>, entity: Int, id: String) {
-        table.withLock { table in Self.clear(&table[entity][ExactString(id)], ifItHolds: object) }
+    func remove(_ object: Unmanaged<ManagedObject>, entity: Int, id: HashedID) {
+        table.withLock { table in Self.clear(&table[entity][id], ifItHolds: object) }
     }
 
     /// The entry's object if it is live; else (none, or one being freed,
@@ -74,4 +75,31 @@ final class Uniquing: @unchecked Sendable {
         guard swift_tryRetain(entry.toOpaque()) != nil else { return nil }
         return entry.takeRetainedValue()
     }
+}
+
+/// An id with its hash taken once, when its object is made: removing the
+/// object's entry, and moving its neighbours when another's goes, hash an
+/// integer, not the id's bytes again.
+struct HashedID: Hashable, Sendable {
+    let id: String
+    let idHash: Int
+
+    init(_ id: String) {
+        var hasher = Hasher()
+        ExactString(id).hash(into: &hasher)
+        self.init(id: id, hash: hasher.finalize())
+    }
+
+    init(id: String, hash: Int) {
+        self.id = id
+        idHash = hash
+    }
+
+    static func == (lhs: HashedID, rhs: HashedID) -> Bool { lhs.idHash == rhs.idHash && lhs.id.hasSameBytes(as: rhs.id) }
+
+    func hash(into hasher: inout Hasher) { hasher.combine(idHash) }
+
+    /// The table's hash: `idHash` is already a seeded SipHash of the id,
+    /// so mixing in the table's seed is all that is left to do.
+    func _rawHashValue(seed: Int) -> Int { idHash ^ seed }
 }

@@ -21,7 +21,8 @@ final class Store: Sendable {
     private let statements = Lock<[ObjectIdentifier: EntitySQL]>([:])
 
     /// The text of one entity's statements, identifiers made from codes.
-    struct EntitySQL {
+    /// A class: each read takes it with one retain, not one per string.
+    final class EntitySQL: Sendable {
         let entity: Entity
         let select: String
         /// `select` with the rowid after the row's columns (for rows read back by rowid).
