@@ -26,6 +26,35 @@ final class StoreTests: DirectoryTestCase {
         XCTAssertEqual(row.fetchedAt, 10)
     }
 
+    /// Texts are bound through one block a statement keeps (its own copy
+    /// for each use, under a size limit; SQLite's above it): every text of a
+    /// write and of a lookup must still arrive whole and in its own place,
+    /// whatever the mix of sizes, NULs and empties, and use after use as the
+    /// block is reused and grown.
+    func testBoundTextsArriveWholeWhateverTheirSizes() throws {
+        let store = try Store(path: directory + "/texts.sqlite")
+        let model = try model(#"{"A": {"type": "string"}, "B": {"type": "string"}, "C": {"type": "string"}}"#)
+        try store.adopt(model, identity: "test")
+        let users = model.entity(named: "users")!
+        let texts = ["", "a", "nul\u{0}inside", String(repeating: "é", count: 3000), String(repeating: "x", count: 4096),
+                     String(repeating: "y", count: 4097), "漢字", String(repeating: "z", count: 70_000)]
+        var expected: [String: [String]] = [:]
+        for round in 0..<40 {
+            let id = "u\(round % 13)-" + texts[round % texts.count].prefix(3)
+            let values = (0..<3).map { texts[(round * 7 + $0 * 3) % texts.count] + (round.isMultiple(of: 2) ? "" : "\(round)") }
+            expected[id] = values
+            try store.write([Record(entity: users, fields: [("id", .string(id)), ("A", .string(values[0])),
+                                                            ("B", .string(values[1])), ("C", .string(values[2]))])],
+                            of: users, fetchedAt: Int64(round + 1))
+            for (known, want) in expected {
+                let row = try XCTUnwrap(store.load(users, id: known), "round \(round): \(known.debugDescription)")
+                let got = ["A", "B", "C"].map { row.record.values[users.attributeIndex(named: $0)!] }
+                XCTAssertEqual(got, want.map(Value.text), "round \(round): \(known.debugDescription)")
+            }
+        }
+        XCTAssertEqual(Set(try store.rows(users, ids: Array(expected.keys)).keys.map(\.string)), Set(expected.keys))
+    }
+
     /// An object's first read loads its row on a connection of its own, so
     /// it does not wait while a write transaction (a fetch's page being
     /// stored) holds the store.

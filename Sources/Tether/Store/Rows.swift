@@ -46,7 +46,6 @@ extension Store {
         let types = entity.attributes.map(\.type)
         var parameters: [SQLValue] = []
         parameters.reserveCapacity(types.count + 4)
-        let versionIndex = entity.versionIndex
         var kept: [Int] = []
         for (position, record) in records.enumerated() {
             parameters.removeAll(keepingCapacity: true)
@@ -60,11 +59,12 @@ extension Store {
             parameters.append(.integer(acceptingOlder ? 1 : 0))
             parameters.append(.integer(rowid))
             rowid += 1
-            let held = try insert.first(parameters) { $0[0] }
-            if !acceptingOlder, let held, held != .null, held != parameters[versionIndex] { kept.append(position) }
+            if try insert.runCountingChanges(parameters) == 0 { kept.append(position) }
         }
-        // Rows the store kept, being newer: what is taken from this answer is the row.
+        // Rows the store kept, being newer: they take the write serial, and
+        // what is taken from this answer is the row.
         for position in kept {
+            try database.statement(sql.takeWrite).run([.integer(serial), .text(records[position].id)])
             if let row = try load(entity, id: records[position].id, database)?.record { records[position] = row }
         }
         try forgetTombstones(records.map(\.id), of: entity, database)

@@ -194,7 +194,18 @@ final class Statement {
         }
     }
 
-    deinit { sqlite3_finalize(statement) }
+    /// Where bound text is copied for the length of one use (SQLITE_STATIC
+    /// bindings, cleared by `finish`): one block kept and reused, not a
+    /// copy SQLite allocates and frees for every text of every use.
+    private var boundText: UnsafeMutableRawPointer?
+    private var boundTextCapacity = 0
+    /// Larger texts are left to SQLite to copy: a cached statement keeps no big block.
+    private static let boundTextLimit = 4 * 1024
+
+    deinit {
+        sqlite3_finalize(statement)
+        boundText?.deallocate()
+    }
 
     /// Runs one use of the statement; when warnings are logged, times it
     /// (with the reading of its rows) and logs it if slow: its SQL text,
@@ -209,6 +220,18 @@ final class Statement {
     }
 
     private func bind(_ values: [SQLValue]) throws {
+        // The block first, at its size for this use: it must not move once a
+        // text points into it. Never while a use is under way (a bind then
+        // fails, and the rows being read may still point into the block).
+        let blockFree = sqlite3_stmt_busy(statement) == 0
+        var textBytes = 0
+        for case .text(let s) in values where s.utf8.count <= Self.boundTextLimit { textBytes += s.utf8.count }
+        if blockFree && textBytes > boundTextCapacity {
+            boundText?.deallocate()
+            boundTextCapacity = max(textBytes, 256)
+            boundText = UnsafeMutableRawPointer.allocate(byteCount: boundTextCapacity, alignment: 1)
+        }
+        var used = 0
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)
             let status: Int32
@@ -219,14 +242,20 @@ final class Statement {
             case .text(var s):
                 // By length, so text holding U+0000 is stored whole.
                 status = s.withUTF8 { bytes in
-                    bytes.withMemoryRebound(to: CChar.self) { chars in
-                        // Empty text has no buffer of its own.
-                        guard let base = chars.baseAddress else {
-                            return sqlite3_bind_text64(statement, index, "", 0, tether_sqlite_transient(), UInt8(SQLITE_UTF8))
-                        }
-                        return sqlite3_bind_text64(statement, index, base, sqlite3_uint64(chars.count),
-                                                   tether_sqlite_transient(), UInt8(SQLITE_UTF8))
+                    // Empty text has no buffer of its own.
+                    guard let base = bytes.baseAddress else {
+                        return sqlite3_bind_text64(statement, index, "", 0, tether_sqlite_transient(), UInt8(SQLITE_UTF8))
                     }
+                    guard blockFree, let block = boundText, bytes.count <= Self.boundTextLimit,
+                          used + bytes.count <= boundTextCapacity else {
+                        return sqlite3_bind_text64(statement, index, UnsafeRawPointer(base).assumingMemoryBound(to: CChar.self),
+                                                   sqlite3_uint64(bytes.count), tether_sqlite_transient(), UInt8(SQLITE_UTF8))
+                    }
+                    let copy = block + used
+                    copy.copyMemory(from: base, byteCount: bytes.count)
+                    used += bytes.count
+                    return sqlite3_bind_text64(statement, index, copy.assumingMemoryBound(to: CChar.self),
+                                               sqlite3_uint64(bytes.count), nil, UInt8(SQLITE_UTF8))  // nil: SQLITE_STATIC
                 }
             }
             guard status == SQLITE_OK else { throw database.error("bind") }
@@ -256,6 +285,12 @@ final class Statement {
             try bind(values)
             while try step() {}
         }
+    }
+
+    /// `run`, then how many rows it inserted, updated or deleted.
+    func runCountingChanges(_ values: [SQLValue] = []) throws -> Int {
+        try run(values)
+        return Int(sqlite3_changes64(sqlite3_db_handle(statement)))
     }
 
     /// A result row read in place, lent only for the call that gives it:

@@ -59,6 +59,7 @@ public enum JSON: Equatable, Sendable {
     /// equal values serialize equally.
     public func serialized(sortKeys: Bool = false) -> String {
         var output: [UInt8] = []
+        output.reserveCapacity(64)  // most are short: no growth from empty, step by step
         write(to: &output, sortKeys: sortKeys)
         return String(decoding: output, as: UTF8.self)
     }
@@ -93,19 +94,28 @@ public enum JSON: Equatable, Sendable {
     }
 
     private static func writeString(_ string: String, to output: inout [UInt8]) {
-        let hex = Array("0123456789abcdef".utf8)
         output.append(UInt8(ascii: "\""))
-        for byte in string.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): output += #"\""#.utf8
-            case UInt8(ascii: "\\"): output += #"\\"#.utf8
-            case UInt8(ascii: "\n"): output += #"\n"#.utf8
-            case UInt8(ascii: "\r"): output += #"\r"#.utf8
-            case UInt8(ascii: "\t"): output += #"\t"#.utf8
-            case 0..<0x20: output += [UInt8(ascii: "\\"), UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 15)]]
-            default: output.append(byte)
+        var string = string
+        string.withUTF8 { bytes in
+            // Most strings need no escape: their bytes go in at once.
+            guard bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+                output.append(contentsOf: bytes)
+                return
+            }
+            for byte in bytes {
+                switch byte {
+                case UInt8(ascii: "\""): output += #"\""#.utf8
+                case UInt8(ascii: "\\"): output += #"\\"#.utf8
+                case UInt8(ascii: "\n"): output += #"\n"#.utf8
+                case UInt8(ascii: "\r"): output += #"\r"#.utf8
+                case UInt8(ascii: "\t"): output += #"\t"#.utf8
+                case 0..<0x20: output += [UInt8(ascii: "\\"), UInt8(ascii: "u"), 0x30, 0x30, hexDigit(byte >> 4), hexDigit(byte & 15)]
+                default: output.append(byte)
+                }
             }
         }
         output.append(UInt8(ascii: "\""))
     }
+
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 0x30 + nibble : UInt8(ascii: "a") + nibble - 10 }
 }

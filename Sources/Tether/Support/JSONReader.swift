@@ -81,6 +81,7 @@ struct JSONReader {
             position += 1
             return .array(items)
         }
+        items.reserveCapacity(4)  // grown from empty, a short array is made four times over
         while true {
             skipWhitespace()
             items.append(try readValue())
@@ -103,6 +104,7 @@ struct JSONReader {
             position += 1
             return .object(members)
         }
+        members.reserveCapacity(8)  // a record's fields: one or two allocations, not five
         while true {
             skipWhitespace()
             guard current == UInt8(ascii: "\"") else { throw failure("expected a key in an object") }
@@ -134,7 +136,11 @@ struct JSONReader {
                               table: inout [[UInt8]: Int]) -> Int? {
         if members.count < scanLimit {
             // By index: each key read in place, no (key, value) pair copied (and retained).
-            for index in members.indices where members[index].key.hasSameBytes(as: key) { return index }
+            // Lengths first, inline: most keys differ in length, and the call costs more than the test.
+            let length = key.utf8.count
+            for index in members.indices where members[index].key.utf8.count == length && members[index].key.hasSameBytes(as: key) {
+                return index
+            }
             return nil
         }
         if table.isEmpty {
