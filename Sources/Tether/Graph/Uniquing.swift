@@ -100,6 +100,7 @@ struct HashedID: Hashable, Sendable {
     func hash(into hasher: inout Hasher) { hasher.combine(idHash) }
 
     /// The table's hash: `idHash` is already a seeded SipHash of the id,
-    /// so mixing in the table's seed is all that is left to do.
+    /// so mixing in the table's seed is all that is left to do. Hashable's
+    /// own hook; were it ever gone, `hash(into:)` would serve: slower, never wrong.
     func _rawHashValue(seed: Int) -> Int { idHash ^ seed }
 }
