@@ -162,7 +162,7 @@ public final class FetchedResults: Sendable {
         case .batchedValues(let ids): return try made([ids[index]])[0]
         case .rowids(let rowids):
             guard type == .values else { return try row(index, rowids).object }
-            return try made([valuesRow(index, rowids) { block, row in block.ids[row]! }])[0]
+            return try made([id(at: index)])[0]
         case .ids(let ids):
             guard batchSize > 0 else { return try made([ids[index]])[0] }
             if let held = window.withLock({ window in
@@ -197,7 +197,7 @@ public final class FetchedResults: Sendable {
         switch rows {
         case .values(_, let values): return values[index][column]
         case .rowids(let rowids):
-            return try valuesRow(index, rowids) { block, row in block.value(row, column) }
+            return try valuesRow(index, rowids) { block, row in block[row, column] }
         case .batchedValues(let ids):
             // Outer nil: not in the held batch; inner nil: the row is gone.
             let held = window.withLock { window -> [Value]?? in

@@ -98,7 +98,7 @@ extension Store {
     func values(_ entity: Entity, rowids: [Int64], attributes indexes: [Int]) throws -> ValuesBlock {
         var block = ValuesBlock(rows: rowids.count, width: indexes.count)
         try eachRow(rowids, select: Self.selectValues(entity, indexes, after: "rowid")) { position, row in
-            let id = Self.project(row, from: 1, entity, indexes) { block.values[position * indexes.count + $0] = $1 }
+            let id = Self.project(row, from: 1, entity, indexes) { block[position, $0] = $1 }
             block.ids[position] = id
         }
         return block
@@ -146,6 +146,12 @@ extension Store {
     /// so two statements serve.
     private func eachRow(_ rowids: [Int64], select: String, rowidColumn: Int = 0,
                          _ body: (_ position: Int, Statement.Row) throws -> Void) throws {
+        // Rows come in rowid order (ORDER BY rowid, which costs SQLite no
+        // sort here): each goes to `body` with every position of its rowid.
+        @inline(__always) func take(_ row: Statement.Row, _ walk: inout RowidWalk) throws {
+            guard case .integer(let rowid) = row[rowidColumn] else { return }
+            for index in walk.matching(rowid) { try body(walk.positions[index], row) }
+        }
         try withReader { database in
             let order = Self.positionsByRowid(rowids)
             var scattered: [Int] = []
@@ -156,43 +162,25 @@ extension Store {
                 if end - start < Self.rangeRun {
                     scattered += order[start..<end]
                 } else {
-                    // The positions in rowid order, walked beside the rows as they come.
-                    var next = start
+                    var walk = RowidWalk(rowids: rowids, positions: order[start..<end])
                     let range: [SQLValue] = [.integer(rowids[order[start]]), .integer(rowids[order[end - 1]])]
-                    try database.statement(select + " WHERE rowid BETWEEN ? AND ? ORDER BY rowid").each(range) { row in
-                        guard case .integer(let rowid) = row[rowidColumn] else { return }
-                        while next < end && rowids[order[next]] < rowid { next += 1 }
-                        while next < end && rowids[order[next]] == rowid {
-                            try body(order[next], row)
-                            next += 1
-                        }
-                    }
+                    try database.statement(select + " WHERE rowid BETWEEN ? AND ? ORDER BY rowid").each(range) { try take($0, &walk) }
                 }
                 start = end
             }
             for first in stride(from: 0, to: scattered.count, by: Self.rowidsPerStatement) {
                 let chunk = scattered[first..<min(scattered.count, first + Self.rowidsPerStatement)]
-                // Sorted, as the rows come (ORDER BY rowid costs SQLite no sort
-                // here): the positions are walked beside them, twins together.
-                var next = chunk.startIndex
-                let each: (Statement.Row) throws -> Void = { row in
-                    guard case .integer(let rowid) = row[rowidColumn] else { return }
-                    while next < chunk.endIndex && rowids[chunk[next]] < rowid { next += 1 }
-                    while next < chunk.endIndex && rowids[chunk[next]] == rowid {
-                        try body(chunk[next], row)
-                        next += 1
-                    }
-                }
+                var walk = RowidWalk(rowids: rowids, positions: chunk)
                 if chunk.count == Self.rowidsPerStatement {
-                    try database.statement(select + Self.rowidList).each(chunk.map { .integer(rowids[$0]) }, each)
-                } else {
-                    let statement = try database.statement(select + " WHERE rowid = ?")
-                    var index = chunk.startIndex
-                    while index < chunk.endIndex {
-                        let rowid = rowids[chunk[index]]
-                        try statement.each([.integer(rowid)], each)
-                        while index < chunk.endIndex && rowids[chunk[index]] == rowid { index += 1 }  // and its twins
-                    }
+                    try database.statement(select + Self.rowidList).each(chunk.map { .integer(rowids[$0]) }) { try take($0, &walk) }
+                    continue
+                }
+                let statement = try database.statement(select + " WHERE rowid = ?")
+                var index = chunk.startIndex
+                while index < chunk.endIndex {
+                    let rowid = rowids[chunk[index]]
+                    try statement.each([.integer(rowid)]) { try take($0, &walk) }
+                    while index < chunk.endIndex && rowids[chunk[index]] == rowid { index += 1 }  // and its twins
                 }
             }
         }
@@ -255,6 +243,30 @@ extension Store {
     }
 }
 
+/// Positions of a batch (indexes into its rowids), in rowid order, walked
+/// beside rows that come in rowid order.
+private struct RowidWalk {
+    let rowids: [Int64]
+    let positions: ArraySlice<Int>
+    private var next: Int
+
+    init(rowids: [Int64], positions: ArraySlice<Int>) {
+        self.rowids = rowids
+        self.positions = positions
+        next = positions.startIndex
+    }
+
+    /// The indexes in `positions` of `rowid` (twins together), none if the
+    /// batch does not hold it; rowids asked for must not go down.
+    @inline(__always)
+    mutating func matching(_ rowid: Int64) -> Range<Int> {
+        while next < positions.endIndex && rowids[positions[next]] < rowid { next += 1 }
+        let first = next
+        while next < positions.endIndex && rowids[positions[next]] == rowid { next += 1 }
+        return first..<next
+    }
+}
+
 /// A batch of values rows in one block, not an array per row: row `i`'s
 /// values are `values[i * width ..< (i + 1) * width]`; its id nil if the row
 /// is gone.
@@ -271,7 +283,10 @@ struct ValuesBlock: Sendable {
 
     var count: Int { ids.count }
 
-    func value(_ row: Int, _ column: Int) -> Value { values[row * width + column] }
+    subscript(row: Int, column: Int) -> Value {
+        get { values[row * width + column] }
+        set { values[row * width + column] = newValue }
+    }
 
     /// Row `row` given `values` (one per column), or gone (nil).
     mutating func replace(_ row: Int, with values: [Value]?) {

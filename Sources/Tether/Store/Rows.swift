@@ -242,11 +242,15 @@ extension Store {
         case (.real, .integer(let i)): return .real(Double(i))
         case (.boolean, .integer(let i)): return .boolean(i != 0)
         case (.json, .text(let s)): return .json(s)
-        default:
-            let name = entity.attributes[index].name
-            let misfit = extra().first { $0.key.hasSameBytes(as: name) }?.value
-            return misfit.map { .json($0.serialized(sortKeys: true)) } ?? .null
+        default: return misfit(entity.attributes[index].name, in: extra())
         }
+    }
+
+    /// A misfit field as `value` reads it: rare, so kept out of line, and
+    /// `value` small enough to be inlined where rows are decoded.
+    @inline(never)
+    private static func misfit(_ name: String, in extra: [(key: String, value: JSON)]) -> Value {
+        extra.first { $0.key.hasSameBytes(as: name) }.map { .json($0.value.serialized(sortKeys: true)) } ?? .null
     }
 
     /// The extra fields of a row's extra column (see `decode`).

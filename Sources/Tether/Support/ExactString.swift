@@ -21,8 +21,14 @@ struct ExactString: Hashable, Sendable {
 extension String {
     /// Byte-for-byte equality (see `ExactString`), by memcmp rather than
     /// `utf8.elementsEqual`, whose iterator showed in profiles of decoding.
+    /// The lengths are compared inline, where the caller is: most strings
+    /// compared (keys, ids) differ in length, and the call cost more than that test.
     func hasSameBytes(as other: String) -> Bool {
-        guard utf8.count == other.utf8.count else { return false }
+        utf8.count == other.utf8.count && hasSameBytes(ofLength: other)
+    }
+
+    /// `hasSameBytes` for strings of one length.
+    private func hasSameBytes(ofLength other: String) -> Bool {
         var left = self
         var right = other
         return left.withUTF8 { a in

@@ -136,11 +136,7 @@ struct JSONReader {
                               table: inout [[UInt8]: Int]) -> Int? {
         if members.count < scanLimit {
             // By index: each key read in place, no (key, value) pair copied (and retained).
-            // Lengths first, inline: most keys differ in length, and the call costs more than the test.
-            let length = key.utf8.count
-            for index in members.indices where members[index].key.utf8.count == length && members[index].key.hasSameBytes(as: key) {
-                return index
-            }
+            for index in members.indices where members[index].key.hasSameBytes(as: key) { return index }
             return nil
         }
         if table.isEmpty {
