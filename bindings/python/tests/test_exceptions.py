@@ -63,12 +63,25 @@ def test_the_cancel_error_is_not_asyncios():
     assert not issubclass(asyncio.CancelledError, tether.TetherError)
     assert issubclass(tether.TaskCancelledError, Exception)
     assert tether.error_class(tether.E_CANCELLED) is tether.TaskCancelledError
-    # The old name: a deprecated alias that `from tether import *` leaves out.
-    assert tether.CancelledError is tether.TaskCancelledError
     assert "CancelledError" not in tether.__all__ and "TaskCancelledError" in tether.__all__
-    names = {}
-    exec("from tether import *", names)
-    assert "CancelledError" not in names
+
+
+def test_a_star_import_leaves_asyncios_cancelled_error():
+    # A program that imports asyncio's names, then tether's (or its errors
+    # module's), still has asyncio's CancelledError (issue 39).
+    for module in ("tether", "tether.errors"):
+        names = {}
+        exec("from asyncio import *\nfrom %s import *" % module, names)
+        assert names["CancelledError"] is asyncio.CancelledError, module
+        assert names["TaskCancelledError"] is tether.TaskCancelledError, module
+
+
+def test_the_old_name_warns():
+    # The name before 0.3, kept for old programs: it warns where it is read.
+    with pytest.warns(DeprecationWarning, match="TaskCancelledError"):
+        assert tether.CancelledError is tether.TaskCancelledError
+    with pytest.raises(AttributeError, match="NoSuchError"):
+        tether.NoSuchError
 
 
 def test_the_library_raises_them_as_pythons(things, kinto_url, tmp_path, open_ctx):

@@ -33,11 +33,14 @@ The package is typed (py.typed): tether.Value is what a value reads as and is
 set to, and `mypy --strict` passes on the package.
 """
 
+import warnings
+from typing import TYPE_CHECKING, Any
+
 from ._lib import path as library_path, errstr, debug_counts
 from ._lib import version as library_version, version_number as library_version_number
 from .errors import (TetherError, MisuseError, HandleError, NotFoundError, TypeMismatchError,
                      InvalidError, UsageError, RemoteError, NetworkError, AuthError, ServerError, ProtocolError,
-                     StoreError, TaskCancelledError, CancelledError, NotCachedError, BusyError, ConflictError,
+                     StoreError, TaskCancelledError, NotCachedError, BusyError, ConflictError,
                      NotAllowedError, ExpiredError, UnsavedChangesWarning, OfflineWarning, error_class)
 from .errors import (OK, E_ERROR, E_MISUSE, E_HANDLE, E_NOT_FOUND, E_TYPE, E_INVALID,
                      E_NETWORK, E_AUTH, E_SERVER, E_PROTOCOL, E_STORE, E_CANCELLED,
@@ -64,6 +67,20 @@ from .logs import log_to_python, set_log_level, stop_logging
 from ._types import Value, Key, Policy, ResultType, MergePolicy, Delivery, Phase, Pending
 
 __version__ = "0.3.0"
+
+# tether.CancelledError, the name before 0.3 (it read as asyncio's): a
+# deprecated alias of TaskCancelledError, made on access so that using it
+# warns. Never in __all__, so `from tether import *` leaves asyncio's
+# CancelledError where it was.
+if TYPE_CHECKING:
+    CancelledError = TaskCancelledError
+else:
+    def __getattr__(name: str) -> Any:
+        if name == "CancelledError":
+            warnings.warn("tether.CancelledError is deprecated: it is tether.TaskCancelledError "
+                          "(not asyncio.CancelledError)", DeprecationWarning, stacklevel=2)
+            return TaskCancelledError
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 __all__ = [
     "Context", "AsyncContext", "install_postgres", "Query", "QueryResult", "AsyncQueryResult", "LocalStore", "Entity", "Attribute", "Relationship", "Diagnostic", "Object", "ContextView", "Observer", "OnlineObserver", "Results",

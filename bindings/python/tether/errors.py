@@ -149,11 +149,6 @@ class TaskCancelledError(TetherError):
     status = E_CANCELLED
 
 
-# The name before 0.3's Python API (deprecated: it read as asyncio's).
-# Not in tether.__all__, so `from tether import *` never shadows asyncio's.
-CancelledError = TaskCancelledError
-
-
 class ConflictError(RemoteError):
     """A save met records another writer changed. Raised by a save (with
     ``conflicts``: each a tether.Conflict with both sides)."""
