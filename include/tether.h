@@ -263,7 +263,7 @@ typedef enum tether_merge_policy {
  * this store learned, and not wanted again here; or absent from its local
  * store): a change setting one is not sent (TETHER_E_INVALID, "notes/n3 not
  * sent: its Also refers to items/i1, which was deleted"), and a conflict
- * that client_wins or merge_properties would settle by writing one (a note
+ * that client_wins or properties would settle by writing one (a note
  * edited here, cascaded away by its target's deletion, made again) is
  * reported instead (TETHER_E_CONFLICT). A URI does not name the server: instead a local
  * store records the server it was first attached beside (its connection's
@@ -1267,7 +1267,8 @@ typedef struct tether_fetch_options {
  *     Status == 'pending' AND (User BEGINSWITH[c] $1 OR #205 IN {3, 5})
  *
  * Keys: an attribute name, any name in backquotes (`two words`), or a code
- * (#205). Values: 'text' or "text" (escapes \n \t \r \0, and \ before any
+ * (#205); key paths through relationships (Client.Owner) work in
+ * tether_object_peek and _get, not yet in predicates. Values: 'text' or "text" (escapes \n \t \r \0, and \ before any
  * other character gives that character), integers, reals, true/false
  * (YES/NO), nil (NULL), and $1, $2... from `arguments`, so that nothing
  * needs quoting. Comparisons: == (=), != (<>), <, <= (=<), >, >= (=>),
@@ -1288,7 +1289,12 @@ typedef struct tether_fetch_options {
  * - Numbers compare by exact value, integers with reals too: no rounding
  *   through a double (2^53 + 1 is not equal to 2^53 as a real, nor below
  *   it). A real against an integer attribute (age < 40.5) is accepted and
- *   compared exactly; age == 40.5 matches nothing. Booleans: false < true.
+ *   compared exactly; age == 40.5 matches nothing. An integer literal no
+ *   int64 holds is exact too: n > -9223372036854775809 holds for every
+ *   integer, r == 18446744073709551617 for no real (no double is 2^64 + 1),
+ *   r == 18446744073709551616 for 2^64. A literal with a point or an
+ *   exponent is a real, the nearest double; one beyond a double's range
+ *   (1e309, or as many digits) is refused. Booleans: false < true.
  * - Text compares by Unicode scalar values (UTF-8 byte order), as written:
  *   no normalization ("e" + U+0301 is not U+00E9 unless [d]).
  *   [c] replaces each scalar by its Unicode full lowercase mapping (the
@@ -1313,6 +1319,9 @@ typedef struct tether_fetch_options {
  *   LIKE literal, backslash escapes other than \n \t \r \0 reach the
  *   pattern as written; a pattern given as an argument is read the same
  *   (the C string "a\\*b"). A pattern ending in a lone '\' is refused.
+ *   SQL's % and _ are not wildcards: a pattern holding either and no '*'
+ *   or '?' (LIKE 'Fix%', which matches only the text Fix%) is logged at
+ *   WARNING, once per predicate text, naming the attribute, not the value.
  * - JSON attributes test only == nil and != nil.
  *
  * Sort order (tether_fetch_options.sort), the same in every policy: per

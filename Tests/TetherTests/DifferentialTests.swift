@@ -119,7 +119,14 @@ private enum Generator {
                         "x\u{0}y", "\u{1F600}", "a b", "Z"]
     static let integers: [Int64] = [0, 1, -1, 2, 41, 9_007_199_254_740_992, 9_007_199_254_740_993, -9_007_199_254_740_993,
                                     .max, .min, .max - 1]
-    static let reals: [Double] = [0, -0.0, 0.5, 1, 2.5, -1.5, 9_007_199_254_740_992, 9.223372036854776e18, 1e300, -1e-300, 41]
+    static let reals: [Double] = [0, -0.0, 0.5, 1, 2.5, -1.5, 9_007_199_254_740_992, 9.223372036854776e18, 1e300, -1e-300, 41,
+                                  18_446_744_073_709_551_616, -9_223_372_036_854_777_856]
+    /// Integers no Int64 holds, written as literals (issue 39: they were
+    /// rounded through a double): 2^63 and 2^64, which doubles hold, and
+    /// neighbours of theirs and of -2^63 that none does.
+    static let bigIntegers = ["9223372036854775808", "-9223372036854775809", "18446744073709551616", "18446744073709551617",
+                              "18446744073709551615", "-18446744073709551617", "123456789012345678901234567890",
+                              "-9223372036854777857"]
     static let structures: [JSON] = [.array([]), .array([.integer(1)]), .array([.integer(1), .string("a")]), .object([]),
                                      .object([("k", .integer(1))]), .object([("a", .array([.integer(2)]))])]
 
@@ -155,6 +162,7 @@ private enum Generator {
         switch kind {
         case .text: return .text(texts.randomElement(using: &random)!)
         case .integer, .real:
+            if Int.random(in: 0..<6, using: &random) == 0 { return .bigInteger(bigIntegers.randomElement(using: &random)!) }
             return Bool.random(using: &random) ? .integer(integers.randomElement(using: &random)!)
                                                  : .real(reals.randomElement(using: &random)!)
         case .boolean: return .boolean(Bool.random(using: &random))
@@ -179,9 +187,11 @@ private enum Generator {
         let op = operators.randomElement(using: &random)!
         func operand() -> Operand {
             let literal = op == "LIKE" ? Literal.text(pattern(&random)) : Generator.literal(kind, &random)
-            // Text with quotes, backslashes or NUL goes as an argument; the rest either way.
+            // Text with quotes, backslashes or NUL goes as an argument; an
+            // integer no Int64 holds as a literal (no argument holds it); the rest either way.
             var isArgument = Bool.random(using: &random)
             if case .text(let text) = literal, text.contains(where: { "'\"\\\u{0}".contains($0) }) { isArgument = true }
+            if case .bigInteger = literal { isArgument = false }
             return Operand(literal, isArgument)
         }
         switch op {
@@ -221,9 +231,12 @@ private enum Generator {
 
 private enum Literal: Equatable {
     case null, text(String), integer(Int64), real(Double), boolean(Bool)
+    /// Decimal digits, signed, of an integer beyond Int64: written, never an argument.
+    case bigInteger(String)
 
     var value: Value {
         switch self {
+        case .bigInteger(let digits): preconditionFailure("\(digits) is no argument's value")
         case .null: return .null
         case .text(let s): return .text(s)
         case .integer(let i): return .integer(i)
@@ -240,6 +253,7 @@ private enum Literal: Equatable {
         case .integer(let i): return String(i)
         case .real(let d): return "\(d)"
         case .boolean(let b): return b ? "true" : "false"
+        case .bigInteger(let digits): return digits
         }
     }
 }
@@ -329,7 +343,11 @@ private enum Reference {
     /// A record's value for an attribute, as the header defines it: null,
     /// missing and a value of another type than the attribute's are null;
     /// an integer is a real attribute's value when a double holds it exactly.
-    enum Cell: Equatable { case null, text([Unicode.Scalar]), number(Float80), boolean(Bool), json(String) }
+    enum Cell: Equatable {
+        case null, text([Unicode.Scalar]), number(Float80), boolean(Bool), json(String)
+        /// An integer literal beyond Int64, as its digits: no Float80 holds 2^64 + 1.
+        case bigInteger(negative: Bool, digits: [UInt8])
+    }
 
     static func cell(_ fields: RecordFields, _ field: Int) -> Cell {
         guard let json = fields.first(where: { $0.key == fieldNames[field] })?.value else { return .null }
@@ -380,12 +398,44 @@ private enum Reference {
         case .integer(let i): return .number(Float80(i))
         case .real(let d): return .number(Float80(d))
         case .boolean(let b): return .boolean(b)
+        case .bigInteger(let text):
+            let negative = text.hasPrefix("-")
+            return .bigInteger(negative: negative, digits: decimalDigits(of: text.drop { $0 == "-" || $0 == "+" || $0 == "0" }))
         }
+    }
+
+    static func decimalDigits<S: StringProtocol>(of text: S) -> [UInt8] { text.utf8.map { $0 - 0x30 } }
+
+    /// A number cell against a big integer, exactly: the cell's whole part in
+    /// decimal digits (Float80 holds every Int64 and double exactly; it is
+    /// halved down to an integer below 2^63, then doubled back in decimal),
+    /// and its fraction.
+    static func compare(_ x: Float80, bigNegative: Bool, _ big: [UInt8]) -> Int {
+        if (x < 0) != bigNegative { return x < 0 ? -1 : 1 }
+        let magnitude = abs(x)
+        var whole = magnitude.rounded(.towardZero), halvings = 0
+        while whole >= 9_223_372_036_854_775_808 { whole /= 2; halvings += 1 }  // exact: a power of two
+        var digits = decimalDigits(of: String(UInt64(whole)))
+        for _ in 0..<halvings {
+            var carry: UInt8 = 0
+            for index in digits.indices.reversed() {
+                let doubled = digits[index] * 2 + carry
+                (digits[index], carry) = (doubled % 10, doubled / 10)
+            }
+            if carry > 0 { digits.insert(carry, at: 0) }
+        }
+        if digits == [0] { digits = [] }
+        let hasFraction = magnitude != magnitude.rounded(.towardZero)
+        var order = digits.count != big.count ? (digits.count < big.count ? -1 : 1)
+                  : digits == big ? (hasFraction ? 1 : 0) : (digits.lexicographicallyPrecedes(big) ? -1 : 1)
+        if bigNegative { order = -order }
+        return order
     }
 
     /// -1, 0, 1; nil: not comparable.
     static func compare(_ a: Cell, _ b: Cell, _ options: String) -> Int? {
         switch (a, b) {
+        case let (.number(x), .bigInteger(negative, digits)): return compare(x, bigNegative: negative, digits)
         case let (.text(x), .text(y)):
             let (l, r) = (fold(x, options), fold(y, options))
             return l == r ? 0 : l.lexicographicallyPrecedes(r) ? -1 : 1
@@ -481,6 +531,7 @@ private enum Reference {
             case .boolean(let b): return (1, b ? 1 : 0, [])
             case .text(let s): return (2, 0, s)
             case .json(let s): return (2, 0, Array(s.unicodeScalars))
+            case .bigInteger: preconditionFailure("records hold no literals")
             }
         }
         let (x, y) = (rank(a), rank(b))
@@ -751,6 +802,7 @@ private struct Scenario {
             case .integer(let i): value = ("integer", .integer(i))
             case .real(let d): value = ("real", .real(d))
             case .boolean(let b): value = ("boolean", .bool(b))
+            case .bigInteger(let digits): value = ("bigInteger", .string(digits))
             }
             return .object([value, ("argument", .bool(o.isArgument))])
         }
@@ -797,6 +849,7 @@ private struct Scenario {
             if case .real(let d)? = j["real"] { return Operand(.real(d), isArgument) }
             if case .integer(let i)? = j["real"] { return Operand(.real(Double(i)), isArgument) }
             if case .bool(let b)? = j["boolean"] { return Operand(.boolean(b), isArgument) }
+            if case .string(let digits)? = j["bigInteger"] { return Operand(.bigInteger(digits), false) }
             return Operand(.null, isArgument)
         }
         func pred(_ j: JSON) throws -> Pred {

@@ -43,6 +43,36 @@ final class LogTests: XCTestCase {
         return what
     }
 
+    /// Issue 39: an SQL-style LIKE ('Fix%') matched nothing, silently. It
+    /// is logged at WARNING, naming * and ?, once per predicate text, and
+    /// the message holds no value (the pattern may be one).
+    func testSQLStyleLikeIsWarnedOncePerText() throws {
+        let spec = Spec(name: "changes", route: "c", idField: "id", versionField: "v",
+                        fields: [FieldSpec(name: "Description", type: .text)], operations: .all)
+        let entity = ModelBuilder.build(specs: [spec], previous: nil).entities[0]
+        let recorder = Recorder()
+        try Log.install(.warning, recorder.sink)
+        let unique = String(UInt64.random(in: 0..<UInt64.max))  // the memory of texts is process-wide
+        let sqlStyle = ["Description LIKE 'Fix\(unique)%'", "Description LIKE[c] 'a_\(unique)'",
+                        "NOT (Description == 'x' OR Description LIKE 'a\\*\(unique)%')",
+                        "Description LIKE $1"]
+        for text in sqlStyle + sqlStyle {
+            _ = try Predicate.parse(text, entity: entity, arguments: text.contains("$1") ? [.text("\(unique)%")] : [])
+        }
+        let warnings = recorder.all.filter { $0.level == .warning }.map(\.message)
+        XCTAssertEqual(warnings.count, sqlStyle.count, "once per text: \(warnings)")
+        for message in warnings {
+            XCTAssertTrue(message.contains("LIKE on changes.Description") && message.contains("* (any run) and ? (one character)"),
+                          message)
+            XCTAssertFalse(message.contains(unique), "no value in the message: \(message)")
+        }
+        for text in ["Description LIKE 'Fix*\(unique)%'", "Description LIKE '\(unique)?_'", "Description LIKE 'plain\(unique)'",
+                     "Description BEGINSWITH 'Fix\(unique)%'"] {
+            _ = try Predicate.parse(text, entity: entity)
+        }
+        XCTAssertEqual(recorder.all.count, sqlStyle.count, "a pattern with * or ?, or no LIKE, is not warned of")
+    }
+
     func testLevelsFilter() throws {
         let recorder = Recorder()
         try Log.install(.info, recorder.sink)

@@ -270,6 +270,58 @@ final class PredicateTests: XCTestCase {
         XCTAssertEqual(NumberOrder.compare(.real(-0.5), .integer(0)), -1)
     }
 
+    /// Issue 39: integer literals no Int64 holds were rounded through a
+    /// double (-2^63 - 1 matched -2^63). They compare exactly: with an
+    /// integer attribute, and with a real one whether a double holds them
+    /// (2^64) or not (2^64 + 1, between two doubles).
+    func testIntegersBeyond64BitsCompareExactly() throws {
+        let rows: [RecordFields] = [[("Change", .integer(Int64.min))], [("Change", .integer(Int64.max))],
+                                    [("Score", .real(18446744073709551616.0))]]
+        XCTAssertEqual(try matching("Change == -9223372036854775809", in: rows), [])
+        XCTAssertEqual(try matching("Change > -9223372036854775809", in: rows), ["r0", "r1"])
+        XCTAssertEqual(try matching("Change >= -9223372036854775809", in: rows), ["r0", "r1"])
+        XCTAssertEqual(try matching("Change < -9223372036854775809", in: rows), [])
+        XCTAssertEqual(try matching("Change != -9223372036854775809", in: rows), ["r0", "r1", "r2"], "!= holds for null too")
+        XCTAssertEqual(try matching("NOT (Change == -9223372036854775809)", in: rows), ["r0", "r1", "r2"])
+        XCTAssertEqual(try matching("Change < 9223372036854775808", in: rows), ["r0", "r1"], "2^63, a double")
+        XCTAssertEqual(try matching("Change == 9223372036854775808", in: rows), [])
+        XCTAssertEqual(try matching("Change <= +09223372036854775809", in: rows), ["r0", "r1"])
+        XCTAssertEqual(try matching("Change IN {-9223372036854775809, 9223372036854775807}", in: rows), ["r1"])
+        XCTAssertEqual(try matching("Change IN {-9223372036854775809}", in: rows), [])
+        XCTAssertEqual(try matching("Change BETWEEN {-9223372036854775809, -9223372036854775808}", in: rows), ["r0"])
+        XCTAssertEqual(try matching("Score == 18446744073709551617", in: rows), [])
+        XCTAssertEqual(try matching("Score < 18446744073709551617", in: rows), ["r2"])
+        XCTAssertEqual(try matching("Score <= 18446744073709551617", in: rows), ["r2"])
+        XCTAssertEqual(try matching("Score > 18446744073709551615", in: rows), ["r2"], "2^64 - 1: no double holds it")
+        XCTAssertEqual(try matching("Score >= 18446744073709551617", in: rows), [])
+        XCTAssertEqual(try matching("Score == 18446744073709551616", in: rows), ["r2"], "2^64: a double holds it")
+        XCTAssertEqual(try matching("Score BETWEEN {18446744073709551615, 18446744073709551617}", in: rows), ["r2"])
+        XCTAssertEqual(try matching("Score BETWEEN {18446744073709551617, 18446744073709551618}", in: rows), [])
+        XCTAssertEqual(try matching("Score < 123456789012345678901234567890", in: rows), ["r2"])
+        XCTAssertEqual(try matching("Score > -123456789012345678901234567890", in: rows), ["r2"])
+        XCTAssertEqual(try parse("Change > -9223372036854775809"),
+                       .comparison(Comparison(attribute: index("Change"), operator: .greaterOrEqual, options: [], values: [.integer(.min)])))
+        XCTAssertEqual(try parse("Score != 18446744073709551617"), .always(true))
+        for text in ["Score < 1" + String(repeating: "0", count: 400), "Score < 1e309"] {
+            XCTAssertThrowsError(try parse(text), text) { error in
+                XCTAssertTrue((error as? TetherError)?.message.contains("is not a number a real holds") ?? false, "\(error)")
+            }
+        }
+        XCTAssertThrowsError(try parse("User == 18446744073709551617")) { error in
+            XCTAssertTrue((error as? TetherError)?.message.contains("User is text; an integer does not compare with it at column 9") ?? false,
+                          "\(error)")
+        }
+    }
+
+    /// Issue 39: a key path in a predicate says where key paths work.
+    func testKeyPathsSayTheyWorkInPeekAndGet() {
+        XCTAssertThrowsError(try parse("Client.Owner == 'alice'")) { error in
+            XCTAssertEqual((error as? TetherError)?.message,
+                           "predicate: changes has no attribute \"Client.Owner\" at column 1 "
+                           + "(key paths work in peek and get, not yet in predicates)")
+        }
+    }
+
     func testLikeEscapesAndNSPredicateSpellings() throws {
         let rows: [RecordFields] = [[("User", .string("a*b"))], [("User", .string("a?b"))], [("User", .string("a\\b"))],
                                     [("User", .string("axb"))], [("User", .string(""))], [("Change", .integer(41))],

@@ -2549,13 +2549,23 @@ static const char *option_value(int argc, char **argv, int *i, const char *name,
     return argv[++*i];
 }
 
+/* An environment variable's value; NULL when unset or empty. */
+static const char *env_value(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
 int main(int argc, char **argv)
 {
-    const char *user = getenv("TETHER_USER");
-    g.server = getenv("TETHER_SERVER");
-    g.bucket = getenv("TETHER_BUCKET");
-    g.store = getenv("TETHER_STORE");
-    g.postgres = getenv("TETHER_POSTGRES");
+    const char *user = env_value("TETHER_USER");
+    g.server = env_value("TETHER_SERVER");
+    g.bucket = env_value("TETHER_BUCKET");
+    g.store = env_value("TETHER_STORE");
+    g.postgres = env_value("TETHER_POSTGRES");
+    /* Options beat the environment: --server or --bucket without --postgres
+     * chooses Kinto even with $TETHER_POSTGRES set. */
+    int kinto_given = 0, postgres_given = 0;
     /* --json first, wherever it is among the options: their usage errors
      * are documents too. */
     static const char *const with_value[] = {"--server", "--bucket", "--store", "--user", "--timeout",
@@ -2592,10 +2602,13 @@ int main(int argc, char **argv)
             g.offline = 1;
         } else if ((v = option_value(argc, argv, &i, "--server", &missing))) {
             g.server = v;
+            kinto_given = 1;
         } else if ((v = option_value(argc, argv, &i, "--bucket", &missing))) {
             g.bucket = v;
+            kinto_given = 1;
         } else if ((v = option_value(argc, argv, &i, "--postgres", &missing))) {
             g.postgres = v;
+            postgres_given = 1;
         } else if ((v = option_value(argc, argv, &i, "--schema", &missing))) {
             g.schema = v;
         } else if ((v = option_value(argc, argv, &i, "--store", &missing))) {
@@ -2617,6 +2630,8 @@ int main(int argc, char **argv)
             return SHELL_USAGE;
         }
     }
+    if (kinto_given && !postgres_given)
+        g.postgres = NULL;
     if (g.schema && !g.postgres) {
         usage_error("--schema is for --postgres (a Kinto context's entities come from --bucket)");
         fputs(USAGE, stderr);

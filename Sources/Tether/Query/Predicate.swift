@@ -14,7 +14,7 @@
 ///   bound by the caller with typed values, so that nothing needs quoting;
 /// - comparisons `== = != <> < <= > >=`, `IN {…}`, `BETWEEN {low, high}`,
 ///   and, on text, `BEGINSWITH ENDSWITH CONTAINS LIKE` (`*` any run, `?` one
-///   character), each text comparison with `[c]` (case-insensitive), `[d]`
+///   character; SQL's `%` and `_` are logged, `SQLStyleLike`), each text comparison with `[c]` (case-insensitive), `[d]`
 ///   (diacritic-insensitive) or `[cd]`;
 /// - `AND`/`&&`, `OR`/`||`, `NOT`/`!`, parentheses, `TRUEPREDICATE`,
 ///   `FALSEPREDICATE`. Keywords are case-insensitive.
@@ -75,7 +75,9 @@ extension Predicate {
     public static func parse(_ text: String, entity: Entity, arguments: [Value] = [],
                              maximumValues: Int = .max) throws -> Predicate {
         var parser = PredicateParser(text: text, entity: entity, arguments: arguments, maximumValues: maximumValues)
-        return try parser.parseAll()
+        let predicate = try parser.parseAll()
+        SQLStyleLike.warnIfAny(in: predicate, text: text, entity: entity)
+        return predicate
     }
 
     /// Whether a record with these attribute values matches.

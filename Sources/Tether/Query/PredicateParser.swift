@@ -140,7 +140,7 @@ struct PredicateParser {
         }
         if accept(keyword: "TRUEPREDICATE") { return .always(true) }
         if accept(keyword: "FALSEPREDICATE") { return .always(false) }
-        return .comparison(try parseComparison())
+        return try parseComparison()
     }
 
     private mutating func parseKey() throws -> Int {
@@ -177,18 +177,21 @@ struct PredicateParser {
             throw failure("expected a key")
         }
         guard let index = entity.attributeIndex(named: name) else {
-            throw failure("\(entity.name) has no attribute \(name.debugDescription)", at: start)
+            let unknown = failure("\(entity.name) has no attribute \(name.debugDescription)", at: start)
+            // A key path (Client.Owner) reads through relationships in peek and get only.
+            guard name.contains(".") else { throw unknown }
+            throw TetherError(.invalid, unknown.message + " (key paths work in peek and get, not yet in predicates)")
         }
         return index
     }
 
-    private mutating func parseComparison() throws -> Comparison {
+    private mutating func parseComparison() throws -> Predicate {
         let keyColumn = position
         let attribute = try parseKey()
         let type = entity.attributes[attribute].type
         skipSpace()
         let operatorColumn = position
-        let op: Comparison.Operator
+        var op: Comparison.Operator
         // =< and => before =, which would take their first character.
         if accept("<=") || accept("=<") { op = .lessOrEqual }
         else if accept(">=") || accept("=>") { op = .greaterOrEqual }
@@ -216,21 +219,26 @@ struct PredicateParser {
             throw failure("\(name) holds JSON: only == nil and != nil test it", at: keyColumn)
         }
 
-        var values: [Value]
+        var literals: [Literal]
         switch op {
         case .oneOf, .between:
             try expect("{")
-            values = []
+            literals = []
             if !accept("}") {
-                repeat { values.append(try parseValue(for: attribute, isPattern: false)) } while accept(",")
+                repeat { literals.append(try parseValue(for: attribute, isPattern: false)) } while accept(",")
                 try expect("}")
             }
-            if op == .between, values.count != 2 {
+            if op == .between, literals.count != 2 {
                 throw failure("BETWEEN takes {low, high}", at: operatorColumn)
             }
         default:
-            values = [try parseValue(for: attribute, isPattern: op == .like)]
+            literals = [try parseValue(for: attribute, isPattern: op == .like)]
         }
+        guard let exact = try Self.exactly(op, literals, converting: { try converted($0, for: attribute, at: keyColumn) }) else {
+            return .always(op == .notEqual)  // no value equals an integer no attribute's type holds
+        }
+        let values = exact.values
+        op = exact.op
         if op == .like, case .text(let pattern) = values[0], LikePattern.hasDanglingEscape(pattern) {
             throw failure("the LIKE pattern ends in a lone \\ (write \\\\ for a backslash)", at: operatorColumn)
         }
@@ -238,7 +246,32 @@ struct PredicateParser {
             throw failure("nil compares only with == and !=", at: operatorColumn)
         }
         if type == .json { options.insert(.jsonAttribute) }
-        return Comparison(attribute: attribute, operator: op, options: options, values: values)
+        return .comparison(Comparison(attribute: attribute, operator: op, options: options, values: values))
+    }
+
+    /// The comparison with every literal an attribute's value can be
+    /// compared with exactly: an integer no Int64 or double holds becomes
+    /// the adjacent double on its side (`x < B` is `x <= below`), drops out
+    /// of IN, and makes == false and != true. nil: that constant answer.
+    private static func exactly(_ op: Comparison.Operator, _ literals: [Literal],
+                                converting convert: (Value) throws -> Value) throws -> (op: Comparison.Operator, values: [Value])? {
+        var op = op
+        var values: [Value] = []
+        for (index, literal) in literals.enumerated() {
+            switch literal {
+            case .value(let value): values.append(value)
+            case .inexactInteger(let below, let above):
+                switch op {
+                case .equal, .notEqual: return nil
+                case .less, .lessOrEqual: op = .lessOrEqual; values.append(try convert(.real(below)))
+                case .greater, .greaterOrEqual: op = .greaterOrEqual; values.append(try convert(.real(above)))
+                case .oneOf: continue
+                case .between: values.append(try convert(.real(index == 0 ? above : below)))
+                case .beginsWith, .endsWith, .contains, .like: values.append(.real(below))  // refused: not text
+                }
+            }
+        }
+        return (op, values)
     }
 
     private mutating func parseOptions() throws -> Comparison.Options {
@@ -259,7 +292,7 @@ struct PredicateParser {
     /// A literal or a parameter, converted to the attribute's type. A LIKE
     /// pattern's literal keeps its backslash escapes (but `\n \t \r \0`) for
     /// the pattern to read: `'a\*b'` is the pattern `a\*b`, matching `a*b`.
-    private mutating func parseValue(for attribute: Int, isPattern: Bool) throws -> Value {
+    private mutating func parseValue(for attribute: Int, isPattern: Bool) throws -> Literal {
         skipSpace()
         let start = position
         valueCount += 1
@@ -282,7 +315,12 @@ struct PredicateParser {
         } else if let c = current, c == "'" || c == "\"" {
             value = .text(try parseString(keepingEscapes: isPattern))
         } else if let c = current, c == "-" || c == "+" || ("0"..."9").contains(c) {
-            value = try parseNumber()
+            switch try parseNumber() {
+            case .value(let number): value = number
+            case let inexact:
+                _ = try converted(.integer(0), for: attribute, at: start)  // its type must compare with a number
+                return inexact
+            }
         } else if let word = peekWord() {
             switch word.uppercased() {
             case "TRUE", "YES": value = .boolean(true)
@@ -294,7 +332,7 @@ struct PredicateParser {
         } else {
             throw failure("expected a value")
         }
-        return try converted(value, for: attribute, at: start)
+        return .value(try converted(value, for: attribute, at: start))
     }
 
     private func converted(_ value: Value, for attribute: Int, at column: Int) throws -> Value {
@@ -339,16 +377,17 @@ struct PredicateParser {
         }
     }
 
-    private mutating func parseNumber() throws -> Value {
+    private mutating func parseNumber() throws -> Literal {
         let start = position
         var text = ""
         while let c = current, ("0"..."9").contains(c) || "+-.eE".unicodeScalars.contains(c) {
             text.unicodeScalars.append(c)
             position += 1
         }
-        if let integer = Int64(text) { return .integer(integer) }
-        if let real = Double(text), real.isFinite { return .real(real) }
-        throw failure("\(text.debugDescription) is not a number", at: start)
+        guard let literal = Literal(number: text) else {
+            throw failure("\(text.debugDescription) is not a number a real holds", at: start)
+        }
+        return literal
     }
 }
 

@@ -126,3 +126,48 @@ enum LikePattern {
         return p == pattern.count
     }
 }
+
+/// An SQL-style LIKE (`'Fix%'`) matches nothing here, silently: the
+/// wildcards are `*` and `?`. A pattern holding `%` or `_` and no wildcard
+/// of ours is logged at WARNING, once per predicate text.
+enum SQLStyleLike {
+    /// Texts already warned of; cleared when full, so a host that builds
+    /// predicates forever holds a bounded set (a warning may then repeat).
+    private static let warned = Lock(Set<String>())
+    private static let mostRemembered = 256
+
+    /// The message names the attribute, not the pattern: predicates may
+    /// hold values, and the log holds none above DEBUG.
+    static func warnIfAny(in predicate: Predicate, text: String, entity: Entity) {
+        guard Log.isEnabled(.warning), let attribute = predicate.sqlStyleLikeAttribute else { return }
+        let isNew = warned.withLock { texts -> Bool in
+            if texts.count >= mostRemembered { texts.removeAll() }
+            return texts.insert(text).inserted
+        }
+        guard isNew else { return }
+        Log.warning(.sync, "a LIKE on \(entity.name).\(entity.attributes[attribute].name) holds % or _ and no * or ?: "
+                           + "LIKE's wildcards are * (any run) and ? (one character); % and _ match only themselves")
+    }
+
+    /// Whether the pattern holds % or _ and no unescaped * or ?.
+    static func looksLikeSQL(_ pattern: String) -> Bool {
+        let tokens = LikePattern.tokens(pattern, [])
+        guard !tokens.contains(.anyRun), !tokens.contains(.one) else { return false }
+        return tokens.contains(.scalar("%")) || tokens.contains(.scalar("_"))
+    }
+}
+
+private extension Predicate {
+    /// The attribute of the first LIKE whose pattern looks like SQL's.
+    var sqlStyleLikeAttribute: Int? {
+        switch self {
+        case .always: return nil
+        case .comparison(let comparison):
+            guard comparison.operator == .like, case .text(let pattern)? = comparison.values.first,
+                  SQLStyleLike.looksLikeSQL(pattern) else { return nil }
+            return comparison.attribute
+        case .not(let inner): return inner.sqlStyleLikeAttribute
+        case .and(let parts), .or(let parts): return parts.lazy.compactMap(\.sqlStyleLikeAttribute).first
+        }
+    }
+}

@@ -269,6 +269,12 @@ def test_server_down_and_refused_credentials(bucket, tmp_path):
     env = dict(os.environ, TETHER_USER=WRITER)
     status, out, _ = Shell(bucket, tmp_path / "env.sqlite", user=None).run("count", "users", env=env)
     assert out == "40\n"
+    # Options beat the environment: --server and --bucket reach Kinto with
+    # $TETHER_POSTGRES set (it opened PostgreSQL instead), and an empty one is unset.
+    for conninfo in ("host=127.0.0.1 port=9 dbname=none", ""):
+        env = dict(os.environ, TETHER_POSTGRES=conninfo)
+        status, out, _ = Shell(bucket, tmp_path / "pg-env.sqlite").run("count", "users", env=env)
+        assert out == "40\n", conninfo
 
 
 # ------------------------------------------------------------ values and JSON
