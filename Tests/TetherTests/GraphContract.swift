@@ -211,6 +211,70 @@ enum GraphContract {
     }
 }
 
+/// Observers judge a change against what their key read when they began,
+/// from the store if the object was not in memory yet (issue 39).
+extension GraphContract {
+    /// A record cached, then synced as deleted; the context closed; on the
+    /// server made again and deleted again; a new context observes it, no
+    /// peek first, and syncs: it read "was deleted" before and after, so
+    /// the observer hears nothing (not NOT_FOUND, kept for none ever cached).
+    static func observerOfARecordDeletedBeforeHearsNothing(_ backend: Backend) throws {
+        let first = try backend.open()
+        _ = try fetch(first, FetchRequest(entity: "items"))
+        try backend.deleteItem("i9")
+        _ = try fetch(first, FetchRequest(entity: "items"))
+        try first.close()
+        try backend.putItem("i9", #"{"Title": "again", "Rank": 9}"#)
+        try backend.deleteItem("i9")
+        let context = try backend.open()
+        defer { try? context.close() }
+        let object = try context.object(entity: "items", id: "i9")
+        let told = ConditionLock<[TetherError.Kind?]>([])
+        try object.makeObserver(key: "Title").activate { error in
+            if error?.kind != .cancelled { told.withLock { $0.append(error?.kind) } }
+        }
+        XCTAssertNil(try fetch(context, FetchRequest(entity: "items")).last?.error)
+        usleep(200_000)
+        XCTAssertEqual(told.withLock { $0 }, [], "nothing changed for the observer")
+        XCTAssertThrowsError(try object.peek("Title")) { XCTAssertEqual(($0 as? TetherError)?.message, "items/i9 was deleted") }
+    }
+
+    /// The rest of that class: observed without a peek, a cached record
+    /// deleted (by this context's sync, or a sibling's) is a change (OK,
+    /// once), and one a listing sends unchanged is none.
+    static func observerWithoutAPeekJudgesByTheStore(_ backend: Backend) throws {
+        let filler = try backend.open()
+        _ = try fetch(filler, FetchRequest(entity: "items"))
+        try filler.close()
+        let context = try backend.open()
+        defer { try? context.close() }
+        let sibling = try context.openSibling(name: "b")
+        defer { try? sibling.close() }
+        var told: [String: ConditionLock<[TetherError.Kind?]>] = [:]
+        for id in ["i3", "i7", "i8"] {
+            let calls = ConditionLock<[TetherError.Kind?]>([])
+            told[id] = calls
+            try context.object(entity: "items", id: id).makeObserver(key: "Title").activate { error in
+                if error?.kind != .cancelled { calls.withLock { $0.append(error?.kind) } }
+            }
+        }
+        func calls(_ id: String) -> [TetherError.Kind?] { told[id]!.withLock { $0 } }
+        // Server-only fetches: a cache answer would load the objects first.
+        var sync = FetchRequest(entity: "items")
+        sync.policy = .serverOnly
+        XCTAssertEqual(try sibling.object(entity: "items", id: "i3").get("Title"), .text("item 3"))
+        try backend.deleteItem("i8")
+        XCTAssertNil(try fetch(sibling, sync).last?.error)
+        try backend.deleteItem("i7")
+        XCTAssertNil(try fetch(context, sync).last?.error)
+        XCTAssertTrue(eventually { calls("i7").count == 1 && calls("i8").count == 1 })
+        usleep(200_000)
+        XCTAssertEqual(calls("i3"), [], "a record a sibling's get found unchanged is no change")
+        XCTAssertEqual(calls("i7"), [nil], "a cached record deleted by this context's sync: a change")
+        XCTAssertEqual(calls("i8"), [nil], "a cached record deleted by a sibling's sync: a change")
+    }
+}
+
 final class KintoGraphTests: KintoTestCase {
     func testFetchPagingAndUniquing() throws { try GraphContract.fetchPagingAndUniquing(backend) }
     func testPredicates() throws { try GraphContract.predicatesAnswerAlikeFromServerAndCache(backend) }
@@ -221,6 +285,8 @@ final class KintoGraphTests: KintoTestCase {
     func testLifetimesFollowWhatIsHeld() throws { try GraphContract.lifetimesFollowWhatIsHeld(backend) }
     func testCloseEndsEveryRequestOnce() throws { try GraphContract.closeEndsEveryRequestOnce(backend) }
     func testFirstPeekUsesACachedStatement() throws { try GraphContract.firstPeekUsesACachedStatement(backend) }
+    func testObserverOfARecordDeletedBeforeHearsNothing() throws { try GraphContract.observerOfARecordDeletedBeforeHearsNothing(backend) }
+    func testObserverWithoutAPeekJudgesByTheStore() throws { try GraphContract.observerWithoutAPeekJudgesByTheStore(backend) }
 }
 
 extension GraphContract {
@@ -254,6 +320,8 @@ final class MemoryGraphTests: MemoryTestCase {
     func testLifetimesFollowWhatIsHeld() throws { try GraphContract.lifetimesFollowWhatIsHeld(backend) }
     func testCloseEndsEveryRequestOnce() throws { try GraphContract.closeEndsEveryRequestOnce(backend) }
     func testFirstPeekUsesACachedStatement() throws { try GraphContract.firstPeekUsesACachedStatement(backend) }
+    func testObserverOfARecordDeletedBeforeHearsNothing() throws { try GraphContract.observerOfARecordDeletedBeforeHearsNothing(backend) }
+    func testObserverWithoutAPeekJudgesByTheStore() throws { try GraphContract.observerWithoutAPeekJudgesByTheStore(backend) }
 
     func testFailedRefreshTellsObservers() throws { try GraphContract.failedRefreshTellsObservers(backend) }
 

@@ -107,6 +107,8 @@ final class HostGraphTests: HostTestCase {
     func testCancelDeliversOneFinalCancelled() throws { try GraphContract.cancelDeliversOneFinalCancelled(backend) }
     func testLifetimesFollowWhatIsHeld() throws { try GraphContract.lifetimesFollowWhatIsHeld(backend) }
     func testCloseEndsEveryRequestOnce() throws { try GraphContract.closeEndsEveryRequestOnce(backend) }
+    func testObserverOfARecordDeletedBeforeHearsNothing() throws { try GraphContract.observerOfARecordDeletedBeforeHearsNothing(backend) }
+    func testObserverWithoutAPeekJudgesByTheStore() throws { try GraphContract.observerWithoutAPeekJudgesByTheStore(backend) }
     func testEditSaveAndReopen() throws { try SaveContract.editSaveAndReopen(backend) }
     func testInsertAndDelete() throws { try SaveContract.insertAndDelete(backend) }
     func testConflictsAndPolicies() throws { try SaveContract.conflictsAndPolicies(backend) }

@@ -169,6 +169,12 @@ public final class KeyObserver: Sendable {
     public func activate(_ callback: @escaping @Sendable (TetherError?) -> Void) throws {
         let context = object.context
         try context.checkOpen()
+        // Changes are judged against what the key reads now: an object never
+        // read knows nothing of its row or tombstone, and would take a cached
+        // record's deletion for one never cached (NOT_FOUND), a record sent
+        // unchanged for a change, a sibling's deletion for none. Loaded before
+        // it joins the list, so no change is judged against the unknown.
+        try context.withCommittedRow(object) { _ in }
         state.withLock { $0.callback = callback }
         // On the object's list before the subscription exists: a close racing
         // this call may finish the subscription at once, and its removal must
