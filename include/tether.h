@@ -1191,10 +1191,16 @@ typedef struct tether_fetch_options {
                                     "in_Status=1,2&_since=42"), percent-
                                     encoded printable ASCII. The FINAL answer
                                     is then the server's as it gives it (with
-                                    sort, offset and limit); the predicate
-                                    still selects from the cache, for the
-                                    CACHED phase, cache-only fetches and
-                                    CACHE_ELSE_SERVER's cache answer. A live
+                                    sort, offset and limit). A limit in it is
+                                    a limit: Kinto's "_limit=N" (to Kinto a
+                                    page size) gives the server's first N
+                                    records in its order, however many pages
+                                    hold them; offset and limit then cut
+                                    those N, and a count counts at most N.
+                                    The predicate still selects from the
+                                    cache, for the CACHED phase, cache-only
+                                    fetches and CACHE_ELSE_SERVER's cache
+                                    answer. A live
                                     fetch with a server query is refused
                                     (TETHER_E_INVALID): a live fetch follows
                                     the cache, which cannot answer the
@@ -1764,7 +1770,9 @@ TETHER_API int tether_request_limit(tether_request *request, int64_t *out);
 TETHER_API int tether_request_since(tether_request *request, int64_t *out, int *out_has);
 
 /* PAGE, COUNT: the fetch's raw server query (tether_fetch_options.server_query),
- * in the host's own language, or NULL. Borrowed. */
+ * in the host's own language, or NULL. Borrowed. The library reads no limit
+ * in it: a host whose query language has one ends its listing there (no
+ * next cursor), and counts no more. */
 TETHER_API int tether_request_query(tether_request *request, const char **out);
 
 /* PAGE: the order, field by field: how many keys, and each one's field name

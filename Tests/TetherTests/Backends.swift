@@ -277,6 +277,7 @@ extension WrappingConnection {
     func supports(_ filter: Filter) -> Bool { inner.supports(filter) }
     func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
     var changeListingsCanMissRewrites: Bool { inner.changeListingsCanMissRewrites }
+    func limit(ofServerQuery query: String) -> Int64? { inner.limit(ofServerQuery: query) }
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         inner.write(writes, answered)
     }

@@ -9,6 +9,9 @@ struct FetchPlan {
     let server: (filters: [Filter], isExact: Bool)
     /// The attributes of a values fetch.
     let properties: [Int]
+    /// The server query's own limit, where its language has one (Kinto's
+    /// `_limit`): its answer is the server's first that many records.
+    let serverLimit: Int64?
 
     init(_ request: FetchRequest, in context: Context) throws {
         // A to-many relationship is a fetch of the records referring to its owner.
@@ -62,6 +65,7 @@ struct FetchPlan {
             throw TetherError(.invalid, "arguments given without a predicate")
         }
         server = request.serverQuery != nil ? ([], true) : predicate?.serverFilters(entity, context.connection) ?? ([], true)
+        serverLimit = request.serverQuery.flatMap(context.connection.limit(ofServerQuery:))
         guard request.batchSize >= 0 else { throw TetherError(.invalid, "batch size cannot be negative") }
         if request.resultType != .values, !request.properties.isEmpty {
             throw TetherError(.invalid, "properties are for a values fetch")
@@ -116,10 +120,15 @@ extension FetchTask {
     static let mostValues = Database.variableLimit - 16
 
     /// Results to collect from the server before the offset is skipped; 0: all.
+    /// No more than a server query's own limit: its answer has no more.
     var needed: Int64 {
-        guard request.limit > 0 else { return 0 }
-        let (sum, overflow) = request.limit.addingReportingOverflow(request.offset)
-        return overflow ? .max : sum
+        var wanted: Int64 = 0
+        if request.limit > 0 {
+            let (sum, overflow) = request.limit.addingReportingOverflow(request.offset)
+            wanted = overflow ? .max : sum
+        }
+        guard let serverLimit else { return wanted }
+        return wanted == 0 ? serverLimit : min(wanted, serverLimit)
     }
 
     /// A plain listing of the whole entity: no predicate, limit, offset or query.
@@ -132,7 +141,7 @@ extension FetchTask {
     /// first (or where the host's own query says which records). A server
     /// orders nulls, missing fields and values of other types its own way,
     /// so with sort keys every page is read and the cut made here.
-    var stopsAtLimit: Bool { request.limit > 0 && (sort.isEmpty || request.serverQuery != nil) }
+    var stopsAtLimit: Bool { needed > 0 && (sort.isEmpty || request.serverQuery != nil) }
 
     /// The order asked of the server: by id alone, whatever the sort keys
     /// (the answer is sorted here). It is the cache's order without keys on

@@ -13,6 +13,8 @@ public final class FetchTask: Sendable {
     let server: (filters: [Filter], isExact: Bool)
     /// The attributes of a values fetch.
     let properties: [Int]
+    /// See `FetchPlan.serverLimit`.
+    let serverLimit: Int64?
     /// The graph it answers in (objects, unsaved changes, merging pages)...
     let context: Context
     /// ...and what it needs besides, given at creation: the store holding
@@ -88,6 +90,7 @@ public final class FetchTask: Sendable {
         predicate = plan.predicate
         server = plan.server
         properties = plan.properties
+        serverLimit = plan.serverLimit
         self.request = request
         self.context = context
         store = context.store(for: plan.entity)

@@ -33,7 +33,9 @@ extension FetchTask {
             worker.async { [self] in
                 guard isRunning else { return }
                 do {
-                    let matching = max(0, try result.get() - request.offset)
+                    // A server query's limit cuts its answer before the offset (Kinto counts without it).
+                    let total = try result.get()
+                    let matching = max(0, min(total, serverLimit ?? total) - request.offset)
                     finish(nil, .counted(Int(request.limit > 0 ? min(matching, request.limit) : matching)))
                 } catch {
                     fail(error)
@@ -264,7 +266,9 @@ extension FetchTask {
         case .query:
             // In the cache's order, so both phases agree; a host's own server
             // query is answered as the server orders it.
-            let ordered = request.serverQuery == nil ? SortOrder(entity: entity, keys: sort).sorted(results) : results
+            // (A last page may hold more than a server query's limit: its first are the answer.)
+            let ordered = request.serverQuery == nil ? SortOrder(entity: entity, keys: sort).sorted(results)
+                : Array(results.prefix(Int(clamping: serverLimit ?? Int64(results.count))))
             let pending = context.pendingRows(entity)
             if !pending.isEmpty {
 

@@ -60,6 +60,12 @@ public protocol Connection: AnyObject, Sendable {
     /// otherwise a sync only counts the records, which a re-created set shows.
     var changeListingsCanMissRewrites: Bool { get }
 
+    /// How many records a server query (`PageRequest.rawQuery`) asks for
+    /// at most, where its language says so (Kinto's `_limit`): the core
+    /// then follows pages only until it holds that many, and answers the
+    /// first that many. nil: the server's pages say where its answer ends.
+    func limit(ofServerQuery query: String) -> Int64?
+
     /// Sends `writes` in order, in as few requests as the server allows,
     /// and calls `answered` with their outcomes in order, a run at a time as
     /// the server answers (so the first can be settled while the next are on

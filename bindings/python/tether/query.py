@@ -117,7 +117,8 @@ class Query:
                 parameters, e.g. "in_Status=1,2&_since=42", used as given
                 instead of the predicate's filters (percent-encoded printable
                 ASCII, no space or '#', at most 8000 bytes). The final answer
-                is then the server's, in `sort` with `offset` and `limit`;
+                is then the server's, in `sort` with `offset` and `limit`
+                (Kinto's "_limit=N" is a limit: the server's first N);
                 `where` still selects from the cache for the cached phase
                 and "cache_only"
 

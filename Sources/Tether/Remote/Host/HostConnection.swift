@@ -163,6 +163,9 @@ public final class HostConnection: Connection, ReachabilityReporting {
     /// header's contract), so a sync is not listed again to check it.
     public var changeListingsCanMissRewrites: Bool { false }
 
+    /// The query is in the host's own language: its pages end its answer.
+    public func limit(ofServerQuery query: String) -> Int64? { nil }
+
     public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         issue(HostRequest(self, .write, writes: writes) { result in
             switch result.flatMap({ $0.writeOutcomes() }) {

@@ -38,11 +38,52 @@ extension KintoConnection {
             query.append("_sort=" + request.sort.map { ($0.descending ? "-" : "") + Self.escape($0.field) }
                 .joined(separator: ","))
         }
-        if sorted, request.limit > 0 { query.append("_limit=\(request.limit)") }
+        // A server query's own `_limit` is the one sent: Kinto refuses two.
+        if sorted, request.limit > 0, request.rawQuery.flatMap(limit(ofServerQuery:)) == nil {
+            query.append("_limit=\(request.limit)")
+        }
         if let since = request.since { query.append("_since=\(since)") }  // changes and tombstones after it
         if let fields = request.fields { query.append("_fields=" + fields.map(Self.escape).joined(separator: ",")) }
         if let raw = request.rawQuery, !raw.isEmpty { query.append(raw) }
         return root + request.spec.route + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
+    }
+
+    /// A server query's `_limit`, which Kinto takes as a page size (cut to
+    /// its `paginate_by`, with a Next-Page) where a host means a limit: the
+    /// core makes it one. 0 (Kinto: pages of its largest size) or not a
+    /// count: none. (Kinto refuses a `_limit` given twice.)
+    public func limit(ofServerQuery query: String) -> Int64? {
+        var limit: Int64?
+        for parameter in query.split(separator: "&") {
+            let pair = parameter.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard pair.count == 2, Self.unescaped(pair[0]) == "_limit" else { continue }
+            limit = Int64(Self.unescaped(pair[1])).flatMap { $0 > 0 ? $0 : nil }
+        }
+        return limit
+    }
+
+    /// Percent-encoding undone, as Kinto reads a query ("%5Flimit" is "_limit").
+    private static func unescaped(_ text: Substring) -> String {
+        var bytes: [UInt8] = []
+        var rest = text.utf8[...]
+        while let byte = rest.popFirst() {
+            if byte == UInt8(ascii: "%"), rest.count >= 2, let high = hexDigit(rest.first!), let low = hexDigit(rest.dropFirst().first!) {
+                bytes.append(high << 4 | low)
+                rest = rest.dropFirst(2)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
     }
 
     /// The ids go as `in_id` listings of at most `idBytesPerRequest` of ids

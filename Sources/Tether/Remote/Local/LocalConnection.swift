@@ -65,6 +65,7 @@ final class LocalConnection: Connection {
     func supports(_ filter: Filter) -> Bool { false }
     func filtersExactly(_ filter: Filter) -> Bool { false }
     var changeListingsCanMissRewrites: Bool { false }  // the store is the truth
+    func limit(ofServerQuery query: String) -> Int64? { nil }  // it takes no server query
 
     /// Each write in its own transaction, all answered in one run.
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {

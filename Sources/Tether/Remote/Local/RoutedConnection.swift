@@ -41,6 +41,7 @@ final class RoutedConnection: Connection {
     func supports(_ filter: Filter) -> Bool { server.supports(filter) }
     func filtersExactly(_ filter: Filter) -> Bool { server.filtersExactly(filter) }
     var changeListingsCanMissRewrites: Bool { server.changeListingsCanMissRewrites }
+    func limit(ofServerQuery query: String) -> Int64? { server.limit(ofServerQuery: query) }
 
     /// Each side gets its writes, in order; their outcomes are put back in
     /// the order of `writes` and answered as each prefix is complete.

@@ -254,6 +254,7 @@ public final class MemoryConnection: Connection, ReachabilityReporting {
     public func filtersExactly(_ filter: Filter) -> Bool { true }
     /// Like Kinto: a record put back with an older version is in no `since` listing.
     public var changeListingsCanMissRewrites: Bool { true }
+    public func limit(ofServerQuery query: String) -> Int64? { nil }  // it takes no server query
 
     public func idBatches(_ ids: [String]) -> [[String]] {
         // As many as a Kinto batch of listings carries.

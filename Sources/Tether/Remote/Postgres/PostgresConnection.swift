@@ -146,6 +146,7 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
     public func filtersExactly(_ filter: Filter) -> Bool { PostgresQuery.isExact(filter) }
     /// Every change is recorded by the triggers: none is put back behind another.
     public var changeListingsCanMissRewrites: Bool { false }
+    public func limit(ofServerQuery query: String) -> Int64? { nil }  // it takes no server query
 
     public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         respond({ (result: Result<[WriteOutcome], TetherError>) in
