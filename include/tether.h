@@ -325,9 +325,11 @@ TETHER_API int tether_local_store_drop(const tether_local_store *store, const ch
 /* The options every context takes, whatever its server. Version 2 added
  * object_cache_size, version 3 merge_policy, version 4 local_stores; version
  * 5 (0.3) moved the server's own options out (Kinto's to
- * tether_kinto_options). A struct of version 1 to 4 has 0.2's layout and is
- * refused (TETHER_E_MISUSE); later versions will only grow at the end. */
-#define TETHER_CONTEXT_OPTIONS_VERSION 5
+ * tether_kinto_options), version 6 added sync_interval_ms and
+ * full_check_interval_ms (a version 5 struct gets their defaults). A struct
+ * of version 1 to 4 has 0.2's layout and is refused (TETHER_E_MISUSE);
+ * later versions will only grow at the end. */
+#define TETHER_CONTEXT_OPTIONS_VERSION 6
 
 typedef struct tether_context_options {
     unsigned int version;      /* TETHER_CONTEXT_OPTIONS_VERSION */
@@ -355,7 +357,39 @@ typedef struct tether_context_options {
                                                attach (borrowed: read during
                                                open only); default NULL */
     size_t local_store_count;               /* default 0 */
+    int64_t sync_interval_ms;  /* live data over a server that does not push
+                                  its changes (Kinto, host connections; not
+                                  PostgreSQL, which pushes): while an entity
+                                  has a live fetch or an observed object, its
+                                  changes are asked for this often (see "Live
+                                  data" below). Default
+                                  TETHER_DEFAULT_SYNC_INTERVAL_MS; 0: never
+                                  (tether_context_changed still works) */
+    int64_t full_check_interval_ms; /* a periodic sync ends with the checks
+                                       for history rewritten on the server
+                                       (Kinto: a restore) at most this often
+                                       per entity; fetches the host starts
+                                       always end with them. Default 300000 */
 } tether_context_options;
+
+/* Live data: every sync_interval_ms (plus or minus a tenth, at random, so
+ * that a fleet of clients does not ask in step), each watched entity is
+ * synced as a fetch syncs it, and its live fetches and observers answer
+ * what changed. Cost per watched entity and round, over Kinto: one request
+ * with If-None-Match, answered 304 Not Modified (no body) when nothing
+ * changed; what changed since the last sync when something did. An entity
+ * never listed whole is listed whole in its first round (then each round
+ * asks what changed since). Observed objects of an entity without a live
+ * fetch are refreshed by id instead (one request per entity and round).
+ * Every full_check_interval_ms a round also counts the collection (a HEAD)
+ * and lists its ids and versions (about 40 bytes a record), which is how a
+ * record put back with an older version is found. Rounds stop when the last
+ * live fetch and observer of the context are gone, are skipped while the
+ * server asks to back off (Kinto's Backoff header, logged once at INFO),
+ * and while it cannot be reached they ask for one entity only: the first
+ * answer from the server starts a round of every watched entity at once.
+ * PostgreSQL pushes its changes instead (tether_postgres_install). */
+#define TETHER_DEFAULT_SYNC_INTERVAL_MS 10000
 
 /* Fills `opts` with defaults for the given struct version. Returns
  * TETHER_E_MISUSE if `opts` is NULL or the version is unknown (1 to 4
@@ -615,6 +649,18 @@ TETHER_API int tether_context_local_object(tether_context *ctx, tether_object *o
  * change is logged at TETHER_LOG_WARNING (category "context"). Siblings
  * share their connection, and this state with it: one server. */
 TETHER_API int tether_context_is_online(tether_context *ctx, int *out);
+
+/* The host learned, by a channel of its own (a WebSocket, server-sent
+ * events, a mobile push, a message queue; a host connection's server), that
+ * `entity` (NULL: every entity) changed on the server: the context syncs it
+ * now, as a round of sync_interval_ms does (see "Live data"), whatever that
+ * interval, even 0, and its live fetches and observers answer what changed.
+ * An entity nothing watches has nothing to answer: the call does nothing
+ * for it. Coalesced: while a sync of the entity runs, calls make one more
+ * after it. Returns at once; safe from any thread, and from callbacks.
+ * TETHER_E_NOT_FOUND for an entity the model lacks, TETHER_E_INVALID for a
+ * local store's entity. */
+TETHER_API int tether_context_changed(tether_context *ctx, const char *entity);
 
 /* Called with TETHER_OK each time the context goes offline or back online
  * (see tether_context_is_online), `online` the state that change led to
@@ -1244,8 +1290,11 @@ typedef struct tether_fetch_options {
                                     answer it answers again (PHASE_LIVE)
                                     whenever records it matches are inserted,
                                     changed or deleted in the context - by a
-                                    sync, another fetch, a get's refresh -
-                                    coalesced: at most one answer waits to be
+                                    sync, another fetch, a get's refresh, and
+                                    another client's changes on the server
+                                    (see "Live data": the context's periodic
+                                    sync, PostgreSQL's pushed changes,
+                                    tether_context_changed) - coalesced: at most one answer waits to be
                                     delivered, and it covers every change
                                     since the one before. It converges:
                                     whatever the order of its own listing

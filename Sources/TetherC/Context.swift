@@ -21,6 +21,7 @@ extension tether_context_options: VersionedStruct {
     static var formerVersions: String {
         "0.2's layout, which 0.3 does not read (put Kinto's fields in tether_kinto_options)"
     }
+    static var versionEnds: [PartialKeyPath<Self>] { [\.sync_interval_ms] }
     static var defaults: Self {
         var options = Self()
         options.delivery = TETHER_DELIVER_THREAD
@@ -28,6 +29,8 @@ extension tether_context_options: VersionedStruct {
         options.timeout_ms = 30_000
         options.object_cache_size = 1024
         options.merge_policy = TETHER_MERGE_REPORT
+        options.sync_interval_ms = ContextOptions.defaultSyncIntervalMilliseconds
+        options.full_check_interval_ms = ContextOptions.defaultFullCheckIntervalMilliseconds
         return options
     }
 }
@@ -120,6 +123,8 @@ func coreOptions(_ raw: tether_context_options) throws -> ContextOptions {
     options.objectCacheSize = raw.object_cache_size  // size_t arrives as Int: SIZE_MAX is -1, refused by open
     options.mergePolicy = try mergePolicy(Int32(bitPattern: raw.merge_policy.rawValue))
     options.localStores = try localStores(raw.local_stores, count: raw.local_store_count)
+    options.syncIntervalMilliseconds = raw.sync_interval_ms
+    options.fullCheckIntervalMilliseconds = raw.full_check_interval_ms
     return options
 }
 
@@ -152,6 +157,14 @@ public func tether_context_is_online(_ ctx: OpaquePointer?, _ out: UnsafeMutable
     call {
         let context = try openContext(ctx)
         try output(out, context.isOnline ? 1 : 0)
+    }
+}
+
+@_cdecl("tether_context_changed")
+public func tether_context_changed(_ ctx: OpaquePointer?, _ entity: UnsafePointer<CChar>?) -> Int32 {
+    call {
+        let context = try openContext(ctx)
+        try context.changed(entity: try optionalText(entity, "entity"))
     }
 }
 

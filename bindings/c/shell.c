@@ -68,6 +68,8 @@ static const char USAGE[] =
     "  --offline           answer from the store only: fetches are cache-only, get\n"
     "                      does not refresh, save is refused\n"
     "  --timeout MS        per HTTP request (default 30000)\n"
+    "  --sync-interval MS  while a watch runs, ask the server for changes every MS\n"
+    "                      (default the library's, 10000; 0: never)\n"
     "  --json              one JSON document per command on stdout (watch: per answer)\n"
     "  --progress          show fetch and save progress on stderr even when it is\n"
     "                      not a tty\n"
@@ -88,9 +90,10 @@ static const char COMMANDS[] =
     "                                        a table of the matching objects\n"
     "  count ENTITY [FETCH-OPTIONS]          how many match\n"
     "  watch ENTITY [FETCH-OPTIONS] [--fields a,b] [--count N] [--timeout S]\n"
-    "        [--interval MS]                 a live fetch: its answer, then each\n"
-    "                                        change (asks the server every MS, default\n"
-    "                                        1000) until Ctrl-C, N changes or S seconds\n"
+    "                                        a live fetch: its answer, then each\n"
+    "                                        change (the server asked every\n"
+    "                                        --sync-interval) until Ctrl-C, N changes\n"
+    "                                        or S seconds\n"
     "  peek ENTITY ID [KEY...]               cached values, no network (all keys\n"
     "                                        without KEY)\n"
     "  get ENTITY ID KEY                     the cached value, then the refreshed one\n"
@@ -121,9 +124,10 @@ static struct {
     char *username, *password;
     int json, progress, offline;
     int64_t timeout_ms;
+    int64_t sync_interval_ms; /* -1: the library's default */
     tether_context *ctx;
     int online;
-} g = {.timeout_ms = 30000};
+} g = {.timeout_ms = 30000, .sync_interval_ms = -1};
 
 static volatile sig_atomic_t g_interrupted;
 static pthread_t g_main_thread;
@@ -509,6 +513,10 @@ static int need_ctx(void)
     tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
     opts.store_path = g.store;
     opts.timeout_ms = g.timeout_ms;
+    if (g.sync_interval_ms >= 0)
+        opts.sync_interval_ms = g.sync_interval_ms;
+    if (g.offline)
+        opts.sync_interval_ms = 0; /* the store only: no periodic requests either */
     opts.delivery = TETHER_DELIVER_POLL; /* see the top of this file */
     int rc;
     if (g.postgres) {
@@ -716,7 +724,7 @@ typedef struct {
     int64_t limit, offset;
     int policy; /* -1: default */
     /* watch */
-    int64_t count, timeout_s, interval_ms;
+    int64_t count, timeout_s;
     /* the columns: the id first, then these (owned) */
     char **cols;
     size_t ncols;
@@ -747,7 +755,6 @@ static int parse_fetch(int argc, char **argv, const char *cmd, const char *allow
 {
     memset(fs, 0, sizeof *fs);
     fs->policy = -1;
-    fs->interval_ms = 1000;
     const char *entity = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -757,6 +764,9 @@ static int parse_fetch(int argc, char **argv, const char *cmd, const char *allow
             entity = a;
             continue;
         }
+        if (!strcmp(cmd, "watch") && !strcmp(a, "--interval"))
+            return usage_error("watch: --interval is now the shell's option --sync-interval MS "
+                               "(the context asks the server every MS while something is watched)");
         if (strstr(allowed, a) == NULL && strcmp(a, "--where") && strcmp(a, "--arg") && strcmp(a, "--sort") &&
             strcmp(a, "--policy"))
             return usage_error("%s: unknown option '%s' (see help)", cmd, a);
@@ -782,8 +792,6 @@ static int parse_fetch(int argc, char **argv, const char *cmd, const char *allow
             rc = parse_int_opt(a, v, 1, &fs->count);
         else if (!strcmp(a, "--timeout"))
             rc = parse_int_opt(a, v, 1, &fs->timeout_s);
-        else if (!strcmp(a, "--interval"))
-            rc = parse_int_opt(a, v, 10, &fs->interval_ms);
         else if (!strcmp(a, "--policy")) {
             fs->policy = vocabulary(cmd, a, v, POLICY_NAMES, OLD_POLICY_NAMES);
             if (fs->policy < 0)
@@ -1096,9 +1104,6 @@ typedef struct {
     int64_t answers;      /* LIVE answers printed */
     int done, status;
     char *message;
-    /* the refresh that asks the server for changes */
-    tether_task *refresh;
-    int refresh_done;
 } watch_state;
 
 static const char *change_names[] = {"", "delete", "insert", "move", "update"};
@@ -1208,32 +1213,18 @@ static void on_watch(tether_task *task, tether_phase phase, int status, const ch
     w->prev = results;
 }
 
-static void on_watch_refresh(tether_task *task, tether_phase phase, int status, const char *message,
-                             tether_results *results, void *ud)
-{
-    (void)task;
-    watch_state *w = ud;
-    tether_results_free(results);
-    if (phase != TETHER_PHASE_FINAL)
-        return;
-    if (status != TETHER_OK && status != TETHER_E_CANCELLED)
-        fprintf(stderr, "tether: refresh: %s: %s\n", tether_errstr(status), message);
-    w->refresh = NULL;
-    w->refresh_done = 1;
-}
-
-/* A live fetch answers again when the context brings in changes (a sync, a
- * refresh); it does not ask the server by itself. So the watch asks every
- * interval: a fetch of the same records, whose sync brings changes in. */
+/* A live fetch answers again whenever the context brings in changes: its
+ * own syncs every --sync-interval while it watches (the library's periodic
+ * sync; PostgreSQL pushes them), other fetches, refreshes and saves. */
 static int cmd_watch(int argc, char **argv)
 {
     fetch_spec fs;
-    int rc = parse_fetch(argc, argv, "watch", "--fields --count --timeout --interval", &fs);
+    int rc = parse_fetch(argc, argv, "watch", "--fields --count --timeout", &fs);
     if (rc != SHELL_OK) {
         fetch_spec_free(&fs);
         return rc;
     }
-    watch_state w = {.fs = &fs, .refresh_done = 1};
+    watch_state w = {.fs = &fs};
     tether_fetch_options o;
     fetch_options_from(&fs, &o);
     o.live = 1;
@@ -1244,9 +1235,7 @@ static int cmd_watch(int argc, char **argv)
         fetch_spec_free(&fs);
         return api_error(rc);
     }
-    int asks = !(g.offline || !g.online || o.policy == TETHER_POLICY_CACHE_ONLY);
     int64_t deadline = fs.timeout_s ? now_ms() + fs.timeout_s * 1000 : 0;
-    int64_t next_ask = now_ms() + fs.interval_ms;
     int cancelled = 0;
     while (!w.done) {
         int stop = g_interrupted || (deadline && now_ms() >= deadline) ||
@@ -1254,26 +1243,10 @@ static int cmd_watch(int argc, char **argv)
         if (stop && !cancelled) {
             cancelled = 1;
             tether_task_cancel(task);
-            if (w.refresh)
-                tether_task_cancel(w.refresh);
-        }
-        if (!cancelled && asks && w.answers > 0 && w.refresh_done && now_ms() >= next_ask) {
-            tether_fetch_options r;
-            fetch_options_from(&fs, &r);
-            r.sort = NULL;
-            r.limit = r.offset = 0; /* every record it matches, wherever they sort */
-            r.policy = TETHER_POLICY_SERVER_ONLY;
-            r.result_type = TETHER_RESULT_IDS;
-            w.refresh_done = 0;
-            if (tether_fetch_start(g.ctx, &r, on_watch_refresh, &w, &w.refresh) != TETHER_OK)
-                w.refresh_done = 1;
-            next_ask = now_ms() + fs.interval_ms;
         }
         if (tether_context_poll(g.ctx, POLL_SLICE_MS, NULL) != TETHER_OK)
             break;
     }
-    while (!w.refresh_done && tether_context_poll(g.ctx, POLL_SLICE_MS, NULL) == TETHER_OK)
-        ;
     progress_clear();
     rc = SHELL_OK;
     if (w.done && w.status != TETHER_E_CANCELLED && w.status != TETHER_OK)
@@ -2327,7 +2300,7 @@ static void complete_line(const char *line, int start)
                                              "--offset", NULL};
     static const char *const count_opts[] = {"--where", "--arg", "--sort", "--policy", NULL};
     static const char *const watch_opts[] = {"--where", "--arg", "--sort", "--policy", "--fields", "--count",
-                                             "--timeout", "--interval", NULL};
+                                             "--timeout", NULL};
     static const char *const save_opts[] = {"--merge", NULL};
     static const char *const insert_opts[] = {"--id", NULL};
     /* The whole words before this one (a word after ',' or '=' is a part). */
@@ -2569,7 +2542,7 @@ int main(int argc, char **argv)
     /* --json first, wherever it is among the options: their usage errors
      * are documents too. */
     static const char *const with_value[] = {"--server", "--bucket", "--store", "--user", "--timeout",
-                                             "--postgres", "--schema", NULL};
+                                             "--sync-interval", "--postgres", "--schema", NULL};
     for (int j = 1; j < argc && argv[j][0] == '-' && strcmp(argv[j], "--"); j++) {
         if (!strcmp(argv[j], "--json"))
             g.json = 1;
@@ -2615,6 +2588,15 @@ int main(int argc, char **argv)
             g.store = v;
         } else if ((v = option_value(argc, argv, &i, "--user", &missing))) {
             user = v;
+        } else if ((v = option_value(argc, argv, &i, "--sync-interval", &missing))) {
+            char *end;
+            errno = 0;
+            g.sync_interval_ms = strtoll(v, &end, 10);
+            if (!*v || *end || errno || g.sync_interval_ms < 0) {
+                usage_error("--sync-interval: '%s' is not a number of milliseconds, 0 or more", v);
+                fputs(USAGE, stderr);
+                return SHELL_USAGE;
+            }
         } else if ((v = option_value(argc, argv, &i, "--timeout", &missing))) {
             char *end;
             errno = 0;

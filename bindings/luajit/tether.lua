@@ -73,6 +73,8 @@ typedef struct tether_context_options {
     tether_merge_policy merge_policy;
     const tether_local_store *local_stores;
     size_t local_store_count;
+    int64_t sync_interval_ms;
+    int64_t full_check_interval_ms;
 } tether_context_options;
 
 typedef struct tether_kinto_options {
@@ -189,6 +191,7 @@ int tether_context_open_kinto(const tether_context_options *opts, const tether_k
                               tether_context **out);
 int tether_context_close(tether_context *ctx);
 int tether_context_is_online(tether_context *ctx, int *out);
+int tether_context_changed(tether_context *ctx, const char *entity);
 int tether_context_fd(tether_context *ctx, int *out);
 int tether_context_poll(tether_context *ctx, int timeout_ms, size_t *out_delivered);
 
@@ -255,7 +258,7 @@ M.E_TYPE, M.E_INVALID, M.E_NETWORK, M.E_AUTH = -5, -6, -7, -8
 M.E_SERVER, M.E_PROTOCOL, M.E_STORE, M.E_CANCELLED = -9, -10, -11, -12
 M.E_NOT_CACHED, M.E_BUSY, M.E_CONFLICT, M.E_NOT_ALLOWED = -13, -14, -15, -16
 M.E_EXPIRED = -17
-local CONTEXT_OPTIONS_VERSION = 5
+local CONTEXT_OPTIONS_VERSION = 6
 local KINTO_OPTIONS_VERSION = 1
 local POSTGRES_OPTIONS_VERSION = 1
 local FETCH_OPTIONS_VERSION = 6
@@ -853,6 +856,8 @@ local function context_options(o, what)
     opts.timeout_ms = opt_int(o, "timeout_ms", tonumber(opts.timeout_ms))
     opts.staleness_ms = opt_int(o, "staleness_ms", tonumber(opts.staleness_ms))
     opts.object_cache_size = opt_int(o, "object_cache_size", tonumber(opts.object_cache_size))
+    opts.sync_interval_ms = opt_int(o, "sync_interval_ms", tonumber(opts.sync_interval_ms))
+    opts.full_check_interval_ms = opt_int(o, "full_check_interval_ms", tonumber(opts.full_check_interval_ms))
     return opts
 end
 
@@ -864,9 +869,11 @@ local function wrap_context(out, fields)
 end
 
 -- tether.open{url=, bucket=, store=, username=, password=, timeout_ms=,
--- staleness_ms=, object_cache_size=, delivery="poll"}. Raises on failure.
+-- staleness_ms=, object_cache_size=, sync_interval_ms=, full_check_interval_ms=,
+-- delivery="poll"}. Raises on failure.
 local OPEN_OPTIONS = {url = true, bucket = true, store = true, username = true, password = true,
-                      timeout_ms = true, staleness_ms = true, object_cache_size = true, delivery = true}
+                      timeout_ms = true, staleness_ms = true, object_cache_size = true, delivery = true,
+                      sync_interval_ms = true, full_check_interval_ms = true}
 function M.open(o)
     if type(o) ~= "table" then misuse("open", "tether.open takes a table of options") end
     check_options(o, "open", OPEN_OPTIONS)
@@ -899,7 +906,8 @@ end
 -- "public"), each table with a one-column primary key an entity (tether.h's
 -- PostgreSQL section). Raises on failure.
 local OPEN_POSTGRES_OPTIONS = {conninfo = true, schema = true, store = true, timeout_ms = true,
-                               staleness_ms = true, object_cache_size = true, delivery = true}
+                               staleness_ms = true, object_cache_size = true, delivery = true,
+                               sync_interval_ms = true, full_check_interval_ms = true}
 function M.open_postgres(o)
     if type(o) ~= "table" then misuse("open_postgres", "tether.open_postgres takes a table of options") end
     check_options(o, "open_postgres", OPEN_POSTGRES_OPTIONS)
@@ -993,6 +1001,13 @@ function Context:is_online()
     local out = ffi.new("int[1]")
     check(C.tether_context_is_online(self._h, out), "tether_context_is_online")
     return out[0] ~= 0
+end
+
+-- The server changed `entity` (nil: every entity), as the program learned by
+-- a channel of its own: synced now, its live fetches and observers answer.
+function Context:changed(entity)
+    if entity ~= nil and type(entity) ~= "string" then misuse("changed", "entity must be a string or nil") end
+    check(C.tether_context_changed(self._h, entity), "tether_context_changed")
 end
 
 function Context:change_count()

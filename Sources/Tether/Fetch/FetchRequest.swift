@@ -40,6 +40,11 @@ public struct FetchRequest: Sendable {
     /// referring to it (with `predicate`, those of them that match). The
     /// entity is the relationship's (`entity` may be empty).
     public var related: (owner: ManagedObject, relationship: String)?
+    /// The library's own sync of a watched entity (a pushed notice, a
+    /// periodic round, the host's `changed`): its answer is the store, read
+    /// by the live fetches, so none is made; it ends with the full checks
+    /// only when they are due (`Context.takeFullCheck`).
+    var isBackgroundSync = false
 
     public init(entity: String) { self.entity = entity }
 }

@@ -188,7 +188,9 @@ extension FetchTask {
 
     /// The listing is in: makes the answer and ends the fetch.
     func ended(_ plan: ServerPlan, _ page: Page) throws {
-        if checksVersions(plan) {
+        // A background sync that found nothing new costs its one request: the checks run when due.
+        let checks = plan == .query || !request.isBackgroundSync || context.takeFullCheck(entity)
+        if checks, checksVersions(plan) {
             // What changed since a version cannot show history rewritten
             // behind a newer change: the server's ids and versions are
             // compared with the store's (see `VersionCheck`). The cache,
@@ -205,7 +207,7 @@ extension FetchTask {
                 }
             }.start()
         }
-        if case .sync = plan, lifecycle.withRunning({ work -> Bool in defer { work.counted = true }; return !work.counted }) == true {
+        if checks, case .sync = plan, lifecycle.withRunning({ work -> Bool in defer { work.counted = true }; return !work.counted }) == true {
             // A set re-created leaves no trace in what changed since our
             // version: then the server holds another number of records than the store.
             let remote = connection.count(PageRequest(spec: entity.spec)) { [self] result in
@@ -289,6 +291,7 @@ extension FetchTask {
     /// the cache's order (by id, SQLite's primary key, without sort keys):
     /// rows just stored are not read back into objects no one may read.
     func storedAnswer() throws -> FetchedResults {
+        if request.isBackgroundSync { return .empty(request.resultType) }
         guard request.resultType == .objects, request.batchSize == 0, context.pendingRows(entity).isEmpty else {
             return try readCache()
         }

@@ -15,6 +15,16 @@ public struct ContextOptions: Sendable {
     /// Local-only stores attached beside the server's, each holding the
     /// entities its configuration defines.
     public var localStores: [LocalStoreOptions] = []
+    /// While an entity is watched (a live fetch, an observer), its changes
+    /// are asked for this often over a server that does not push them
+    /// (`PeriodicSync`); 0: never.
+    public var syncIntervalMilliseconds: Int64 = ContextOptions.defaultSyncIntervalMilliseconds
+    /// A periodic sync ends with the checks of the server's count and its
+    /// ids and versions (history rewritten behind a newer change) at most
+    /// this often per entity; fetches the host starts always end with them.
+    public var fullCheckIntervalMilliseconds: Int64 = ContextOptions.defaultFullCheckIntervalMilliseconds
+    public static let defaultSyncIntervalMilliseconds: Int64 = 10_000
+    public static let defaultFullCheckIntervalMilliseconds: Int64 = 300_000
     /// The cache is allocated up front: a larger size is refused, not attempted.
     public static let maximumObjectCacheSize = 1 << 20
 
@@ -78,6 +88,8 @@ public final class Context: Sendable {
         var rowListeners: [Int: [ObjectIdentifier: any RowListener]] = [:]
         /// Listings started by the server's change notices (PushedChanges.swift).
         var pushed = PushedRefreshes()
+        /// Rounds of syncs of watched entities (PeriodicSync.swift).
+        var periodic = PeriodicSync()
 
         init(entities: Int, cacheSize: Int) {
             recent = Array(repeating: nil, count: cacheSize)
@@ -118,6 +130,10 @@ public final class Context: Sendable {
         do {
             guard !options.storePath.isEmpty else { throw TetherError(.invalid, "store path is empty") }
             guard options.stalenessMilliseconds >= 0 else { throw TetherError(.invalid, "staleness cannot be negative") }
+            guard options.syncIntervalMilliseconds >= 0 else { throw TetherError(.invalid, "the sync interval cannot be negative") }
+            guard options.fullCheckIntervalMilliseconds >= 0 else {
+                throw TetherError(.invalid, "the full check interval cannot be negative")
+            }
             guard (0...ContextOptions.maximumObjectCacheSize).contains(options.objectCacheSize) else {
                 throw TetherError(.invalid, "the object cache size must be 0 to \(ContextOptions.maximumObjectCacheSize)")
             }
@@ -161,6 +177,7 @@ public final class Context: Sendable {
                 throw error
             }
             if online { context.checkCrossStoreReferences() }
+            context.startPeriodicSync()
             Log.info(.context, "context opened \(online ? "online" : "offline"): \(model.entities.count) entities, store \(options.storePath)")
             return context
         } catch {
@@ -217,6 +234,7 @@ public final class Context: Sendable {
         }
         defer { closeDone.withLock { $0 = true } }
         closed.store(true, ordering: .releasing)
+        stopPeriodicSync()
         delivery.beginClose()
         for cancel in cancels { cancel() }
         // The store and connection close with the last context sharing them.

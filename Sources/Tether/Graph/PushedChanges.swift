@@ -26,24 +26,19 @@ extension Context {
     /// connection in order; the connection never calls back synchronously.
     func updatePushedEntities(_ graph: inout Graph) {
         guard let pushing = connection as? any ChangePushing else { return }
-        var names = Set<String>()
-        if !graph.closed {
-            for (index, listeners) in graph.rowListeners where !listeners.isEmpty {
-                let entity = model.entities[index]
-                if !entity.isLocal { names.insert(entity.name) }
-            }
-        }
+        let names = watchedEntityNames(graph)
         guard names != graph.pushed.subscribed else { return }
         graph.pushed.subscribed = names
         pushing.pushChanges(of: names, to: ObjectIdentifier(self)) { [weak self] changed in self?.serverChanged(changed) }
     }
 
-    /// On the connection's thread: these entities changed on the server.
-    private func serverChanged(_ names: Set<String>) {
-        let entities = names.compactMap { model.entity(named: $0) }
+    /// These entities (nil: every watched one) changed on the server: from
+    /// the connection's thread, a periodic round, or the host.
+    func serverChanged(_ names: Set<String>?) {
+        let entities = names.map { $0.compactMap { model.entity(named: $0) } }
         let schedule = graph.withLock { graph -> Bool in
             guard !graph.closed else { return false }
-            for entity in entities where graph.rowListeners[entity.index]?.isEmpty == false {
+            for entity in entities ?? model.entities where !entity.isLocal && graph.rowListeners[entity.index]?.isEmpty == false {
                 graph.pushed.pending.insert(entity.index)
             }
             guard !graph.pushed.pending.isEmpty, !graph.pushed.scheduled else { return false }

@@ -14,12 +14,15 @@ protocol RowListener: AnyObject, Sendable {
 extension Context {
     /// `listener` hears of `entity`'s changed rows until it stops listening.
     func listen(_ listener: any RowListener, to entity: Entity) {
-        graph.withLock { graph in
+        let startsRounds = graph.withLock { graph in
             graph.rowListeners[entity.index, default: [:]][ObjectIdentifier(listener)] = listener
             updatePushedEntities(&graph)
+            return needsPeriodicRound(&graph)
         }
+        if startsRounds { schedulePeriodicRound() }
     }
 
+    /// (Periodic rounds end by themselves: the next finds nothing watched.)
     func stopListening(_ listener: any RowListener, to entity: Entity) {
         let gone = graph.withLock { graph in
             defer { updatePushedEntities(&graph) }

@@ -52,6 +52,7 @@ extension Context {
         do {
             try coordinator.join(sibling)
             try sibling.restoreChanges()
+            sibling.startPeriodicSync()
         } catch {
             // Its threads are running already: a sibling refused is closed, not dropped.
             try? sibling.close()

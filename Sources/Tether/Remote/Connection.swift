@@ -66,6 +66,15 @@ public protocol Connection: AnyObject, Sendable {
     /// first that many. nil: the server's pages say where its answer ends.
     func limit(ofServerQuery query: String) -> Int64?
 
+    /// Whether the server tells of its changes (`ChangePushing`) now, so
+    /// live data needs no periodic sync.
+    var pushesChanges: Bool { get }
+
+    /// How long the server asked to be left alone (Kinto's `Backoff`) from
+    /// now, in milliseconds; 0 when it did not. Periodic syncs skip their
+    /// rounds meanwhile.
+    var backoffRemainingMilliseconds: Int64 { get }
+
     /// Sends `writes` in order, in as few requests as the server allows,
     /// and calls `answered` with their outcomes in order, a run at a time as
     /// the server answers (so the first can be settled while the next are on
@@ -82,6 +91,8 @@ public protocol Connection: AnyObject, Sendable {
 
 extension Connection {
     public var formerIdentities: [String] { [] }
+    public var pushesChanges: Bool { false }
+    public var backoffRemainingMilliseconds: Int64 { 0 }
 }
 
 /// A request in flight. Cancelling one that has already ended does nothing.

@@ -429,8 +429,9 @@ def test_save_reports_conflicts(bucket, sh):
 # ------------------------------------------------------------ watch
 
 def test_watch_prints_changes_as_they_come(bucket, sh):
-    cmd = sh.base + ["--json", "watch", "jobs", "--where", "Status == 'suspended'", "--fields", "Status,Severity",
-                     "--interval", "100", "--count", "2", "--timeout", "30"]
+    # Changes another client makes arrive by the library's periodic sync.
+    cmd = sh.base + ["--sync-interval", "100", "--json", "watch", "jobs", "--where", "Status == 'suspended'",
+                     "--fields", "Status,Severity", "--count", "2", "--timeout", "30"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = json.loads(p.stdout.readline())
@@ -451,6 +452,13 @@ def test_watch_prints_changes_as_they_come(bucket, sh):
     assert [(c["change"], c["row"]["id"], c["row"]["Severity"]) for c in second["changes"]] == \
         [("update", "job000004", 4.5)]
     assert third["count"] == 14 and [(c["change"], c["id"]) for c in third["changes"]] == [("delete", "job000008")]
+
+
+def test_watch_interval_is_the_contexts(sh):
+    status, _, err = sh.run("watch", "users", "--interval", "100", ok=False)
+    assert status == 2 and "--sync-interval MS" in err
+    status, _, err = sh.run("--sync-interval", "-1", "entities", ok=False)
+    assert status == 2 and "--sync-interval" in err
 
 
 def test_watch_table_until_the_timeout(sh):

@@ -149,4 +149,35 @@ return {
         h.ok(ctx:wait(function() return task.done end, 5000), "the FINAL")
         h.eq(phases[#phases], "final:" .. h.tether.E_CANCELLED, "the last phase")
     end},
+
+    {"another client's change reaches a live fetch by the sync interval, or at once by changed()", function(h)
+        for _, interval in ipairs{200, 0} do
+            local ctx = h.open{sync_interval_ms = interval}
+            ctx:fetch_wait{entity = "clients"}   -- synced whole: later syncs ask what changed
+            local updated, answers = 0, 0
+            local task = ctx:fetch{entity = "clients", where = "Owner == 'bob'", live = true,
+                                   callback = function(phase, status, message, results)
+                                       if phase == "live" and status == 0 then
+                                           answers = answers + 1
+                                           updated = updated + results:change_count("update")
+                                       end
+                                       results:free()
+                                   end}
+            h.ok(ctx:wait(function() return answers >= 1 end, 10000), "the first answer")
+            ctx:poll(300)
+            local host = "bob-host-" .. interval
+            h.patch("clients", "bob-ws", '{"Host": "' .. host .. '"}')
+            if interval == 0 then
+                ctx:poll(600)
+                h.eq(updated, 0, "interval 0: nothing comes by itself")
+                ctx:changed("clients")
+            end
+            h.ok(ctx:wait(function() return updated > 0 end, 10000), "a LIVE answer with the update, interval " .. interval)
+            h.eq(ctx:object("clients", "bob-ws"):peek("Host"), host, "the value")
+            h.raises(h.tether.E_NOT_FOUND, function() ctx:changed("nope") end, "an unknown entity")
+            h.raises(h.tether.E_MISUSE, function() ctx:changed(5) end, "not a string")
+            task:cancel()
+        end
+        h.raises(h.tether.E_MISUSE, function() h.open{sync_interval = 1} end, "the option is sync_interval_ms")
+    end},
 }

@@ -73,16 +73,13 @@ TYPE_NULL, TYPE_TEXT, TYPE_INTEGER, TYPE_REAL, TYPE_BOOLEAN, TYPE_JSON = range(6
 TYPE_NAMES = {TYPE_NULL: "null", TYPE_TEXT: "text", TYPE_INTEGER: "integer",
               TYPE_REAL: "real", TYPE_BOOLEAN: "boolean", TYPE_JSON: "json"}
 
-DELIVER_THREAD = 0
-DELIVER_POLL = 1
+DELIVER_THREAD, DELIVER_POLL = 0, 1
 
 OP_FETCH, OP_INSERT, OP_UPDATE, OP_DELETE = 1, 2, 4, 8
 ATTR_ID, ATTR_VERSION, ATTR_REQUIRED = 1, 2, 4
 DELETE_NULLIFY, DELETE_CASCADE, DELETE_DENY = 0, 1, 2
 
-PHASE_CACHED = 1
-PHASE_FINAL = 2
-PHASE_LIVE = 3
+PHASE_CACHED, PHASE_FINAL, PHASE_LIVE = 1, 2, 3
 
 # How a live fetch's answer moved since its previous one (tether_change).
 CHANGE_DELETE = 1   # old index
@@ -90,12 +87,9 @@ CHANGE_INSERT = 2   # new index
 CHANGE_MOVE = 3     # old and new index
 CHANGE_UPDATE = 4   # old and new index
 
-POLICY_CACHE_THEN_SERVER = 0
-POLICY_CACHE_ONLY = 1
-POLICY_SERVER_ONLY = 2
-POLICY_CACHE_ELSE_SERVER = 3
+POLICY_CACHE_THEN_SERVER, POLICY_CACHE_ONLY, POLICY_SERVER_ONLY, POLICY_CACHE_ELSE_SERVER = 0, 1, 2, 3
 
-CONTEXT_OPTIONS_VERSION = 5
+CONTEXT_OPTIONS_VERSION = 6
 KINTO_OPTIONS_VERSION = 1
 POSTGRES_OPTIONS_VERSION = 1
 LOCAL_STORE_VERSION = 1
@@ -170,6 +164,8 @@ class tether_context_options(Structure):
         ("merge_policy", c_int),
         ("local_stores", POINTER(tether_local_store)),  # borrowed for the open call
         ("local_store_count", c_size_t),
+        ("sync_interval_ms", c_int64),
+        ("full_check_interval_ms", c_int64),
     ]
 
 
@@ -361,6 +357,7 @@ tether_postgres_install = _declare(
     "tether_postgres_install", c_int, [POINTER(tether_postgres_options), POINTER(c_int)])
 tether_context_close = _declare("tether_context_close", c_int, [c_void_p])
 tether_context_is_online = _declare("tether_context_is_online", c_int, [c_void_p, POINTER(c_int)])
+tether_context_changed = _declare("tether_context_changed", c_int, [c_void_p, c_char_p])
 tether_context_fd = _declare("tether_context_fd", c_int, [c_void_p, POINTER(c_int)])
 tether_context_poll = _declare(
     "tether_context_poll", c_int, [c_void_p, c_int, POINTER(c_size_t)])

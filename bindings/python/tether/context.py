@@ -55,9 +55,11 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
                  username: Optional[str] = None, password: Optional[str] = None,
                  delivery: Delivery = "thread", staleness_ms: int = 0, timeout_ms: int = 30000,
                  object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
-                 local_stores: Iterable[LocalStore] = ()) -> None:
+                 local_stores: Iterable[LocalStore] = (), sync_interval: Optional[float] = None,
+                 full_check_interval: Optional[float] = None) -> None:
         self._setup(url, bucket, store_path, delivery)
-        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores)
+        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores,
+                                   sync_interval, full_check_interval)
         # Keep the bytes alive across the open call (the struct holds pointers).
         keep += [_cstr(url, "url"), _cstr(bucket, "bucket"), _cstr_opt(username, "username"),
                  _cstr_opt(password, "password")]
@@ -74,7 +76,8 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
     def with_connection(cls, connection: Connection, store_path: Union[str, os.PathLike[str]], *,
                         delivery: Delivery = "thread", staleness_ms: int = 0, timeout_ms: int = 30000,
                         object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
-                        local_stores: Iterable[LocalStore] = ()) -> Context:
+                        local_stores: Iterable[LocalStore] = (), sync_interval: Optional[float] = None,
+                        full_check_interval: Optional[float] = None) -> Context:
         """A context on a connection written in Python (a tether.Connection
         subclass) instead of Kinto: the library asks it for the server info,
         the specs, pages, counts, records and writes; everything else (the
@@ -82,7 +85,8 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         A request not answered within timeout_ms fails with NetworkError."""
         self = cls.__new__(cls)
         self._setup(None, None, store_path, delivery)
-        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores)
+        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores,
+                                   sync_interval, full_check_interval)
         opts.timeout_ms = int(timeout_ms)
         bridge = _HostBridge(connection)
         out = c_void_p()
@@ -96,7 +100,8 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
     def open_postgres(cls, conninfo: str, store_path: Union[str, os.PathLike[str]], *,
                       schema: Optional[str] = None, delivery: Delivery = "thread", staleness_ms: int = 0,
                       timeout_ms: int = 30000, object_cache_size: Optional[int] = None,
-                      merge: Optional[MergePolicy] = None, local_stores: Iterable[LocalStore] = ()) -> Context:
+                      merge: Optional[MergePolicy] = None, local_stores: Iterable[LocalStore] = (),
+                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None) -> Context:
         """A context on a PostgreSQL schema (None: "public"): each table with
         a one-column primary key an entity, as tether.h's PostgreSQL section
         says. `conninfo` is libpq's ("host=... dbname=... user=..." or a
@@ -105,7 +110,8 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         sync and changes pushed to live fetches."""
         self = cls.__new__(cls)
         self._setup(None, None, store_path, delivery)
-        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores)
+        opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores,
+                                   sync_interval, full_check_interval)
         opts.timeout_ms = int(timeout_ms)
         handle = open_postgres(opts, conninfo, schema)
         del keep
@@ -113,8 +119,16 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         return self
 
     def _options(self, staleness_ms: int, object_cache_size: Optional[int], merge: Optional[str],
-                 local_stores: Optional[Iterable[LocalStore]]) -> Tuple[_lib.tether_context_options, List[Any]]:
+                 local_stores: Optional[Iterable[LocalStore]], sync_interval: Optional[float] = None,
+                 full_check_interval: Optional[float] = None) -> Tuple[_lib.tether_context_options, List[Any]]:
         """The options every context takes, and the buffers they point into."""
+        intervals = {"sync_interval": sync_interval, "full_check_interval": full_check_interval}
+        for name, seconds in intervals.items():
+            if seconds is not None:
+                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                    raise TypeError("%s must be a number of seconds or None" % name)
+                if not 0 <= seconds * 1000 < 2 ** 63:   # NaN fails too
+                    raise ValueError("%s must be a number of seconds from 0 to 2**63 ms, not %r" % (name, seconds))
         if object_cache_size is not None:
             if isinstance(object_cache_size, bool) or not isinstance(object_cache_size, int):
                 raise TypeError("object_cache_size must be an int or None")
@@ -132,6 +146,10 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
             opts.object_cache_size = object_cache_size
         if merge is not None:
             opts.merge_policy = _lib.MERGE_POLICIES[merge]
+        if sync_interval is not None:   # a positive interval stays positive: 0 means never
+            opts.sync_interval_ms = max(1, round(sync_interval * 1000)) if sync_interval > 0 else 0
+        if full_check_interval is not None:
+            opts.full_check_interval_ms = round(full_check_interval * 1000)
         stores, opts.local_store_count = _local_stores(local_stores, keep)
         if stores is not None:
             opts.local_stores = stores
@@ -308,6 +326,14 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         out = c_int()
         _lib.tether_context_is_online(self._h, byref(out))
         return bool(out.value)
+
+    def changed(self, entity: Optional[str] = None) -> None:
+        """Says that `entity` (None: every entity) changed on the server,
+        as the program learned by a channel of its own (a WebSocket, a
+        push): the context syncs it now, whatever sync_interval is, and its
+        live queries and observers answer what changed. Returns at once;
+        safe from any thread. NotFoundError for an entity the model lacks."""
+        _lib.tether_context_changed(self._h, _cstr_opt(entity, "entity"))
 
     def observe_online(self, callback: OnlineCallback) -> OnlineObserver:
         """Calls callback(online) each time `online` changes, once per

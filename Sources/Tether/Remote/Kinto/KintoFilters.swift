@@ -37,6 +37,7 @@ extension KintoConnection {
     /// A PUT keeps the older `last_modified` it sends (a restore), behind the
     /// collection's timestamp: no `_since` listing shows it.
     public var changeListingsCanMissRewrites: Bool { true }
+    public var backoffRemainingMilliseconds: Int64 { backoff.remainingMilliseconds() }
 
     public func filtersExactly(_ filter: Filter) -> Bool {
         guard supports(filter) else { return false }

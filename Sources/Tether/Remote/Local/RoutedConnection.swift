@@ -42,6 +42,8 @@ final class RoutedConnection: Connection {
     func filtersExactly(_ filter: Filter) -> Bool { server.filtersExactly(filter) }
     var changeListingsCanMissRewrites: Bool { server.changeListingsCanMissRewrites }
     func limit(ofServerQuery query: String) -> Int64? { server.limit(ofServerQuery: query) }
+    var pushesChanges: Bool { server.pushesChanges }
+    var backoffRemainingMilliseconds: Int64 { server.backoffRemainingMilliseconds }
 
     /// Each side gets its writes, in order; their outcomes are put back in
     /// the order of `writes` and answered as each prefix is complete.

@@ -147,6 +147,7 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
     /// Every change is recorded by the triggers: none is put back behind another.
     public var changeListingsCanMissRewrites: Bool { false }
     public func limit(ofServerQuery query: String) -> Int64? { nil }  // it takes no server query
+    public var pushesChanges: Bool { true }
 
     public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         respond({ (result: Result<[WriteOutcome], TetherError>) in

@@ -1,0 +1,128 @@
+/// Live data over a server that does not push (Kinto, the memory server, a
+/// host's connection): while an entity has live fetches or observed objects,
+/// the context asks for its changes every `syncIntervalMilliseconds`, with a
+/// tenth of it as random jitter so a fleet of clients does not ask in step.
+/// Each round goes the way a pushed notice does (`PushedChanges.swift`):
+/// one incremental sync per watched entity, coalesced with one running.
+///
+/// - Offline, a round asks for one entity only: it is the probe that finds
+///   the server again, and then every watched entity syncs at once.
+/// - While the server asks to back off (Kinto's `Backoff`), rounds are skipped.
+/// - No entity watched, or the context closed: no round is scheduled.
+/// - The host may say an entity changed (`serverChanged`): a round of it at once.
+///
+/// A round's sync costs one conditional request when nothing changed: the
+/// checks a sync ends with (the server's count, and its ids and versions
+/// for rewritten history) run in a round at most every
+/// `fullCheckIntervalMilliseconds` per entity (`takeFullCheck`).
+struct PeriodicSync {
+    var roundScheduled = false
+    /// The reachability listener's token, while there is one.
+    var listener: UInt64?
+    /// When each entity (by index) last began its full checks.
+    var lastFullCheck: [Int: MonotonicTime] = [:]
+}
+
+extension Context {
+    /// Whether rounds run at all: an interval, and a server that does not
+    /// push its changes.
+    var syncsPeriodically: Bool {
+        options.syncIntervalMilliseconds > 0 && !connection.pushesChanges
+    }
+
+    /// At open: the first answer after the server was lost starts a round.
+    func startPeriodicSync() {
+        guard syncsPeriodically else { return }
+        let token = reachability.listen { [weak self] online in
+            guard online, let self else { return }
+            serverChanged(nil)
+        }
+        let stale = graph.withLock { graph -> UInt64? in
+            guard !graph.closed else { return token }
+            graph.periodic.listener = token
+            return nil
+        }
+        if let stale { reachability.unlisten(stale) }
+    }
+
+    /// At close.
+    func stopPeriodicSync() {
+        let token = graph.withLock { graph -> UInt64? in
+            defer { graph.periodic.listener = nil }
+            return graph.periodic.listener
+        }
+        if let token { reachability.unlisten(token) }
+    }
+
+    /// The server entities with live fetches or observed objects, by name.
+    func watchedEntityNames(_ graph: Graph) -> Set<String> {
+        var names = Set<String>()
+        guard !graph.closed else { return names }
+        for (index, listeners) in graph.rowListeners where !listeners.isEmpty {
+            let entity = model.entities[index]
+            if !entity.isLocal { names.insert(entity.name) }
+        }
+        return names
+    }
+
+    /// Under the graph's lock, after row listeners came or went: whether a
+    /// round must be scheduled now (the caller schedules it, outside the lock).
+    func needsPeriodicRound(_ graph: inout Graph) -> Bool {
+        guard syncsPeriodically, !graph.periodic.roundScheduled, !watchedEntityNames(graph).isEmpty else { return false }
+        graph.periodic.roundScheduled = true
+        return true
+    }
+
+    func schedulePeriodicRound() {
+        let interval = options.syncIntervalMilliseconds
+        let jitter = Int64.random(in: -(interval / 10)...(interval / 10))
+        worker.async(afterMilliseconds: max(1, interval + jitter)) { [weak self] in self?.periodicRound() }
+    }
+
+    /// On the worker: one round, and the next scheduled while anything is watched.
+    private func periodicRound() {
+        let watched = graph.withLock { graph -> Set<String>? in
+            let names = watchedEntityNames(graph)
+            graph.periodic.roundScheduled = !names.isEmpty
+            return names.isEmpty ? nil : names
+        }
+        guard let watched else { return }
+        schedulePeriodicRound()
+        if connection.backoffRemainingMilliseconds > 0 { return }
+        if isOnline {
+            serverChanged(watched)
+        } else if let probe = watched.min() {
+            serverChanged([probe])
+        }
+    }
+
+    /// Whether a background sync of `entity` ends with the full checks now;
+    /// if so, they count as begun.
+    func takeFullCheck(_ entity: Entity) -> Bool {
+        let now = MonotonicTime.now()
+        return graph.withLock { graph -> Bool in
+            if let last = graph.periodic.lastFullCheck[entity.index],
+               now.milliseconds(since: last) < options.fullCheckIntervalMilliseconds {
+                return false
+            }
+            graph.periodic.lastFullCheck[entity.index] = now
+            return true
+        }
+    }
+
+    /// The host says `entity` (nil: every watched entity) changed on the
+    /// server: its live fetches and observers follow at once, as after a
+    /// pushed notice. An entity nothing watches has nothing to follow.
+    public func changed(entity name: String?) throws {
+        try checkOpen()
+        if let name {
+            guard let entity = model.entity(named: name) else {
+                throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
+            }
+            guard !entity.isLocal else {
+                throw TetherError(.invalid, "\(name) is a local store's entity: it has no server to change it")
+            }
+        }
+        serverChanged(name.map { [$0] })
+    }
+}
