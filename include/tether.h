@@ -521,10 +521,13 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * tether_changes with 'schema.table' as the payload.
  *
  * Changes pushed: while a context has a live fetch of a table's entity, or
- * an observer of one of its objects, it keeps one more connection
- * (application_name "tether listen <schema>") that runs LISTEN
+ * an observer of one of its objects, the process keeps one more connection
+ * to the database (application_name "tether listen") that runs LISTEN
  * tether_changes and waits on its socket on a thread of its own (no
- * polling). The channel's payload must be "<schema>.<table>": the triggers
+ * polling). One per process and database (the same conninfo parameters),
+ * whatever the number of contexts, siblings and schemas: 100 processes of
+ * one context each hold 100 listening connections, a process of 100
+ * contexts one. The channel's payload must be "<schema>.<table>": the triggers
  * of sql/tether-postgres.sql send it on every insert, update and delete
  * (a refresh so started is incremental where tracking is installed); a
  * table without such a trigger pushes nothing (its live fetches follow the
@@ -541,9 +544,10 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * connection is lost (the server restarted) it connects again after 0.1 s,
  * doubling up to 5 s; once back, every watched table is listed once, for the
  * notices missed meanwhile (so too right after the first LISTEN). The
- * connection closes when the context's last live fetch and observer go, and
- * when the context closes; tether_context_close does not wait for the server
- * for it. */
+ * connection closes when the process's last live fetch and observer on the
+ * database go, and with its last context on it; a context's close ends only
+ * its own subscriptions, and tether_context_close does not wait for the
+ * server for it. */
 #define TETHER_POSTGRES_OPTIONS_VERSION 1
 
 typedef struct tether_postgres_options {

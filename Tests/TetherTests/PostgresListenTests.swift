@@ -53,9 +53,11 @@ final class PostgresListenTests: PostgresTestCase {
         return "?"
     }
 
-    /// Listening connections of this test's schema, as the server sees them.
+    /// Listening connections of this process, as the server sees them (one
+    /// per process and database, whatever the schema).
     func listeners() throws -> Int {
-        let rows = try admin.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", ["tether listen " + schema])
+        let rows = try admin.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                                   [PostgresListener.applicationName])
         return Int(rows.first?.first.flatMap { $0 } ?? "") ?? -1
     }
 
@@ -101,6 +103,29 @@ final class PostgresListenTests: PostgresTestCase {
         XCTAssertTrue(eventually(20) { (try? self.listeners()) == 1 })
         try context.close()  // returns: no wait on the idle LISTEN connection
         XCTAssertTrue(eventually(20) { (try? self.listeners()) == 0 }, "the listening connection closes")
+    }
+
+    /// Issue 40: contexts of one process on one database share one
+    /// listening connection; a close ends only its own subscriptions.
+    func testContextsOfAProcessShareOneListeningConnection() throws {
+        let first = try openContext(store: "first.sqlite")
+        defer { try? first.close() }
+        let second = try openContext(store: "second.sqlite")
+        defer { try? second.close() }
+        let sibling = try first.openSibling(name: "beside")
+        let lives = try [first, second, sibling].map { try Live($0) }
+        XCTAssertTrue(eventually(20) { lives.allSatisfy { $0.last == ["1:one", "2:two"] } })
+        XCTAssertTrue(eventually(20) { (try? self.listeners()) == 1 })
+        usleep(300_000)
+        XCTAssertEqual(try listeners(), 1, "three contexts, two stores, one listening connection")
+        try second.close()
+        _ = try admin.query("INSERT INTO \(schema).items VALUES (5, 'five')")
+        XCTAssertTrue(eventually(20) { lives[0].last == ["1:one", "2:two", "5:five"] }, "the first still hears: \(lives[0].last)")
+        XCTAssertTrue(eventually(20) { lives[2].last == ["1:one", "2:two", "5:five"] }, "the sibling too: \(lives[2].last)")
+        XCTAssertEqual(try listeners(), 1)
+        try sibling.close()
+        try first.close()
+        XCTAssertTrue(eventually(20) { (try? self.listeners()) == 0 }, "the last context gone: no listening")
     }
 
     func testNoListeningConnectionWithoutALiveFetch() throws {

@@ -27,8 +27,12 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
     /// Change tracking, where installed: syncs since a version.
     let changes: PostgresChanges
     private let requests = RequestQueue()
-    /// LISTEN, while a context subscribes (live fetches).
+    /// LISTEN, while a context subscribes (live fetches): the process's one
+    /// for this database, shared with every other connection to it.
     private let listener: PostgresListener
+    /// The contexts subscribed through this connection, to unsubscribe at
+    /// shutdown (nil once shut down).
+    private let subscribers = Lock<Set<ObjectIdentifier>?>([])
     /// The catalog as last read: the only names SQL is built from.
     private let catalog = Lock<[String: PostgresTable]?>(nil)
     static let pageSize = 1000
@@ -46,17 +50,29 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
         let place = ["host", "hostaddr", "port", "dbname", "user"].compactMap { key in parsed[key].map { "\(key)=\($0)" } }
         identity = "postgresql \(place.joined(separator: " ")), schema \(options.schema)"
         session = try PostgresSession(conninfo: options.conninfo, timeoutMilliseconds: options.timeoutMilliseconds)
-        listener = PostgresListener(conninfo: options.conninfo, schema: options.schema,
-                                    timeoutMilliseconds: options.timeoutMilliseconds)
+        listener = PostgresListeners.acquire(conninfo: options.conninfo, parameters: parsed,
+                                             timeoutMilliseconds: options.timeoutMilliseconds)
     }
 
     public func pushChanges(of entities: Set<String>, to subscriber: ObjectIdentifier,
                             _ changed: @escaping @Sendable (Set<String>) -> Void) {
-        listener.subscribe(entities, subscriber, changed)
+        // Under the lock, so that no subscription lands after the shutdown's
+        // (the listener only queues its thread's start or stop meanwhile).
+        subscribers.withLock { subscribers in
+            guard subscribers != nil else { return }
+            if entities.isEmpty { subscribers!.remove(subscriber) } else { subscribers!.insert(subscriber) }
+            listener.subscribe(schema: schema, entities, subscriber, changed)
+        }
     }
 
+    /// Its contexts stop hearing; the listener goes with the database's last connection.
     public func shutdown() {
-        listener.shutdown()
+        let wasOpen = subscribers.withLock { subscribers -> Bool in
+            defer { subscribers = nil }
+            for subscriber in subscribers ?? [] { listener.subscribe(schema: schema, [], subscriber) { _ in } }
+            return subscribers != nil
+        }
+        if wasOpen { PostgresListeners.release(listener) }
         requests.shutdown()
         session.close()  // the queue's thread is done with it
     }

@@ -4,17 +4,24 @@ import Synchronization
 /// LISTEN on a connection of its own, for the tracked tables' triggers'
 /// `pg_notify('tether_changes', '<schema>.<table>')`: a thread waits on the
 /// connection's socket (poll, no timer) and tells the subscribers which of
-/// their tables changed. It runs only while someone subscribes; a lost
+/// their tables changed. One per process and database (`PostgresListeners`):
+/// every context's connection to it shares it, whatever its schema, so a
+/// process holds one listening connection however many contexts it opens.
+/// It runs only while someone subscribes; a lost
 /// connection is opened again with backoff (0.1 s doubling to 5 s), and once
 /// back every subscriber hears of all its tables (notifications sent while
 /// it was away are lost). Stopping never waits for the server: the thread is
 /// woken through a pipe and closes its connection itself.
 final class PostgresListener: Sendable {
     static let channel = "tether_changes"
+    /// What the server's pg_stat_activity names the listening connection.
+    static let applicationName = "tether listen"
     static let firstBackoffMilliseconds: Int32 = 100
     static let lastBackoffMilliseconds: Int32 = 5_000
 
     private struct Subscriber {
+        /// The payload's prefix of its schema's tables: "<schema>.".
+        var prefix: [UInt8]
         var entities: Set<String>
         var changed: @Sendable (Set<String>) -> Void
     }
@@ -26,19 +33,20 @@ final class PostgresListener: Sendable {
     }
     private let state = Lock(State())
     private let conninfo: String
-    private let schema: String
     private let timeoutMilliseconds: Int64
 
-    init(conninfo: String, schema: String, timeoutMilliseconds: Int64) {
+    init(conninfo: String, timeoutMilliseconds: Int64) {
         self.conninfo = conninfo
-        self.schema = schema
         self.timeoutMilliseconds = timeoutMilliseconds
     }
 
-    func subscribe(_ entities: Set<String>, _ subscriber: ObjectIdentifier, _ changed: @escaping @Sendable (Set<String>) -> Void) {
+    /// `subscriber` hears of these tables of `schema` from now on; none: it is gone.
+    func subscribe(schema: String, _ entities: Set<String>, _ subscriber: ObjectIdentifier,
+                   _ changed: @escaping @Sendable (Set<String>) -> Void) {
         let (stop, start) = state.withLock { state -> (Runner?, Runner?) in
             guard !state.closed else { return (nil, nil) }
-            state.subscribers[subscriber] = entities.isEmpty ? nil : Subscriber(entities: entities, changed: changed)
+            state.subscribers[subscriber] = entities.isEmpty ? nil
+                : Subscriber(prefix: Array(schema.utf8) + [UInt8(ascii: ".")], entities: entities, changed: changed)
             if state.subscribers.isEmpty, let runner = state.runner {
                 state.runner = nil
                 return (runner, nil)
@@ -70,7 +78,7 @@ final class PostgresListener: Sendable {
             let session: PostgresSession
             do {
                 session = try PostgresSession(conninfo: conninfo, timeoutMilliseconds: timeoutMilliseconds,
-                                              applicationName: "tether listen " + schema)
+                                              applicationName: Self.applicationName)
                 _ = try session.query("LISTEN " + Self.channel)
             } catch {
                 Log.info(.http, "PostgreSQL: cannot LISTEN (\(error)); again in \(backoff) ms")
@@ -92,7 +100,6 @@ final class PostgresListener: Sendable {
         guard let conn = session.conn else { return }
         let socket = pq.socket(conn)
         guard socket >= 0 else { return }
-        let prefix = Array(schema.utf8) + [UInt8(ascii: ".")]
         while !runner.isStopped {
             var fds = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: runner.wakeFD, events: Int16(POLLIN), revents: 0)]
@@ -107,31 +114,65 @@ final class PostgresListener: Sendable {
                 Log.info(.http, "PostgreSQL: the LISTEN connection was lost; connecting again")
                 return
             }
-            var names = Set<String>()
+            var payloads = Set<[UInt8]>()
             // PGnotify: char *relname; int be_pid; char *extra; (next: libpq's own).
             while let notify = pq.notifies(conn) {
                 let extraOffset = 2 * MemoryLayout<UnsafePointer<CChar>?>.stride
                 if let extra = notify.load(fromByteOffset: extraOffset, as: UnsafePointer<CChar>?.self) {
-                    let payload = Array(String(cString: extra).utf8)
-                    if payload.starts(with: prefix) {
-                        names.insert(String(decoding: payload[prefix.count...], as: UTF8.self))
-                    }
+                    payloads.insert(Array(String(cString: extra).utf8))
                 }
                 pq.freemem(notify)
             }
-            if !names.isEmpty { tell(names, runner) }
+            if !payloads.isEmpty { tell(payloads, runner) }
         }
     }
 
-    /// Tells each subscriber of its tables among `names` (nil: all of them).
-    private func tell(_ names: Set<String>?, _ runner: Runner) {
+    /// Tells each subscriber of its tables among the payloads ("<schema>.<table>";
+    /// nil: all of them). A schema's prefix decides: names may hold dots.
+    private func tell(_ payloads: Set<[UInt8]>?, _ runner: Runner) {
         let subscribers = state.withLock { state -> [Subscriber] in
             state.runner === runner ? Array(state.subscribers.values) : []
         }
         for subscriber in subscribers {
-            let changed = names.map { subscriber.entities.intersection($0) } ?? subscriber.entities
+            let changed = payloads.map { payloads in
+                subscriber.entities.intersection(payloads.lazy.filter { $0.starts(with: subscriber.prefix) }
+                    .map { String(decoding: $0[subscriber.prefix.count...], as: UTF8.self) })
+            } ?? subscriber.entities
             if !changed.isEmpty { subscriber.changed(changed) }
         }
+    }
+}
+
+/// The process's listeners, one per database (its conninfo's parameters, in
+/// order), each shared by the connections to it and shut down with the last.
+enum PostgresListeners {
+    private static let shared = Lock<[String: (listener: PostgresListener, users: Int)]>([:])
+
+    static func acquire(conninfo: String, parameters: [String: String], timeoutMilliseconds: Int64) -> PostgresListener {
+        let key = parameters.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "\u{0}")
+        return shared.withLock { shared in
+            if let entry = shared[key] {
+                shared[key] = (entry.listener, entry.users + 1)
+                return entry.listener
+            }
+            let listener = PostgresListener(conninfo: conninfo, timeoutMilliseconds: timeoutMilliseconds)
+            shared[key] = (listener, 1)
+            return listener
+        }
+    }
+
+    /// Returns at once: the last user's release stops the thread without waiting for it.
+    static func release(_ listener: PostgresListener) {
+        let last = shared.withLock { shared -> Bool in
+            guard let (key, entry) = shared.first(where: { $0.value.listener === listener }) else { return false }
+            if entry.users > 1 {
+                shared[key] = (listener, entry.users - 1)
+                return false
+            }
+            shared[key] = nil
+            return true
+        }
+        if last { listener.shutdown() }
     }
 }
 
