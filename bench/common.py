@@ -259,6 +259,23 @@ def requests_since(path, offset):
     return out
 
 
+def request_codes_since(path, offset):
+    """As requests_since, each entry with its status: (method, path, querystring, code)."""
+    out = []
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("Type") == "request.summary":
+                fields = entry.get("Fields", {})
+                out.append((fields.get("method"), fields.get("path"), fields.get("querystring") or {},
+                            fields.get("code")))
+    return out
+
+
 def subrequests_since(path, offset):
     """How many subrequest.summary entries (the requests inside POST /batch,
     logged without their query string) the Kinto log got after `offset`."""

@@ -76,7 +76,7 @@ LOAD_RUNS = 5 if QUICK else 21
 DLOPEN_GOAL_S = 0.005
 # Row 2c (build/peek): calls a timed loop on a loaded row, and issue 9's goal for one.
 # BENCH_ROWS: a comma-separated list of row groups to run (1 2 3 4 5 6 7 8
-# 9 10 11 12; "1" is rows 1, 1c and 1d, "5" rows 5 and 5c...); empty: all.
+# 9 10 11 12 13; "1" is rows 1, 1c and 1d, "5" rows 5 and 5c...); empty: all.
 ROWS = {r.strip() for r in (os.environ.get("BENCH_ROWS") or "").split(",") if r.strip()}
 
 
@@ -1084,6 +1084,12 @@ def main():
                     m11_save(table, url, tmp, kclient)
             except Exception as e:  # noqa: BLE001
                 table.error("11. save", e)
+            try:
+                if wanted("13"):
+                    import fleet
+                    fleet.m13_fleet(table, url, tmp, QUICK)
+            except Exception as e:  # noqa: BLE001
+                table.error("13. fleet", e)
             try:
                 if PG and wanted("12"):
                     m12_postgres(table, tether, tmp)

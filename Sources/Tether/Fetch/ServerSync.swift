@@ -189,7 +189,7 @@ extension FetchTask {
     /// The listing is in: makes the answer and ends the fetch.
     func ended(_ plan: ServerPlan, _ page: Page) throws {
         // A background sync that found nothing new costs its one request: the checks run when due.
-        let checks = plan == .query || !request.isBackgroundSync || context.takeFullCheck(entity)
+        let checks = plan == .query || context.takeFullCheck(entity, always: !request.isBackgroundSync)
         if checks, checksVersions(plan) {
             // What changed since a version cannot show history rewritten
             // behind a newer change: the server's ids and versions are

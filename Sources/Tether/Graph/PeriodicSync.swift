@@ -96,12 +96,13 @@ extension Context {
         }
     }
 
-    /// Whether a background sync of `entity` ends with the full checks now;
-    /// if so, they count as begun.
-    func takeFullCheck(_ entity: Entity) -> Bool {
+    /// Whether a sync of `entity` ends with the full checks now (`always`:
+    /// one the host started); if so, they count as begun, and the next
+    /// background sync's are due a full-check interval later.
+    func takeFullCheck(_ entity: Entity, always: Bool) -> Bool {
         let now = MonotonicTime.now()
         return graph.withLock { graph -> Bool in
-            if let last = graph.periodic.lastFullCheck[entity.index],
+            if !always, let last = graph.periodic.lastFullCheck[entity.index],
                now.milliseconds(since: last) < options.fullCheckIntervalMilliseconds {
                 return false
             }
