@@ -9,7 +9,7 @@ per second, and the share answered 304 or with an empty change list (from
 Kinto's own log). The peer is the writer's own round trip.
 
     BENCH_FLEET_CLIENTS (default 20; 200 on request), BENCH_FLEET_SECONDS
-    (default 60; 6 with BENCH_QUICK), BENCH_FLEET_INTERVAL (seconds, default 5).
+    (default 60; 6 with BENCH_QUICK), BENCH_FLEET_INTERVAL (seconds, default 5; 1 with BENCH_QUICK).
 
 Run as a script, it is one client process (see `client_main`).
 """
@@ -81,7 +81,7 @@ def client_main(url, tmp, first, count, interval, seconds):
 def m13_fleet(table, url, tmp, quick):
     clients = int(os.environ.get("BENCH_FLEET_CLIENTS") or 20)
     seconds = float(os.environ.get("BENCH_FLEET_SECONDS") or (6 if quick else 60))
-    interval = float(os.environ.get("BENCH_FLEET_INTERVAL") or 5)
+    interval = float(os.environ.get("BENCH_FLEET_INTERVAL") or (1 if quick else 5))
     _seed(url)
     procs = []
     per = -(-clients // PROCESSES)

@@ -358,8 +358,8 @@ typedef struct tether_context_options {
                                                open only); default NULL */
     size_t local_store_count;               /* default 0 */
     int64_t sync_interval_ms;  /* live data over a server that does not push
-                                  its changes (Kinto, host connections; not
-                                  PostgreSQL, which pushes): while an entity
+                                  its changes (Kinto, host connections, a
+                                  PostgreSQL table not tracked): while an entity
                                   has a live fetch or an observed object, its
                                   changes are asked for this often (see "Live
                                   data" below). Default
@@ -388,7 +388,8 @@ typedef struct tether_context_options {
  * server asks to back off (Kinto's Backoff header, logged once at INFO),
  * and while it cannot be reached they ask for one entity only: the first
  * answer from the server starts a round of every watched entity at once.
- * PostgreSQL pushes its changes instead (tether_postgres_install). */
+ * PostgreSQL pushes the changes of tracked tables instead
+ * (tether_postgres_install); an untracked table's entity gets the rounds. */
 #define TETHER_DEFAULT_SYNC_INTERVAL_MS 10000
 
 /* Fills `opts` with defaults for the given struct version. Returns
@@ -530,9 +531,11 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * contexts one. The channel's payload must be "<schema>.<table>": the triggers
  * of sql/tether-postgres.sql send it on every insert, update and delete
  * (a refresh so started is incremental where tracking is installed); a
- * table without such a trigger pushes nothing (its live fetches follow the
- * cache only, as over Kinto). A notice for such a table lists it from the
- * server once (as a fetch with TETHER_POLICY_SERVER_ONLY would), and its
+ * table without Tether's tracking pushes nothing of its own: once a
+ * listing finds it untracked, its live fetches and observers get the sync
+ * interval instead, as over Kinto (see "Live data"; logged once at
+ * WARNING). A notice for an untracked table (a trigger of the host's own)
+ * lists it from the server once (as a fetch with TETHER_POLICY_SERVER_ONLY would), and its
  * live fetches and observers answer as after any fetch (with observers only,
  * their objects are refreshed by id instead). The delay from the commit is
  * about 20 ms of gathering (a burst of commits costs one listing; notices

@@ -278,7 +278,8 @@ extension WrappingConnection {
     func filtersExactly(_ filter: Filter) -> Bool { inner.filtersExactly(filter) }
     var changeListingsCanMissRewrites: Bool { inner.changeListingsCanMissRewrites }
     func limit(ofServerQuery query: String) -> Int64? { inner.limit(ofServerQuery: query) }
-    var pushesChanges: Bool { inner.pushesChanges }
+    var canPushChanges: Bool { inner.canPushChanges }
+    func pushesChanges(of entity: String) -> Bool { inner.pushesChanges(of: entity) }
     var backoffRemainingMilliseconds: Int64 { inner.backoffRemainingMilliseconds }
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         inner.write(writes, answered)

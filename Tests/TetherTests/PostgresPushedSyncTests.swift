@@ -30,4 +30,40 @@ final class PostgresPushedSyncTests: PostgresTestCase {
         XCTAssertTrue(eventually(20) { live.last == ["2:TWO", "3:three"] }, "a delete: \(live.last)")
         try live.task.cancel()
     }
+
+    /// Issue 40: a table without tracking pushes nothing; once a listing
+    /// finds it so, its live fetch gets the sync interval (said once at
+    /// WARNING), while the tracked table's stays pushed.
+    func testAnUntrackedTableGetsTheSyncInterval() throws {
+        XCTAssertEqual(try PostgresConnection.install(options), 1)
+        _ = try admin.query("CREATE TABLE \(schema).later (id int8 PRIMARY KEY, title text NOT NULL)")  // after: untracked
+        _ = try admin.query("INSERT INTO \(schema).later VALUES (1, 'one')")
+        let recorder = LogTests.Recorder()
+        try Log.install(.warning, recorder.sink)
+        defer { try? Log.install(.off, nil) }
+        var contextOptions = ContextOptions(storePath: directory + "/store.sqlite")
+        contextOptions.syncIntervalMilliseconds = 200
+        let context = try Context.open(contextOptions, connection: PostgresConnection(options))
+        defer { try? context.close() }
+        var request = FetchRequest(entity: "later")
+        request.sort = "id"
+        request.live = true
+        let seen = ConditionLock<[String]>([])
+        let task = try context.makeFetch(request)
+        try task.start { result in
+            if result.phase == .live { seen.withLock { $0 = result.objects.map { "\($0.id):\(PostgresListenTests.title($0))" } } }
+        }
+        let items = try PostgresListenTests.Live(context)
+        XCTAssertTrue(eventually(20) { seen.withLock { $0 } == ["1:one"] && items.last == ["1:one", "2:two"] })
+        usleep(1_000_000)  // past the listings every new LISTEN starts with
+        _ = try admin.query("INSERT INTO \(schema).later VALUES (2, 'two')")
+        XCTAssertTrue(eventually(10) { seen.withLock { $0 } == ["1:one", "2:two"] }, "by the interval: \(seen.withLock { $0 })")
+        _ = try admin.query("INSERT INTO \(schema).items VALUES (3, 'three')")
+        XCTAssertTrue(eventually(10) { items.last == ["1:one", "2:two", "3:three"] }, "pushed: \(items.last)")
+        let polling = recorder.messages(.sync).filter { $0.contains("asks every") || $0.contains("ask every") }
+        XCTAssertEqual(polling.count, 1, "said once: \(polling)")
+        XCTAssertTrue(polling.first?.hasPrefix("later:") ?? false, "\(polling)")
+        try task.cancel()
+        try items.task.cancel()
+    }
 }

@@ -1,5 +1,6 @@
 /// Live data over a server that does not push (Kinto, the memory server, a
-/// host's connection): while an entity has live fetches or observed objects,
+/// host's connection; a PostgreSQL table without Tether's triggers): while
+/// an entity has live fetches or observed objects,
 /// the context asks for its changes every `syncIntervalMilliseconds`, with a
 /// tenth of it as random jitter so a fleet of clients does not ask in step.
 /// Each round goes the way a pushed notice does (`PushedChanges.swift`):
@@ -17,6 +18,8 @@
 /// `fullCheckIntervalMilliseconds` per entity (`takeFullCheck`).
 struct PeriodicSync {
     var roundScheduled = false
+    /// Entities of a server that pushes, found not to (said once each).
+    var toldPolling: Set<Int> = []
     /// The reachability listener's token, while there is one.
     var listener: UInt64?
     /// When each entity (by index) last began its full checks.
@@ -24,18 +27,17 @@ struct PeriodicSync {
 }
 
 extension Context {
-    /// Whether rounds run at all: an interval, and a server that does not
-    /// push its changes.
-    var syncsPeriodically: Bool {
-        options.syncIntervalMilliseconds > 0 && !connection.pushesChanges
-    }
+    /// Whether rounds run at all. (Over a server that pushes they find
+    /// nothing to ask while every watched entity is pushed.)
+    var syncsPeriodically: Bool { options.syncIntervalMilliseconds > 0 }
 
     /// At open: the first answer after the server was lost starts a round.
     func startPeriodicSync() {
         guard syncsPeriodically else { return }
         let token = reachability.listen { [weak self] online in
             guard online, let self else { return }
-            serverChanged(nil)
+            let polled = graph.withLock { watchedEntityNames($0) }.filter { !connection.pushesChanges(of: $0) }
+            if !polled.isEmpty { serverChanged(polled) }
         }
         let stale = graph.withLock { graph -> UInt64? in
             guard !graph.closed else { return token }
@@ -81,18 +83,32 @@ extension Context {
 
     /// On the worker: one round, and the next scheduled while anything is watched.
     private func periodicRound() {
-        let watched = graph.withLock { graph -> Set<String>? in
+        let anyWatched = graph.withLock { graph -> Set<String>? in
             let names = watchedEntityNames(graph)
             graph.periodic.roundScheduled = !names.isEmpty
             return names.isEmpty ? nil : names
         }
-        guard let watched else { return }
+        guard let all = anyWatched else { return }
         schedulePeriodicRound()
+        let watched = all.filter { !connection.pushesChanges(of: $0) }
+        guard !watched.isEmpty else { return }
+        if connection.canPushChanges { tellPolling(watched) }
         if connection.backoffRemainingMilliseconds > 0 { return }
         if isOnline {
             serverChanged(watched)
         } else if let probe = watched.min() {
             serverChanged([probe])
+        }
+    }
+
+    /// A server that pushes changes does not for these: said once each, at WARNING.
+    private func tellPolling(_ names: Set<String>) {
+        let new = graph.withLock { graph in
+            names.compactMap { model.entity(named: $0) }.filter { graph.periodic.toldPolling.insert($0.index).inserted }
+        }
+        for entity in new {
+            Log.warning(.sync, "\(entity.name): its table pushes no changes (not tracked: tether_postgres_install): "
+                               + "its live fetches and observers ask every \(options.syncIntervalMilliseconds) ms instead")
         }
     }
 

@@ -66,9 +66,13 @@ public protocol Connection: AnyObject, Sendable {
     /// first that many. nil: the server's pages say where its answer ends.
     func limit(ofServerQuery query: String) -> Int64?
 
-    /// Whether the server tells of its changes (`ChangePushing`) now, so
-    /// live data needs no periodic sync.
-    var pushesChanges: Bool { get }
+    /// Whether the server can tell of its changes (`ChangePushing`)...
+    var canPushChanges: Bool { get }
+
+    /// ...and does for this entity, as far as the connection knows now (a
+    /// PostgreSQL table without Tether's triggers does not): such an entity
+    /// needs no periodic sync.
+    func pushesChanges(of entity: String) -> Bool
 
     /// How long the server asked to be left alone (Kinto's `Backoff`) from
     /// now, in milliseconds; 0 when it did not. Periodic syncs skip their
@@ -91,7 +95,8 @@ public protocol Connection: AnyObject, Sendable {
 
 extension Connection {
     public var formerIdentities: [String] { [] }
-    public var pushesChanges: Bool { false }
+    public var canPushChanges: Bool { false }
+    public func pushesChanges(of entity: String) -> Bool { false }
     public var backoffRemainingMilliseconds: Int64 { 0 }
 }
 

@@ -42,7 +42,8 @@ final class RoutedConnection: Connection {
     func filtersExactly(_ filter: Filter) -> Bool { server.filtersExactly(filter) }
     var changeListingsCanMissRewrites: Bool { server.changeListingsCanMissRewrites }
     func limit(ofServerQuery query: String) -> Int64? { server.limit(ofServerQuery: query) }
-    var pushesChanges: Bool { server.pushesChanges }
+    var canPushChanges: Bool { server.canPushChanges }
+    func pushesChanges(of entity: String) -> Bool { server.pushesChanges(of: entity) }
     var backoffRemainingMilliseconds: Int64 { server.backoffRemainingMilliseconds }
 
     /// Each side gets its writes, in order; their outcomes are put back in

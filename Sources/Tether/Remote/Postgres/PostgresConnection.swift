@@ -163,7 +163,9 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
     /// Every change is recorded by the triggers: none is put back behind another.
     public var changeListingsCanMissRewrites: Bool { false }
     public func limit(ofServerQuery query: String) -> Int64? { nil }  // it takes no server query
-    public var pushesChanges: Bool { true }
+    public var canPushChanges: Bool { true }
+    /// Until a listing finds the table untracked, it is taken to push.
+    public func pushesChanges(of entity: String) -> Bool { !changes.isUntracked(entity) }
 
     public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         respond({ (result: Result<[WriteOutcome], TetherError>) in
