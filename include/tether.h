@@ -373,7 +373,9 @@ typedef struct tether_context_options {
 } tether_context_options;
 
 /* Live data: every sync_interval_ms (plus or minus a tenth, at random, so
- * that a fleet of clients does not ask in step), each watched entity is
+ * that a fleet of clients does not ask in step), each watched entity (one
+ * with a live fetch or an observed object; a live fetch with
+ * TETHER_POLICY_CACHE_ONLY never asks the server, so does not count) is
  * synced as a fetch syncs it, and its live fetches and observers answer
  * what changed. Cost per watched entity and round, over Kinto: one request
  * with If-None-Match, answered 304 Not Modified (no body) when nothing
@@ -385,7 +387,8 @@ typedef struct tether_context_options {
  * and lists its ids and versions (about 40 bytes a record), which is how a
  * record put back with an older version is found. Rounds stop when the last
  * live fetch and observer of the context are gone, are skipped while the
- * server asks to back off (Kinto's Backoff header, logged once at INFO),
+ * server asks to back off (Kinto's Backoff header, at most 30 s from each
+ * answer that carries it, logged at INFO),
  * and while it cannot be reached they ask for one entity only: the first
  * answer from the server starts a round of every watched entity at once.
  * PostgreSQL pushes the changes of tracked tables instead
@@ -534,7 +537,8 @@ TETHER_API int tether_context_open_kinto(const tether_context_options *opts, con
  * table without Tether's tracking pushes nothing of its own: once a
  * listing finds it untracked, its live fetches and observers get the sync
  * interval instead, as over Kinto (see "Live data"; logged once at
- * WARNING). A notice for an untracked table (a trigger of the host's own)
+ * WARNING; so too a table no listing has found tracked yet, as an object
+ * observed but never fetched). A notice for an untracked table (a trigger of the host's own)
  * lists it from the server once (as a fetch with TETHER_POLICY_SERVER_ONLY would), and its
  * live fetches and observers answer as after any fetch (with observers only,
  * their objects are refreshed by id instead). The delay from the commit is

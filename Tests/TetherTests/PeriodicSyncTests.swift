@@ -129,6 +129,9 @@ enum PeriodicSyncContract {
         let task = try context.makeFetch(liveRequest())
         try task.start(watcher.callback)
         _ = watcher.wait(for: 1)
+        // Observers beside the live fetch: its listing brings their changes too, no refresh of theirs.
+        let observers = try (0..<3).map { try context.object(entity: "items", id: "i\($0)").makeObserver(key: "Title") }
+        for observer in observers { try observer.activate { _ in } }
         XCTAssertTrue(eventually(5) { counter.count(.changes) >= 1 }, "a round asked")
         usleep(700_000)
         let checks = (counter.count(.count), counter.count(.versionCheck), counter.count(.listing), counter.count(.byID))
@@ -137,6 +140,8 @@ enum PeriodicSyncContract {
         XCTAssertTrue((counter.count(.count), counter.count(.versionCheck), counter.count(.listing), counter.count(.byID)) == checks,
                       "idle rounds ask what changed, nothing else")
         XCTAssertEqual(watcher.seen.withLock { $0.count }, 1, "nothing changed: no answer")
+        XCTAssertEqual(counter.count(.byID), 0, "the observers' objects came with the listings")
+        for observer in observers { try observer.remove() }
         try task.cancel()
         _ = watcher.wait(for: 2)
         usleep(300_000)  // a round already on the wire ends
@@ -146,7 +151,35 @@ enum PeriodicSyncContract {
     }
 }
 
+extension PeriodicSyncContract {
+    /// An interval no timer can hold is refused at open (it trapped a clock's addition).
+    static func hugeIntervalsAreRefused(_ backend: Backend) throws {
+        for interval in [Int64.max, ContextOptions.maximumIntervalMilliseconds + 1, -1] {
+            XCTAssertThrowsError(try open(backend, interval: interval), "\(interval)") {
+                XCTAssertEqual(($0 as? TetherError)?.kind, .invalid)
+            }
+        }
+        XCTAssertEqual(MonotonicTime.now().adding(milliseconds: .max).nanoseconds, .max, "a clock's addition saturates")
+    }
+
+    /// A live fetch that answers from the cache only never makes the context ask the server.
+    static func cacheOnlyLiveFetchAsksNothing(_ backend: Backend) throws {
+        let counter = RequestCounter()
+        let context = try open(backend, interval: 100, counter: counter)
+        defer { try? context.close() }
+        var request = liveRequest()
+        request.policy = .cacheOnly
+        let watcher = LiveFetchContract.Watcher()
+        try context.makeFetch(request).start(watcher.callback)
+        _ = watcher.wait(for: 1)
+        try context.changed(entity: "items")
+        usleep(700_000)
+        XCTAssertEqual(counter.total, 0, "cache only: no request")
+    }
+}
+
 final class KintoPeriodicSyncTests: KintoTestCase {
+    func testCacheOnlyLiveFetchAsksNothing() throws { try PeriodicSyncContract.cacheOnlyLiveFetchAsksNothing(backend) }
     func testLiveFetchHearsAnotherClient() throws { try PeriodicSyncContract.liveFetchHearsAnotherClient(backend) }
     func testObserverHearsAnotherClient() throws { try PeriodicSyncContract.observerHearsAnotherClient(backend) }
     func testIntervalOffThenTheHostSays() throws { try PeriodicSyncContract.intervalOffThenTheHostSays(backend) }
@@ -154,6 +187,8 @@ final class KintoPeriodicSyncTests: KintoTestCase {
 }
 
 final class MemoryPeriodicSyncTests: MemoryTestCase {
+    func testHugeIntervalsAreRefused() throws { try PeriodicSyncContract.hugeIntervalsAreRefused(backend) }
+    func testCacheOnlyLiveFetchAsksNothing() throws { try PeriodicSyncContract.cacheOnlyLiveFetchAsksNothing(backend) }
     func testLiveFetchHearsAnotherClient() throws { try PeriodicSyncContract.liveFetchHearsAnotherClient(backend) }
     func testObserverHearsAnotherClient() throws { try PeriodicSyncContract.observerHearsAnotherClient(backend) }
     func testIntervalOffThenTheHostSays() throws { try PeriodicSyncContract.intervalOffThenTheHostSays(backend) }

@@ -1,4 +1,7 @@
 extension FetchTask {
+    var followsServer: Bool { request.policy != .cacheOnly && !entity.isLocal }
+    var refreshesByListing: Bool { true }
+
     /// The server pushed a change of the entity (see PushedChanges.swift), a
     /// periodic round or the host says it may have: a fetch of all of it
     /// from the server (a sync once synced), as any fetch stores its pages

@@ -25,6 +25,7 @@ public struct ContextOptions: Sendable {
     public var fullCheckIntervalMilliseconds: Int64 = ContextOptions.defaultFullCheckIntervalMilliseconds
     public static let defaultSyncIntervalMilliseconds: Int64 = 10_000
     public static let defaultFullCheckIntervalMilliseconds: Int64 = 300_000
+    public static let maximumIntervalMilliseconds: Int64 = 7 * 24 * 3_600_000
     /// The cache is allocated up front: a larger size is refused, not attempted.
     public static let maximumObjectCacheSize = 1 << 20
 
@@ -130,9 +131,11 @@ public final class Context: Sendable {
         do {
             guard !options.storePath.isEmpty else { throw TetherError(.invalid, "store path is empty") }
             guard options.stalenessMilliseconds >= 0 else { throw TetherError(.invalid, "staleness cannot be negative") }
-            guard options.syncIntervalMilliseconds >= 0 else { throw TetherError(.invalid, "the sync interval cannot be negative") }
-            guard options.fullCheckIntervalMilliseconds >= 0 else {
-                throw TetherError(.invalid, "the full check interval cannot be negative")
+            guard (0...ContextOptions.maximumIntervalMilliseconds).contains(options.syncIntervalMilliseconds) else {
+                throw TetherError(.invalid, "the sync interval must be 0 to \(ContextOptions.maximumIntervalMilliseconds) ms (a week)")
+            }
+            guard (0...ContextOptions.maximumIntervalMilliseconds).contains(options.fullCheckIntervalMilliseconds) else {
+                throw TetherError(.invalid, "the full check interval must be 0 to \(ContextOptions.maximumIntervalMilliseconds) ms (a week)")
             }
             guard (0...ContextOptions.maximumObjectCacheSize).contains(options.objectCacheSize) else {
                 throw TetherError(.invalid, "the object cache size must be 0 to \(ContextOptions.maximumObjectCacheSize)")
@@ -226,6 +229,9 @@ public final class Context: Sendable {
         let closing = graph.withLock { graph -> (cancels: [@Sendable () -> Void], unsaved: Int)? in
             guard !graph.closed else { return nil }
             graph.closed = true
+            // Its subscriptions to pushed changes end now: siblings may keep
+            // the connection (and its listener) long after.
+            updatePushedEntities(&graph)
             return (Array(graph.subscriptions.values), graph.changed.count)
         }
         guard let (cancels, unsaved) = closing else {

@@ -34,10 +34,14 @@ extension Context {
     /// At open: the first answer after the server was lost starts a round.
     func startPeriodicSync() {
         guard syncsPeriodically else { return }
+        // The listener only queues (Reachability's rule): the round runs on the worker.
         let token = reachability.listen { [weak self] online in
             guard online, let self else { return }
-            let polled = graph.withLock { watchedEntityNames($0) }.filter { !connection.pushesChanges(of: $0) }
-            if !polled.isEmpty { serverChanged(polled) }
+            worker.async { [weak self] in
+                guard let self else { return }
+                let polled = graph.withLock { watchedEntityNames($0) }.filter { !connection.pushesChanges(of: $0) }
+                if !polled.isEmpty { serverChanged(polled) }
+            }
         }
         let stale = graph.withLock { graph -> UInt64? in
             guard !graph.closed else { return token }
@@ -56,11 +60,12 @@ extension Context {
         if let token { reachability.unlisten(token) }
     }
 
-    /// The server entities with live fetches or observed objects, by name.
+    /// The server entities with live fetches or observed objects that
+    /// follow the server (not a cache-only live fetch), by name.
     func watchedEntityNames(_ graph: Graph) -> Set<String> {
         var names = Set<String>()
         guard !graph.closed else { return names }
-        for (index, listeners) in graph.rowListeners where !listeners.isEmpty {
+        for (index, listeners) in graph.rowListeners where listeners.values.contains(where: \.followsServer) {
             let entity = model.entities[index]
             if !entity.isLocal { names.insert(entity.name) }
         }
@@ -107,8 +112,9 @@ extension Context {
             names.compactMap { model.entity(named: $0) }.filter { graph.periodic.toldPolling.insert($0.index).inserted }
         }
         for entity in new {
-            Log.warning(.sync, "\(entity.name): its table pushes no changes (not tracked: tether_postgres_install): "
-                               + "its live fetches and observers ask every \(options.syncIntervalMilliseconds) ms instead")
+            Log.warning(.sync, "\(entity.name): no change of it is known to be pushed (its table not tracked, "
+                               + "see tether_postgres_install, or not listed yet): its live fetches and observers "
+                               + "ask every \(options.syncIntervalMilliseconds) ms instead")
         }
     }
 

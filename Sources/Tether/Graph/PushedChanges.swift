@@ -38,7 +38,8 @@ extension Context {
         let entities = names.map { $0.compactMap { model.entity(named: $0) } }
         let schedule = graph.withLock { graph -> Bool in
             guard !graph.closed else { return false }
-            for entity in entities ?? model.entities where !entity.isLocal && graph.rowListeners[entity.index]?.isEmpty == false {
+            for entity in entities ?? model.entities
+            where !entity.isLocal && graph.rowListeners[entity.index]?.values.contains(where: \.followsServer) == true {
                 graph.pushed.pending.insert(entity.index)
             }
             guard !graph.pushed.pending.isEmpty, !graph.pushed.scheduled else { return false }
@@ -61,7 +62,10 @@ extension Context {
         for (index, listeners) in starting {
             // One listing (a live fetch starts it) updates every object in
             // memory; an observer asked before it refreshes its own object.
-            let started = listeners.contains { $0.refreshFromServer { [weak self] in self?.pushedRefreshEnded(index) } }
+            // A listing first: it brings every change, observers' objects' too.
+            let following = listeners.filter(\.followsServer)
+            let ordered = following.filter(\.refreshesByListing) + following.filter { !$0.refreshesByListing }
+            let started = ordered.contains { $0.refreshFromServer { [weak self] in self?.pushedRefreshEnded(index) } }
             if !started { pushedRefreshEnded(index) }
         }
     }
@@ -80,6 +84,8 @@ extension Context {
 /// An observed object follows the server's pushed changes too.
 extension KeyObserver: RowListener {
     func rowsChanged(_ ids: [String]) {}  // its object tells it of its own changes
+    var followsServer: Bool { true }
+    var refreshesByListing: Bool { false }
 
     /// A refresh of the object (gathered with others, as gets are), not a listing: false.
     func refreshFromServer(_ done: @escaping @Sendable () -> Void) -> Bool {

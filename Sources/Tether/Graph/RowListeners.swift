@@ -9,6 +9,12 @@ protocol RowListener: AnyObject, Sendable {
     /// changes reach the listeners as after any fetch), then calls `done`
     /// once; false (and `done` never called) if no listing could start.
     func refreshFromServer(_ done: @escaping @Sendable () -> Void) -> Bool
+    /// Whether it follows the server at all (a live fetch that answers from
+    /// the cache only does not: it never makes the context ask the server).
+    var followsServer: Bool { get }
+    /// Whether `refreshFromServer` lists the entity (a live fetch does, an
+    /// observer refreshes its own object): a listing brings every change.
+    var refreshesByListing: Bool { get }
 }
 
 extension Context {

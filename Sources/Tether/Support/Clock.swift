@@ -17,8 +17,13 @@ struct MonotonicTime: Comparable {
         return MonotonicTime(nanoseconds: Int64(spec.tv_sec) * 1_000_000_000 + Int64(spec.tv_nsec))
     }
 
+    /// Saturating: a delay a host or a server gives may be anything (a
+    /// deadline past the clock's end is never reached, never a trap).
     func adding(milliseconds: Int64) -> MonotonicTime {
-        MonotonicTime(nanoseconds: nanoseconds + milliseconds * 1_000_000)
+        let (delay, overflow) = milliseconds.multipliedReportingOverflow(by: 1_000_000)
+        if overflow { return MonotonicTime(nanoseconds: milliseconds < 0 ? .min : .max) }
+        let (sum, beyond) = nanoseconds.addingReportingOverflow(delay)
+        return MonotonicTime(nanoseconds: beyond ? (delay < 0 ? .min : .max) : sum)
     }
 
     func milliseconds(since other: MonotonicTime) -> Int64 { (nanoseconds - other.nanoseconds) / 1_000_000 }

@@ -122,6 +122,22 @@ def test_unreachable_server_warns(caplog, tmp_path):
     assert any("cannot reach the server" in r.getMessage() for r in warnings), tether_records(caplog)
 
 
+def test_sql_style_like_warns_once_naming_the_wildcards(caplog, kinto_url, bucket, notes, tmp_path):
+    """Issue 39: LIKE 'note%' matches nothing (the wildcards are * and ?),
+    and says so at WARNING, once per predicate text, without the pattern."""
+    caplog.set_level(logging.WARNING, logger="tether")
+    tether.log_to_python()
+    with tether.Context(kinto_url, bucket, str(tmp_path / "l.db"), username="test", password="test") as ctx:
+        mark = uuid.uuid4().hex[:6]
+        where = "Title LIKE 'n%s%%'" % mark   # a text of its own: each is warned of once a process
+        assert ctx.query(notes, where=where, policy="cache_only").count() == 0
+        assert ctx.query(notes, where=where, policy="cache_only").count() == 0
+        assert ctx.query(notes, where="Title LIKE 'note 1*'", policy="server_only").count() == 11
+    warnings = [r.getMessage() for r in tether_records(caplog) if r.levelno == logging.WARNING and "LIKE" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "* (any run) and ? (one character)" in warnings[0] and mark not in warnings[0], warnings
+
+
 class socket_closed_port:
     """A port nothing listens on."""
 

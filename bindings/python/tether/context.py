@@ -127,8 +127,8 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
             if seconds is not None:
                 if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
                     raise TypeError("%s must be a number of seconds or None" % name)
-                if not 0 <= seconds * 1000 < 2 ** 63:   # NaN fails too
-                    raise ValueError("%s must be a number of seconds from 0 to 2**63 ms, not %r" % (name, seconds))
+                if not 0 <= seconds <= 7 * 24 * 3600:   # NaN fails too
+                    raise ValueError("%s must be 0 to 604800 seconds (a week), not %r" % (name, seconds))
         if object_cache_size is not None:
             if isinstance(object_cache_size, bool) or not isinstance(object_cache_size, int):
                 raise TypeError("object_cache_size must be an int or None")

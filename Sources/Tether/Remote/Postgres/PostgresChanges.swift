@@ -12,9 +12,8 @@ final class PostgresChanges: Sendable {
     private let installed = Lock<Bool?>(nil)
     /// What was already said about tracking ("" for the schema as a whole).
     private let told = Lock<Set<String>>([])
-    /// Tables the last look found without tracking (their triggers push
-    /// nothing); "" while the last look found tracking not installed at all.
-    private let untracked = Lock<Set<String>>([])
+    /// Tables the last look found tracked (their triggers push changes).
+    private let tracked = Lock<Set<String>>([])
     /// Rows listed from tables, all listings together: a sync that finds
     /// nothing new adds none (tests count them).
     let rowsListed = Lock<Int>(0)
@@ -57,20 +56,18 @@ final class PostgresChanges: Sendable {
         }
         guard let row = rows.first, let horizon = row[0].flatMap({ Int64($0) }), let since = row[1].flatMap({ Int64($0) }),
               let relation = row[2], let keyType = row[3] else {
-            untracked.withLock { _ = $0.insert(table.spec.name) }
+            tracked.withLock { _ = $0.remove(table.spec.name) }
             tell(table.spec.name, "PostgreSQL table \(schema).\(table.spec.name) is not tracked (SELECT tether.track('\(schema)')):"
                  + " each refresh lists it whole")
             return nil
         }
-        untracked.withLock { _ = $0.remove(table.spec.name) }
+        tracked.withLock { _ = $0.insert(table.spec.name) }
         return Tracking(horizon: horizon, since: since, relation: relation, keyType: keyType, changed: row[4] == "true")
     }
 
-    /// Whether `table` was found untracked (or the schema without tracking)
-    /// the last time a listing looked.
-    func isUntracked(_ table: String) -> Bool {
-        untracked.withLock { $0.contains("") || $0.contains(table) }
-    }
+    /// Whether the last listing of `table` found it tracked (never listed:
+    /// not known to be, so its live fetches poll until a listing says).
+    func isTracked(_ table: String) -> Bool { tracked.withLock { $0.contains(table) } }
 
     private func isInstalled(_ session: PostgresSession) throws -> Bool {
         if installed.withLock({ $0 }) == true { return true }
@@ -78,9 +75,6 @@ final class PostgresChanges: Sendable {
             SELECT (to_regclass('tether.tracked') IS NOT NULL AND to_regclass('tether.versions') IS NOT NULL
                     AND to_regclass('tether.tombstones') IS NOT NULL)::text
             """).first?.first == "true"
-        untracked.withLock { untracked in
-            if found { untracked.remove("") } else { untracked.insert("") }
-        }
         if found {
             installed.withLock { $0 = true }
         } else {

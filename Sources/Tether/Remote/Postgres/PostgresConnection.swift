@@ -61,7 +61,8 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
         subscribers.withLock { subscribers in
             guard subscribers != nil else { return }
             if entities.isEmpty { subscribers!.remove(subscriber) } else { subscribers!.insert(subscriber) }
-            listener.subscribe(schema: schema, entities, subscriber, changed)
+            listener.subscribe(schema: schema, entities, PostgresListener.Key(connection: ObjectIdentifier(self), context: subscriber),
+                               changed)
         }
     }
 
@@ -69,7 +70,9 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
     public func shutdown() {
         let wasOpen = subscribers.withLock { subscribers -> Bool in
             defer { subscribers = nil }
-            for subscriber in subscribers ?? [] { listener.subscribe(schema: schema, [], subscriber) { _ in } }
+            for subscriber in subscribers ?? [] {
+                listener.subscribe(schema: schema, [], PostgresListener.Key(connection: ObjectIdentifier(self), context: subscriber)) { _ in }
+            }
             return subscribers != nil
         }
         if wasOpen { PostgresListeners.release(listener) }
@@ -164,8 +167,9 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
     public var changeListingsCanMissRewrites: Bool { false }
     public func limit(ofServerQuery query: String) -> Int64? { nil }  // it takes no server query
     public var canPushChanges: Bool { true }
-    /// Until a listing finds the table untracked, it is taken to push.
-    public func pushesChanges(of entity: String) -> Bool { !changes.isUntracked(entity) }
+    /// Once a listing found the table tracked (until then it is polled, so
+    /// never silent: an object observed but never listed, tracking dropped).
+    public func pushesChanges(of entity: String) -> Bool { changes.isTracked(entity) }
 
     public func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         respond({ (result: Result<[WriteOutcome], TetherError>) in

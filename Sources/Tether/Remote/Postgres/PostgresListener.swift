@@ -20,13 +20,34 @@ final class PostgresListener: Sendable {
     static let lastBackoffMilliseconds: Int32 = 5_000
 
     private struct Subscriber {
-        /// The payload's prefix of its schema's tables: "<schema>.".
-        var prefix: [UInt8]
+        /// Its tables by the payloads that name them: the triggers send
+        /// format('%I.%I'), which quotes a name only where it must ("Sales",
+        /// a keyword), so both spellings of each part are taken.
+        var tables: [[UInt8]: String]
         var entities: Set<String>
         var changed: @Sendable (Set<String>) -> Void
+
+        init(schema: String, entities: Set<String>, changed: @escaping @Sendable (Set<String>) -> Void) {
+            func spellings(_ name: String) -> [String] {
+                [name, "\"" + name.split(separator: "\"", omittingEmptySubsequences: false).joined(separator: "\"\"") + "\""]
+            }
+            var tables: [[UInt8]: String] = [:]
+            for entity in entities {
+                for s in spellings(schema) { for t in spellings(entity) { tables[Array((s + "." + t).utf8)] = entity } }
+            }
+            self.tables = tables
+            self.entities = entities
+            self.changed = changed
+        }
+    }
+    /// A context through one connection: contexts of several connections
+    /// share the listener, and a context's address may serve another later.
+    struct Key: Hashable {
+        let connection: ObjectIdentifier
+        let context: ObjectIdentifier
     }
     private struct State {
-        var subscribers: [ObjectIdentifier: Subscriber] = [:]
+        var subscribers: [Key: Subscriber] = [:]
         /// The thread listening now, if any.
         var runner: Runner?
         var closed = false
@@ -41,12 +62,11 @@ final class PostgresListener: Sendable {
     }
 
     /// `subscriber` hears of these tables of `schema` from now on; none: it is gone.
-    func subscribe(schema: String, _ entities: Set<String>, _ subscriber: ObjectIdentifier,
+    func subscribe(schema: String, _ entities: Set<String>, _ subscriber: Key,
                    _ changed: @escaping @Sendable (Set<String>) -> Void) {
         let (stop, start) = state.withLock { state -> (Runner?, Runner?) in
             guard !state.closed else { return (nil, nil) }
-            state.subscribers[subscriber] = entities.isEmpty ? nil
-                : Subscriber(prefix: Array(schema.utf8) + [UInt8(ascii: ".")], entities: entities, changed: changed)
+            state.subscribers[subscriber] = entities.isEmpty ? nil : Subscriber(schema: schema, entities: entities, changed: changed)
             if state.subscribers.isEmpty, let runner = state.runner {
                 state.runner = nil
                 return (runner, nil)
@@ -128,16 +148,13 @@ final class PostgresListener: Sendable {
     }
 
     /// Tells each subscriber of its tables among the payloads ("<schema>.<table>";
-    /// nil: all of them). A schema's prefix decides: names may hold dots.
+    /// nil: all of them). Whole payloads are compared: names may hold dots.
     private func tell(_ payloads: Set<[UInt8]>?, _ runner: Runner) {
         let subscribers = state.withLock { state -> [Subscriber] in
             state.runner === runner ? Array(state.subscribers.values) : []
         }
         for subscriber in subscribers {
-            let changed = payloads.map { payloads in
-                subscriber.entities.intersection(payloads.lazy.filter { $0.starts(with: subscriber.prefix) }
-                    .map { String(decoding: $0[subscriber.prefix.count...], as: UTF8.self) })
-            } ?? subscriber.entities
+            let changed = payloads.map { Set($0.compactMap { subscriber.tables[$0] }) } ?? subscriber.entities
             if !changed.isEmpty { subscriber.changed(changed) }
         }
     }
