@@ -245,22 +245,12 @@ def log_offset(path):
 def requests_since(path, offset):
     """The request.summary entries of the Kinto log written after `offset`:
     a list of (method, path, querystring dict)."""
-    out = []
-    with open(path, "rb") as f:
-        f.seek(offset)
-        for line in f:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry.get("Type") == "request.summary":
-                fields = entry.get("Fields", {})
-                out.append((fields.get("method"), fields.get("path"), fields.get("querystring") or {}))
-    return out
+    return [(method, path, query) for method, path, query, _ in request_codes_since(path, offset)]
 
 
 def request_codes_since(path, offset):
-    """As requests_since, each entry with its status: (method, path, querystring, code)."""
+    """The request.summary entries of the Kinto log written after `offset`,
+    with their status: a list of (method, path, querystring dict, code)."""
     out = []
     with open(path, "rb") as f:
         f.seek(offset)

@@ -388,7 +388,7 @@ typedef struct tether_context_options {
  * record put back with an older version is found. Rounds stop when the last
  * live fetch and observer of the context are gone, are skipped while the
  * server asks to back off (Kinto's Backoff header, at most 30 s from each
- * answer that carries it, logged at INFO),
+ * answer that carries it, logged at INFO when it begins),
  * and while it cannot be reached they ask for one entity only: the first
  * answer from the server starts a round of every watched entity at once.
  * PostgreSQL pushes the changes of tracked tables instead

@@ -73,6 +73,18 @@ final class LogTests: XCTestCase {
         XCTAssertEqual(recorder.all.count, sqlStyle.count, "a pattern with * or ?, or no LIKE, is not warned of")
     }
 
+    /// Kinto repeats Backoff on every answer while it holds: logged at INFO
+    /// when a backoff begins, not once per answer (the header says so).
+    func testBackoffIsLoggedWhenItBegins() throws {
+        let recorder = Recorder()
+        try Log.install(.info, recorder.sink)
+        let backoff = ServerBackoff()
+        let answer = HTTPResponse(status: 200, headers: [("Backoff", "5")], body: [])
+        for _ in 0..<4 { backoff.heed(answer) }
+        XCTAssertEqual(recorder.messages(.http).filter { $0.contains("back off") }.count, 1, "\(recorder.messages(.http))")
+        XCTAssertGreaterThan(backoff.remainingMilliseconds(), 4_000, "each answer moves the end on")
+    }
+
     func testLevelsFilter() throws {
         let recorder = Recorder()
         try Log.install(.info, recorder.sink)

@@ -31,17 +31,15 @@ final class PostgresPushedSyncTests: PostgresTestCase {
         try live.task.cancel()
     }
 
-    /// A table whose name the triggers' format('%I.%I') quotes ("Orders")
-    /// pushes too: the listener compared the bare name, and it never heard.
-    func testAQuotedTableNamePushes() throws {
-        _ = try admin.query("CREATE TABLE \(schema).\"Orders\" (id int8 PRIMARY KEY, title text NOT NULL)")
-        _ = try admin.query("INSERT INTO \(schema).\"Orders\" VALUES (1, 'one')")
-        XCTAssertEqual(try PostgresConnection.install(options), 2)
+    func openContext(syncInterval: Int64) throws -> Context {
         var contextOptions = ContextOptions(storePath: directory + "/store.sqlite")
-        contextOptions.syncIntervalMilliseconds = 0  // heard by the push alone
-        let context = try Context.open(contextOptions, connection: PostgresConnection(options))
-        defer { try? context.close() }
-        var request = FetchRequest(entity: "Orders")
+        contextOptions.syncIntervalMilliseconds = syncInterval
+        return try Context.open(contextOptions, connection: PostgresConnection(options))
+    }
+
+    /// A live fetch of `entity` by id; the ids and titles of its last answer.
+    func liveTitles(_ context: Context, _ entity: String) throws -> (FetchTask, ConditionLock<[String]>) {
+        var request = FetchRequest(entity: entity)
         request.sort = "id"
         request.live = true
         let seen = ConditionLock<[String]>([])
@@ -49,6 +47,18 @@ final class PostgresPushedSyncTests: PostgresTestCase {
         try task.start { result in
             if result.phase == .live { seen.withLock { $0 = result.objects.map { "\($0.id):\(PostgresListenTests.title($0))" } } }
         }
+        return (task, seen)
+    }
+
+    /// A table whose name the triggers' format('%I.%I') quotes ("Orders")
+    /// pushes too: the listener compared the bare name, and it never heard.
+    func testAQuotedTableNamePushes() throws {
+        _ = try admin.query("CREATE TABLE \(schema).\"Orders\" (id int8 PRIMARY KEY, title text NOT NULL)")
+        _ = try admin.query("INSERT INTO \(schema).\"Orders\" VALUES (1, 'one')")
+        XCTAssertEqual(try PostgresConnection.install(options), 2)
+        let context = try openContext(syncInterval: 0)  // heard by the push alone
+        defer { try? context.close() }
+        let (task, seen) = try liveTitles(context, "Orders")
         XCTAssertTrue(eventually(20) { seen.withLock { $0 } == ["1:one"] })
         usleep(1_000_000)  // past the listings every new LISTEN starts with
         _ = try admin.query("INSERT INTO \(schema).\"Orders\" VALUES (2, 'two')")
@@ -66,18 +76,9 @@ final class PostgresPushedSyncTests: PostgresTestCase {
         let recorder = LogTests.Recorder()
         try Log.install(.warning, recorder.sink)
         defer { try? Log.install(.off, nil) }
-        var contextOptions = ContextOptions(storePath: directory + "/store.sqlite")
-        contextOptions.syncIntervalMilliseconds = 200
-        let context = try Context.open(contextOptions, connection: PostgresConnection(options))
+        let context = try openContext(syncInterval: 200)
         defer { try? context.close() }
-        var request = FetchRequest(entity: "later")
-        request.sort = "id"
-        request.live = true
-        let seen = ConditionLock<[String]>([])
-        let task = try context.makeFetch(request)
-        try task.start { result in
-            if result.phase == .live { seen.withLock { $0 = result.objects.map { "\($0.id):\(PostgresListenTests.title($0))" } } }
-        }
+        let (task, seen) = try liveTitles(context, "later")
         let items = try PostgresListenTests.Live(context)
         XCTAssertTrue(eventually(20) { seen.withLock { $0 } == ["1:one"] && items.last == ["1:one", "2:two"] })
         usleep(1_000_000)  // past the listings every new LISTEN starts with

@@ -112,13 +112,15 @@ final class ServerBackoff: Sendable {
         guard let wait = response.seconds(inHeader: "Backoff", atMostMilliseconds: Self.longestMilliseconds), wait > 0 else {
             return
         }
-        let due = MonotonicTime.now().adding(milliseconds: wait)
-        let later = until.withLock { until -> Bool in
+        let now = MonotonicTime.now()
+        let due = now.adding(milliseconds: wait)
+        // Kinto repeats Backoff on every answer while it holds: logged when one begins.
+        let begins = until.withLock { until -> Bool in
             guard until.map({ $0 < due }) ?? true else { return false }
-            until = due
-            return true
+            defer { until = due }
+            return until.map { $0 <= now } ?? true
         }
-        if later { Log.info(.http, "the server asked to back off: no new request for \(wait) ms") }
+        if begins { Log.info(.http, "the server asked to back off: no new request for \(wait) ms") }
     }
 
     /// How long a request starting now must wait; 0 when not backing off.
