@@ -19,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -30,24 +29,13 @@ FLEET_RECORDS = 50
 PROCESSES = 4
 
 
-def _request(url, method, path, body=None):
-    import base64
-    req = urllib.request.Request(url + path, method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": "Basic " + base64.b64encode(
-                                              ("%s:%s" % (USER, PASSWORD)).encode()).decode()})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read() or b"null")
-
-
 def _seed(url):
-    _request(url, "PUT", "/buckets/%s/collections/%s" % (BUCKET, FLEET),
+    common.http("PUT", url + "/buckets/%s/collections/%s" % (BUCKET, FLEET),
              {"data": {"schema": {"type": "object", "properties": {"n": {"type": "integer"}}}}})
     reqs = [{"method": "PUT", "path": "/buckets/%s/collections/%s/records/w%02d" % (BUCKET, FLEET, i),
              "body": {"data": {"n": 0}}} for i in range(FLEET_RECORDS)]
     for i in range(0, len(reqs), 25):
-        _request(url, "POST", "/batch", {"requests": reqs[i:i + 25]})
+        common.http("POST", url + "/batch", {"requests": reqs[i:i + 25]})
 
 
 def client_main(url, tmp, first, count, interval, seconds):
@@ -103,8 +91,8 @@ def m13_fleet(table, url, tmp, quick):
     while time.monotonic() - start < seconds:
         n += 1
         t0 = time.time()
-        _request(url, "PATCH", "/buckets/%s/collections/%s/records/w%02d" % (BUCKET, FLEET, n % FLEET_RECORDS),
-                 {"data": {"n": n}})
+        common.http("PATCH", url + "/buckets/%s/collections/%s/records/w%02d" % (BUCKET, FLEET, n % FLEET_RECORDS),
+                    {"data": {"n": n}})
         trips.append(time.time() - t0)
         writes[n] = t0
         time.sleep(max(0.0, start + n - time.monotonic()))

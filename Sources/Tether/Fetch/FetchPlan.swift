@@ -16,9 +16,7 @@ struct FetchPlan {
     init(_ request: FetchRequest, in context: Context) throws {
         // A to-many relationship is a fetch of the records referring to its owner.
         let related = try request.related.map { try context.inverse(of: $0.owner, named: $0.relationship) }
-        guard let entity = related?.source ?? context.model.entity(named: request.entity) else {
-            throw TetherError(.notFound, "the model has no entity \(request.entity.debugDescription)")
-        }
+        let entity = try related?.source ?? context.model.existingEntity(named: request.entity)
         if let related, !request.entity.isEmpty, request.entity != related.source.name {
             throw TetherError(.invalid, "\(request.related!.relationship) holds \(related.source.name), not \(request.entity)")
         }

@@ -104,9 +104,7 @@ extension Context {
     /// changes: an insert refused for one of them leaves nothing behind.
     public func insert(entity entityName: String, id: String? = nil,
                        values: [(key: String, value: Value)] = []) throws -> ManagedObject {
-        guard let entity = model.entity(named: entityName) else {
-            throw TetherError(.notFound, "the model has no entity \(entityName.debugDescription)")
-        }
+        let entity = try model.existingEntity(named: entityName)
         guard entity.operations.contains(.insert) else {
             throw TetherError(.notAllowed, "the server does not allow inserting into \(entity.name)")
         }

@@ -274,9 +274,7 @@ public final class Context: Sendable {
 
     /// The one object in memory for a record of `entity`; it need not be cached yet.
     public func object(entity name: String, id: String) throws -> ManagedObject {
-        guard let entity = model.entity(named: name) else {
-            throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
-        }
+        let entity = try model.existingEntity(named: name)
         guard !id.isEmpty else { throw TetherError(.invalid, "a record id cannot be empty") }
         try checkOpen()
         return uniqueObject(entity, id)

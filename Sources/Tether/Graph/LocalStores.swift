@@ -160,28 +160,7 @@ struct ObjectURI: Equatable {
 
     /// nil for bad escapes or bytes that are not UTF-8.
     static func unescape(_ text: Substring) -> String? {
-        func digit(_ byte: UInt8) -> UInt8? {
-            switch byte {
-            case 0x30...0x39: return byte - 0x30
-            case 0x41...0x46: return byte - 0x41 + 10
-            case 0x61...0x66: return byte - 0x61 + 10
-            default: return nil
-            }
-        }
-        let source = Array(text.utf8)
-        var bytes: [UInt8] = []
-        var index = 0
-        while index < source.count {
-            if source[index] == 0x25 {
-                guard index + 2 < source.count, let high = digit(source[index + 1]), let low = digit(source[index + 2]) else { return nil }
-                bytes.append(high << 4 | low)
-                index += 3
-            } else {
-                bytes.append(source[index])
-                index += 1
-            }
-        }
-        guard !bytes.contains(0) else { return nil }
+        guard let bytes = PercentEncoding.decoded(text, lenient: false), !bytes.contains(0) else { return nil }
         return String(validating: bytes, as: UTF8.self)
     }
 }

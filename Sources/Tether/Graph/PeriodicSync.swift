@@ -39,7 +39,7 @@ extension Context {
             guard online, let self else { return }
             worker.async { [weak self] in
                 guard let self else { return }
-                let polled = graph.withLock { watchedEntityNames($0) }.filter { !connection.pushesChanges(of: $0) }
+                let polled = notPushed(graph.withLock { watchedEntityNames($0) })
                 if !polled.isEmpty { serverChanged(polled) }
             }
         }
@@ -72,6 +72,9 @@ extension Context {
         return names
     }
 
+    /// Those of `names` whose changes the server does not push: a round's to ask for.
+    private func notPushed(_ names: Set<String>) -> Set<String> { names.filter { !connection.pushesChanges(of: $0) } }
+
     /// Under the graph's lock, after row listeners came or went: whether a
     /// round must be scheduled now (the caller schedules it, outside the lock).
     func needsPeriodicRound(_ graph: inout Graph) -> Bool {
@@ -95,7 +98,7 @@ extension Context {
         }
         guard let all = anyWatched else { return }
         schedulePeriodicRound()
-        let watched = all.filter { !connection.pushesChanges(of: $0) }
+        let watched = notPushed(all)
         guard !watched.isEmpty else { return }
         if connection.canPushChanges { tellPolling(watched) }
         if connection.backoffRemainingMilliseconds > 0 { return }
@@ -139,10 +142,7 @@ extension Context {
     public func changed(entity name: String?) throws {
         try checkOpen()
         if let name {
-            guard let entity = model.entity(named: name) else {
-                throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
-            }
-            guard !entity.isLocal else {
+            guard try !model.existingEntity(named: name).isLocal else {
                 throw TetherError(.invalid, "\(name) is a local store's entity: it has no server to change it")
             }
         }

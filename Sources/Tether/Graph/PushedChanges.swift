@@ -35,12 +35,10 @@ extension Context {
     /// These entities (nil: every watched one) changed on the server: from
     /// the connection's thread, a periodic round, or the host.
     func serverChanged(_ names: Set<String>?) {
-        let entities = names.map { $0.compactMap { model.entity(named: $0) } }
         let schedule = graph.withLock { graph -> Bool in
-            guard !graph.closed else { return false }
-            for entity in entities ?? model.entities
-            where !entity.isLocal && graph.rowListeners[entity.index]?.values.contains(where: \.followsServer) == true {
-                graph.pushed.pending.insert(entity.index)
+            let watched = watchedEntityNames(graph)  // none once closed
+            for name in names ?? watched where watched.contains(name) {
+                if let entity = model.entity(named: name) { graph.pushed.pending.insert(entity.index) }
             }
             guard !graph.pushed.pending.isEmpty, !graph.pushed.scheduled else { return false }
             graph.pushed.scheduled = true

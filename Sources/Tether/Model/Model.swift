@@ -261,6 +261,14 @@ public final class Model: Sendable {
 
     public func entity(named name: String) -> Entity? { entityByName[ExactString(name)] }
 
+    /// The entity a caller names; `.notFound` saying so where the model lacks it.
+    public func existingEntity(named name: String) throws -> Entity {
+        guard let entity = entity(named: name) else {
+            throw TetherError(.notFound, "the model has no entity \(name.debugDescription)")
+        }
+        return entity
+    }
+
     /// The target of a reference attribute, if the model has it.
     func target(of attribute: Attribute) -> Entity? { attribute.reference.flatMap { entity(named: $0.target) } }
 

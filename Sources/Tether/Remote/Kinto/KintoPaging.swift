@@ -64,26 +64,7 @@ extension KintoConnection {
 
     /// Percent-encoding undone, as Kinto reads a query ("%5Flimit" is "_limit").
     private static func unescaped(_ text: Substring) -> String {
-        var bytes: [UInt8] = []
-        var rest = text.utf8[...]
-        while let byte = rest.popFirst() {
-            if byte == UInt8(ascii: "%"), rest.count >= 2, let high = hexDigit(rest.first!), let low = hexDigit(rest.dropFirst().first!) {
-                bytes.append(high << 4 | low)
-                rest = rest.dropFirst(2)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    private static func hexDigit(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-        default: return nil
-        }
+        String(decoding: PercentEncoding.decoded(text, lenient: true) ?? [], as: UTF8.self)
     }
 
     /// The ids go as `in_id` listings of at most `idBytesPerRequest` of ids

@@ -61,9 +61,13 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
         subscribers.withLock { subscribers in
             guard subscribers != nil else { return }
             if entities.isEmpty { subscribers!.remove(subscriber) } else { subscribers!.insert(subscriber) }
-            listener.subscribe(schema: schema, entities, PostgresListener.Key(connection: ObjectIdentifier(self), context: subscriber),
-                               changed)
+            listener.subscribe(schema: schema, entities, key(subscriber), changed)
         }
+    }
+
+    /// A context subscribed through this connection, as the shared listener knows it.
+    private func key(_ subscriber: ObjectIdentifier) -> PostgresListener.Key {
+        PostgresListener.Key(connection: ObjectIdentifier(self), context: subscriber)
     }
 
     /// Its contexts stop hearing; the listener goes with the database's last connection.
@@ -71,7 +75,7 @@ public final class PostgresConnection: Connection, ReachabilityReporting, Change
         let wasOpen = subscribers.withLock { subscribers -> Bool in
             defer { subscribers = nil }
             for subscriber in subscribers ?? [] {
-                listener.subscribe(schema: schema, [], PostgresListener.Key(connection: ObjectIdentifier(self), context: subscriber)) { _ in }
+                listener.subscribe(schema: schema, [], key(subscriber)) { _ in }
             }
             return subscribers != nil
         }
