@@ -387,9 +387,10 @@ typedef struct tether_context_options {
  * and lists its ids and versions (about 40 bytes a record), which is how a
  * record put back with an older version is found. Rounds stop when the last
  * live fetch and observer of the context are gone, are skipped while the
- * server asks to back off (Kinto's Backoff header, at most 30 s from each
- * answer that carries it, logged at INFO when it begins),
- * and while it cannot be reached they ask for one entity only: the first
+ * server asks to back off (Kinto's Backoff header, or Retry-After on a 503
+ * or 429: its seconds, at most a day, logged at INFO when a backoff begins;
+ * fetches, saves and tether_context_changed still go, as Kinto's clients'
+ * user-started requests do), and while it cannot be reached they ask for one entity only: the first
  * answer from the server starts a round of every watched entity at once.
  * PostgreSQL pushes the changes of tracked tables instead
  * (tether_postgres_install); an untracked table's entity gets the rounds. */

@@ -105,6 +105,20 @@ final class JSONTests: XCTestCase {
         XCTAssertLessThanOrEqual(backoff.remainingMilliseconds(), ServerBackoff.longestMilliseconds)
     }
 
+    /// A 503's or 429's Retry-After pauses the periodic rounds as Backoff
+    /// does (the longer of the two); on another status it is not a backoff.
+    func testRetryAfterOfABusyServerIsABackoff() {
+        let other = ServerBackoff()
+        other.heed(HTTPResponse(status: 200, headers: [("Retry-After", "60")], body: []))
+        XCTAssertEqual(other.remainingMilliseconds(), 0)
+        let busy = ServerBackoff()
+        busy.heed(HTTPResponse(status: 429, headers: [("Retry-After", "60"), ("Backoff", "5")], body: []))
+        XCTAssertGreaterThan(busy.remainingMilliseconds(), 55_000)
+        let both = ServerBackoff()
+        both.heed(HTTPResponse(status: 503, headers: [("Retry-After", "5"), ("Backoff", "3600")], body: []))
+        XCTAssertGreaterThan(both.remainingMilliseconds(), 3_000_000, "an hour's Backoff is heeded whole")
+    }
+
     /// The compact id list of batched answers keeps ids byte for byte.
     func testIDListKeepsIdsExactly() throws {
         let ids = ["", "a", "e\u{301}", "\u{E9}", "x\u{0}y", String(repeating: "long-", count: 40), "日本"]

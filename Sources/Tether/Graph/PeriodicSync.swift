@@ -8,7 +8,8 @@
 ///
 /// - Offline, a round asks for one entity only: it is the probe that finds
 ///   the server again, and then every watched entity syncs at once.
-/// - While the server asks to back off (Kinto's `Backoff`), rounds are skipped.
+/// - While the server asks to back off (Kinto's `Backoff`, a 503's
+///   `Retry-After`), rounds are skipped; what the host asks for still goes.
 /// - No entity watched, or the context closed: no round is scheduled.
 /// - The host may say an entity changed (`serverChanged`): a round of it at once.
 ///
@@ -38,7 +39,7 @@ extension Context {
         let token = reachability.listen { [weak self] online in
             guard online, let self else { return }
             worker.async { [weak self] in
-                guard let self else { return }
+                guard let self, connection.backoffRemainingMilliseconds == 0 else { return }
                 let polled = notPushed(graph.withLock { watchedEntityNames($0) })
                 if !polled.isEmpty { serverChanged(polled) }
             }

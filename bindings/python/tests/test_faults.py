@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -295,36 +296,34 @@ def test_burst_of_gets_against_a_connection_cap(kinto, many, tmp_path, open_ctx,
 
 # ------------------------------------------------------------------ Backoff
 
-def test_backoff_header_delays_the_next_request(kinto, files, tmp_path, open_ctx, recorder,
-                                                faultproxy):
-    """Kinto's `Backoff: N`: no new request to the server until N seconds
-    after the answer that carried it; the work still completes."""
-    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=10000)
+def test_backoff_does_not_hold_back_what_the_program_asks_for(kinto, files, tmp_path, open_ctx, recorder,
+                                                             faultproxy):
+    """Kinto's `Backoff: N` pauses the context's periodic rounds (test_live_sync);
+    what the program asks for (a fetch, a get's refresh) still goes at once, as
+    Kinto's own clients' user-started requests do, and completes."""
+    ctx = open_ctx(faultproxy.url, files, tmp_path / "s.db", timeout_ms=10000, sync_interval=0)
     rec = recorder()
     try:
-        # Both pages' answers carry Backoff: 2.
-        faultproxy.set("pass", backoff=2, reset_log=True)
+        # Every answer carries Backoff: 30.
+        faultproxy.set("pass", backoff=30, reset_log=True)
+        began = time.monotonic()
         objs = ctx.query("files", policy="server_only", sort="Size").all()
-        faultproxy.set("pass")
         assert [x.peek("Name") for x in objs] == [name(i) for i in range(N)]
-        # A refresh right after: held back by the second page's Backoff.
         o = objs[5]
         o.observe("Name", rec)
         kinto.patch_record(files, "files", "f05", {"Name": "CHANGED"})
         o.get("Name")
         assert rec.wait(lambda calls: (o, "Name", 0) in calls, timeout=15)
         assert o.peek("Name") == "CHANGED"
+        assert time.monotonic() - began < 10, "a request the program made waited for the Backoff"
     finally:
+        faultproxy.set("pass")
         kinto.patch_record(files, "files", "f05", {"Name": name(5)})
-    st = faultproxy.state()
-    log, times = st["log"], st["times"]
+    log = faultproxy.state()["log"]
     # Page 1, page 2, the catch-up after them, the refresh (no check after a
     # whole listing into a new store).
     assert len(version_check_requests(log)) == 0, log
     assert len(log) == 4, log
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    assert all(g >= 1.8 for g in gaps), "gaps after Backoff: 2: %s (%s)" % (
-        ", ".join("%.2f s" % g for g in gaps), log)
 
 
 @pytest.mark.parametrize("busy", [0, 2])

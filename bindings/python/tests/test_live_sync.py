@@ -81,6 +81,24 @@ def test_backoff_pauses_the_rounds(items, tmp_path, open_ctx, recorder, faultpro
     assert wait_until(lambda: ids_of(live_calls(rec)[-1].answer) == items.expected(), timeout=10)
 
 
+def test_a_busy_servers_retry_after_pauses_the_rounds(items, tmp_path, open_ctx, recorder, faultproxy):
+    """A round answered 503 with Retry-After: 1, four times (the request and its
+    three retries): the round fails, and no other round asks for that second."""
+    ctx = open_ctx(faultproxy.url, items.bucket, tmp_path / "s.db", sync_interval=INTERVAL)
+    ctx.query("items").all()
+    rec = recorder()
+    ctx.query("items", sort="N", where=WHERE).live(rec)
+    assert rec.wait(lambda c: live_calls(rec))
+    faultproxy.set("status", status=503, retry_after=1, count=4, reset_log=True)
+    assert wait_until(lambda: len(faultproxy.state()["entries"]) >= 5, timeout=15)
+    entries, times = faultproxy.state()["entries"], faultproxy.state()["times"]
+    assert [e["status"] for e in entries[:5]] == [503] * 4 + [304], [e["target"] for e in entries]
+    gap = times[4] - times[3]
+    assert gap >= 0.8, "a round %.2f s after a 503 asking for 1 s" % gap
+    items.patch("r01", {"N": 70})      # the rounds resume and bring changes
+    assert wait_until(lambda: ids_of(live_calls(rec)[-1].answer) == items.expected(), timeout=10)
+
+
 def test_interval_off_sends_nothing_until_changed(items, tmp_path, open_ctx, recorder, faultproxy):
     ctx = open_ctx(faultproxy.url, items.bucket, tmp_path / "s.db", sync_interval=0)
     ctx.query("items").all()

@@ -32,11 +32,7 @@ final class Exchange: Cancellable {
     private func send(_ request: HTTPRequest, attempt: Int, afterMilliseconds delay: Int64,
                       _ then: @escaping HTTPEngine.Completion) {
         guard !state.withLock({ $0.cancelled }) else { return then(.failure(.cancelled)) }
-        let serverWait = backoff.remainingMilliseconds()
-        if serverWait > delay {
-            Log.debug(.http, "\(request.method) \(Log.path(of: request.url)) waits \(serverWait) ms: the server asked to back off")
-        }
-        let id = engine.start(request, afterMilliseconds: max(delay, serverWait)) { [self] result in
+        let id = engine.start(request, afterMilliseconds: delay) { [self] result in
             if case .success(let response) = result { backoff.heed(response) }
             let retryable = request.method == "GET" || request.repeatable
             if retryable, attempt < Self.maximumRetries, let wait = Self.retryDelay(result, attempt: attempt) {
@@ -102,14 +98,20 @@ final class Exchange: Cancellable {
 }
 
 /// Kinto's `Backoff: N` header, sent on any answer when the server is under
-/// load or maintenance: no new request until N seconds after it. Requests
-/// already on the wire are not affected; a hostile value is capped.
+/// load or maintenance, and `Retry-After: N` on a 503 or 429: the context's
+/// periodic rounds pause for N seconds (`PeriodicSync`). What the host asks
+/// for still goes, as Kinto's own clients do (kinto-http's `ignoreBackoff`,
+/// Remote Settings' forced sync): a user who asked waits for no timer. A
+/// hostile value is capped at a day.
 final class ServerBackoff: Sendable {
-    static let longestMilliseconds: Int64 = 30_000
+    static let longestMilliseconds: Int64 = 86_400_000
     private let until = Lock<MonotonicTime?>(nil)
 
     func heed(_ response: HTTPResponse) {
-        guard let wait = response.seconds(inHeader: "Backoff", atMostMilliseconds: Self.longestMilliseconds), wait > 0 else {
+        let busy = response.status == 503 || response.status == 429
+        let asked = ["Backoff"] + (busy ? ["Retry-After"] : [])
+        guard let wait = asked.compactMap({ response.seconds(inHeader: $0, atMostMilliseconds: Self.longestMilliseconds) }).max(),
+              wait > 0 else {
             return
         }
         let now = MonotonicTime.now()
@@ -120,7 +122,7 @@ final class ServerBackoff: Sendable {
             defer { until = due }
             return until.map { $0 <= now } ?? true
         }
-        if begins { Log.info(.http, "the server asked to back off: no new request for \(wait) ms") }
+        if begins { Log.info(.http, "the server asked to back off: no periodic sync for \(wait) ms") }
     }
 
     /// How long a request starting now must wait; 0 when not backing off.
