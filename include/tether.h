@@ -385,7 +385,16 @@ typedef struct tether_context_options {
  * fetch are refreshed by id instead (one request per entity and round).
  * Every full_check_interval_ms a round also counts the collection (a HEAD)
  * and lists its ids and versions (about 40 bytes a record), which is how a
- * record put back with an older version is found. Rounds stop when the last
+ * record put back with an older version is found. A Kinto with the history
+ * plugin (kinto.plugins.history, named in its capabilities) keeps one list
+ * of every write to the bucket: then a round is one request for every
+ * watched collection together (304 while nothing was written to the bucket;
+ * its entries, about 200 bytes each, when something was), only the
+ * collections it names are asked what changed, and a record it shows put
+ * back with an older version is asked for by id at once. If the list
+ * cannot be read (401, 403, 404) the rounds ask each collection, said once
+ * at INFO. Writes the server leaves out of its history (history.exclude_*
+ * settings, trimming) are still found by the full checks. Rounds stop when the last
  * live fetch and observer of the context are gone, are skipped while the
  * server asks to back off (Kinto's Backoff header, or Retry-After on a 503
  * or 429: its seconds, at most a day, logged at INFO when a backoff begins;

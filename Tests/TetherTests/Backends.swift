@@ -22,12 +22,16 @@ protocol Backend: AnyObject {
 }
 
 extension Backend {
+    /// `syncInterval` and `fullCheckInterval` (ms): the periodic sync's, the defaults when nil.
     func open(_ mode: DeliveryMode = .thread, cacheSize: Int = 1024, localStores: [LocalStoreOptions] = [],
+              syncInterval: Int64? = nil, fullCheckInterval: Int64? = nil,
               wrapping wrap: (any Connection) -> any Connection = { $0 }) throws -> Context {
         var options = ContextOptions(storePath: storePath)
         options.delivery = mode
         options.objectCacheSize = cacheSize
         options.localStores = localStores
+        if let syncInterval { options.syncIntervalMilliseconds = syncInterval }
+        if let fullCheckInterval { options.fullCheckIntervalMilliseconds = fullCheckInterval }
         return try Context.open(options, connection: wrap(connection()))
     }
 }
@@ -281,6 +285,10 @@ extension WrappingConnection {
     var canPushChanges: Bool { inner.canPushChanges }
     func pushesChanges(of entity: String) -> Bool { inner.pushesChanges(of: entity) }
     var backoffRemainingMilliseconds: Int64 { inner.backoffRemainingMilliseconds }
+    func changeFeed(since position: String?,
+                    _ done: @escaping @Sendable (Result<ChangeFeed, TetherError>) -> Void) -> (any Cancellable)? {
+        inner.changeFeed(since: position, done)
+    }
     func write(_ writes: [RecordWrite], _ answered: @escaping @Sendable ([WriteOutcome]) -> Void) -> any Cancellable {
         inner.write(writes, answered)
     }

@@ -13,6 +13,10 @@
 /// - No entity watched, or the context closed: no round is scheduled.
 /// - The host may say an entity changed (`serverChanged`): a round of it at once.
 ///
+/// Where the server has one change feed for all its entities (Kinto's
+/// history plugin), a round reads it instead (`ChangeFeedRounds`): one
+/// conditional request for them all.
+///
 /// A round's sync costs one conditional request when nothing changed: the
 /// checks a sync ends with (the server's count, and its ids and versions
 /// for rewritten history) run in a round at most every
@@ -25,6 +29,8 @@ struct PeriodicSync {
     var listener: UInt64?
     /// When each entity (by index) last began its full checks.
     var lastFullCheck: [Int: MonotonicTime] = [:]
+    /// Where the server's change feed was read to (`ChangeFeedRounds`).
+    var feed = ChangeFeedState()
 }
 
 extension Context {
@@ -54,6 +60,7 @@ extension Context {
 
     /// At close.
     func stopPeriodicSync() {
+        stopFeedReading()
         let token = graph.withLock { graph -> UInt64? in
             defer { graph.periodic.listener = nil }
             return graph.periodic.listener
@@ -104,7 +111,7 @@ extension Context {
         if connection.canPushChanges { tellPolling(watched) }
         if connection.backoffRemainingMilliseconds > 0 { return }
         if isOnline {
-            serverChanged(watched)
+            if !roundByFeed(watched) { serverChanged(watched) }
         } else if let probe = watched.min() {
             serverChanged([probe])
         }
@@ -135,6 +142,23 @@ extension Context {
             graph.periodic.lastFullCheck[entity.index] = now
             return true
         }
+    }
+
+    /// Whether `name`'s full checks, once begun, are due again (without
+    /// taking them). Never begun: its syncs have not needed them (a
+    /// filtered listing checks by itself; observed objects are asked by id).
+    func fullCheckDue(_ name: String) -> Bool {
+        guard let entity = model.entity(named: name) else { return false }
+        let now = MonotonicTime.now()
+        return graph.withLock { graph in
+            graph.periodic.lastFullCheck[entity.index].map { now.milliseconds(since: $0) >= options.fullCheckIntervalMilliseconds } ?? false
+        }
+    }
+
+    /// The next background syncs of these entities run their full checks.
+    func forgetFullChecks(_ names: Set<String>) {
+        let indexes = names.compactMap { model.entity(named: $0)?.index }
+        graph.withLock { graph in for index in indexes { graph.periodic.lastFullCheck[index] = nil } }
     }
 
     /// The host says `entity` (nil: every watched entity) changed on the

@@ -79,6 +79,13 @@ public protocol Connection: AnyObject, Sendable {
     /// rounds meanwhile.
     var backoffRemainingMilliseconds: Int64 { get }
 
+    /// One list of every write to the data set since `position` (Kinto's
+    /// history plugin), read by a periodic round instead of asking each
+    /// watched entity; nil at once when the server offers none. With
+    /// `position` nil, the answer only tells where the list ends now.
+    func changeFeed(since position: String?, _ done: @escaping @Sendable (Result<ChangeFeed, TetherError>) -> Void)
+        -> (any Cancellable)?
+
     /// Sends `writes` in order, in as few requests as the server allows,
     /// and calls `answered` with their outcomes in order, a run at a time as
     /// the server answers (so the first can be settled while the next are on
@@ -98,6 +105,44 @@ extension Connection {
     public var canPushChanges: Bool { false }
     public func pushesChanges(of entity: String) -> Bool { false }
     public var backoffRemainingMilliseconds: Int64 { 0 }
+    public func changeFeed(since position: String?,
+                           _ done: @escaping @Sendable (Result<ChangeFeed, TetherError>) -> Void) -> (any Cancellable)? {
+        nil
+    }
+}
+
+/// What a change feed answered: where the next read begins, and the writes
+/// since the position asked from, in the order the server made them.
+public struct ChangeFeed: Sendable, Equatable {
+    public var position: String
+    /// nil: not listed (the first read, or more than a read takes): any
+    /// entity may have changed in any way.
+    public var writes: [FeedWrite]?
+
+    public init(position: String, writes: [FeedWrite]?) {
+        self.position = position
+        self.writes = writes
+    }
+}
+
+/// One write a change feed lists.
+public struct FeedWrite: Sendable, Equatable {
+    /// The spec written to.
+    public var entity: String
+    /// The record's id; nil: a write to the entity itself (its collection
+    /// deleted or changed), after which anything in it may differ.
+    public var id: String?
+    /// The record's version after the write (a restore's is older than the
+    /// entity's versions before it).
+    public var version: Int64?
+    public var deleted: Bool
+
+    public init(entity: String, id: String?, version: Int64?, deleted: Bool) {
+        self.entity = entity
+        self.id = id
+        self.version = version
+        self.deleted = deleted
+    }
 }
 
 /// A request in flight. Cancelling one that has already ended does nothing.

@@ -22,6 +22,8 @@ public final class KintoConnection: Connection, ReachabilityReporting {
     /// Subrequests one `POST /v1/batch` may carry, from the server info
     /// (`batch_max_requests`); 1 until it is known: plain requests only.
     let batchLimit = Lock(1)
+    /// Whether the server info named the history plugin (`KintoHistory`).
+    let offersHistory = Lock(false)
 
     public init(_ options: KintoOptions) throws {
         var root = options.serverURL

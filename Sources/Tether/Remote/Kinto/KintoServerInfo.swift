@@ -17,6 +17,7 @@ extension KintoConnection {
                 guard info["http_api_version"] != nil || info["project_name"] != nil else {
                     throw TetherError(.protocol, "\(Log.redacted(self.root))/ does not answer like a Kinto server")
                 }
+                self.offersHistory.withLock { $0 = info["capabilities"]?["history"] != nil }
                 if case .integer(let limit)? = info["settings"]?["batch_max_requests"], limit > 0 {
                     self.batchLimit.withLock { $0 = Int(min(limit, Int64(Int32.max))) }
                 }

@@ -45,6 +45,10 @@ final class RoutedConnection: Connection {
     var canPushChanges: Bool { server.canPushChanges }
     func pushesChanges(of entity: String) -> Bool { server.pushesChanges(of: entity) }
     var backoffRemainingMilliseconds: Int64 { server.backoffRemainingMilliseconds }
+    func changeFeed(since position: String?,
+                    _ done: @escaping @Sendable (Result<ChangeFeed, TetherError>) -> Void) -> (any Cancellable)? {
+        server.changeFeed(since: position, done)
+    }
 
     /// Each side gets its writes, in order; their outcomes are put back in
     /// the order of `writes` and answered as each prefix is complete.
