@@ -3,7 +3,7 @@ bucket's one list of writes, conditionally, for every watched collection; a
 record put back with an older version (a restore, which no listing of changes
 shows) arrives at once, without waiting for the full check.
 
-A Kinto of its own is started here (scripts/kinto-start, KINTO_HISTORY=1),
+A Kinto of its own is started here (scripts/kinto-start, KINTO_INCLUDES=kinto.plugins.history),
 with the fault proxy in front to count and refuse requests. Writes come from
 another client (urllib, straight to that Kinto).
 """
@@ -32,7 +32,7 @@ def history_kinto():
     os.makedirs(os.path.join(ROOT, ".run"), exist_ok=True)
     folder = tempfile.mkdtemp(prefix="kinto-history.", dir=os.path.join(ROOT, ".run"))
     started = subprocess.run([os.path.join(ROOT, "scripts", "kinto-start"), folder], capture_output=True, text=True,
-                             env=dict(os.environ, KINTO_HISTORY="1", KINTO_PORT=""), timeout=60)
+                             env=dict(os.environ, KINTO_INCLUDES="kinto.plugins.history", KINTO_PORT=""), timeout=60)
     assert started.returncode == 0, started.stderr
     kinto = Kinto(started.stdout.strip())
     assert "history" in kinto.server_info()["capabilities"]
