@@ -145,7 +145,8 @@ TETHER_API int tether_version_number(void);
 #define TETHER_E_STORE        -11  /* the SQLite store failed or belongs elsewhere */
 #define TETHER_E_CANCELLED    -12  /* the request was cancelled, or its context closed */
 #define TETHER_E_NOT_CACHED   -13  /* the record has no cached value yet */
-#define TETHER_E_BUSY         -14  /* not allowed from inside this context's callback */
+#define TETHER_E_BUSY         -14  /* not allowed from inside this context's callback;
+                                      a store held by another (exclusive) open */
 #define TETHER_E_CONFLICT     -15  /* the server's record changed since it was read */
 #define TETHER_E_NOT_ALLOWED  -16  /* the server's spec does not allow the operation
                                       (insert, update or delete) on the entity */
@@ -326,10 +327,11 @@ TETHER_API int tether_local_store_drop(const tether_local_store *store, const ch
  * object_cache_size, version 3 merge_policy, version 4 local_stores; version
  * 5 (0.3) moved the server's own options out (Kinto's to
  * tether_kinto_options), version 6 added sync_interval_ms and
- * full_check_interval_ms (a version 5 struct gets their defaults). A struct
+ * full_check_interval_ms, version 7 exclusive (an older struct gets their
+ * defaults). A struct
  * of version 1 to 4 has 0.2's layout and is refused (TETHER_E_MISUSE);
  * later versions will only grow at the end. */
-#define TETHER_CONTEXT_OPTIONS_VERSION 6
+#define TETHER_CONTEXT_OPTIONS_VERSION 7
 
 typedef struct tether_context_options {
     unsigned int version;      /* TETHER_CONTEXT_OPTIONS_VERSION */
@@ -370,6 +372,13 @@ typedef struct tether_context_options {
                                        (Kinto: a restore) at most this often
                                        per entity; fetches the host starts
                                        always end with them. Default 300000 */
+    int exclusive;             /* nonzero: the store is this process's alone
+                                  while the context is open. The open fails
+                                  with TETHER_E_BUSY, naming a process, while
+                                  another process has the store open, and
+                                  other processes' opens fail so meanwhile.
+                                  Default 0: processes share the store (see
+                                  "Several processes, one store") */
 } tether_context_options;
 
 /* Live data: every sync_interval_ms (plus or minus a tenth, at random, so
@@ -464,8 +473,24 @@ TETHER_API int tether_kinto_options_init(tether_kinto_options *kinto, unsigned i
  * A store saved for another server or bucket gives TETHER_E_STORE, and a store
  * file a context of this process has open already gives TETHER_E_BUSY (a
  * store's unsaved changes have one keeper: open a sibling of that context
- * instead, see tether_context_open_sibling). `opts` and `kinto` are read
- * during the call only.
+ * instead, see tether_context_open_sibling). An exclusive open (opts'
+ * exclusive) while another process has the store open, or any open while
+ * another process holds it exclusively, gives TETHER_E_BUSY naming that
+ * process. `opts` and `kinto` are read during the call only.
+ *
+ * Several processes, one store: any number of processes may open one store
+ * file (an app and its background sync, workers of a service), on one host.
+ * A context's unsaved changes are its process's own: another process's
+ * context of the same name keeps its changes apart and never sends them.
+ * When a process ends (closed, or killed) holding unsaved changes, the next
+ * context of that name to open the store, or the next save of one already
+ * open in another process, takes them over and saves them, once (an object
+ * with a change of its own there keeps it; the other waits for that save
+ * and follows it, as a later edit would). The log says at INFO how many it
+ * took over and from which process. Processes see each other's stored
+ * records at their next read from the store (a fetch, a get, a peek of an
+ * object not in memory); objects in memory, observers and live fetches hear
+ * of them at their next refresh from the server.
  *
  * On success *out is a new context owned by the caller: close it with
  * tether_context_close. */

@@ -21,7 +21,7 @@ extension tether_context_options: VersionedStruct {
     static var formerVersions: String {
         "0.2's layout, which 0.3 does not read (put Kinto's fields in tether_kinto_options)"
     }
-    static var versionEnds: [PartialKeyPath<Self>] { [\.sync_interval_ms] }
+    static var versionEnds: [PartialKeyPath<Self>] { [\.sync_interval_ms, \.exclusive] }
     static var defaults: Self {
         var options = Self()
         options.delivery = TETHER_DELIVER_THREAD
@@ -31,6 +31,7 @@ extension tether_context_options: VersionedStruct {
         options.merge_policy = TETHER_MERGE_REPORT
         options.sync_interval_ms = ContextOptions.defaultSyncIntervalMilliseconds
         options.full_check_interval_ms = ContextOptions.defaultFullCheckIntervalMilliseconds
+        options.exclusive = 0
         return options
     }
 }
@@ -125,6 +126,7 @@ func coreOptions(_ raw: tether_context_options) throws -> ContextOptions {
     options.localStores = try localStores(raw.local_stores, count: raw.local_store_count)
     options.syncIntervalMilliseconds = raw.sync_interval_ms
     options.fullCheckIntervalMilliseconds = raw.full_check_interval_ms
+    options.exclusive = raw.exclusive != 0
     return options
 }
 

@@ -68,6 +68,8 @@ static const char USAGE[] =
     "  --offline           answer from the store only: fetches are cache-only, get\n"
     "                      does not refresh, save is refused\n"
     "  --timeout MS        per HTTP request (default 30000)\n"
+    "  --exclusive         the store is this shell's alone while it runs: refused\n"
+    "                      while another process has it open, and refusing others\n"
     "  --sync-interval MS  while a watch runs, ask the server for changes every MS\n"
     "                      (default the library's, 10000; 0: never)\n"
     "  --json              one JSON document per command on stdout (watch: per answer)\n"
@@ -122,7 +124,7 @@ static struct {
     const char *server, *bucket, *store;
     const char *postgres, *schema; /* a libpq conninfo instead of --server/--bucket */
     char *username, *password;
-    int json, progress, offline;
+    int json, progress, offline, exclusive;
     int64_t timeout_ms;
     int64_t sync_interval_ms; /* -1: the library's default */
     tether_context *ctx;
@@ -513,6 +515,7 @@ static int need_ctx(void)
     tether_context_options_init(&opts, TETHER_CONTEXT_OPTIONS_VERSION);
     opts.store_path = g.store;
     opts.timeout_ms = g.timeout_ms;
+    opts.exclusive = g.exclusive;
     if (g.sync_interval_ms >= 0)
         opts.sync_interval_ms = g.sync_interval_ms;
     if (g.offline)
@@ -2571,6 +2574,8 @@ int main(int argc, char **argv)
             g.json = 1;
         } else if (!strcmp(argv[i], "--progress")) {
             g.progress = 1;
+        } else if (!strcmp(argv[i], "--exclusive")) {
+            g.exclusive = 1;
         } else if (!strcmp(argv[i], "--offline")) {
             g.offline = 1;
         } else if ((v = option_value(argc, argv, &i, "--server", &missing))) {

@@ -75,6 +75,7 @@ typedef struct tether_context_options {
     size_t local_store_count;
     int64_t sync_interval_ms;
     int64_t full_check_interval_ms;
+    int exclusive;
 } tether_context_options;
 
 typedef struct tether_kinto_options {
@@ -258,7 +259,7 @@ M.E_TYPE, M.E_INVALID, M.E_NETWORK, M.E_AUTH = -5, -6, -7, -8
 M.E_SERVER, M.E_PROTOCOL, M.E_STORE, M.E_CANCELLED = -9, -10, -11, -12
 M.E_NOT_CACHED, M.E_BUSY, M.E_CONFLICT, M.E_NOT_ALLOWED = -13, -14, -15, -16
 M.E_EXPIRED = -17
-local CONTEXT_OPTIONS_VERSION = 6
+local CONTEXT_OPTIONS_VERSION = 7
 local KINTO_OPTIONS_VERSION = 1
 local POSTGRES_OPTIONS_VERSION = 1
 local FETCH_OPTIONS_VERSION = 6
@@ -858,6 +859,10 @@ local function context_options(o, what)
     opts.object_cache_size = opt_int(o, "object_cache_size", tonumber(opts.object_cache_size))
     opts.sync_interval_ms = opt_int(o, "sync_interval_ms", tonumber(opts.sync_interval_ms))
     opts.full_check_interval_ms = opt_int(o, "full_check_interval_ms", tonumber(opts.full_check_interval_ms))
+    if o.exclusive ~= nil then
+        if type(o.exclusive) ~= "boolean" then misuse(what, "exclusive must be a boolean") end
+        opts.exclusive = o.exclusive and 1 or 0
+    end
     return opts
 end
 
@@ -869,11 +874,11 @@ local function wrap_context(out, fields)
 end
 
 -- tether.open{url=, bucket=, store=, username=, password=, timeout_ms=,
--- staleness_ms=, object_cache_size=, sync_interval_ms=, full_check_interval_ms=,
+-- staleness_ms=, object_cache_size=, sync_interval_ms=, full_check_interval_ms=, exclusive=,
 -- delivery="poll"}. Raises on failure.
 local OPEN_OPTIONS = {url = true, bucket = true, store = true, username = true, password = true,
                       timeout_ms = true, staleness_ms = true, object_cache_size = true, delivery = true,
-                      sync_interval_ms = true, full_check_interval_ms = true}
+                      sync_interval_ms = true, full_check_interval_ms = true, exclusive = true}
 function M.open(o)
     if type(o) ~= "table" then misuse("open", "tether.open takes a table of options") end
     check_options(o, "open", OPEN_OPTIONS)
@@ -907,7 +912,7 @@ end
 -- PostgreSQL section). Raises on failure.
 local OPEN_POSTGRES_OPTIONS = {conninfo = true, schema = true, store = true, timeout_ms = true,
                                staleness_ms = true, object_cache_size = true, delivery = true,
-                               sync_interval_ms = true, full_check_interval_ms = true}
+                               sync_interval_ms = true, full_check_interval_ms = true, exclusive = true}
 function M.open_postgres(o)
     if type(o) ~= "table" then misuse("open_postgres", "tether.open_postgres takes a table of options") end
     check_options(o, "open_postgres", OPEN_POSTGRES_OPTIONS)

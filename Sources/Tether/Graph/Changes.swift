@@ -52,7 +52,7 @@ extension Context {
     func restoreChanges() throws {
         for (storeIndex, store) in stores.enumerated() {
           var absentFields: [String: (entity: String, field: String, count: Int)] = [:]
-          for row in try store.pendingChanges(name, model.entities.filter { $0.storeIndex == storeIndex }) {
+          for row in try store.pendingChanges(outboxOwner, model.entities.filter { $0.storeIndex == storeIndex }) {
             for (code, _) in row.values where row.entity.attributeIndex(code: code) == nil {
                 guard let field = row.entity.retiredAttributeCodes.first(where: { $0.code == code }) else { continue }
                 absentFields[row.entity.name + "\u{0}" + field.name, default: (row.entity.name, field.name, 0)].count += 1
@@ -66,7 +66,7 @@ extension Context {
             noteAbsent(entity, field, count)
           }
           guard storeIndex == 0 else { continue }
-          let counts = try store.pendingCounts(name)
+          let counts = try store.pendingCounts(outboxOwner)
           for retired in model.retiredEntities {
             if let count = counts[retired.code], count > 0 { noteAbsent(retired.name, nil, count) }
           }
@@ -128,7 +128,7 @@ extension Context {
             }
             checkedValues[entity.idIndex] = .text(id)
             var change = PendingChange(kind: .insert, values: checkedValues, baseVersion: nil, revision: 1)
-            change.sequence = try store(for: entity).recordChange(name, entity, id: id, change)
+            change.sequence = try store(for: entity).recordChange(outboxOwner, entity, id: id, change)
             state.pending = change
             state.discarded = false
             state.loaded = true
@@ -373,13 +373,13 @@ extension Context {
             var draft = state
             let before = state.observedValues
             guard var change = try body(&draft) else {
-                if state.pending != nil { try store(for: entity).discardChange(name, entity, id: object.id) }
+                if state.pending != nil { try store(for: entity).discardChange(outboxOwner, entity, id: object.id) }
                 draft.pending = nil
                 state = draft
                 return (state.observers(changedSince: before), false)
             }
             change.revision = (state.pending?.revision ?? change.revision) + 1
-            change.sequence = try store(for: entity).recordChange(name, entity, id: object.id, change)
+            change.sequence = try store(for: entity).recordChange(outboxOwner, entity, id: object.id, change)
             draft.pending = change
             state = draft
             return (state.observers(changedSince: before), true)

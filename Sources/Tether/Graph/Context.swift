@@ -23,6 +23,10 @@ public struct ContextOptions: Sendable {
     /// ids and versions (history rewritten behind a newer change) at most
     /// this often per entity; fetches the host starts always end with them.
     public var fullCheckIntervalMilliseconds: Int64 = ContextOptions.defaultFullCheckIntervalMilliseconds
+    /// The store is this process's alone while the context is open: the
+    /// open fails (`.busy`) while another process has it open, and so do
+    /// other processes' opens meanwhile (`Store/Claims.swift`).
+    public var exclusive = false
     public static let defaultSyncIntervalMilliseconds: Int64 = 10_000
     public static let defaultFullCheckIntervalMilliseconds: Int64 = 300_000
     public static let maximumIntervalMilliseconds: Int64 = 7 * 24 * 3_600_000
@@ -52,6 +56,9 @@ public final class Context: Sendable {
     /// Whose changes in the store's outbox are this context's: "" for the
     /// first context on a store, a sibling's name for a sibling.
     public let name: String
+    /// Whose rows of the store's outbox are this context's: `name`, or a
+    /// guest owner while another process has a context of that name open.
+    let outboxOwner: String
     /// The server's store.
     let store: Store
     /// The server's store, then each local store (an entity's `storeIndex`).
@@ -104,12 +111,14 @@ public final class Context: Sendable {
     }
 
     init(model: Model, isOnline: Bool, options: ContextOptions, stores: [Store], connection: any Connection,
-                 reachability: Reachability, delivery: Delivery, name: String = "", coordinator: Coordinator = Coordinator()) {
+                 reachability: Reachability, delivery: Delivery, name: String = "", outboxOwner: String? = nil,
+                 coordinator: Coordinator = Coordinator()) {
         self.model = model
         openedOnline = isOnline
         self.reachability = reachability
         self.options = options
         self.name = name
+        self.outboxOwner = outboxOwner ?? name
         self.coordinator = coordinator
         self.stores = stores
         store = stores[0]
@@ -148,6 +157,7 @@ public final class Context: Sendable {
         let paths = [options.storePath] + options.localStores.map(\.path)
         let existed = paths.map { access($0, F_OK) == 0 }
         var stores: [Store] = []
+        var claimedOwner: String?
         var routed: (any Connection)?
         do {
             try LocalStoreOptions.validate(options.localStores)
@@ -159,6 +169,8 @@ public final class Context: Sendable {
                 stores.append(opened)
                 try opened.claim()
             }
+            let owner = try claimOwner(stores, name: "", exclusive: options.exclusive)
+            claimedOwner = owner
             let saved = try stores[0].savedModel(identity: connection.identity,
                                                  formerIdentities: connection.formerIdentities)
             let (serverModel, online) = try connect(connection, saved: saved, store: stores[0])
@@ -171,10 +183,11 @@ public final class Context: Sendable {
             // Taken from the server's connection: the routed one wraps it.
             let reachability = (connection as? any ReachabilityReporting)?.reachability ?? Reachability()
             let context = Context(model: model, isOnline: online, options: options, stores: stores,
-                                  connection: routing, reachability: reachability, delivery: delivery)
+                                  connection: routing, reachability: reachability, delivery: delivery, outboxOwner: owner)
             try context.coordinator.join(context)
             do {
                 try context.restoreChanges()
+                try context.adoptOrphanedChanges()
             } catch {
                 try? context.close()
                 throw error
@@ -185,6 +198,7 @@ public final class Context: Sendable {
             return context
         } catch {
             (routed ?? connection).shutdown()
+            if let claimedOwner { for opened in stores { try? opened.releaseOwner(claimedOwner) } }
             for opened in stores { opened.close() }
             for (path, existed) in zip(paths, existed) where !existed {
                 for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
@@ -248,6 +262,8 @@ public final class Context: Sendable {
         if last { connection.shutdown() }
         worker.shutdown()
         delivery.shutdown()
+        // (A sibling of the same name racing this one's open holds the claim.)
+        if !coordinator.isOpen(name) { releaseClaims() }
         if last { for store in stores { store.close() } }
         // Objects the host still holds keep their identity and die with their
         // handles. The rest are released here, outside the lock.
@@ -257,7 +273,8 @@ public final class Context: Sendable {
         // Kept, not lost: but a host that meant to save should hear of them.
         if unsaved > 0 {
             Log.info(.context, "context \(name.debugDescription) closed with \(unsaved) unsaved change\(unsaved == 1 ? "" : "s"): "
-                     + "they stay in the store's outbox under its name, for the next context opened under it to save")
+                     + "they stay in the store's outbox under its name, for the next context opened under it "
+                     + "(in any process) to save")
         }
     }
 

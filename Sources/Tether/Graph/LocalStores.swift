@@ -378,7 +378,7 @@ extension Context {
                 guard var pending = state.pending, pending.kind == .update,
                       case .integer(let version)? = versions[ExactString(object.id)] else { return }
                 pending.baseVersion = version
-                pending.sequence = try store(for: entity).recordChange(name, entity, id: object.id, pending)
+                pending.sequence = try store(for: entity).recordChange(outboxOwner, entity, id: object.id, pending)
                 state.pending = pending
             }
         }

@@ -118,6 +118,12 @@ public final class SaveTask: Sendable {
 
     /// On the worker: the delete rules surveyed, then the changes prepared.
     func begin() {
+        // Changes a context of this name left in an ended process go with this save.
+        do {
+            try context.adoptOrphanedChanges()
+        } catch {
+            Log.warning(.save, "changes a context of this name left could not be taken over (\(error)); the next save tries again")
+        }
         survey { [self] refused in context.worker.async { [self] in prepare(refused) } }
     }
 
@@ -166,7 +172,7 @@ public final class SaveTask: Sendable {
         do {
             let unsent = items.filter { $0.change.kind == .insert && !$0.change.sent }.map { ($0.object.entity, $0.object.id) }
             for (storeIndex, store) in context.stores.enumerated() {
-                try store.markSent(context.name, unsent.filter { $0.0.storeIndex == storeIndex })
+                try store.markSent(context.outboxOwner, unsent.filter { $0.0.storeIndex == storeIndex })
             }
         } catch {
             for item in items { tally.failures.append(SaveFailure(object: item.object, error: TetherError.wrap(error), conflict: nil)) }

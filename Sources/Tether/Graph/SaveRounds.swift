@@ -66,7 +66,7 @@ extension SaveTask {
                 return (item.object.entity, item.object.id, Self.record(made: item.write, over: committed, item.object.entity))
             }
             for (storeIndex, store) in context.stores.enumerated() {
-                try store.noteSending(context.name, writes.filter { $0.entity.storeIndex == storeIndex })
+                try store.noteSending(context.outboxOwner, writes.filter { $0.entity.storeIndex == storeIndex })
             }
         } catch {
             var tally = tally

@@ -26,6 +26,10 @@ extension Context {
             }
         }
 
+        func isOpen(_ name: String) -> Bool {
+            open.withLock { open in open.contains { $0.name == name && $0.context.context != nil } }
+        }
+
         func others(than context: Context) -> [Context] {
             open.withLock { open in open.compactMap { $0.context.context }.filter { $0 !== context } }
         }
@@ -47,11 +51,26 @@ extension Context {
         try checkOpen()
         var siblingOptions = options
         siblingOptions.delivery = mode ?? options.delivery
-        let sibling = Context(model: model, isOnline: openedOnline, options: siblingOptions, stores: stores, connection: connection,
-                              reachability: reachability, delivery: try Delivery(mode: siblingOptions.delivery), name: name, coordinator: coordinator)
+        guard !name.unicodeScalars.contains("\u{1}") else {
+            throw TetherError(.invalid, "a sibling's name cannot hold U+0001 (it marks another process's changes)")
+        }
+        guard !coordinator.isOpen(name) else {
+            throw TetherError(.invalid, "a context named \(name.debugDescription) is already open on this store")
+        }
+        let owner = try Self.claimOwner(stores, name: name, exclusive: options.exclusive)
+        let sibling: Context
+        do {
+            sibling = Context(model: model, isOnline: openedOnline, options: siblingOptions, stores: stores, connection: connection,
+                              reachability: reachability, delivery: try Delivery(mode: siblingOptions.delivery), name: name,
+                              outboxOwner: owner, coordinator: coordinator)
+        } catch {
+            for store in stores { try? store.releaseOwner(owner) }
+            throw error
+        }
         do {
             try coordinator.join(sibling)
             try sibling.restoreChanges()
+            try sibling.adoptOrphanedChanges()
             sibling.startPeriodicSync()
         } catch {
             // Its threads are running already: a sibling refused is closed, not dropped.

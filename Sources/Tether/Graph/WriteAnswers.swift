@@ -77,7 +77,7 @@ extension Context {
                             into state: inout ManagedObject.State, at now: Int64, deletedAt: Int64? = nil) throws {
         var remaining = remaining
         remaining?.sentWrites = []  // answered: settled
-        try store(for: object.entity).storeAnswer(name, object.entity, id: object.id, server: server, fetchedAt: now,
+        try store(for: object.entity).storeAnswer(outboxOwner, object.entity, id: object.id, server: server, fetchedAt: now,
                                                   remaining: remaining, deletedAt: deletedAt)
         state.record = server
         state.loaded = true
@@ -196,7 +196,7 @@ extension Context {
                 if current == nil, remaining != nil {
                     // Gone on the server, still wanted here: the last values the
                     // server sent are kept, as a policy may make the record again.
-                    try store(for: entity).recordChange(name, entity, id: object.id, remaining!)
+                    try store(for: entity).recordChange(outboxOwner, entity, id: object.id, remaining!)
                     state.deletedOnServer = true
                     state.pending = remaining
                 } else {

@@ -33,11 +33,12 @@ extension Store {
             database.clearStatements()
             defer { database.clearStatements() }
             try database.transaction {
-                // Every table but the meta table is an entity's: any the model
+                // Every table but the bookkeeping tables is an entity's: any the model
                 // has no entity for (or a 0.1 store's "records:<name>") goes.
+                let bookkeeping = Self.bookkeepingTables.map { _ in "?" }.joined(separator: ", ")
                 let existing = Set(try database.statement(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('tether_meta', 'tether_sync', 'tether_outbox', 'tether_deleted') AND name NOT LIKE 'sqlite%'")
-                    .rows().compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } })
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN (\(bookkeeping)) AND name NOT LIKE 'sqlite%'")
+                    .rows(Self.bookkeepingTables.map { .text($0) }).compactMap { row -> String? in if case .text(let name) = row[0] { return name } else { return nil } })
                 let wanted = Set(model.entities.map { "e\($0.code)" })
                 for table in existing.subtracting(wanted) {
                     Log.info(.migration, "table \(table) dropped: its entity is gone")

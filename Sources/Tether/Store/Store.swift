@@ -101,6 +101,8 @@ final class Store: Sendable {
     /// The store's write serial when the server last sent the row.
     static let writeColumn = "tether_write"
     static let bookkeepingColumns: Set<String> = [extraColumn, fetchedColumn, writeColumn]
+    /// The store's own tables; every other is an entity's.
+    static let bookkeepingTables = ["tether_meta", "tether_sync", "tether_outbox", "tether_deleted", "tether_claims"]
 
     /// The store files contexts have open in this process (device, inode):
     /// an outbox has one writer, so a file is one context's and its
@@ -202,6 +204,7 @@ final class Store: Sendable {
             try database.execute("ALTER TABLE tether_deleted ADD COLUMN \(column) INTEGER")
         }
         try database.execute(Self.outboxSchema)
+        try database.execute(Self.claimsSchema)
         try migrateOutbox(database)
         try definePredicateFunctions(database)
     }

@@ -86,6 +86,15 @@ class Kinto:
                 return {"status": e.code, "body": detail}
             raise AssertionError("kinto: %s %s -> %d %s" % (method, path, e.code, detail))
 
+    def list_all(self, path):
+        """Every item of a plural endpoint, its pages followed (Next-Page)."""
+        items, url = [], self.url + path
+        while url:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=self._headers()), timeout=60) as r:
+                items += json.loads(r.read())["data"]
+                url = r.headers.get("Next-Page")
+        return items
+
     def server_info(self):
         return self.request("GET", "/")
 
@@ -154,6 +163,25 @@ def kinto(kinto_url):
         pytest.fail("Kinto at TETHER_TEST_URL=%s does not answer: %s" % (kinto_url, e),
                     pytrace=False)
     return k
+
+
+@pytest.fixture(scope="session")
+def history_kinto():
+    """A Kinto of its own with kinto.plugins.history (every write of a bucket
+    listed, with its own timestamp): for live data's change feed, and to count
+    the writes a test made."""
+    import shutil
+    import tempfile
+    os.makedirs(os.path.join(REPO, ".run"), exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="kinto-history.", dir=os.path.join(REPO, ".run"))
+    started = subprocess.run([os.path.join(REPO, "scripts", "kinto-start"), folder], capture_output=True, text=True,
+                             env=dict(os.environ, KINTO_INCLUDES="kinto.plugins.history", KINTO_PORT=""), timeout=60)
+    assert started.returncode == 0, started.stderr
+    k = Kinto(started.stdout.strip())
+    assert "history" in k.server_info()["capabilities"]
+    yield k
+    subprocess.run([os.path.join(REPO, "scripts", "kinto-stop"), folder], capture_output=True, timeout=60)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

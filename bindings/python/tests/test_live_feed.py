@@ -3,42 +3,22 @@ bucket's one list of writes, conditionally, for every watched collection; a
 record put back with an older version (a restore, which no listing of changes
 shows) arrives at once, without waiting for the full check.
 
-A Kinto of its own is started here (scripts/kinto-start, KINTO_INCLUDES=kinto.plugins.history),
+A Kinto of its own with the history plugin (conftest's history_kinto),
 with the fault proxy in front to count and refuse requests. Writes come from
 another client (urllib, straight to that Kinto).
 """
 
 import logging
-import os
-import shutil
-import subprocess
-import tempfile
 import time
 
 import pytest
 
 import tether
-from conftest import FaultProxy, Kinto, wait_until
+from conftest import FaultProxy, wait_until
 from test_live import SCHEMA, WHERE, Items, ids_of, items, live_calls  # noqa: F401 (items: the fixture)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 INTERVAL = 0.2
 WEEK = 7 * 24 * 3600.0
-
-
-@pytest.fixture(scope="module")
-def history_kinto():
-    """A Kinto with kinto.plugins.history, its own port and memory."""
-    os.makedirs(os.path.join(ROOT, ".run"), exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="kinto-history.", dir=os.path.join(ROOT, ".run"))
-    started = subprocess.run([os.path.join(ROOT, "scripts", "kinto-start"), folder], capture_output=True, text=True,
-                             env=dict(os.environ, KINTO_INCLUDES="kinto.plugins.history", KINTO_PORT=""), timeout=60)
-    assert started.returncode == 0, started.stderr
-    kinto = Kinto(started.stdout.strip())
-    assert "history" in kinto.server_info()["capabilities"]
-    yield kinto
-    subprocess.run([os.path.join(ROOT, "scripts", "kinto-stop"), folder], capture_output=True, timeout=60)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

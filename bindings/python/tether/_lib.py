@@ -89,7 +89,7 @@ CHANGE_UPDATE = 4   # old and new index
 
 POLICY_CACHE_THEN_SERVER, POLICY_CACHE_ONLY, POLICY_SERVER_ONLY, POLICY_CACHE_ELSE_SERVER = 0, 1, 2, 3
 
-CONTEXT_OPTIONS_VERSION = 6
+CONTEXT_OPTIONS_VERSION = 7
 KINTO_OPTIONS_VERSION = 1
 POSTGRES_OPTIONS_VERSION = 1
 LOCAL_STORE_VERSION = 1
@@ -166,6 +166,7 @@ class tether_context_options(Structure):
         ("local_store_count", c_size_t),
         ("sync_interval_ms", c_int64),
         ("full_check_interval_ms", c_int64),
+        ("exclusive", c_int),
     ]
 
 

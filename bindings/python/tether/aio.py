@@ -213,14 +213,15 @@ class AsyncContext:
              delivery: Delivery = "poll", staleness_ms: int = 0, timeout_ms: int = 30000,
              object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
              local_stores: Iterable[LocalStore] = (),
-                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None) -> _Opening:
+                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None,
+                      exclusive: bool = False) -> _Opening:
         """Opens a Context (Context's arguments; delivery "poll" by default,
         attached to the running loop) in a worker thread."""
         def make() -> Context:
             return Context(url, bucket, store_path, username=username, password=password,
                            delivery=delivery, staleness_ms=staleness_ms, timeout_ms=timeout_ms,
                            object_cache_size=object_cache_size, merge=merge, local_stores=local_stores,
-                           sync_interval=sync_interval, full_check_interval=full_check_interval)
+                           sync_interval=sync_interval, full_check_interval=full_check_interval, exclusive=exclusive)
         return _Opening(make)
 
     @classmethod
@@ -228,14 +229,15 @@ class AsyncContext:
                       schema: Optional[str] = None, delivery: Delivery = "poll", staleness_ms: int = 0,
                       timeout_ms: int = 30000, object_cache_size: Optional[int] = None,
                       merge: Optional[MergePolicy] = None, local_stores: Iterable[LocalStore] = (),
-                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None) -> _Opening:
+                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None,
+                      exclusive: bool = False) -> _Opening:
         """As open(), on a PostgreSQL schema (see Context.open_postgres)."""
         def make() -> Context:
             return Context.open_postgres(conninfo, store_path, schema=schema, delivery=delivery,
                                          staleness_ms=staleness_ms, timeout_ms=timeout_ms,
                                          object_cache_size=object_cache_size, merge=merge,
                                          local_stores=local_stores, sync_interval=sync_interval,
-                                         full_check_interval=full_check_interval)
+                                         full_check_interval=full_check_interval, exclusive=exclusive)
         return _Opening(make)
 
     @classmethod
@@ -243,13 +245,14 @@ class AsyncContext:
                         delivery: Delivery = "poll", staleness_ms: int = 0, timeout_ms: int = 30000,
                         object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
                         local_stores: Iterable[LocalStore] = (),
-                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None) -> _Opening:
+                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None,
+                      exclusive: bool = False) -> _Opening:
         """As open(), on a connection written in Python (see Context.with_connection)."""
         def make() -> Context:
             return Context.with_connection(connection, store_path, delivery=delivery, staleness_ms=staleness_ms,
                                            timeout_ms=timeout_ms, object_cache_size=object_cache_size,
                                            merge=merge, local_stores=local_stores, sync_interval=sync_interval,
-                                           full_check_interval=full_check_interval)
+                                           full_check_interval=full_check_interval, exclusive=exclusive)
         return _Opening(make)
 
     async def aclose(self) -> None:

@@ -56,10 +56,10 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
                  delivery: Delivery = "thread", staleness_ms: int = 0, timeout_ms: int = 30000,
                  object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
                  local_stores: Iterable[LocalStore] = (), sync_interval: Optional[float] = None,
-                 full_check_interval: Optional[float] = None) -> None:
+                 full_check_interval: Optional[float] = None, exclusive: bool = False) -> None:
         self._setup(url, bucket, store_path, delivery)
         opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores,
-                                   sync_interval, full_check_interval)
+                                   sync_interval, full_check_interval, exclusive)
         # Keep the bytes alive across the open call (the struct holds pointers).
         keep += [_cstr(url, "url"), _cstr(bucket, "bucket"), _cstr_opt(username, "username"),
                  _cstr_opt(password, "password")]
@@ -77,7 +77,7 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
                         delivery: Delivery = "thread", staleness_ms: int = 0, timeout_ms: int = 30000,
                         object_cache_size: Optional[int] = None, merge: Optional[MergePolicy] = None,
                         local_stores: Iterable[LocalStore] = (), sync_interval: Optional[float] = None,
-                        full_check_interval: Optional[float] = None) -> Context:
+                        full_check_interval: Optional[float] = None, exclusive: bool = False) -> Context:
         """A context on a connection written in Python (a tether.Connection
         subclass) instead of Kinto: the library asks it for the server info,
         the specs, pages, counts, records and writes; everything else (the
@@ -86,7 +86,7 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         self = cls.__new__(cls)
         self._setup(None, None, store_path, delivery)
         opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores,
-                                   sync_interval, full_check_interval)
+                                   sync_interval, full_check_interval, exclusive)
         opts.timeout_ms = int(timeout_ms)
         bridge = _HostBridge(connection)
         out = c_void_p()
@@ -101,7 +101,7 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
                       schema: Optional[str] = None, delivery: Delivery = "thread", staleness_ms: int = 0,
                       timeout_ms: int = 30000, object_cache_size: Optional[int] = None,
                       merge: Optional[MergePolicy] = None, local_stores: Iterable[LocalStore] = (),
-                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None) -> Context:
+                      sync_interval: Optional[float] = None, full_check_interval: Optional[float] = None, exclusive: bool = False) -> Context:
         """A context on a PostgreSQL schema (None: "public"): each table with
         a one-column primary key an entity, as tether.h's PostgreSQL section
         says. `conninfo` is libpq's ("host=... dbname=... user=..." or a
@@ -111,7 +111,7 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
         self = cls.__new__(cls)
         self._setup(None, None, store_path, delivery)
         opts, keep = self._options(staleness_ms, object_cache_size, merge, local_stores,
-                                   sync_interval, full_check_interval)
+                                   sync_interval, full_check_interval, exclusive)
         opts.timeout_ms = int(timeout_ms)
         handle = open_postgres(opts, conninfo, schema)
         del keep
@@ -120,7 +120,8 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
 
     def _options(self, staleness_ms: int, object_cache_size: Optional[int], merge: Optional[str],
                  local_stores: Optional[Iterable[LocalStore]], sync_interval: Optional[float] = None,
-                 full_check_interval: Optional[float] = None) -> Tuple[_lib.tether_context_options, List[Any]]:
+                 full_check_interval: Optional[float] = None,
+                 exclusive: bool = False) -> Tuple[_lib.tether_context_options, List[Any]]:
         """The options every context takes, and the buffers they point into."""
         intervals = {"sync_interval": sync_interval, "full_check_interval": full_check_interval}
         for name, seconds in intervals.items():
@@ -129,6 +130,8 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
                     raise TypeError("%s must be a number of seconds or None" % name)
                 if not 0 <= seconds <= 7 * 24 * 3600:   # NaN fails too
                     raise ValueError("%s must be 0 to 604800 seconds (a week), not %r" % (name, seconds))
+        if not isinstance(exclusive, bool):
+            raise TypeError("exclusive must be True or False")
         if object_cache_size is not None:
             if isinstance(object_cache_size, bool) or not isinstance(object_cache_size, int):
                 raise TypeError("object_cache_size must be an int or None")
@@ -150,6 +153,7 @@ class Context(ContextFetching, ContextSaving, ObjectGraph):
             opts.sync_interval_ms = max(1, round(sync_interval * 1000)) if sync_interval > 0 else 0
         if full_check_interval is not None:
             opts.full_check_interval_ms = round(full_check_interval * 1000)
+        opts.exclusive = int(exclusive)
         stores, opts.local_store_count = _local_stores(local_stores, keep)
         if stores is not None:
             opts.local_stores = stores

@@ -1,0 +1,245 @@
+"""Several processes on one store (issue 41): each process's unsaved changes
+are its own while it lives; a process's changes left behind (killed, or
+closed) are taken over by the next context of their name, once; `exclusive`
+refuses other processes, naming one.
+
+The other processes are real: store_process.py run with this interpreter,
+driven a JSON line at a time. Writes and checks go to the real Kinto; the fault
+proxy in front of it counts what each context sends.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import tether
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCHEMA = {"type": "object", "properties": {"Title": {"type": "string"}, "N": {"type": "integer"}}}
+
+
+class StoreProcess:
+    """A store_process.py child."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "store_process.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+        self.pid = self.proc.pid
+
+    def ask(self, op, **fields):
+        self.proc.stdin.write(json.dumps(dict(fields, op=op)) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "the child process ended (%s)" % self.proc.poll()
+        return json.loads(line)
+
+    def ok(self, op, **fields):
+        answer = self.ask(op, **fields)
+        assert answer.get("ok"), answer
+        return answer
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+    def end(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(30)
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def processes():
+    made = []
+
+    def start():
+        made.append(StoreProcess())
+        return made[-1]
+    yield start
+    for p in made:
+        if p.proc.poll() is None:
+            p.kill()
+
+
+@pytest.fixture
+def notes(kinto):
+    bucket = make_notes(kinto)
+    yield bucket
+    kinto.delete_bucket(bucket)
+
+
+def titles(kinto, bucket):
+    rows = kinto.list_all("/buckets/%s/collections/notes/records" % bucket)
+    return {row["id"]: row.get("Title") for row in rows}
+
+
+def writes_by_id(kinto, bucket, since):
+    """How many writes each record of "notes" got after history timestamp `since`
+    (the history plugin lists every write, a batch's one by one)."""
+    entries = kinto.list_all("/buckets/%s/history?resource_name=record&collection_id=notes&_since=%d" % (bucket, since))
+    counts = {}
+    for entry in entries:
+        counts[entry["record_id"]] = counts.get(entry["record_id"], 0) + 1
+    return counts
+
+
+def history_now(kinto, bucket):
+    entries = kinto.request("GET", "/buckets/%s/history?_limit=1" % bucket)["data"]
+    return entries[0]["last_modified"] if entries else 0
+
+
+def make_notes(kinto):
+    bucket = kinto.create_bucket()
+    kinto.create_collection(bucket, "notes", SCHEMA)
+    kinto.put_records(bucket, "notes", [("r%02d" % i, {"Title": "t%d" % i, "N": i}) for i in range(80)])
+    return bucket
+
+
+def open_shared(open_ctx, url, bucket, store, **kw):
+    ctx = open_ctx(url, bucket, store, sync_interval=0, **kw)
+    ctx.query("notes").all()
+    return ctx
+
+
+def test_a_second_process_never_sends_the_firsts_changes(kinto, notes, kinto_url, tmp_path, open_ctx, processes):
+    """The issue's case: A edits r01 and keeps it unsaved; B opens the same store
+    and saves its own edit, not A's; A edits r01 again and saves its latest
+    value, with no conflict."""
+    store = str(tmp_path / "shared.db")
+    a = processes()
+    a.ok("open", url=kinto_url, bucket=notes, store=store)
+    a.ok("set", entity="notes", id="r01", values={"Title": "A1"})
+    b = open_shared(open_ctx, kinto_url, notes, store)
+    assert b.change_count == 0, "A's change is A's"
+    b.object("notes", "r02")["Title"] = "B1"
+    assert b.save().saved == 1
+    assert titles(kinto, notes)["r01"] == "t1", "B sent A's unsaved change"
+    a.ok("set", entity="notes", id="r01", values={"Title": "A2"})
+    assert a.ok("save") == {"ok": True, "saved": 1, "conflicts": 0}
+    server = titles(kinto, notes)
+    assert (server["r01"], server["r02"]) == ("A2", "B1")
+    assert a.ok("changes")["count"] == 0 and b.change_count == 0
+
+
+@pytest.mark.parametrize("first", ["killed", "survivor"])
+def test_a_killed_processs_changes_are_sent_once_after_its_death(first, history_kinto, tmp_path, open_ctx, processes):
+    """A holds 70 unsaved changes while B is open: B's saves leave them alone
+    while A lives; A killed, B's next save sends each exactly once (counted in
+    the server's history). `first`: which opened the store first (A's changes
+    are then the name's own, or a guest's)."""
+    kinto = history_kinto
+    notes = make_notes(kinto)
+    store = str(tmp_path / "shared.db")
+    a = processes()
+    b = None
+    if first == "survivor":
+        b = open_shared(open_ctx, kinto.url, notes, store)
+    a.ok("open", url=kinto.url, bucket=notes, store=store)
+    if b is None:
+        b = open_shared(open_ctx, kinto.url, notes, store)
+    for i in range(70):
+        a.ok("set", entity="notes", id="r%02d" % i, values={"Title": "from A %d" % i})
+    assert a.ok("changes")["count"] == 70
+    b.object("notes", "r75")["Title"] = "from B"
+    before = history_now(kinto, notes)
+    assert b.save().saved == 1
+    assert b.save().saved == 0
+    assert writes_by_id(kinto, notes, before) == {"r75": 1}, "B sent A's changes while A lives"
+    a.kill()
+    before = history_now(kinto, notes)
+    assert b.save().saved == 70
+    assert b.change_count == 0
+    assert b.save().saved == 0
+    assert writes_by_id(kinto, notes, before) == {"r%02d" % i: 1 for i in range(70)}
+    server = titles(kinto, notes)
+    assert all(server["r%02d" % i] == "from A %d" % i for i in range(70))
+    # A third process finds nothing left to send.
+    b.close()
+    c = processes()
+    c.ok("open", url=kinto.url, bucket=notes, store=store)
+    assert c.ok("changes")["count"] == 0
+    kinto.delete_bucket(notes)
+
+
+def test_a_closed_processs_changes_go_with_the_next_save_of_its_name(kinto, notes, kinto_url, tmp_path, open_ctx,
+                                                                     processes):
+    store = str(tmp_path / "shared.db")
+    b = open_shared(open_ctx, kinto_url, notes, store)
+    a = processes()
+    a.ok("open", url=kinto_url, bucket=notes, store=store)
+    a.ok("set", entity="notes", id="r03", values={"Title": "left by A"})
+    b.object("notes", "r03")["Title"] = "B's own"      # B's own change of the object comes first
+    a.ok("close")
+    a.end()
+    # B saves its own change of r03; A's waits for it, and follows in the next save.
+    assert b.save().saved == 1
+    assert titles(kinto, notes)["r03"] == "B's own"
+    with pytest.raises(tether.ConflictError):       # A's edit was made against the version before B's
+        b.save()
+    assert b.object("notes", "r03").pending == "update"
+
+
+def test_exclusive_refuses_other_processes_naming_one(kinto, notes, kinto_url, tmp_path, open_ctx, processes):
+    store = str(tmp_path / "shared.db")
+    a = processes()
+    pid = a.ok("open", url=kinto_url, bucket=notes, store=store, exclusive=True)["pid"]
+    with pytest.raises(tether.BusyError, match="open exclusively in process %d" % pid):
+        open_ctx(kinto_url, notes, store)
+    with pytest.raises(tether.BusyError, match="process %d" % pid):
+        open_ctx(kinto_url, notes, store, exclusive=True)
+    a.ok("close")
+    mine = open_shared(open_ctx, kinto_url, notes, store)   # shared by default
+    other = a.ask("open", url=kinto_url, bucket=notes, store=store, exclusive=True)
+    assert other["error"] == "BusyError" and "process %d" % os.getpid() in other["message"], other
+    a.ok("open", url=kinto_url, bucket=notes, store=store)
+    mine.close()
+    with pytest.raises(TypeError):
+        open_ctx(kinto_url, notes, str(tmp_path / "other.db"), exclusive="yes")
+
+
+def test_four_processes_edit_insert_and_save_in_rounds(kinto, notes, kinto_url, tmp_path, processes):
+    """Each process edits its own records and inserts new ones, saving in rounds,
+    all at once: every value on the server is its process's last, nothing is
+    duplicated, no conflict is met, every outbox ends empty."""
+    store = str(tmp_path / "shared.db")
+    workers = [processes() for _ in range(4)]
+    for w in workers:
+        w.ok("open", url=kinto_url, bucket=notes, store=store)
+    expected = titles(kinto, notes)
+    failures = []
+
+    def work(index, w):
+        try:
+            for round in range(5):
+                for k in range(4):
+                    rid = "r%02d" % (index * 20 + k)
+                    title = "p%d round %d" % (index, round)
+                    w.ok("set", entity="notes", id=rid, values={"Title": title})
+                    expected[rid] = title
+                new = "n%d-%d" % (index, round)
+                w.ok("insert", entity="notes", id=new, values={"Title": "new " + new, "N": round})
+                expected[new] = "new " + new
+                answer = w.ok("save")
+                if answer != {"ok": True, "saved": 5, "conflicts": 0}:
+                    failures.append((index, round, answer))
+        except AssertionError as error:
+            failures.append((index, str(error)))
+
+    threads = [threading.Thread(target=work, args=(i, w)) for i, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not failures, failures
+    server = titles(kinto, notes)
+    assert server == expected
+    for w in workers:
+        assert w.ok("changes")["count"] == 0
