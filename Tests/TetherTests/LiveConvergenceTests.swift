@@ -259,7 +259,10 @@ enum LiveConvergenceContract {
 
 /// The model-based random test: seeded server changes through the
 /// server's API, fetches under every policy, live fetches kept open and
-/// reopens; every answer is checked against a model of the server.
+/// reopens; every answer is checked against a model of the server. The
+/// context syncs periodically at a short interval, so the other client's
+/// writes also reach the live fetches between steps; a quiet step makes no
+/// fetch and waits for those rounds alone to bring the server's state.
 enum LiveConvergence {
     /// `old` with `changes` applied (deletions descending, then insertions
     /// ascending; a move is both), taking inserted ids from `new`.
@@ -319,11 +322,15 @@ enum LiveConvergence {
     final class Live: Sendable {
         let query: Int
         let task: FetchTask
+        /// Not cache-only: the entity is watched, and its periodic rounds list it.
+        let followsServer: Bool
         let problems = Lock<[String]>([])
-        let last = ConditionLock<(ids: [String], answers: Int)>(([], 0))
+        /// `watching`: its first live answer came (its own listing has ended).
+        let last = ConditionLock<(ids: [String], answers: Int, watching: Bool)>(([], 0, false))
 
         init(_ context: Context, query: Int, policy: CachePolicy) throws {
             self.query = query
+            followsServer = policy != .cacheOnly
             var request = FetchRequest(entity: "items")
             request.predicate = LiveConvergence.queries[query].text
             request.sort = "Rank"
@@ -343,23 +350,37 @@ enum LiveConvergence {
                     }
                     last.ids = ids
                     last.answers += 1
+                    if result.phase == .live { last.watching = true }
                 }
             }
         }
     }
 
     /// Runs seeded steps for `seconds`; returns the failures (with the seed and step).
-    /// The steps that rewrite the server's history: changes between a listing's
-    /// pages, the collection recreated, an older record restored. TETHER_LIVE_STEPS
-    /// (comma-separated) names those to run; the default runs them all.
+    /// The steps that may be left out: those that rewrite the server's history
+    /// (changes between a listing's pages, the collection recreated, an older
+    /// record restored) and "quiet" (no fetch: the periodic rounds alone must
+    /// bring every change). TETHER_LIVE_STEPS (comma-separated) names those to
+    /// run; the default runs them all. Without "quiet" a seed draws the steps it
+    /// drew before that step existed.
     /// (Seeds that once failed: restore 672782 and, on PostgreSQL, recreate,restore
     /// 752976: an older record put back behind a newer change; recreate 709484: a
     /// listing read before a deletion landing after a newer sync.)
-    static let rewritingSteps = ["pages", "recreate", "restore"]
+    static let optionalSteps = ["pages", "recreate", "restore", "quiet"]
     static var steps: Set<String> {
         ProcessInfo.processInfo.environment["TETHER_LIVE_STEPS"].map { Set($0.split(separator: ",").map(String.init)) }
-            ?? Set(rewritingSteps)
+            ?? Set(optionalSteps)
     }
+
+    /// The context's periodic sync (ms): short, so the rounds run between
+    /// steps. Without Kinto's history plugin, a restore behind a newer change
+    /// and the collection recreated are seen only by a round's full check
+    /// (`Context.takeFullCheck`; each fetch the test starts puts the next one
+    /// off); with it (KINTO_INCLUDES=kinto.plugins.history), by its feed.
+    static let syncInterval: Int64 = 100
+    static let fullCheckInterval: Int64 = 500
+    /// How long a quiet step waits for the rounds to bring the server's state.
+    static let quietSeconds = 5 + Double(fullCheckInterval) / 1000
 
     static func run(_ backend: KintoBackend, seed: UInt64, steps maxSteps: Int, seconds: Double) throws -> [String] {
         let steps = self.steps
@@ -382,7 +403,8 @@ enum LiveConvergence {
                 try backend.send("POST", "/batch", #"{"requests": [\#(requests.joined(separator: ","))]}"#)
             }
         }
-        var context = try backend.open(wrapping: jitter)
+        let open = { try backend.open(syncInterval: syncInterval, fullCheckInterval: fullCheckInterval, wrapping: jitter) }
+        var context = try open()
         defer { try? context.close() }
         var lives = try (0..<queries.count).map { try Live(context, query: $0, policy: [.serverOnly, .cacheThenServer][$0 % 2]) }
         let policies: [CachePolicy] = [.cacheOnly, .serverOnly, .cacheThenServer, .cacheElseServer]
@@ -402,10 +424,23 @@ enum LiveConvergence {
         }
         var watches: [Watch] = []
         let value = { (item: Item?, key: String) -> String? in item.map { key == "Title" ? $0.title : "\($0.rank)" } }
+        /// After a check: each observer's value now is the one it must be told a change of.
+        func rebase() {
+            for index in watches.indices {
+                watches[index].base = value(model[watches[index].id], watches[index].key)
+                watches[index].baseline = watches[index].told.withLock { $0 }
+            }
+            watches.removeAll { watch in
+                guard watch.base == nil else { return false }
+                try? watch.observer.remove()
+                return true
+            }
+        }
+        var quietWaits: [Int] = []
         while step < maxSteps && Date() < deadline && failures.isEmpty {
             step += 1
-            var kind = Int.random(in: 0..<14, using: &random)
-            if let name = [11: "pages", 12: "recreate", 13: "restore"][kind], !steps.contains(name) { kind = 10 }
+            var kind = Int.random(in: 0..<(steps.contains("quiet") ? 15 : 14), using: &random)
+            if let name = [11: "pages", 12: "recreate", 13: "restore", 14: "quiet"][kind], !steps.contains(name) { kind = 10 }
             switch kind {
             case 0, 1:  // create or update
                 let id = "r\(Int.random(in: 0..<30, using: &random))"
@@ -462,7 +497,7 @@ enum LiveConvergence {
             case 8:  // reopen: live fetches end, and start again
                 for live in lives { try? live.task.cancel() }
                 try context.close()
-                context = try backend.open(wrapping: jitter)
+                context = try open()
                 watches = []
                 lives = try (0..<queries.count).map { try Live(context, query: $0, policy: [.serverOnly, .cacheThenServer][$0 % 2]) }
                 log.append("reopen")
@@ -554,6 +589,56 @@ enum LiveConvergence {
                 let restored = try backend.record(id)?.first { $0.key == "last_modified" }?.value.integerValue
                 steps.append(restored == version ? "put back at its older version" : "put back (at a new version)")
                 log.append(steps.joined(separator: ", "))
+            case 14:  // quiet: no fetch; the periodic rounds alone bring the server's state
+                let started = Date()
+                // The live fetches' own listings end first (they would bring the changes too).
+                for live in lives where !eventually(5, { live.last.withLock { $0.watching } }) {
+                    failures.append("step \(step): quiet: live query \(queries[live.query].text ?? "all") never answered")
+                }
+                // And one more change of the other client, after every listing.
+                let id = "r\(Int.random(in: 0..<30, using: &random))"
+                let item = Item(title: ["a", "b"].randomElement(using: &random)! + " quiet \(step)",
+                                rank: Int64.random(in: 0..<40, using: &random))
+                try backend.putItem(id, #"{"Title": "\#(item.title)", "Rank": \#(item.rank)}"#)
+                model[id] = item
+                deleted.removeAll { $0 == id }
+                // A round lists the entity for a live fetch that follows the server;
+                // observers alone refresh only their own objects.
+                let listed = lives.contains(where: \.followsServer)
+                let lagging = { () -> [String] in
+                    var lagging: [String] = []
+                    for live in lives where listed {
+                        let want = reference(model, queries[live.query])
+                        let got = live.last.withLock { $0.ids }
+                        guard got != want else { continue }
+                        let missing = want.filter { !got.contains($0) }, extra = got.filter { !want.contains($0) }
+                        lagging.append("live query \(queries[live.query].text ?? "all") lacks \(missing), has \(extra) too"
+                                       + (missing.isEmpty && extra.isEmpty ? " (in another order)" : "")
+                                       + ": stopped at \(got), want \(want)")
+                    }
+                    for watch in watches {
+                        let now = value(model[watch.id], watch.key)
+                        if now != watch.base && watch.told.withLock({ $0 }) <= watch.baseline {
+                            lagging.append("the observer of \(watch.id).\(watch.key) was not told of "
+                                           + "\(watch.base ?? "nil") -> \(now ?? "deleted")")
+                        }
+                        guard let item = model[watch.id] else { continue }
+                        let want: Value = watch.key == "Title" ? .text(item.title) : .integer(item.rank)
+                        let got = try? context.object(entity: "items", id: watch.id).peek(watch.key)
+                        if got != want { lagging.append("\(watch.id).\(watch.key) peeks \(got.map { "\($0)" } ?? "an error"), want \(want)") }
+                    }
+                    return lagging
+                }
+                let converged = eventually(quietSeconds) { lagging().isEmpty }
+                let waited = Int(Date().timeIntervalSince(started) * 1000)
+                log.append("quiet after put \(id) \(item)\(listed ? "" : " (no live fetch follows the server)"): "
+                           + (converged ? "converged in \(waited) ms" : "not converged in \(waited) ms"))
+                if converged {
+                    quietWaits.append(waited)
+                } else {
+                    failures += lagging().map { "step \(step): quiet for \(waited) ms: \($0)" }
+                }
+                rebase()
             default:  // a sync: every live fetch converges on the server's state
                 let answers = try fetch(context, FetchRequest(entity: "items"))
                 log.append("sync")
@@ -570,15 +655,7 @@ enum LiveConvergence {
                                         + "\(watch.base ?? "nil") -> \(value(model[watch.id], watch.key) ?? "deleted")")
                     }
                 }
-                for index in watches.indices {
-                    watches[index].base = value(model[watches[index].id], watches[index].key)
-                    watches[index].baseline = watches[index].told.withLock { $0 }
-                }
-                watches.removeAll { watch in
-                    guard watch.base == nil else { return false }
-                    try? watch.observer.remove()
-                    return true
-                }
+                rebase()
                 if watches.count < 6, let id = model.keys.sorted().randomElement(using: &random) {
                     let key = Bool.random(using: &random) ? "Title" : "Rank"
                     let told = Lock(0)
@@ -600,7 +677,9 @@ enum LiveConvergence {
             for live in lives { failures += live.problems.withLock { $0 } }
         }
         if !failures.isEmpty { failures.append("seed \(seed), steps: " + log.joined(separator: "; ")) }
-        print("live convergence: seed \(seed), \(step) steps (\(steps.sorted().joined(separator: ","))), "
+        let quiet = quietWaits.isEmpty ? ""
+            : "; \(quietWaits.count) quiet converged in \(quietWaits.sorted()[quietWaits.count / 2]) ms (median), \(quietWaits.max()!) ms at most"
+        print("live convergence: seed \(seed), \(step) steps (\(steps.sorted().joined(separator: ","))\(quiet)), "
               + (failures.first.map { "FAILED: " + $0.prefix(300) } ?? "converged"))
         fflush(nil)  // every stream: stdout is a C global Swift 6 will not share
         return failures
