@@ -1,6 +1,42 @@
 import XCTest
 @testable import Tether
 
+/// Kinto on its PostgreSQL backend: a record put back at an older version
+/// moves the collection's ETag back to that version, so a listing of changes
+/// since it is answered 304, nothing changed. This connection answers the
+/// first listing of changes so, at `release()` (a slow network).
+final class FallenBackETagConnection: WrappingConnection, @unchecked Sendable {
+    let inner: any Connection
+    private let state = ConditionLock<(held: (@Sendable () -> Void)?, asked: Bool, done: Bool)>((nil, false, false))
+    init(_ inner: any Connection) { self.inner = inner }
+
+    func waitUntilAsked() -> Bool {
+        state.withLock(when: { $0.asked }, until: MonotonicTime.now().adding(milliseconds: 10_000)) { v, _ in v.asked }
+    }
+
+    func release() {
+        let held = state.withLock { state -> (@Sendable () -> Void)? in
+            defer { state.held = nil }
+            return state.held
+        }
+        if let held { Thread.detachNewThread { held() } }
+    }
+
+    func page(_ request: PageRequest, _ done: @escaping @Sendable (Result<Page, TetherError>) -> Void) -> any Cancellable {
+        guard let since = request.since, request.cursor == nil,
+              state.withLock({ state -> Bool in defer { state.done = true }; return !state.done }) else {
+            return inner.page(request, done)
+        }
+        state.withLock { state in
+            state.held = { done(.success(Page(next: nil, version: since) { PageContent(records: []) })) }
+            state.asked = true
+        }
+        return NothingToCancel()
+    }
+
+    private struct NothingToCancel: Cancellable { func cancel() {} }
+}
+
 /// A connection whose first listing page is held (its answer already read
 /// from the server) until `release()`: a live fetch's own listing then lands
 /// after other writes, as on a slow network.
@@ -176,6 +212,48 @@ enum LiveConvergenceContract {
         request.predicate = "Title == 'newer'"
         request.policy = .cacheOnly
         XCTAssertEqual(try fetch(context, request).last?.objects.map(\.id), [])
+    }
+
+    /// A fetch the host started ends with its full checks even when its page
+    /// comes back older than a sync that landed meanwhile (the cache then
+    /// answers): Kinto's PostgreSQL backend moves a collection's ETag back
+    /// to an older version when a record is put back at it, so a restore
+    /// can hide behind exactly such a page (found by the quiet step, seed 303).
+    static func olderPageStillEndsWithTheFullChecks(_ backend: KintoBackend) throws {
+        let first = try backend.open()
+        XCTAssertNil(try fetch(first, FetchRequest(entity: "items")).last?.error)
+        let old = try XCTUnwrap(try backend.record("i1")?.first { $0.key == "last_modified" }?.value.integerValue)
+        try backend.putItem("i1", #"{"Title": "newer", "Rank": 1}"#)
+        XCTAssertNil(try fetch(first, FetchRequest(entity: "items")).last?.error)
+        try first.close()
+        try backend.deleteItem("i1")
+        try backend.putItem("i1", #"{"Title": "item 1", "Rank": 1, "last_modified": \#(old)}"#)  // restored
+        var held: FallenBackETagConnection?
+        let context = try backend.open(fullCheckInterval: ContextOptions.maximumIntervalMilliseconds, wrapping: { connection in
+            let wrapped = FallenBackETagConnection(connection)
+            held = wrapped
+            return wrapped
+        })
+        defer { try? context.close() }
+        let gate = try XCTUnwrap(held)
+        let items = try context.model.existingEntity(named: "items")
+        XCTAssertTrue(context.takeFullCheck(items, always: true), "(the background sync below has its checks done)")
+        let answer = ConditionLock<[FetchResult]>([])
+        let task = try context.makeFetch(FetchRequest(entity: "items"))  // the host's: answered 304, late
+        try task.start { result in answer.withLock { $0.append(result) } }
+        XCTAssertTrue(gate.waitUntilAsked())
+        try backend.setRank("i2", 5000)  // a newer change, which a background sync takes
+        var background = FetchRequest(entity: "items")
+        background.isBackgroundSync = true
+        XCTAssertNil(try fetch(context, background).last?.error)
+        XCTAssertEqual(try context.object(entity: "items", id: "i1").peek("Title"), .text("newer"), "(no check ran yet)")
+        gate.release()
+        let final = answer.withLock(when: { $0.last?.phase == .final }, until: MonotonicTime.now().adding(milliseconds: 15_000)) {
+            value, _ in value.last
+        }
+        XCTAssertNil(try XCTUnwrap(final).error)
+        XCTAssertEqual(try context.object(entity: "items", id: "i1").peek("Title"), .text("item 1"),
+                       "the host's fetch ended without its full checks")
     }
 
     /// Issue 29: a listing read before a deletion, whose page lands after a
@@ -695,6 +773,7 @@ final class KintoLiveConvergenceTests: KintoTestCase {
     func testStaleListingDoesNotBringBackADeletedRecord() throws {
         try LiveConvergenceContract.staleListingDoesNotBringBackADeletedRecord(backend)
     }
+    func testOlderPageStillEndsWithTheFullChecks() throws { try LiveConvergenceContract.olderPageStillEndsWithTheFullChecks(backend) }
     func testCacheElseServerAsksUntilSynced() throws { try LiveConvergenceContract.cacheElseServerAsksUntilSynced(backend) }
 
     /// A few seconds in `make test`; TETHER_LIVE_SECONDS (scripts/fuzz live) for longer.

@@ -130,7 +130,13 @@ extension FetchTask {
             // bring back what that listing replaced: the cache answers.
             if request.serverQuery == nil, try store.isOlderThanSync(page.version, of: entity) {
                 Log.debug(.sync, "\(entity.name): a page of version \(page.version ?? 0) is older than the sync: the cache answers")
-                return finish(nil, try readCache())
+                // A fetch the host started still ends with its full checks: a
+                // server's version going back is also how a restore shows on
+                // Kinto's PostgreSQL backend (its collection's ETag falls back).
+                guard !request.isBackgroundSync, checksVersions(plan), context.takeFullCheck(entity, always: true) else {
+                    return finish(nil, try readCache())
+                }
+                return checkVersions(plan) { [self] in try readCache() }
             }
             if let next = page.next { try checkProgress(content, next) }
             withListing { $0.checkedPages = index + 1 }
@@ -196,16 +202,7 @@ extension FetchTask {
             // compared with the store's (see `VersionCheck`). The cache,
             // then exact, answers (another fetch's check may have changed it too).
             try settle(plan)
-            return VersionCheck(context: context, store: store, connection: connection, worker: worker, entity: entity,
-                                sent: { [self] in sent($0) },
-                                isCurrent: { [self] in withListing({ $0.plan == plan }) == true }) { [self] outcome in
-                do {
-                    _ = try outcome.get()
-                    finish(nil, try storedAnswer())
-                } catch {
-                    fail(error)
-                }
-            }.start()
+            return checkVersions(plan) { [self] in try storedAnswer() }
         }
         if checks, case .sync = plan, lifecycle.withRunning({ work -> Bool in defer { work.counted = true }; return !work.counted }) == true {
             // A set re-created leaves no trace in what changed since our
@@ -236,6 +233,21 @@ extension FetchTask {
             if !stale.isEmpty { return verify(stale) }
         }
         finish(nil, try listingEnded(plan))
+    }
+
+    /// The server's ids and versions compared with the store's
+    /// (`VersionCheck`); then `answer` ends the fetch.
+    private func checkVersions(_ plan: ServerPlan, then answer: @escaping @Sendable () throws -> FetchedResults) {
+        VersionCheck(context: context, store: store, connection: connection, worker: worker, entity: entity,
+                     sent: { [self] in sent($0) },
+                     isCurrent: { [self] in withListing({ $0.plan == plan }) == true }) { [self] outcome in
+            do {
+                _ = try outcome.get()
+                finish(nil, try answer())
+            } catch {
+                fail(error)
+            }
+        }.start()
     }
 
     /// A page that names a next cursor must bring a record or deletion the
