@@ -487,10 +487,15 @@ TETHER_API int tether_kinto_options_init(tether_kinto_options *kinto, unsigned i
  * open in another process, takes them over and saves them, once (an object
  * with a change of its own there keeps it; the other waits for that save
  * and follows it, as a later edit would). The log says at INFO how many it
- * took over and from which process. Processes see each other's stored
- * records at their next read from the store (a fetch, a get, a peek of an
- * object not in memory); objects in memory, observers and live fetches hear
- * of them at their next refresh from the server.
+ * took over and from which process. What one process stores (records it
+ * fetched, refreshed, saved or saw deleted) reaches the others' objects in
+ * memory, observers and live fetches within about 200 ms, with no request
+ * to the server: every 200 ms each context asks SQLite whether another
+ * connection wrote to its store (PRAGMA data_version, no I/O), and if one
+ * did, its objects in memory read their rows again and its live fetches
+ * look again. Unsaved changes stay their process's own until saved.
+ * Processes on different hosts or in different PID namespaces (containers)
+ * must not share a store file.
  *
  * On success *out is a new context owned by the caller: close it with
  * tether_context_close. */

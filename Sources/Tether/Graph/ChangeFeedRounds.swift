@@ -72,14 +72,14 @@ extension Context {
             graph.withLock { $0.periodic.feed.position = .unavailable }
             let level: LogLevel = error.kind == .auth || error.kind == .notFound ? .info : .warning
             Log.at(level, .sync, "the server's change feed cannot be read (\(error.message)): each round asks each watched entity")
-            return serverChanged(polled)
+            return serverChanged(polled, byRound: true)
         }
         graph.withLock { $0.periodic.feed.position = .at(feed.position) }
         guard let writes = feed.writes else {
             // The first read, which syncs everything once; or more writes
             // than a read takes, any of which may be a restore.
             if asked != nil { forgetFullChecks(polled) }
-            return serverChanged(polled)
+            return serverChanged(polled, byRound: true)
         }
         var changed = polled.filter(fullCheckDue)
         var restored: [Int: [String]] = [:]
@@ -94,7 +94,7 @@ extension Context {
                 restored[entity.index, default: []].append(id)
             }
         }
-        if !changed.isEmpty { serverChanged(changed) }
+        if !changed.isEmpty { serverChanged(changed, byRound: true) }
         for (index, ids) in restored { refetchRestored(model.entities[index], ids) }
     }
 

@@ -98,6 +98,8 @@ public final class Context: Sendable {
         var pushed = PushedRefreshes()
         /// Rounds of syncs of watched entities (PeriodicSync.swift).
         var periodic = PeriodicSync()
+        /// Each store's `data_version` when last looked at (`OtherProcesses`).
+        var storeVersions: [Int64?] = []
 
         init(entities: Int, cacheSize: Int) {
             recent = Array(repeating: nil, count: cacheSize)
@@ -194,6 +196,7 @@ public final class Context: Sendable {
             }
             if online { context.checkCrossStoreReferences() }
             context.startPeriodicSync()
+            context.worker.async { [weak context] in context?.startStoreWatch() }
             Log.info(.context, "context opened \(online ? "online" : "offline"): \(model.entities.count) entities, store \(options.storePath)")
             return context
         } catch {

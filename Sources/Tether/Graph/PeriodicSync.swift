@@ -47,7 +47,7 @@ extension Context {
             worker.async { [weak self] in
                 guard let self, connection.backoffRemainingMilliseconds == 0 else { return }
                 let polled = notPushed(graph.withLock { watchedEntityNames($0) })
-                if !polled.isEmpty { serverChanged(polled) }
+                if !polled.isEmpty { serverChanged(polled, byRound: true) }
             }
         }
         let stale = graph.withLock { graph -> UInt64? in
@@ -111,9 +111,9 @@ extension Context {
         if connection.canPushChanges { tellPolling(watched) }
         if connection.backoffRemainingMilliseconds > 0 { return }
         if isOnline {
-            if !roundByFeed(watched) { serverChanged(watched) }
+            if !roundByFeed(watched) { serverChanged(watched, byRound: true) }
         } else if let probe = watched.min() {
-            serverChanged([probe])
+            serverChanged([probe], byRound: true)
         }
     }
 

@@ -10,6 +10,9 @@ struct PushedRefreshes {
     var subscribed: Set<String> = []
     /// Entities (by index) noticed and not yet listed since.
     var pending: Set<Int> = []
+    /// Those of `pending` only a periodic round asked for: dropped while the
+    /// server asks to back off (a push or the host's word is not).
+    var pendingByRound: Set<Int> = []
     /// Entities whose listing runs.
     var running: Set<Int> = []
     /// Whether a start of the pending listings is scheduled on the worker.
@@ -33,12 +36,15 @@ extension Context {
     }
 
     /// These entities (nil: every watched one) changed on the server: from
-    /// the connection's thread, a periodic round, or the host.
-    func serverChanged(_ names: Set<String>?) {
+    /// the connection's thread, a periodic round (`byRound`), or the host.
+    func serverChanged(_ names: Set<String>?, byRound: Bool = false) {
         let schedule = graph.withLock { graph -> Bool in
             let watched = watchedEntityNames(graph)  // none once closed
             for name in names ?? watched where watched.contains(name) {
-                if let entity = model.entity(named: name) { graph.pushed.pending.insert(entity.index) }
+                guard let entity = model.entity(named: name) else { continue }
+                if byRound, !graph.pushed.pending.contains(entity.index) { graph.pushed.pendingByRound.insert(entity.index) }
+                if !byRound { graph.pushed.pendingByRound.remove(entity.index) }
+                graph.pushed.pending.insert(entity.index)
             }
             guard !graph.pushed.pending.isEmpty, !graph.pushed.scheduled else { return false }
             graph.pushed.scheduled = true
@@ -49,11 +55,18 @@ extension Context {
 
     /// On the worker: starts a listing of each pending entity not listed now.
     private func startPushedRefreshes() {
+        let backingOff = connection.backoffRemainingMilliseconds > 0
         let starting = graph.withLock { graph -> [(Int, [any RowListener])] in
             graph.pushed.scheduled = false
             guard !graph.closed else { return [] }
+            if backingOff {
+                // (A round asked before the backoff began, or while a sync ran into it.)
+                graph.pushed.pending.subtract(graph.pushed.pendingByRound)
+                graph.pushed.pendingByRound = []
+            }
             let ready = graph.pushed.pending.subtracting(graph.pushed.running)
             graph.pushed.pending.subtract(ready)  // the running ones stay pending: listed again after
+            graph.pushed.pendingByRound.subtract(ready)
             graph.pushed.running.formUnion(ready)
             return ready.map { ($0, graph.rowListeners[$0].map { Array($0.values) } ?? []) }
         }

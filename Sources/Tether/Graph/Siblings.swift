@@ -72,6 +72,7 @@ extension Context {
             try sibling.restoreChanges()
             try sibling.adoptOrphanedChanges()
             sibling.startPeriodicSync()
+            sibling.worker.async { [weak sibling] in sibling?.startStoreWatch() }
         } catch {
             // Its threads are running already: a sibling refused is closed, not dropped.
             try? sibling.close()

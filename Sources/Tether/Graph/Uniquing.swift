@@ -50,6 +50,11 @@ final class Uniquing: @unchecked Sendable {
         table.withLock { table in ids.compactMap { table[entity.index][HashedID($0)].flatMap(Self.live) } }
     }
 
+    /// Every object of `entity` in memory.
+    func allInMemory(_ entity: Entity) -> [ManagedObject] {
+        table.withLock { table in table[entity.index].values.compactMap(Self.live) }
+    }
+
     /// From `object`'s deinit: its entry goes, unless another object for its
     /// record has taken the entry since it began to be freed.
     func remove(_ object: Unmanaged<ManagedObject>, entity: Int, id: HashedID) {

@@ -10,6 +10,17 @@ extension Store {
         try meta("write", database).flatMap { Int64($0) } ?? 0
     }
 
+    /// SQLite's count of commits by other connections (`PRAGMA data_version`):
+    /// it moves when another process wrote to the file. No I/O.
+    func dataVersion() throws -> Int64 {
+        try withDatabase { database in
+            guard case .integer(let version)? = try database.statement("PRAGMA data_version").rows().first?.first else {
+                throw TetherError(.store, "store: PRAGMA data_version gave no number")
+            }
+            return version
+        }
+    }
+
     /// Up to which version of the server's collection every change of
     /// `entity` is in its table; nil: never synced (or the table changed).
     func syncVersion(_ entity: Entity) throws -> Int64? {

@@ -5,6 +5,7 @@ line on stdin, one JSON answer a line on stdout.
     {"op": "set", "entity": E, "id": I, "values": {K: V, ...}}     (an edit, unsaved)
     {"op": "insert", "entity": E, "id": I, "values": {...}}
     {"op": "save"}            -> {"saved": n, "conflicts": n} or {"error": name}
+    {"op": "fetch", "entity": E}   -> {"count": records} (from the server)
     {"op": "changes"}         -> {"count": the context's unsaved changes}
     {"op": "cached", "entity": E, "key": K}   -> {"values": {id: value}} (the store's, cache-only)
     {"op": "close"}
@@ -42,6 +43,8 @@ def run(command, state):
             return {"saved": report.saved, "conflicts": len(report.conflicts)}
         except tether.ConflictError as error:
             return {"saved": error.saved, "conflicts": len(error.conflicts)}
+    if op == "fetch":
+        return {"count": len(ctx.query(command["entity"], policy="server_only").all())}
     if op == "changes":
         return {"count": ctx.change_count}
     if op == "cached":

@@ -9,15 +9,19 @@ proxy in front of it counts what each context sends.
 """
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 import tether
+from conftest import wait_until
+from test_live import ids_of, live_calls
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA = {"type": "object", "properties": {"Title": {"type": "string"}, "N": {"type": "integer"}}}
@@ -208,7 +212,8 @@ def test_exclusive_refuses_other_processes_naming_one(kinto, notes, kinto_url, t
 def test_four_processes_edit_insert_and_save_in_rounds(kinto, notes, kinto_url, tmp_path, processes):
     """Each process edits its own records and inserts new ones, saving in rounds,
     all at once: every value on the server is its process's last, nothing is
-    duplicated, no conflict is met, every outbox ends empty."""
+    duplicated, no conflict is met, every outbox ends empty and every process's
+    objects equal the server."""
     store = str(tmp_path / "shared.db")
     workers = [processes() for _ in range(4)]
     for w in workers:
@@ -241,5 +246,43 @@ def test_four_processes_edit_insert_and_save_in_rounds(kinto, notes, kinto_url, 
     assert not failures, failures
     server = titles(kinto, notes)
     assert server == expected
+    time.sleep(0.5)                                  # each hears the others' last saves (200 ms)
     for w in workers:
         assert w.ok("changes")["count"] == 0
+        cached = w.ok("cached", entity="notes", key="Title")["values"]
+        assert {rid: cached.get(rid) for rid in server} == server
+
+
+def test_a_live_query_hears_another_processs_fetch_and_save_without_asking(kinto, notes, kinto_url, tmp_path, open_ctx,
+                                                                           processes, recorder, caplog):
+    """P's live query and observer hear what A stores, its save and its fetch,
+    within half a second (the watch looks every 200 ms), and P asks the server
+    nothing for it (P's requests counted in its log: each is a DEBUG line)."""
+    store = str(tmp_path / "shared.db")
+    p = open_shared(open_ctx, kinto_url, notes, store)
+    rec, told = recorder(), recorder()
+    p.query("notes", where="N < 10", sort="N").live(rec)
+    assert rec.wait(lambda c: live_calls(rec))
+    r05 = p.object("notes", "r05")
+    r05.observe("Title", told)
+    a = processes()
+    a.ok("open", url=kinto_url, bucket=notes, store=store)
+    caplog.set_level(logging.DEBUG, logger="tether.http")
+    tether.log_to_python()
+    a.ok("set", entity="notes", id="r05", values={"Title": "saved by A"})
+    assert a.ok("save")["saved"] == 1
+    assert wait_until(lambda: r05.peek("Title") == "saved by A", timeout=1.0), "P did not hear A's save"
+    assert wait_until(lambda: (r05, "Title", 0) in told.calls, timeout=1.0)
+    kinto.patch_record(notes, "notes", "r06", {"N": 100})    # out of the live query's answer...
+    time.sleep(0.5)
+    assert "r06" in ids_of(live_calls(rec)[-1].answer), "nothing told P yet"
+    assert a.ok("fetch", entity="notes")["count"] == 80       # ...once A's fetch stores it
+    assert wait_until(lambda: "r06" not in ids_of(live_calls(rec)[-1].answer), timeout=1.0)
+    assert ids_of(live_calls(rec)[-1].answer) == ["r%02d" % i for i in range(10) if i != 6]
+    asked = [r.getMessage() for r in caplog.records if r.name == "tether.http"]
+    p.query("notes", policy="server_only").all()              # (a request of P's is seen)
+    seen = [r.getMessage() for r in caplog.records if r.name == "tether.http"]
+    caplog.set_level(logging.WARNING, logger="tether.http")
+    tether.log_to_python()
+    assert asked == [], "P asked the server"
+    assert len(seen) > len(asked)
