@@ -251,6 +251,13 @@ def requests_since(path, offset):
 def request_codes_since(path, offset):
     """The request.summary entries of the Kinto log written after `offset`,
     with their status: a list of (method, path, querystring dict, code)."""
+    return [entry[:4] for entry in request_timings_since(path, offset)]
+
+
+def request_timings_since(path, offset):
+    """The request.summary entries of the Kinto log written after `offset`,
+    with their status and Kinto's own milliseconds: a list of (method, path,
+    querystring dict, code, t)."""
     out = []
     with open(path, "rb") as f:
         f.seek(offset)
@@ -262,7 +269,7 @@ def request_codes_since(path, offset):
             if entry.get("Type") == "request.summary":
                 fields = entry.get("Fields", {})
                 out.append((fields.get("method"), fields.get("path"), fields.get("querystring") or {},
-                            fields.get("code")))
+                            fields.get("code"), fields.get("t")))
     return out
 
 

@@ -309,24 +309,6 @@ def _kinto_pid():
         return None
 
 
-def _kinto_requests(path, offset):
-    """The request.summary entries of the Kinto log written after `offset`:
-    (method, path, querystring dict, code, t: Kinto's own milliseconds)."""
-    out = []
-    with open(path, "rb") as f:
-        f.seek(offset)
-        for line in f:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry.get("Type") == "request.summary":
-                fields = entry.get("Fields", {})
-                out.append((fields.get("method"), fields.get("path"), fields.get("querystring") or {},
-                            fields.get("code"), fields.get("t")))
-    return out
-
-
 def _is_round(path):
     """A fleet client's round: a listing of the collection, or of the
     bucket's history (where Kinto has kinto.plugins.history: KINTO_INCLUDES)."""
@@ -397,7 +379,7 @@ def m13_kinto(table, url, tmp, clients, processes, seconds, idle, interval):
             raise failed[0]
         window = time.monotonic() - start
         cpu1 = (_cpu_seconds(pids), _cpu_seconds(kinto))
-        entries = _kinto_requests(logpath, offset) if logpath else None
+        entries = common.request_timings_since(logpath, offset) if logpath else None
         # The last write's rounds, then the quiet window: every round finds nothing new.
         fleet.wait_seen(n, interval * 3 + 10)
         time.sleep(0.2 * interval)
@@ -405,7 +387,7 @@ def m13_kinto(table, url, tmp, clients, processes, seconds, idle, interval):
         cpu2 = (_cpu_seconds(pids), _cpu_seconds(kinto))
         time.sleep(idle)
         cpu3 = (_cpu_seconds(pids), _cpu_seconds(kinto))
-        quiet_entries = _kinto_requests(logpath, idle_offset) if logpath else None
+        quiet_entries = common.request_timings_since(logpath, idle_offset) if logpath else None
         limited = _connection_limit_warnings(logpath, offset) if logpath else 0
     finally:
         closing = fleet.stop()
