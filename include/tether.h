@@ -494,6 +494,12 @@ TETHER_API int tether_kinto_options_init(tether_kinto_options *kinto, unsigned i
  * connection wrote to its store (PRAGMA data_version, no I/O), and if one
  * did, its objects in memory read their rows again and its live fetches
  * look again. Unsaved changes stay their process's own until saved.
+ * A process that opens the store while the server's specs have changed
+ * migrates it to the new model (tables and columns made or dropped); a
+ * context of another process opened for the old model then writes no row
+ * (a fetch or save that would fails with TETHER_E_STORE, saying so): close
+ * it and open it again. An open or a write that finds another process
+ * holding the store's write lock for more than 5 s fails with TETHER_E_BUSY.
  * Processes on different hosts or in different PID namespaces (containers)
  * must not share a store file.
  *

@@ -31,6 +31,7 @@ extension Store {
     func writeRows(_ records: [Record], deleting deletedIDs: [String] = [], deletedVersions: [Int64?] = [], of entity: Entity,
                    fetchedAt: Int64, acceptingOlder: Bool = false, askedAt: Int64? = nil, ownDeletion: Bool = false,
                    _ database: Database) throws -> Written {
+        try checkModelUnchanged(database)
         var versions: [ExactString: Int64] = [:]
         for (id, version) in zip(deletedIDs, deletedVersions) { if let version { versions[ExactString(id)] = version } }
         var records = try withoutStale(records, of: entity, acceptingOlder: acceptingOlder, askedAt: askedAt, database)

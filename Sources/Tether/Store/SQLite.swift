@@ -21,6 +21,8 @@ final class Database: @unchecked Sendable {
     /// Unpinned statements a connection keeps prepared; beyond this the
     /// least recently used one goes (SQL built from sort keys can vary).
     static let statementCacheLimit = 128
+    /// How long a statement waits for another connection's write lock.
+    static let busyTimeoutMilliseconds = 5_000
 
     private(set) var handle: OpaquePointer?
     /// Statements this connection has prepared, for tests and benchmarks
@@ -41,7 +43,7 @@ final class Database: @unchecked Sendable {
             throw TetherError(.store, "cannot open store \(path): \(reason)")
         }
         handle = connection
-        sqlite3_busy_timeout(connection, 5000)
+        sqlite3_busy_timeout(connection, Int32(Self.busyTimeoutMilliseconds))
         sqlite3_extended_result_codes(connection, 1)
     }
 
@@ -153,10 +155,11 @@ final class Database: @unchecked Sendable {
         let start = Log.isEnabled(.warning) ? MonotonicTime.now() : nil
         defer { if let start { Self.noteTime(since: start, sql) } }
         var message: UnsafeMutablePointer<CChar>?
-        guard sqlite3_exec(handle, sql, nil, nil, &message) == SQLITE_OK else {
+        let status = sqlite3_exec(handle, sql, nil, nil, &message)
+        guard status == SQLITE_OK else {
             let reason = message.map { String(cString: $0) } ?? "unknown error"
             sqlite3_free(message)
-            throw TetherError(.store, "store: \(reason)")
+            throw Self.failure(status, "store: \(reason)")
         }
     }
 
@@ -174,7 +177,14 @@ final class Database: @unchecked Sendable {
     }
 
     func error(_ context: String) -> TetherError {
-        TetherError(.store, "store: \(context): \(String(cString: sqlite3_errmsg(handle)))")
+        Self.failure(sqlite3_errcode(handle), "store: \(context): \(String(cString: sqlite3_errmsg(handle)))")
+    }
+
+    /// A store held by another process past the busy timeout (migrating
+    /// it, say) is `.busy`, not a broken store.
+    static func failure(_ status: Int32, _ message: String) -> TetherError {
+        guard status & 0xff == SQLITE_BUSY || status & 0xff == SQLITE_LOCKED else { return TetherError(.store, message) }
+        return TetherError(.busy, message + " (another process has held the store's write lock for \(busyTimeoutMilliseconds / 1000) s)")
     }
 }
 

@@ -7,6 +7,8 @@ extension Store {
         try withDatabase { database in
             guard try Self.meta("identity", database) != nil else { return nil }
             try Self.checkOwner(database, identity: identity, formerIdentities: formerIdentities)
+            let generation = try Self.meta(Self.generationKey, database).flatMap { Int64($0) } ?? 0
+            modelGeneration.withLock { $0 = generation }
             return try Self.meta("model", database).flatMap(ModelCoding.decode)
         }
     }
@@ -22,6 +24,21 @@ extension Store {
                 throw TetherError(.store, "\(name) was attached beside \(Log.redacted(saved)), not \(Log.redacted(identity)): "
                                   + "its references name records there")
             }
+        }
+    }
+
+    static let generationKey = "model generation"
+
+    /// Inside a write transaction: refuses to write rows for a model the
+    /// store no longer has. Another process that opened against changed
+    /// server specs migrated the tables; rows written here now would lack
+    /// its new fields (read there as null) or name columns gone.
+    func checkModelUnchanged(_ database: Database) throws {
+        guard let mine = modelGeneration.withLock({ $0 }) else { return }
+        let current = try Self.meta(Self.generationKey, database).flatMap { Int64($0) } ?? 0
+        guard current == mine else {
+            throw TetherError(.store, "another process migrated the store to a changed model (the server's specs changed): "
+                              + "nothing was written; close this context and open it again")
         }
     }
 
@@ -64,7 +81,14 @@ extension Store {
                     try database.statement("DELETE FROM tether_deleted WHERE entity = ?").run([.integer(code)])
                 }
                 try Self.setMeta("identity", identity, database)
-                try Self.setMeta("model", ModelCoding.encode(model), database)
+                let encoded = ModelCoding.encode(model)
+                var generation = try Self.meta(Self.generationKey, database).flatMap { Int64($0) } ?? 0
+                if try Self.meta("model", database) != encoded {
+                    generation += 1
+                    try Self.setMeta(Self.generationKey, String(generation), database)
+                }
+                try Self.setMeta("model", encoded, database)
+                modelGeneration.withLock { $0 = generation }
             }
         }
     }

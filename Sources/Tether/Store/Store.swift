@@ -95,6 +95,10 @@ final class Store: Sendable {
     /// The indexes made so far, by table: made on demand, at most
     /// `indexesPerTable` each, as every one slows writes.
     let indexes = Lock<[Int: Set<Int>]>([:])
+    /// The model generation (meta "model generation") this store's tables
+    /// were read or migrated for; nil until then. Another process that
+    /// migrates the file moves it on (`checkModelUnchanged`).
+    let modelGeneration = Lock<Int64?>(nil)
     static let indexesPerTable = 8
     static let extraColumn = "tether_extra"
     static let fetchedColumn = "tether_fetched_at"

@@ -286,3 +286,47 @@ def test_a_live_query_hears_another_processs_fetch_and_save_without_asking(kinto
     tether.log_to_python()
     assert asked == [], "P asked the server"
     assert len(seen) > len(asked)
+
+
+def test_a_store_another_process_holds_gives_busy_not_a_broken_store(kinto, notes, kinto_url, tmp_path, open_ctx):
+    """Another process holds the store's write lock (migrating it, say) past
+    the 5 s SQLite waits: the open fails with BusyError, and works once it is let go."""
+    import sqlite3
+    store = str(tmp_path / "shared.db")
+    open_shared(open_ctx, kinto_url, notes, store).close()
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
+                               "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                               "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); sys.stdin.read()", store],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(tether.BusyError, match="write lock"):
+            open_ctx(kinto_url, notes, store)
+    finally:
+        holder.stdin.close()
+        holder.wait(10)
+        holder.stdout.close()
+    assert sqlite3.connect(store).execute("SELECT count(*) FROM tether_claims WHERE open = 1").fetchone() == (0,)
+    open_shared(open_ctx, kinto_url, notes, store)
+
+
+def test_a_model_another_process_migrated_to_refuses_writes_here(kinto, notes, kinto_url, tmp_path, open_ctx, processes):
+    """A opened the store for the model of its day; the server's collection then
+    gained a field and B opened the store, migrating it. A writes no row for the
+    model it has (the new field would read as null in B): its fetch fails
+    with StoreError saying why, and its reopen works."""
+    store = str(tmp_path / "shared.db")
+    a = processes()
+    a.ok("open", url=kinto_url, bucket=notes, store=store)
+    schema = dict(SCHEMA, properties=dict(SCHEMA["properties"], Extra={"type": "string"}))
+    kinto.create_collection(notes, "notes", schema)
+    kinto.patch_record(notes, "notes", "r01", {"Extra": "new field"})
+    b = open_shared(open_ctx, kinto_url, notes, store)
+    assert b.object("notes", "r01").peek("Extra") == "new field"
+    kinto.patch_record(notes, "notes", "r02", {"Title": "for A to write"})
+    refused = a.ask("fetch", entity="notes")
+    assert refused.get("error") == "StoreError" and "another process migrated the store" in refused["message"], refused
+    a.ok("close")
+    a.ok("open", url=kinto_url, bucket=notes, store=store)
+    assert a.ok("fetch", entity="notes")["count"] == 80
+    assert b.object("notes", "r01").peek("Extra") == "new field"
