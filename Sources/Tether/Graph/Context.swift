@@ -59,6 +59,8 @@ public final class Context: Sendable {
     /// Whose rows of the store's outbox are this context's: `name`, or a
     /// guest owner while another process has a context of that name open.
     let outboxOwner: String
+    /// This context's claim on each of its stores (`Store/Claims.swift`).
+    let claims: [Store.Claim]
     /// The server's store.
     let store: Store
     /// The server's store, then each local store (an entity's `storeIndex`).
@@ -98,8 +100,8 @@ public final class Context: Sendable {
         var pushed = PushedRefreshes()
         /// Rounds of syncs of watched entities (PeriodicSync.swift).
         var periodic = PeriodicSync()
-        /// Each store's `data_version` when last looked at (`OtherProcesses`).
-        var storeVersions: [Int64?] = []
+        /// Where each store was when last looked at (`OtherProcesses`).
+        var storeMarks: [StoreMark?] = []
 
         init(entities: Int, cacheSize: Int) {
             recent = Array(repeating: nil, count: cacheSize)
@@ -113,14 +115,15 @@ public final class Context: Sendable {
     }
 
     init(model: Model, isOnline: Bool, options: ContextOptions, stores: [Store], connection: any Connection,
-                 reachability: Reachability, delivery: Delivery, name: String = "", outboxOwner: String? = nil,
+                 reachability: Reachability, delivery: Delivery, name: String = "", claims: [Store.Claim] = [],
                  coordinator: Coordinator = Coordinator()) {
         self.model = model
         openedOnline = isOnline
         self.reachability = reachability
         self.options = options
         self.name = name
-        self.outboxOwner = outboxOwner ?? name
+        self.outboxOwner = claims.first?.owner ?? name
+        self.claims = claims
         self.coordinator = coordinator
         self.stores = stores
         store = stores[0]
@@ -159,7 +162,7 @@ public final class Context: Sendable {
         let paths = [options.storePath] + options.localStores.map(\.path)
         let existed = paths.map { access($0, F_OK) == 0 }
         var stores: [Store] = []
-        var claimedOwner: String?
+        var claimed: [Store.Claim] = []
         var routed: (any Connection)?
         do {
             try LocalStoreOptions.validate(options.localStores)
@@ -171,8 +174,7 @@ public final class Context: Sendable {
                 stores.append(opened)
                 try opened.claim()
             }
-            let owner = try claimOwner(stores, name: "", exclusive: options.exclusive)
-            claimedOwner = owner
+            claimed = try claim(stores, name: "", exclusive: options.exclusive)
             let saved = try stores[0].savedModel(identity: connection.identity,
                                                  formerIdentities: connection.formerIdentities)
             let (serverModel, online) = try connect(connection, saved: saved, store: stores[0])
@@ -185,8 +187,9 @@ public final class Context: Sendable {
             // Taken from the server's connection: the routed one wraps it.
             let reachability = (connection as? any ReachabilityReporting)?.reachability ?? Reachability()
             let context = Context(model: model, isOnline: online, options: options, stores: stores,
-                                  connection: routing, reachability: reachability, delivery: delivery, outboxOwner: owner)
+                                  connection: routing, reachability: reachability, delivery: delivery, claims: claimed)
             try context.coordinator.join(context)
+            context.takeStoreBaseline()
             do {
                 try context.restoreChanges()
                 try context.adoptOrphanedChanges()
@@ -196,12 +199,12 @@ public final class Context: Sendable {
             }
             if online { context.checkCrossStoreReferences() }
             context.startPeriodicSync()
-            context.worker.async { [weak context] in context?.startStoreWatch() }
+            context.startStoreWatch()
             Log.info(.context, "context opened \(online ? "online" : "offline"): \(model.entities.count) entities, store \(options.storePath)")
             return context
         } catch {
             (routed ?? connection).shutdown()
-            if let claimedOwner { for opened in stores { try? opened.releaseOwner(claimedOwner) } }
+            for (opened, claim) in zip(stores, claimed) { try? opened.release(claim) }
             for opened in stores { opened.close() }
             for (path, existed) in zip(paths, existed) where !existed {
                 for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
@@ -261,12 +264,12 @@ public final class Context: Sendable {
         delivery.beginClose()
         for cancel in cancels { cancel() }
         // The store and connection close with the last context sharing them.
-        let last = coordinator.leave(self)
+        let (joined, last) = coordinator.leave(self)
         if last { connection.shutdown() }
         worker.shutdown()
         delivery.shutdown()
-        // (A sibling of the same name racing this one's open holds the claim.)
-        if !coordinator.isOpen(name) { releaseClaims() }
+        // One refused for its name (another context of this process has it) claimed nothing of its own.
+        if joined { releaseClaims() }
         if last { for store in stores { store.close() } }
         // Objects the host still holds keep their identity and die with their
         // handles. The rest are released here, outside the lock.

@@ -11,34 +11,41 @@
 extension Context {
     static let storeWatchMilliseconds: Int64 = 200
 
-    /// At open: the first look takes the stores' versions as they are.
+    /// At open, before the outbox is read: where each store is now (what
+    /// another process writes from here on is heard). Then looks begin.
+    func takeStoreBaseline() {
+        let now = stores.map { store in (try? store.dataVersion()).map { StoreMark(dataVersion: $0, lastWrite: (try? store.lastWrite()) ?? 0) } }
+        graph.withLock { $0.storeMarks = now }
+    }
+
     func startStoreWatch() {
-        lookAtStores()
+        worker.async(afterMilliseconds: Self.storeWatchMilliseconds) { [weak self] in self?.lookAtStores() }
     }
 
     /// On the worker, and again after the watch interval until the close.
     private func lookAtStores() {
-        var moved: [Int] = []
         for (index, store) in stores.enumerated() {
             guard let version = try? store.dataVersion() else { continue }
-            let last = graph.withLock { graph -> Int64?? in
+            let mark = graph.withLock { graph -> StoreMark?? in
                 guard !graph.closed else { return nil }
-                if graph.storeVersions.count < stores.count { graph.storeVersions = Array(repeating: nil, count: stores.count) }
-                defer { graph.storeVersions[index] = version }
-                return .some(graph.storeVersions[index])
+                return .some(graph.storeMarks.indices.contains(index) ? graph.storeMarks[index] : nil)
             }
-            guard let last else { return }  // closed: no more looks
-            if let seen = last, seen != version { moved.append(index) }
-        }
-        for index in moved {
+            guard let mark else { return }  // closed: no more looks
+            guard mark?.dataVersion != version else { continue }
             do {
-                try takeOtherProcessesWrites(storeIndex: index)
+                // Another connection committed: rows of server records moved only if the write serial did
+                // (an outbox edit or a claim moves data_version alone).
+                let written = try store.lastWrite()
+                if let mark, written != mark.lastWrite { try takeOtherProcessesWrites(storeIndex: index) }
+                graph.withLock { graph in
+                    if graph.storeMarks.indices.contains(index) { graph.storeMarks[index] = StoreMark(dataVersion: version, lastWrite: written) }
+                }
             } catch {
+                // The mark stays: the next look tries again.
                 Log.warning(.store, "another process's writes to the store could not be read (\(error)); the next look tries again")
-                graph.withLock { $0.storeVersions[index] = nil }
             }
         }
-        worker.async(afterMilliseconds: Self.storeWatchMilliseconds) { [weak self] in self?.lookAtStores() }
+        startStoreWatch()
     }
 
     /// The store at `storeIndex` changed under this context: its objects in
@@ -53,7 +60,7 @@ extension Context {
                 for object in held {
                     if let row = rows[ExactString(object.id)] {
                         let current = object.state.withLock { $0.record.map { $0.values == row.record.values } ?? false }
-                        if !current { _ = merge([row.record], of: entity, fetchedAt: row.fetchedAt, acceptingOlder: true) }
+                        if !current { try reload(object) }
                     } else if object.state.withLock({ $0.record != nil && !$0.deletedOnServer }),
                               try store.isDeleted(entity, id: object.id) {
                         gone.append(object.id)
@@ -65,4 +72,31 @@ extension Context {
             tellRowsChanged(entity, [""])
         }
     }
+
+    /// The object takes its row as the store has it now, read under the
+    /// object's lock: a sibling's newer answer, stored and handed over since
+    /// the batch was read, is not undone (older versions are taken: the store
+    /// is the truth, a restore there included).
+    private func reload(_ object: ManagedObject) throws {
+        let entity = object.entity
+        let observers = try object.state.withLock { state -> [KeyObserver] in
+            guard let row = try store(for: entity).load(entity, id: object.id) else { return [] }
+            guard state.record.map({ $0.values != row.record.values }) ?? true else { return [] }
+            let before = state.observedValues
+            state.record = row.record
+            state.loaded = true
+            state.fetchedAt = row.fetchedAt
+            state.deletedOnServer = false
+            state.neverOnServer = false
+            return state.observers(changedSince: before)
+        }
+        for observer in observers { observer.notify() }
+    }
+}
+
+/// Where a store was when a context last looked.
+struct StoreMark {
+    let dataVersion: Int64
+    /// The store's write serial of server records (`Store.lastWrite`).
+    let lastWrite: Int64
 }

@@ -3,34 +3,29 @@
 /// a context of the same name left (its process died, or it closed) are
 /// taken over at the next open or save, each by one context only.
 extension Context {
-    /// The outbox owner for a context named `name` on these stores, claimed
-    /// on each: the main store decides (the name itself, or a guest owner
-    /// when another live process holds it); the local stores must agree.
-    static func claimOwner(_ stores: [Store], name: String, exclusive: Bool) throws -> String {
-        let owner = try stores[0].claimOwner(name: name, exclusive: exclusive)
-        var claimed = [stores[0]]
+    /// A context named `name`'s claims on these stores: the main store
+    /// decides its outbox owner (the name itself, or a guest owner when
+    /// another live process holds it); the local stores take the same one.
+    static func claim(_ stores: [Store], name: String, exclusive: Bool) throws -> [Store.Claim] {
+        var claims = [try stores[0].claimOwner(name: name, exclusive: exclusive)]
         do {
             for store in stores.dropFirst() {
-                let local = try store.claimOwner(name: name, exclusive: exclusive)
-                claimed.append(store)
-                guard local == owner else {
-                    throw TetherError(.busy, "a local store's changes named \(name.debugDescription) belong to another live "
-                                      + "process, and the main store's do not: open them under another name")
-                }
+                claims.append(try store.claimOwner(name: name, exclusive: exclusive, owner: claims[0].owner))
             }
         } catch {
-            for store in claimed { try? store.releaseOwner(owner) }
+            for (store, claim) in zip(stores, claims) { try? store.release(claim) }
             throw error
         }
-        return owner
+        return claims
     }
 
     /// At close: this context's claims end (its unsaved rows stay, for the
-    /// next context of its name).
+    /// next context of its name). Only its own: a context of its name
+    /// opened since holds a claim of its own.
     func releaseClaims() {
-        for store in stores {
+        for (store, claim) in zip(stores, claims) {
             do {
-                try store.releaseOwner(outboxOwner)
+                try store.release(claim)
             } catch {
                 Log.warning(.store, "context \(name.debugDescription): its claim on the store could not be ended (\(error)); "
                                     + "other processes take its unsaved changes over once this process has ended")
@@ -51,7 +46,7 @@ extension Context {
             for orphan in orphans {
                 for row in try store.pendingChanges(orphan.owner, entities) {
                     if row.onlyAbsent {
-                        if try store.adopt(row.entity, id: row.id, from: orphan, into: outboxOwner) { adopted += 1 }
+                        if try store.adopt(row.entity, id: row.id, from: orphan, into: outboxOwner) != nil { adopted += 1 }
                         continue
                     }
                     if try adopt(row, from: orphan, store: store) { adopted += 1 }
@@ -69,9 +64,11 @@ extension Context {
     private func adopt(_ row: Store.OutboxRow, from orphan: Store.Claim, store: Store) throws -> Bool {
         let object = uniqueObjects(row.entity, [row.id])[0]
         let observers = try object.state.withLock { state -> [KeyObserver]? in
-            guard state.pending == nil, try store.adopt(row.entity, id: row.id, from: orphan, into: outboxOwner) else { return nil }
+            // The row as moved, not as first read: its process may have edited it since (a close and a reopen).
+            guard state.pending == nil, let moved = try store.adopt(row.entity, id: row.id, from: orphan, into: outboxOwner)
+            else { return nil }
             let before = state.observedValues
-            state.pending = row.change
+            state.pending = moved.change
             return state.observers(changedSince: before)
         }
         guard let observers else { return false }

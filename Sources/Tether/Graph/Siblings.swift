@@ -18,11 +18,12 @@ extension Context {
             }
         }
 
-        /// Removes `context`; true if it was the last.
-        func leave(_ context: Context) -> Bool {
+        /// Removes `context`: whether it had joined, and whether it was the last.
+        func leave(_ context: Context) -> (joined: Bool, last: Bool) {
             open.withLock { open in
+                let joined = open.contains { $0.context.context === context }
                 open.removeAll { $0.context.context === context || $0.context.context == nil }
-                return open.isEmpty
+                return (joined, open.isEmpty)
             }
         }
 
@@ -57,22 +58,23 @@ extension Context {
         guard !coordinator.isOpen(name) else {
             throw TetherError(.invalid, "a context named \(name.debugDescription) is already open on this store")
         }
-        let owner = try Self.claimOwner(stores, name: name, exclusive: options.exclusive)
+        let claims = try Self.claim(stores, name: name, exclusive: options.exclusive)
         let sibling: Context
         do {
             sibling = Context(model: model, isOnline: openedOnline, options: siblingOptions, stores: stores, connection: connection,
                               reachability: reachability, delivery: try Delivery(mode: siblingOptions.delivery), name: name,
-                              outboxOwner: owner, coordinator: coordinator)
+                              claims: claims, coordinator: coordinator)
         } catch {
-            for store in stores { try? store.releaseOwner(owner) }
+            for (store, claim) in zip(stores, claims) { try? store.release(claim) }
             throw error
         }
         do {
             try coordinator.join(sibling)
+            sibling.takeStoreBaseline()
             try sibling.restoreChanges()
             try sibling.adoptOrphanedChanges()
             sibling.startPeriodicSync()
-            sibling.worker.async { [weak sibling] in sibling?.startStoreWatch() }
+            sibling.startStoreWatch()
         } catch {
             // Its threads are running already: a sibling refused is closed, not dropped.
             try? sibling.close()

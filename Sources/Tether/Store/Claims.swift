@@ -6,7 +6,9 @@
 /// close or its process's death; the rows of an ended claim are an orphan's,
 /// taken over by the next context of that name to open or save
 /// (`Context.adoptOrphanedChanges`), each exactly once (a row moves to one
-/// owner by one UPDATE). `exclusive` claims refuse every other process.
+/// owner by one UPDATE). Every claim has a random token: whoever ends or
+/// takes over a claim names the one it read, never a later one of the same
+/// owner. `exclusive` claims refuse every other process.
 extension Store {
     static let claimsSchema = """
         CREATE TABLE IF NOT EXISTS tether_claims (
@@ -16,26 +18,35 @@ extension Store {
             started INTEGER NOT NULL,
             boot TEXT NOT NULL,
             exclusive INTEGER NOT NULL,
-            open INTEGER NOT NULL)
+            open INTEGER NOT NULL,
+            token INTEGER NOT NULL DEFAULT 0)
         """
 
-    struct Claim {
+    /// Adds `token` to a claims table made before it.
+    static func migrateClaims(_ database: Database) throws {
+        let known = try database.statement("SELECT 1 FROM pragma_table_info('tether_claims') WHERE name = 'token'").rows()
+        if known.isEmpty { try database.execute("ALTER TABLE tether_claims ADD COLUMN token INTEGER NOT NULL DEFAULT 0") }
+    }
+
+    struct Claim: Sendable {
         let owner: String
         let name: String
         let holder: ProcessIdentity
         let exclusive: Bool
         let open: Bool
-        var isLive: Bool { open && holder.isAlive }
+        let token: Int64
+        var isLive: Bool { open && holder.mayBeAlive }
     }
 
-    /// The outbox owner of this process's context named `name`, claimed;
-    /// `.busy` where an exclusive claim stands in the way (either way).
-    func claimOwner(name: String, exclusive: Bool) throws -> String {
+    /// The outbox owner of this process's context named `name`, claimed
+    /// (`owner` given: that one, a local store following its main store's);
+    /// `.busy` where an exclusive claim stands in the way (either way), or
+    /// where `owner` is another live process's.
+    func claimOwner(name: String, exclusive: Bool, owner wanted: String? = nil) throws -> Claim {
         try withDatabase { database in
             try database.transaction {
                 let me = ProcessIdentity.current
-                let claims = try Self.claims(database, where: nil)
-                let others = claims.filter { $0.holder.pid != me.pid && $0.isLive }
+                let others = try Self.claims(database, where: nil).filter { !$0.holder.isProcess(me) && $0.isLive }
                 if exclusive, let other = others.first {
                     let more = Set(others.map(\.holder.pid)).count - 1
                     throw TetherError(.busy, "the store \(database.fileName) is open in process \(other.holder.pid)"
@@ -44,27 +55,35 @@ extension Store {
                 if let holder = others.first(where: \.exclusive) {
                     throw TetherError(.busy, "the store \(database.fileName) is open exclusively in process \(holder.holder.pid)")
                 }
-                let taken = others.contains { $0.owner == name }
-                let owner = taken ? name + "\u{1}\(me.pid).\(me.started)" : name
+                let taken = others.contains { $0.owner == (wanted ?? name) }
+                if let wanted, taken {
+                    throw TetherError(.busy, "the changes named \(name.debugDescription) in \(database.fileName) belong to another "
+                                      + "live process, and those of the main store do not: open them under another name")
+                }
+                let owner = wanted ?? (taken ? name + "\u{1}\(me.pid).\(me.started)" : name)
+                let claim = Claim(owner: owner, name: name, holder: me, exclusive: exclusive, open: true,
+                                  token: Int64.random(in: 1...Int64.max))
                 try database.statement("""
-                    INSERT INTO tether_claims (owner, name, pid, started, boot, exclusive, open) VALUES (?, ?, ?, ?, ?, ?, 1)
+                    INSERT INTO tether_claims (owner, name, pid, started, boot, exclusive, open, token) VALUES (?, ?, ?, ?, ?, ?, 1, ?)
                     ON CONFLICT (owner) DO UPDATE SET pid = excluded.pid, started = excluded.started, boot = excluded.boot,
-                        exclusive = excluded.exclusive, open = 1
+                        exclusive = excluded.exclusive, open = 1, token = excluded.token
                     """).run([.text(owner), .text(name), .integer(Int64(me.pid)), .integer(me.started), .text(me.boot),
-                              .integer(exclusive ? 1 : 0)])
-                return owner
+                              .integer(exclusive ? 1 : 0), .integer(claim.token)])
+                return claim
             }
         }
     }
 
-    /// At close: the claim ends; it is forgotten if it leaves no rows.
-    func releaseOwner(_ owner: String) throws {
+    /// At close: this claim ends (not a later one of the same owner); it is
+    /// forgotten if it leaves no rows.
+    func release(_ claim: Claim) throws {
         try withDatabase { database in
             try database.transaction {
-                try database.statement("UPDATE tether_claims SET open = 0 WHERE owner = ?").run([.text(owner)])
+                try database.statement("UPDATE tether_claims SET open = 0 WHERE owner = ? AND token = ?")
+                    .run([.text(claim.owner), .integer(claim.token)])
                 try database.statement("""
-                    DELETE FROM tether_claims WHERE owner = ? AND NOT EXISTS (SELECT 1 FROM tether_outbox WHERE owner = ?)
-                    """).run([.text(owner), .text(owner)])
+                    DELETE FROM tether_claims WHERE owner = ? AND token = ? AND NOT EXISTS (SELECT 1 FROM tether_outbox WHERE owner = ?)
+                    """).run([.text(claim.owner), .integer(claim.token), .text(claim.owner)])
             }
         }
     }
@@ -73,11 +92,13 @@ extension Store {
     /// claims that hold no rows are forgotten on the way.
     func orphanedClaims(name: String, except owner: String) throws -> [Claim] {
         try withDatabase { database in
-            try database.transaction {
+            let ended = try Self.claims(database, where: name).filter { $0.owner != owner && !$0.isLive }
+            guard !ended.isEmpty else { return [] }
+            return try database.transaction {
                 var orphans: [Claim] = []
-                for claim in try Self.claims(database, where: name) where claim.owner != owner && !claim.isLive {
+                for claim in ended {
                     let forgotten = try database.statement("""
-                        DELETE FROM tether_claims WHERE owner = ? AND pid = ? AND started = ? AND open = ?
+                        DELETE FROM tether_claims WHERE owner = ? AND token = ? AND open = ?
                             AND NOT EXISTS (SELECT 1 FROM tether_outbox WHERE owner = ?) RETURNING owner
                         """).first(Self.unchanged(claim) + [.text(claim.owner)]) { $0[0] } != nil
                     if !forgotten { orphans.append(claim) }
@@ -90,40 +111,42 @@ extension Store {
     /// Moves the orphan's row of (entity, id) to `owner`, unless `owner`
     /// has one (its own change of the object comes first), or the claim
     /// was taken again meanwhile (a context of its name opened: the rows are
-    /// its), or another process took the row: whether it moved.
-    func adopt(_ entity: Entity, id: String, from orphan: Claim, into owner: String) throws -> Bool {
+    /// its), or another process took the row: the row as moved, read in the
+    /// same transaction, or nil.
+    func adopt(_ entity: Entity, id: String, from orphan: Claim, into owner: String) throws -> OutboxRow? {
         try withDatabase { database in
             try database.transaction {
-                let still = try database.statement("SELECT 1 FROM tether_claims WHERE owner = ? AND pid = ? AND started = ? AND open = ?")
+                let still = try database.statement("SELECT 1 FROM tether_claims WHERE owner = ? AND token = ? AND open = ?")
                     .first(Self.unchanged(orphan)) { $0[0] } != nil
-                guard still else { return false }
-                return try database.statement("""
+                guard still else { return nil }
+                let moved = try database.statement("""
                     UPDATE tether_outbox SET owner = ? WHERE owner = ? AND entity = ? AND id = ?
                         AND NOT EXISTS (SELECT 1 FROM tether_outbox WHERE owner = ? AND entity = ? AND id = ?)
-                    RETURNING sequence
+                    RETURNING \(Self.outboxColumns)
                     """).first([.text(owner), .text(orphan.owner), .integer(Int64(entity.code)), .text(id),
-                                .text(owner), .integer(Int64(entity.code)), .text(id)]) { $0[0] } != nil
+                                .text(owner), .integer(Int64(entity.code)), .text(id)]) { Self.outboxRow($0, [entity.code: entity]) }
+                return moved ?? nil
             }
         }
     }
 
     /// A claim's row as read: the key that finds it only if no one claimed it since.
     private static func unchanged(_ claim: Claim) -> [SQLValue] {
-        [.text(claim.owner), .integer(Int64(claim.holder.pid)), .integer(claim.holder.started), .integer(claim.open ? 1 : 0)]
+        [.text(claim.owner), .integer(claim.token), .integer(claim.open ? 1 : 0)]
     }
 
     private static func claims(_ database: Database, where name: String?) throws -> [Claim] {
         var claims: [Claim] = []
-        let statement = try database.statement(name == nil
-            ? "SELECT owner, name, pid, started, boot, exclusive, open FROM tether_claims"
-            : "SELECT owner, name, pid, started, boot, exclusive, open FROM tether_claims WHERE name = ?")
+        let columns = "owner, name, pid, started, boot, exclusive, open, token"
+        let statement = try database.statement(name == nil ? "SELECT \(columns) FROM tether_claims"
+                                                            : "SELECT \(columns) FROM tether_claims WHERE name = ?")
         try statement.each(name.map { [.text($0)] } ?? []) { row in
             guard case .text(let owner) = row[0], case .text(let name) = row[1], case .integer(let pid) = row[2],
                   case .integer(let started) = row[3], case .text(let boot) = row[4], case .integer(let exclusive) = row[5],
-                  case .integer(let open) = row[6] else { return }
+                  case .integer(let open) = row[6], case .integer(let token) = row[7] else { return }
             claims.append(Claim(owner: owner, name: name,
                                 holder: ProcessIdentity(pid: Int32(truncatingIfNeeded: pid), started: started, boot: boot),
-                                exclusive: exclusive != 0, open: open != 0))
+                                exclusive: exclusive != 0, open: open != 0, token: token))
         }
         return claims
     }

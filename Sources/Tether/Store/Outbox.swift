@@ -151,44 +151,49 @@ extension Store {
         let entities = Dictionary(entities.map { ($0.code, $0) }, uniquingKeysWith: { first, _ in first })
         return try withDatabase { database in
             var rows: [OutboxRow] = []
-            try database.statement("""
-                SELECT sequence, entity, id, kind, base_version, ivalues, revision, sent, sent_writes FROM tether_outbox
-                WHERE owner = ? ORDER BY sequence
-                """).each([.text(owner)]) { row in
-                guard case .integer(let sequence) = row[0], case .integer(let code) = row[1],
-                      let entity = entities[Int(truncatingIfNeeded: code)], case .text(let id) = row[2],
-                      case .integer(let rawKind) = row[3], let kind = ChangeKind(rawValue: Int(truncatingIfNeeded: rawKind)),
-                      case .text(let text) = row[5], case .integer(let revision) = row[6] else { return }
-                var base: Int64?
-                if case .integer(let version) = row[4] { base = version }
-                let stored = (try? JSON.parse(text).objectValue) ?? []
-                var values: [Int: Value] = [:]
-                var coded: [(code: Int, value: JSON)] = []
-                for (key, json) in stored {
-                    guard let attributeCode = Int(key) else { continue }
-                    coded.append((attributeCode, json))
-                    if let index = entity.attributeIndex(code: attributeCode) {
-                        values[index] = Value(json: json, type: entity.attributes[index].type)
-                    }
+            try database.statement("SELECT \(Self.outboxColumns) FROM tether_outbox WHERE owner = ? ORDER BY sequence")
+                .each([.text(owner)]) { row in
+                    if let parsed = Self.outboxRow(row, entities) { rows.append(parsed) }
                 }
-                var sent = false
-                if case .integer(let flag) = row[7] { sent = flag != 0 }
-                var change = PendingChange(kind: kind, values: values, baseVersion: base, revision: revision,
-                                           sequence: sequence, sent: sent)
-                if case .text(let text) = row[8], let writes = (try? JSON.parse(text))?.arrayValue {
-                    change.sentWrites = writes.map { write in
-                        var values: [Int: Value] = [:]
-                        for (key, json) in write.objectValue ?? [] {
-                            guard let code = Int(key), let index = entity.attributeIndex(code: code) else { continue }
-                            values[index] = Value(json: json, type: entity.attributes[index].type)
-                        }
-                        return values
-                    }
-                }
-                rows.append(OutboxRow(sequence: sequence, entity: entity, id: id, change: change, values: coded))
-            }
             return rows
         }
+    }
+
+    static let outboxColumns = "sequence, entity, id, kind, base_version, ivalues, revision, sent, sent_writes"
+
+    /// A row of `outboxColumns`; nil for an entity not in `entities` (kept for its return).
+    static func outboxRow(_ row: Statement.Row, _ entities: [Int: Entity]) -> OutboxRow? {
+        guard case .integer(let sequence) = row[0], case .integer(let code) = row[1],
+              let entity = entities[Int(truncatingIfNeeded: code)], case .text(let id) = row[2],
+              case .integer(let rawKind) = row[3], let kind = ChangeKind(rawValue: Int(truncatingIfNeeded: rawKind)),
+              case .text(let text) = row[5], case .integer(let revision) = row[6] else { return nil }
+        var base: Int64?
+        if case .integer(let version) = row[4] { base = version }
+        let stored = (try? JSON.parse(text).objectValue) ?? []
+        var values: [Int: Value] = [:]
+        var coded: [(code: Int, value: JSON)] = []
+        for (key, json) in stored {
+            guard let attributeCode = Int(key) else { continue }
+            coded.append((attributeCode, json))
+            if let index = entity.attributeIndex(code: attributeCode) {
+                values[index] = Value(json: json, type: entity.attributes[index].type)
+            }
+        }
+        var sent = false
+        if case .integer(let flag) = row[7] { sent = flag != 0 }
+        var change = PendingChange(kind: kind, values: values, baseVersion: base, revision: revision,
+                                   sequence: sequence, sent: sent)
+        if case .text(let text) = row[8], let writes = (try? JSON.parse(text))?.arrayValue {
+            change.sentWrites = writes.map { write in
+                var values: [Int: Value] = [:]
+                for (key, json) in write.objectValue ?? [] {
+                    guard let code = Int(key), let index = entity.attributeIndex(code: code) else { continue }
+                    values[index] = Value(json: json, type: entity.attributes[index].type)
+                }
+                return values
+            }
+        }
+        return OutboxRow(sequence: sequence, entity: entity, id: id, change: change, values: coded)
     }
 
     /// How many rows of `owner` each entity code has, whether or not the model has the entity.

@@ -108,7 +108,7 @@ final class Store: Sendable {
     /// The store's own tables; every other is an entity's.
     static let bookkeepingTables = ["tether_meta", "tether_sync", "tether_outbox", "tether_deleted", "tether_claims"]
 
-    /// The store files contexts have open in this process (device, inode):
+    /// The store files contexts have open in this process (device, inode, pid):
     /// an outbox has one writer, so a file is one context's and its
     /// siblings'. Claimed by `claim`, given back by `close`.
     private static let claimedFiles = Lock<Set<[UInt64]>>([])
@@ -180,7 +180,8 @@ final class Store: Sendable {
         try withDatabase { database in
             var info = stat()
             guard !database.fileName.isEmpty, stat(database.fileName, &info) == 0 else { return }
-            let id = [UInt64(info.st_dev), UInt64(info.st_ino)]
+            // With the pid: a child of fork inherits the parent's set, and is another process.
+            let id = [UInt64(info.st_dev), UInt64(info.st_ino), UInt64(UInt32(bitPattern: getpid()))]
             guard Self.claimedFiles.withLock({ $0.insert(id).inserted }) else {
                 throw TetherError(.busy, "the store \(database.fileName) is already open in this process: open a sibling of its context instead")
             }
@@ -209,6 +210,7 @@ final class Store: Sendable {
         }
         try database.execute(Self.outboxSchema)
         try database.execute(Self.claimsSchema)
+        try migrateClaims(database)
         try migrateOutbox(database)
         try definePredicateFunctions(database)
     }

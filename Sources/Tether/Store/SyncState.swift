@@ -5,6 +5,9 @@ extension Store {
     /// it or a later one.
     func nextWrite() throws -> Int64 { try withDatabase { try Self.lastWrite($0) + 1 } }
 
+    /// The serial of the newest write of server records.
+    func lastWrite() throws -> Int64 { try withDatabase { try Self.lastWrite($0) } }
+
     /// The serial of the newest write of server records (meta "write").
     static func lastWrite(_ database: Database) throws -> Int64 {
         try meta("write", database).flatMap { Int64($0) } ?? 0

@@ -330,3 +330,61 @@ def test_a_model_another_process_migrated_to_refuses_writes_here(kinto, notes, k
     a.ok("open", url=kinto_url, bucket=notes, store=store)
     assert a.ok("fetch", entity="notes")["count"] == 80
     assert b.object("notes", "r01").peek("Extra") == "new field"
+
+
+def test_a_live_process_that_cannot_be_read_keeps_its_changes(kinto, notes, kinto_url, tmp_path, open_ctx, processes):
+    """B has no file descriptor left when its save looks whether A still runs:
+    /proc cannot be read, which is no proof A ended. A's unsaved edit stays A's."""
+    import resource
+    store = str(tmp_path / "shared.db")
+    a = processes()
+    a.ok("open", url=kinto_url, bucket=notes, store=store)
+    a.ok("set", entity="notes", id="r01", values={"Title": "A's, unsaved"})
+    b = open_shared(open_ctx, kinto_url, notes, store)
+    b.object("notes", "r02")["Title"] = "B's"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        while True:
+            held.append(open(os.devnull))
+    except OSError:
+        pass
+    try:
+        try:
+            b.save()
+        except tether.TetherError:
+            pass                                        # (its requests may need descriptors too)
+    finally:
+        for f in held:
+            f.close()
+    b.save()
+    assert titles(kinto, notes)["r01"] == "t1", "B took over the change of a live process"
+    assert a.ok("save") == {"ok": True, "saved": 1, "conflicts": 0}
+    assert titles(kinto, notes)["r01"] == "A's, unsaved"
+    assert (soft, hard) == resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def test_a_child_of_fork_is_another_process(kinto, notes, kinto_url, tmp_path, open_ctx):
+    """A child forked while the parent has the store open opens it too (as
+    another process, its changes its own), where it was refused as a second
+    open in the same process."""
+    store = str(tmp_path / "shared.db")
+    parent = open_shared(open_ctx, kinto_url, notes, store)
+    parent.object("notes", "r01")["Title"] = "the parent's, unsaved"
+    pid = os.fork()
+    if pid == 0:                                          # the child: exits with what it found
+        code = 1
+        try:
+            signal.alarm(30)
+            with tether.Context(kinto_url, notes, store, username="test", password="test", sync_interval=0) as child:
+                code = 0 if child.change_count == 0 else 2
+                child.object("notes", "r02")["Title"] = "the child's"
+                code = code or (0 if child.save().saved == 1 else 3)
+        except BaseException:
+            code = 4
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    server = titles(kinto, notes)
+    assert (server["r01"], server["r02"]) == ("t1", "the child's")
+    assert parent.save().saved == 1
