@@ -450,7 +450,7 @@ static void test_close_logs_unsaved(void)
     CHECK_OK(tether_log_set(TETHER_LOG_OFF, NULL, NULL));
     CHECK_INT(l.count, 1);
     CHECK_STR(l.lines[0], "context \"\" closed with 2 unsaved changes: they stay in the store's outbox under its name, "
-                          "for the next context opened under it to save");
+                          "for the next context opened under it (in any process) to save");
     ctx = tu_open(bucket, store, TETHER_DELIVER_THREAD);
     if (ctx) {
         CHECK_INT(change_count(ctx), 2);
