@@ -130,10 +130,14 @@ extension FetchTask {
             // bring back what that listing replaced: the cache answers.
             if request.serverQuery == nil, try store.isOlderThanSync(page.version, of: entity) {
                 Log.debug(.sync, "\(entity.name): a page of version \(page.version ?? 0) is older than the sync: the cache answers")
-                // A fetch the host started still ends with its full checks: a
-                // server's version going back is also how a restore shows on
-                // Kinto's PostgreSQL backend (its collection's ETag falls back).
-                guard !request.isBackgroundSync, checksVersions(plan), context.takeFullCheck(entity, always: true) else {
+                // A sync the host started, told "nothing changed since" a
+                // version older than one the store has since seen, still
+                // ends with its full checks: that is how a restore shows on
+                // Kinto's PostgreSQL backend (its collection's ETag falls
+                // back to the version put back). Any other older page is a
+                // listing that lost a race, and the cache is newer.
+                guard !request.isBackgroundSync, case .sync(let since) = plan, page.version == since,
+                      checksVersions(plan), context.takeFullCheck(entity, always: true) else {
                     return finish(nil, try readCache())
                 }
                 return checkVersions(plan) { [self] in try readCache() }
