@@ -22,12 +22,6 @@ extension Store {
             token INTEGER NOT NULL DEFAULT 0)
         """
 
-    /// Adds `token` to a claims table made before it.
-    static func migrateClaims(_ database: Database) throws {
-        let known = try database.statement("SELECT 1 FROM pragma_table_info('tether_claims') WHERE name = 'token'").rows()
-        if known.isEmpty { try database.execute("ALTER TABLE tether_claims ADD COLUMN token INTEGER NOT NULL DEFAULT 0") }
-    }
-
     struct Claim: Sendable {
         let owner: String
         let name: String

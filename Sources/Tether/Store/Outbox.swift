@@ -29,10 +29,11 @@ extension Store {
     /// Unsettled writes kept per change: each is a kill or a lost answer.
     static let sentWritesKept = 8
 
-    /// Adds `sent_writes` to an outbox made before it existed.
-    static func migrateOutbox(_ database: Database) throws {
-        let known = try database.statement("SELECT 1 FROM pragma_table_info('tether_outbox') WHERE name = 'sent_writes'").rows()
-        if known.isEmpty { try database.execute("ALTER TABLE tether_outbox ADD COLUMN sent_writes TEXT") }
+    /// A column a table made by an earlier version lacks, added (bookkeeping
+    /// tables only: `table` and `column` are the library's own names).
+    static func addColumnIfMissing(_ table: String, _ column: String, _ declaration: String, _ database: Database) throws {
+        let known = try database.statement("SELECT 1 FROM pragma_table_info(?) WHERE name = ?").rows([.text(table), .text(column)])
+        if known.isEmpty { try database.execute("ALTER TABLE \(table) ADD COLUMN \(column) \(declaration)") }
     }
 
     struct OutboxRow: Sendable {

@@ -204,14 +204,11 @@ final class Store: Sendable {
                                                        vague INTEGER, PRIMARY KEY (entity, id))
             """)
         // 0.2's tombstones had none of these: theirs stay null (no answer is judged older).
-        let tombstoneColumns = try database.statement("SELECT name FROM pragma_table_info('tether_deleted')").rows()
-        for column in ["version", "write", "vague"] where !tombstoneColumns.contains(where: { $0.first == .text(column) }) {
-            try database.execute("ALTER TABLE tether_deleted ADD COLUMN \(column) INTEGER")
-        }
+        for column in ["version", "write", "vague"] { try addColumnIfMissing("tether_deleted", column, "INTEGER", database) }
         try database.execute(Self.outboxSchema)
         try database.execute(Self.claimsSchema)
-        try migrateClaims(database)
-        try migrateOutbox(database)
+        try addColumnIfMissing("tether_claims", "token", "INTEGER NOT NULL DEFAULT 0", database)
+        try addColumnIfMissing("tether_outbox", "sent_writes", "TEXT", database)
         try definePredicateFunctions(database)
     }
 
