@@ -42,6 +42,35 @@ final class DeliveryTests: XCTestCase {
         XCTAssertEqual(both["rightSlow"], .some(.cancelled))
     }
 
+    /// A fetch's final (OK, with its answer) is being delivered on the
+    /// library's thread as another thread closes the context: the callback
+    /// still reads the answer's objects, made as it reads them. They were
+    /// refused as "the context is closed" (ctsan's test_lifetimes caught one
+    /// such cycle in 250, under load).
+    func testAFinalBeingDeliveredAsTheContextClosesReadsItsAnswer() throws {
+        let directory = try makeTemporaryDirectory("close-final")
+        defer { removeDirectory(directory) }
+        let context = try MemoryBackend(directory: directory, latencyMilliseconds: 0).openCreatingDirectory(.thread)
+        var request = FetchRequest(entity: "items")
+        request.policy = .serverOnly
+        let inside = ConditionLock(false)
+        let read = Lock<[String]>([])
+        try context.makeFetch(request).start { result in
+            guard result.phase == .final, result.error == nil else { return }
+            inside.withLock { $0 = true }
+            // Reads once the close has begun (it waits for this callback to end).
+            _ = eventually { context.isClosed }
+            for index in 0..<result.results.count {
+                read.withLock { $0.append((try? result.results.object(at: index).id) ?? "refused") }
+            }
+        }
+        XCTAssertTrue(inside.withLock(when: { $0 }, until: MonotonicTime.now().adding(milliseconds: 5_000)) { value, _ in value })
+        try context.close()
+        let ids = read.withLock { $0 }
+        XCTAssertFalse(ids.isEmpty)
+        XCTAssertFalse(ids.contains("refused"), "\(ids)")
+    }
+
     /// A thread blocked in poll returns when another thread closes the
     /// context, and the closer delivers the finals.
     func testCloseWakesABlockedPoller() throws {

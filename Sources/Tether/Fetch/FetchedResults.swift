@@ -286,7 +286,7 @@ public final class FetchedResults: Sendable {
         }
         let range = batch(around: index)
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
-        try context.checkOpen()
+        try context.checkReadable()
         let block = visibleValues(try context.store(for: entity).values(entity, rowids: rowids.slice(range), attributes: properties),
                                   context, entity)
         window.withLock { $0 = Window(start: range.lowerBound, block: block) }
@@ -299,7 +299,7 @@ public final class FetchedResults: Sendable {
     /// uniquing pass; nil for a row gone.
     private func readRows(_ rowids: [Int64]) throws -> [HeldRow?] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
-        try context.checkOpen()
+        try context.checkReadable()
         let stored = try context.store(for: entity).rows(entity, rowids: rowids)
         var objects = context.adopt(stored.compactMap { $0 }, of: entity).makeIterator()
         return stored.map { row in
@@ -322,7 +322,7 @@ public final class FetchedResults: Sendable {
     /// unsaved insert or edit; absent if not stored, or deleted here.
     private func visibleValues(_ ids: [String]) throws -> [ExactString: [Value]] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
-        try context.checkOpen()
+        try context.checkReadable()
         var rows = try context.store(for: entity).values(entity, ids: ids, attributes: properties)
         let pending = pendingValues(context, entity)
         guard !pending.isEmpty else { return rows }
@@ -347,7 +347,7 @@ public final class FetchedResults: Sendable {
     /// store in one query, so the batch's peeks need none.
     private func made(_ ids: [String], reading: Bool = false) throws -> [ManagedObject] {
         guard let context, let entity else { throw TetherError(.internal, "results without a context") }
-        try context.checkOpen()
+        try context.checkReadable()
         guard reading else { return context.uniqueObjects(entity, ids) }
         let stored = try context.store(for: entity).rows(entity, ids: ids)
         // One uniquing pass: adopt makes the stored rows' objects, the rest are made after.

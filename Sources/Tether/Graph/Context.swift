@@ -290,6 +290,14 @@ public final class Context: Sendable {
         if isClosed { throw TetherError.contextClosed }
     }
 
+    /// Open, or closing and inside one of its callbacks: a fetch that ended
+    /// as the close began has its final (OK, with its answer) delivered by
+    /// the close, and the answer's objects are made as the callback reads
+    /// them; the stores stay open until every final has run.
+    func checkReadable() throws {
+        if isClosed && !delivery.isInsideCallback { throw TetherError.contextClosed }
+    }
+
     /// The store that holds `entity`'s records.
     func store(for entity: Entity) -> Store { stores[entity.storeIndex] }
 
